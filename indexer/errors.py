@@ -1,0 +1,33 @@
+"""Domain errors. The CLI maps every subclass of NotesSearchError to a one-line message and exit 1."""
+
+
+class NotesSearchError(Exception):
+    """Base class for errors a user should see as one clear line."""
+
+
+class ConfigError(NotesSearchError):
+    """The config file is missing, malformed, or has an invalid key or value."""
+
+
+class StoreError(NotesSearchError):
+    """The index database cannot be opened or is inconsistent."""
+
+
+class ReindexNeeded(NotesSearchError):
+    """The index was built with another embedding space or chunker than the config asks for."""
+
+
+class EmbedderError(NotesSearchError):
+    """The embedder answered, but wrongly (bad dimension, malformed reply, wrong count)."""
+
+
+class EmbedderUnavailable(EmbedderError):
+    """The embedder could not be reached (down, timed out, 5xx after retries)."""
+
+
+class SourceError(NotesSearchError):
+    """A source cannot be read (missing folder, unreachable remote, corrupt mirror)."""
+
+
+class PathOutsideSources(NotesSearchError):
+    """A path argument points outside every configured source."""

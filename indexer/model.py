@@ -1,0 +1,83 @@
+"""Plain data passed between the stages: source drivers -> chunker -> store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrieval unit: a heading section (or part of one) with its exact line span."""
+
+    idx: int
+    breadcrumb: str  # "file title > section > subsection"
+    text: str  # the chunk's markdown, as in the source lines start_line..end_line
+    start_line: int  # 1-based, inclusive
+    end_line: int  # 1-based, inclusive
+
+    @property
+    def embed_text(self) -> str:
+        """What the embedder sees: context (breadcrumb) first, then the body."""
+        return f"{self.breadcrumb}\n\n{self.text}"
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    title: str
+    tags: list[str] = field(default_factory=list)
+    headings: list[str] = field(default_factory=list)  # H1-H3 texts in document order
+    doc_id: str | None = None  # front matter `id`
+    updated: str | None = None  # front matter `updated`, as written
+    chunks: list[Chunk] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """A file's content as a source driver read it (no DB access involved)."""
+
+    path: str  # relative to the source root, '/'-separated
+    text: str
+    sha256: str
+    size: int
+    mtime: float | None  # workspace: st_mtime; git: None
+    updated_at: float  # recency for tie-breaking: mtime, or commit time of the last change
+    collection: str | None = None
+
+
+@dataclass(frozen=True)
+class Upsert:
+    file: FileVersion
+
+
+@dataclass(frozen=True)
+class Delete:
+    path: str
+
+
+@dataclass(frozen=True)
+class Touch:
+    """Stat changed but content did not: refresh size/mtime so the next scan stays cheap."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file the driver could not index (binary, invalid UTF-8, too large, vanished)."""
+
+    path: str
+    reason: str
+
+
+Change = Upsert | Delete | Touch | Skipped
+
+
+@dataclass(frozen=True)
+class KnownFile:
+    """What the store remembers of a file, handed to drivers for change detection."""
+
+    sha256: str
+    size: int
+    mtime: float | None
