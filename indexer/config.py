@@ -1,0 +1,341 @@
+"""Load and validate the YAML config (SPEC §10). Every error names the file and the key."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from indexer.errors import ConfigError
+from indexer.globs import Scope
+
+DEFAULT_CONFIG_NAME = "notes-search.yaml"
+LOCAL_MODEL = "multilingual-e5-small"
+PROVIDERS = ("local", "ollama", "openai")
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    provider: str = "local"
+    model: str = LOCAL_MODEL
+    endpoint: str | None = None
+    dims: int = 384
+    batch: int = 32
+    keep_alive: int | float | str | None = -1
+    query_prefix: str = "query: "
+    passage_prefix: str = "passage: "
+    timeout: float = 60.0
+    retries: int = 3
+    api_key_env: str = "OPENAI_API_KEY"
+
+    def identity(self) -> dict[str, str]:
+        """What must match between the index and the config for vectors to be comparable."""
+        return {
+            "embedding_model": self.model,
+            "embedding_dims": str(self.dims),
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "normalized": "1",
+        }
+
+
+@dataclass(frozen=True)
+class WorkspaceSource:
+    id: str
+    root: Path
+    scope: Scope
+    kind: str = "workspace"
+
+
+@dataclass(frozen=True)
+class GitSource:
+    id: str
+    url: str
+    mirror: Path
+    branch: str | None
+    scope: Scope
+    kind: str = "git"
+
+
+Source = WorkspaceSource | GitSource
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    root: Path
+    db: Path
+    log: Path
+    embedding: EmbeddingConfig
+    sources: dict[str, Source] = field(default_factory=dict)
+    max_file_bytes: int = 5_000_000
+
+    @property
+    def lock_path(self) -> Path:
+        return self.db.parent / ".notes-sync.lock"
+
+    @property
+    def toc_dir(self) -> Path:
+        return self.db.parent / "toc"
+
+    def source(self, source_id: str) -> Source:
+        try:
+            return self.sources[source_id]
+        except KeyError:
+            known = ", ".join(sorted(self.sources)) or "none"
+            raise ConfigError(f"unknown source {source_id!r} (configured: {known})") from None
+
+
+TOP_KEYS = {"root", "db", "log", "embedding", "sources", "max_file_bytes"}
+EMBEDDING_KEYS = {
+    "provider", "model", "endpoint", "dims", "batch", "keep_alive",
+    "query_prefix", "passage_prefix", "timeout", "retries", "api_key_env",
+}
+GIT_KEYS = {"url", "mirror", "branch", "paths", "include", "exclude"}
+WORKSPACE_KEYS = {"root", "paths", "include", "exclude"}
+WORKSPACE_GROUPS = ("workspace", "nanobot")
+
+
+class _Checker:
+    """Validates one mapping and raises errors of the form `file: key.path: problem`."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        where = f"{self.file}: {key}: " if key else f"{self.file}: "
+        return ConfigError(where + problem)
+
+    def mapping(self, value: Any, key: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
+        for k in value:
+            if not isinstance(k, str):
+                raise self.fail(key, f"keys must be strings, got {k!r}")
+        return value
+
+    def known(self, value: dict[str, Any], allowed: set[str], key: str) -> None:
+        for k in value:
+            if k not in allowed:
+                name = f"{key}.{k}" if key else k
+                raise self.fail(name, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, value: Any, key: str, minimum: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def number(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise self.fail(key, f"expected a positive number, got {value!r}")
+        return float(value)
+
+    def globs(self, value: Any, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        if value is None:
+            return default
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, f"expected a list of glob strings, got {value!r}")
+        for v in value:
+            if v.startswith("/") or ".." in v.split("/"):
+                raise self.fail(key, f"glob must be relative and stay inside the source: {v!r}")
+        return tuple(value)
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else (base / path)
+
+
+def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
+    c.known(raw, EMBEDDING_KEYS, "embedding")
+    provider = raw.get("provider")
+    if provider is None:
+        provider = "ollama" if raw.get("endpoint") else "local"
+    if provider not in PROVIDERS:
+        raise c.fail("embedding.provider", f"expected one of {', '.join(PROVIDERS)}, got {provider!r}")
+    local = provider == "local"
+    model = raw.get("model", LOCAL_MODEL if local else None)
+    if model is None:
+        raise c.fail("embedding.model", f"required for provider {provider} (write the tag explicitly)")
+    model = c.string(model, "embedding.model")
+    if local and model != LOCAL_MODEL:
+        raise c.fail("embedding.model", f"the local provider bundles only {LOCAL_MODEL}, got {model!r}")
+    endpoint = raw.get("endpoint")
+    if local and endpoint is not None:
+        raise c.fail("embedding.endpoint", "the local provider runs in process and takes no endpoint")
+    if not local:
+        endpoint = c.string(endpoint, "embedding.endpoint").rstrip("/")
+        if not endpoint.startswith(("http://", "https://")):
+            raise c.fail("embedding.endpoint", f"expected an http(s) URL, got {endpoint!r}")
+    if "dims" in raw:
+        dims = c.integer(raw["dims"], "embedding.dims")
+    elif local:
+        dims = 384
+    else:
+        raise c.fail("embedding.dims", f"required for provider {provider} (the model's vector size)")
+    if local and dims != 384:
+        raise c.fail("embedding.dims", f"{LOCAL_MODEL} has 384 dimensions, got {dims}")
+    keep_alive = raw.get("keep_alive", -1)
+    if isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str)):
+        raise c.fail("embedding.keep_alive", f"expected a number (or a duration like '24h'), got {keep_alive!r}")
+    if isinstance(keep_alive, str):
+        try:
+            keep_alive = float(keep_alive) if "." in keep_alive else int(keep_alive)
+        except ValueError:
+            pass  # a duration string such as "24h" is valid for Ollama as is
+    default_q, default_p = ("query: ", "passage: ") if local else ("", "")
+    query_prefix = raw.get("query_prefix", default_q)
+    passage_prefix = raw.get("passage_prefix", default_p)
+    for name, value in (("query_prefix", query_prefix), ("passage_prefix", passage_prefix)):
+        if not isinstance(value, str):
+            raise c.fail(f"embedding.{name}", f"expected a string, got {value!r}")
+    if local and (query_prefix, passage_prefix) != ("query: ", "passage: "):
+        raise c.fail("embedding.query_prefix", "the local e5 model uses 'query: ' / 'passage: ' and adds them itself")
+    return EmbeddingConfig(
+        provider=provider,
+        model=model,
+        endpoint=endpoint,
+        dims=dims,
+        batch=c.integer(raw.get("batch", 32), "embedding.batch"),
+        keep_alive=keep_alive,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        timeout=c.number(raw.get("timeout", 60.0), "embedding.timeout"),
+        retries=c.integer(raw.get("retries", 3), "embedding.retries", minimum=0),
+        api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
+    )
+
+
+def _check_id(source_id: Any, key: str, c: _Checker) -> str:
+    if not isinstance(source_id, str) or not source_id or ":" in source_id or "/" in source_id:
+        raise c.fail(key, "source id must be a non-empty string without ':' or '/'")
+    return source_id
+
+
+def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
+    allowed = {"git", *WORKSPACE_GROUPS}
+    c.known(raw, allowed, "sources")
+    sources: dict[str, Source] = {}
+    seen_at: dict[str, str] = {}
+
+    def add(source: Source, key: str) -> None:
+        if source.id in sources:
+            raise c.fail(key, f"source id {source.id!r} is already used at {seen_at[source.id]}")
+        sources[source.id] = source
+        seen_at[source.id] = key
+
+    for source_id, spec in c.mapping(raw.get("git"), "sources.git").items():
+        key = f"sources.git.{source_id}"
+        _check_id(source_id, key, c)
+        spec = c.mapping(spec, key)
+        c.known(spec, GIT_KEYS, key)
+        url = c.string(spec.get("url"), f"{key}.url")
+        mirror = _resolve(root, c.string(spec.get("mirror", f"mirrors/{source_id}.git"), f"{key}.mirror"))
+        branch = spec.get("branch")
+        if branch is not None:
+            branch = c.string(branch, f"{key}.branch")
+        scope = Scope(
+            paths=c.globs(spec.get("paths"), f"{key}.paths", ("**",)),
+            include=c.globs(spec.get("include"), f"{key}.include", ("*.md",)),
+            exclude=c.globs(spec.get("exclude"), f"{key}.exclude", ()),
+        )
+        add(GitSource(id=source_id, url=url, mirror=mirror, branch=branch, scope=scope), key)
+
+    for group in WORKSPACE_GROUPS:
+        for source_id, spec in c.mapping(raw.get(group), f"sources.{group}").items():
+            key = f"sources.{group}.{source_id}"
+            _check_id(source_id, key, c)
+            spec = c.mapping(spec, key)
+            c.known(spec, WORKSPACE_KEYS, key)
+            source_root = _resolve(root, c.string(spec.get("root", "."), f"{key}.root"))
+            if "paths" not in spec:
+                raise c.fail(f"{key}.paths", "workspace sources are opt-in: list the folders to index (e.g. ['notes/**'])")
+            scope = Scope(
+                paths=c.globs(spec.get("paths"), f"{key}.paths", ("**",)),
+                include=c.globs(spec.get("include"), f"{key}.include", ("*.md",)),
+                exclude=c.globs(spec.get("exclude"), f"{key}.exclude", ()),
+            )
+            add(WorkspaceSource(id=source_id, root=source_root, scope=scope), key)
+    return sources
+
+
+def parse_config(text: str, file: str = "<config>", base: Path | None = None) -> Config:
+    c = _Checker(file)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise c.fail("", f"invalid YAML{where}: {problem}") from None
+    raw = c.mapping(raw, "")
+    c.known(raw, TOP_KEYS, "")
+    base = base if base is not None else Path.cwd()
+    root = _resolve(base, c.string(raw.get("root", "."), "root")).resolve()
+    db = _resolve(root, c.string(raw.get("db", "db/notes-index.sqlite"), "db"))
+    log = _resolve(root, c.string(raw.get("log", "log/notes_sync.log"), "log"))
+    embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
+    sources = _sources(c.mapping(raw.get("sources"), "sources"), root, c)
+    max_bytes = c.integer(raw.get("max_file_bytes", 5_000_000), "max_file_bytes")
+    return Config(
+        path=Path(file) if file != "<config>" else None,
+        root=root,
+        db=db,
+        log=log,
+        embedding=embedding,
+        sources=sources,
+        max_file_bytes=max_bytes,
+    )
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found (create one with `notes-search init DIR`)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    return parse_config(text, file=str(path), base=path.resolve().parent)
+
+
+def find_config(explicit: str | None) -> Path:
+    """--config, then $NOTES_SEARCH_CONFIG, then ./notes-search.yaml."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("NOTES_SEARCH_CONFIG")
+    if env:
+        return Path(env)
+    return Path.cwd() / DEFAULT_CONFIG_NAME
+
+
+STARTER_CONFIG = """\
+# notes-search config. Paths are relative to `root` (default: this file's folder).
+root: .
+db: db/notes-index.sqlite
+log: log/notes_sync.log
+embedding:
+  provider: local              # local | ollama | openai
+  model: multilingual-e5-small
+  dims: 384
+  batch: 32
+sources:
+  workspace:
+    {source_id}:
+      root: {notes_root}
+      paths: ["**"]            # whitelist: only what matches is indexed
+      include: ["*.md"]
+      exclude: []
+"""

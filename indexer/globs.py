@@ -1,0 +1,81 @@
+"""Path globs for source scoping: `**` spans folders, `*` and `?` stay inside one segment."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@lru_cache(maxsize=512)
+def _compile(pattern: str) -> re.Pattern[str]:
+    pattern = pattern.strip("/")
+    parts: list[str] = []
+    segments = pattern.split("/")
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == "**":
+            # zero or more whole segments; as the last segment it matches everything below
+            parts.append(".*" if last else "(?:[^/]*/)*")
+            continue
+        body = ""
+        for ch in segment:
+            if ch == "*":
+                body += "[^/]*"
+            elif ch == "?":
+                body += "[^/]"
+            else:
+                body += re.escape(ch)
+        parts.append(body if last else body + "/")
+    return re.compile("".join(parts) + r"\Z", re.DOTALL)
+
+
+def match(pattern: str, path: str) -> bool:
+    """True if `path` ('/'-separated, relative) matches `pattern`.
+
+    A pattern without '/' (like `*.md`) matches the file name at any depth, as in .gitignore.
+    """
+    if "/" not in pattern.strip("/") and pattern != "**":
+        return _compile(pattern).match(path.rsplit("/", 1)[-1]) is not None
+    return _compile(pattern).match(path) is not None
+
+
+def match_any(patterns: tuple[str, ...] | list[str], path: str) -> bool:
+    return any(match(p, path) for p in patterns)
+
+
+def _literal_prefix(pattern: str) -> list[str]:
+    prefix: list[str] = []
+    for segment in pattern.strip("/").split("/"):
+        if any(ch in segment for ch in "*?["):
+            break
+        prefix.append(segment)
+    return prefix
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The precedence of SPEC §3: `paths` gates, then `include`, then `exclude` wins."""
+
+    paths: tuple[str, ...] = ("**",)
+    include: tuple[str, ...] = ("*.md",)
+    exclude: tuple[str, ...] = ()
+
+    def admits(self, path: str) -> bool:
+        return (
+            match_any(self.paths, path)
+            and match_any(self.include, path)
+            and not match_any(self.exclude, path)
+        )
+
+    def may_contain(self, folder: str) -> bool:
+        """Cheap pruning for walkers: can any file below `folder` pass the `paths` gate?"""
+        folder_parts = [p for p in folder.strip("/").split("/") if p]
+        if folder and match_any(self.exclude, folder.strip("/") + "/"):
+            return False
+        for pattern in self.paths:
+            prefix = _literal_prefix(pattern)
+            n = min(len(prefix), len(folder_parts))
+            if prefix[:n] == folder_parts[:n]:
+                return True
+        return False
