@@ -1,0 +1,564 @@
+"""The one module that owns the SQLite schema and every SQL statement.
+
+One file holds everything: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content,
+kept in step by triggers) and `vec_chunks` (sqlite-vec, rowid = chunks.id). vec0 is not a
+foreign-key target, so every path that removes chunks removes their vectors explicitly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import apsw
+import numpy as np
+import sqlite_vec
+
+from indexer.errors import StoreError
+from indexer.model import FileVersion, KnownFile, ParsedDocument
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+MAX_KNN = 4096  # vec0's limit on k
+
+# Numbered migrations (PRAGMA user_version): entry i upgrades a database from version i to i+1.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+    CREATE TABLE sources (
+      source_id    TEXT PRIMARY KEY,
+      kind         TEXT NOT NULL CHECK (kind IN ('git', 'workspace')),
+      indexed_rev  TEXT,
+      last_sync_at TEXT,
+      last_error   TEXT
+    );
+
+    CREATE TABLE files (
+      source_id  TEXT NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
+      path       TEXT NOT NULL,
+      title      TEXT,
+      tags       TEXT,          -- JSON array
+      headings   TEXT,          -- JSON array
+      collection TEXT,
+      sha256     TEXT NOT NULL,
+      size       INTEGER NOT NULL,
+      mtime      REAL,          -- workspace stat pre-filter
+      updated_at REAL NOT NULL, -- recency: mtime, or commit time of the file's last change
+      indexed_at TEXT NOT NULL,
+      PRIMARY KEY (source_id, path)
+    );
+    CREATE INDEX idx_files_collection ON files(collection) WHERE collection IS NOT NULL;
+
+    CREATE TABLE chunks (
+      id           INTEGER PRIMARY KEY AUTOINCREMENT,
+      source_id    TEXT NOT NULL,
+      path         TEXT NOT NULL,
+      chunk_idx    INTEGER NOT NULL,
+      breadcrumb   TEXT NOT NULL,
+      text         TEXT NOT NULL,
+      start_line   INTEGER NOT NULL,
+      end_line     INTEGER NOT NULL,
+      content_hash TEXT NOT NULL,  -- sha256 of the embedded text: identical text reuses its vector
+      embedded_at  TEXT,           -- NULL = waiting for a vector (degraded mode)
+      UNIQUE (source_id, path, chunk_idx),
+      FOREIGN KEY (source_id, path) REFERENCES files(source_id, path) ON DELETE CASCADE
+    );
+    CREATE INDEX idx_chunks_pending ON chunks(id) WHERE embedded_at IS NULL;
+    CREATE INDEX idx_chunks_hash ON chunks(content_hash);
+
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+      breadcrumb, text,
+      content='chunks', content_rowid='id',
+      tokenize='unicode61 remove_diacritics 2'
+    );
+
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+      INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+      INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, text)
+        VALUES ('delete', old.id, old.breadcrumb, old.text);
+    END;
+    -- only text changes touch FTS: marking a chunk embedded must not re-index it
+    CREATE TRIGGER chunks_au AFTER UPDATE OF breadcrumb, text ON chunks BEGIN
+      INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, text)
+        VALUES ('delete', old.id, old.breadcrumb, old.text);
+      INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
+    END;
+    """,
+]
+
+EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def content_hash(embed_text: str) -> str:
+    return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class SearchScope:
+    """Which chunks a search may return. Empty fields mean "no restriction"."""
+
+    source_ids: tuple[str, ...] = ()
+    collection: str | None = None
+    path: str | None = None  # a file, or a folder searched recursively ('' = the whole source)
+
+    @property
+    def is_all(self) -> bool:
+        return not self.source_ids and self.collection is None and not self.path
+
+    def where(self, alias: str = "c") -> tuple[str, dict[str, object]]:
+        """SQL condition over `chunks` (alias) and its bindings."""
+        clauses: list[str] = []
+        params: dict[str, object] = {}
+        if self.source_ids:
+            names = []
+            for i, source_id in enumerate(self.source_ids):
+                params[f"scope_src{i}"] = source_id
+                names.append(f":scope_src{i}")
+            clauses.append(f"{alias}.source_id IN ({', '.join(names)})")
+        if self.path:
+            folder = self.path.strip("/")
+            params["scope_path"] = folder
+            params["scope_lo"] = folder + "/"
+            params["scope_hi"] = folder + "0"  # '0' sorts right after '/': a prefix range
+            clauses.append(
+                f"({alias}.path = :scope_path OR ({alias}.path >= :scope_lo AND {alias}.path < :scope_hi))"
+            )
+        if self.collection is not None:
+            params["scope_collection"] = self.collection
+            clauses.append(
+                f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
+                f" AND f.path = {alias}.path AND f.collection = :scope_collection)"
+            )
+        return (" AND ".join(clauses) or "1"), params
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    source_id: str
+    path: str
+    chunk_idx: int
+    breadcrumb: str
+    text: str
+    start_line: int
+    end_line: int
+    updated_at: float
+    indexed_rev: str | None
+    kind: str
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    source_id: str
+    kind: str
+    indexed_rev: str | None
+    last_sync_at: str | None
+    last_error: str | None
+    files: int
+    chunks: int
+    pending: int
+
+
+class Store:
+    """A connection to the index file with the schema applied and sqlite-vec loaded."""
+
+    def __init__(self, conn: apsw.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    # ---- opening and schema -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, *, readonly: bool = False) -> Store:
+        path = Path(path)
+        if readonly and not path.exists():
+            raise StoreError(f"no index at {path}: run `notes-search sync` first")
+        try:
+            if not readonly:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+            conn = apsw.Connection(str(path), flags=flags)
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            conn.enable_load_extension(True)
+            conn.load_extension(sqlite_vec.loadable_path())
+            conn.enable_load_extension(False)
+            conn.execute("PRAGMA foreign_keys = ON")
+            if not readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+        except (apsw.Error, OSError) as exc:
+            raise StoreError(f"cannot open index {path}: {exc}") from None
+        store = cls(conn, path)
+        try:
+            if not readonly:
+                store._migrate()
+            elif store._user_version() != SCHEMA_VERSION:
+                raise StoreError(f"index {path} has schema {store._user_version()}, expected {SCHEMA_VERSION}: run `notes-search sync`")
+        except apsw.Error as exc:
+            conn.close()
+            raise StoreError(f"index {path} is not usable: {exc}") from None
+        return store
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _user_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self._user_version()
+        if version > len(MIGRATIONS):
+            raise StoreError(f"index {self.path} was written by a newer notes-search (schema {version})")
+        for number in range(version, len(MIGRATIONS)):
+            with self.transaction():
+                self.conn.execute(MIGRATIONS[number])
+                self.conn.execute(f"PRAGMA user_version = {number + 1}")
+                self._set_meta({"schema_version": str(number + 1)})
+                # bm25 weights: a hit in the breadcrumb (title, headings) counts double
+                self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT; any exception rolls back. Not re-entrant on purpose."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every query inside sees the same committed state (WAL snapshot)."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    # ---- meta and embedding identity ------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        for key, value in values.items():
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.transaction():
+            self._set_meta(values)
+
+    def has_vector_table(self) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_chunks'").fetchone()
+        return row is not None
+
+    def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
+        """Switch embedding spaces atomically: drop every vector, mark every chunk pending."""
+        with self.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS vec_chunks")
+            self.conn.execute(
+                f"CREATE VIRTUAL TABLE vec_chunks USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
+            )
+            self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
+            self._set_meta(identity)
+            self._set_meta({"sqlite_vec_version": self.vec_version()})
+
+    def vec_version(self) -> str:
+        return str(self.conn.execute("SELECT vec_version()").fetchone()[0])
+
+    # ---- sources ---------------------------------------------------------------------------
+
+    def ensure_source(self, source_id: str, kind: str) -> None:
+        row = self.conn.execute("SELECT kind FROM sources WHERE source_id = ?", (source_id,)).fetchone()
+        if row is None:
+            with self.transaction():
+                self.conn.execute("INSERT INTO sources(source_id, kind) VALUES (?, ?)", (source_id, kind))
+        elif row[0] != kind:
+            # same id, other kind: the old rows describe something else entirely
+            with self.transaction():
+                self._delete_source_rows(source_id)
+                self.conn.execute("INSERT INTO sources(source_id, kind) VALUES (?, ?)", (source_id, kind))
+
+    def source_ids(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT source_id FROM sources ORDER BY source_id")]
+
+    def source_state(self, source_id: str) -> tuple[str | None, str | None]:
+        """(indexed_rev, last_sync_at)."""
+        row = self.conn.execute(
+            "SELECT indexed_rev, last_sync_at FROM sources WHERE source_id = ?", (source_id,)
+        ).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+
+    def mark_synced(self, source_id: str, *, indexed_rev: str | None = None, error: str | None = None) -> None:
+        with self.transaction():
+            self._mark_synced(source_id, indexed_rev=indexed_rev, error=error)
+
+    def _mark_synced(self, source_id: str, *, indexed_rev: str | None, error: str | None) -> None:
+        if indexed_rev is None:
+            self.conn.execute(
+                "UPDATE sources SET last_sync_at = ?, last_error = ? WHERE source_id = ?",
+                (utc_now(), error, source_id),
+            )
+        else:
+            self.conn.execute(
+                "UPDATE sources SET indexed_rev = ?, last_sync_at = ?, last_error = ? WHERE source_id = ?",
+                (indexed_rev, utc_now(), error, source_id),
+            )
+
+    def set_source_error(self, source_id: str, error: str | None) -> None:
+        with self.transaction():
+            self.conn.execute("UPDATE sources SET last_error = ? WHERE source_id = ?", (error, source_id))
+
+    def remove_source(self, source_id: str) -> None:
+        with self.transaction():
+            self._delete_source_rows(source_id)
+
+    def _delete_source_rows(self, source_id: str) -> None:
+        self._delete_vectors("SELECT id FROM chunks WHERE source_id = ?", (source_id,))
+        self.conn.execute("DELETE FROM files WHERE source_id = ?", (source_id,))
+        self.conn.execute("DELETE FROM sources WHERE source_id = ?", (source_id,))
+
+    # ---- files and chunks (writes) ---------------------------------------------------------
+
+    def known_files(self, source_id: str) -> dict[str, KnownFile]:
+        rows = self.conn.execute("SELECT path, sha256, size, mtime FROM files WHERE source_id = ?", (source_id,))
+        return {path: KnownFile(sha256=sha, size=size, mtime=mtime) for path, sha, size, mtime in rows}
+
+    def _delete_vectors(self, id_query: str, params: Sequence[object]) -> None:
+        if self.has_vector_table():
+            self.conn.execute(f"DELETE FROM vec_chunks WHERE rowid IN ({id_query})", params)
+
+    def delete_file(self, source_id: str, path: str) -> None:
+        """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
+        self._delete_vectors("SELECT id FROM chunks WHERE source_id = ? AND path = ?", (source_id, path))
+        self.conn.execute("DELETE FROM files WHERE source_id = ? AND path = ?", (source_id, path))
+
+    def touch_file(self, source_id: str, path: str, size: int, mtime: float) -> None:
+        self.conn.execute(
+            "UPDATE files SET size = ?, mtime = ? WHERE source_id = ? AND path = ?", (size, mtime, source_id, path)
+        )
+
+    def write_file(self, source_id: str, file: FileVersion, doc: ParsedDocument) -> int:
+        """Replace a file's chunks; reuse stored vectors for unchanged text. Returns chunks left pending.
+
+        Call inside `transaction()`. Vectors are looked up by content hash across the whole index
+        before anything is deleted, so for a rename callers write the new path first and delete
+        the old one after: moved text is never embedded again.
+        """
+        hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
+        reusable = self._vectors_by_hash(set(hashes))
+        self.delete_file(source_id, file.path)
+        self.conn.execute(
+            """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
+                                 updated_at, indexed_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                source_id, file.path, doc.title, json.dumps(doc.tags, ensure_ascii=False),
+                json.dumps(doc.headings, ensure_ascii=False), file.collection, file.sha256, file.size,
+                file.mtime, file.updated_at, utc_now(),
+            ),
+        )
+        now = utc_now()
+        pending = 0
+        for chunk, digest in zip(doc.chunks, hashes):
+            vector = reusable.get(digest)
+            self.conn.execute(
+                """INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
+                                      content_hash, embedded_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    source_id, file.path, chunk.idx, chunk.breadcrumb, chunk.text, chunk.start_line,
+                    chunk.end_line, digest, now if vector is not None else None,
+                ),
+            )
+            if vector is not None:
+                chunk_id = self.conn.last_insert_rowid()
+                self.conn.execute("INSERT INTO vec_chunks(rowid, embedding) VALUES (?, ?)", (chunk_id, vector))
+            else:
+                pending += 1
+        return pending
+
+    def _vectors_by_hash(self, hashes: set[str]) -> dict[str, bytes]:
+        if not hashes or not self.has_vector_table():
+            return {}
+        found: dict[str, bytes] = {}
+        ordered = sorted(hashes)
+        for start in range(0, len(ordered), 500):
+            part = ordered[start : start + 500]
+            marks = ",".join("?" * len(part))
+            ids = self.conn.execute(
+                f"""SELECT content_hash, MIN(id) FROM chunks
+                    WHERE content_hash IN ({marks}) AND embedded_at IS NOT NULL GROUP BY content_hash""",
+                part,
+            ).fetchall()
+            for digest, chunk_id in ids:
+                row = self.conn.execute("SELECT embedding FROM vec_chunks WHERE rowid = ?", (chunk_id,)).fetchone()
+                if row is not None:
+                    found[digest] = row[0]
+        return found
+
+    # ---- embeddings ------------------------------------------------------------------------
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
+        """(id, content hash, text to embed) of chunks waiting for a vector, oldest first."""
+        return self.conn.execute(
+            f"""SELECT c.id, c.content_hash, {EMBED_TEXT_SQL} FROM chunks c
+                WHERE c.embedded_at IS NULL AND c.id > ? ORDER BY c.id LIMIT ?""",
+            (after_id, limit),
+        ).fetchall()
+
+    def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
+        """Attach vectors to chunks that still exist and are still pending. Returns how many."""
+        now = utc_now()
+        stored = 0
+        with self.transaction():
+            for chunk_id, vector in zip(ids, vectors):
+                self.conn.execute(
+                    "UPDATE chunks SET embedded_at = ? WHERE id = ? AND embedded_at IS NULL", (now, chunk_id)
+                )
+                if self.conn.changes() == 1:
+                    self.conn.execute(
+                        "INSERT INTO vec_chunks(rowid, embedding) VALUES (?, ?)",
+                        (chunk_id, np.asarray(vector, dtype=np.float32).tobytes()),
+                    )
+                    stored += 1
+        return stored
+
+    # ---- search (reads) --------------------------------------------------------------------
+
+    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[tuple[int, float]]:
+        """(chunk id, bm25) best first. bm25 is lower-is-better in FTS5."""
+        if scope.is_all:
+            sql = "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH :match ORDER BY rank LIMIT :limit"
+            params: dict[str, object] = {}
+        else:
+            where, params = scope.where("c")
+            sql = f"""SELECT rowid, rank FROM chunks_fts
+                      WHERE chunks_fts MATCH :match AND rowid IN (SELECT c.id FROM chunks c WHERE {where})
+                      ORDER BY rank LIMIT :limit"""
+        params.update(match=match, limit=limit)
+        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+
+    def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[tuple[int, float]]:
+        """(chunk id, cosine distance) nearest first: the exact top-k inside the scope."""
+        if not self.has_vector_table():
+            return []
+        params: dict[str, object] = {"q": np.asarray(vector, dtype=np.float32).tobytes(), "k": min(k, MAX_KNN)}
+        if scope.is_all:
+            sql = "SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k"
+        else:
+            # rowid IN (...) is applied inside the KNN scan, so the scope gets its own true top-k
+            where, scope_params = scope.where("c")
+            params.update(scope_params)
+            sql = f"""SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k
+                      AND rowid IN (SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL)"""
+        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"""SELECT c.id, c.source_id, c.path, c.chunk_idx, c.breadcrumb, c.text, c.start_line, c.end_line,
+                       f.updated_at, s.indexed_rev, s.kind
+                FROM chunks c JOIN files f ON f.source_id = c.source_id AND f.path = c.path
+                JOIN sources s ON s.source_id = c.source_id
+                WHERE c.id IN ({marks})""",
+            ids,
+        )
+        return {r[0]: ChunkRow(*r) for r in rows}
+
+    def count_pending_all(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL").fetchone()[0])
+
+    def count_pending(self, scope: SearchScope) -> int:
+        where, params = scope.where("c")
+        return int(
+            self.conn.execute(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params).fetchone()[0]
+        )
+
+    # ---- status and checks -----------------------------------------------------------------
+
+    def source_stats(self) -> list[SourceStats]:
+        rows = self.conn.execute(
+            """SELECT s.source_id, s.kind, s.indexed_rev, s.last_sync_at, s.last_error,
+                      (SELECT COUNT(*) FROM files f WHERE f.source_id = s.source_id),
+                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id),
+                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id AND c.embedded_at IS NULL)
+               FROM sources s ORDER BY s.source_id"""
+        )
+        return [SourceStats(*r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of every table: what idempotence and orphan checks compare."""
+        one = lambda sql: int(self.conn.execute(sql).fetchone()[0])  # noqa: E731
+        counts = {
+            "files": one("SELECT COUNT(*) FROM files"),
+            "chunks": one("SELECT COUNT(*) FROM chunks"),
+            "chunks_fts": one("SELECT COUNT(*) FROM chunks_fts"),
+            "pending": one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL"),
+            "vectors": one("SELECT COUNT(*) FROM vec_chunks") if self.has_vector_table() else 0,
+        }
+        return counts
+
+    def orphan_vectors(self) -> list[int]:
+        """vec_chunks rowids without a chunk: must always be empty."""
+        if not self.has_vector_table():
+            return []
+        return [r[0] for r in self.conn.execute("SELECT rowid FROM vec_chunks WHERE rowid NOT IN (SELECT id FROM chunks)")]
+
+    def embedded_without_vector(self) -> list[int]:
+        if not self.has_vector_table():
+            return [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE embedded_at IS NOT NULL")]
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT id FROM chunks WHERE embedded_at IS NOT NULL AND id NOT IN (SELECT rowid FROM vec_chunks)"
+            )
+        ]
+
+    def fts_integrity_check(self) -> None:
+        """Raises apsw.Error if the FTS index disagrees with `chunks`."""
+        self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
+
+    def file_rows(self, source_id: str | None = None) -> list[dict[str, object]]:
+        sql = "SELECT source_id, path, title, tags, headings, collection, sha256, size, updated_at FROM files"
+        params: tuple[object, ...] = ()
+        if source_id is not None:
+            sql += " WHERE source_id = ?"
+            params = (source_id,)
+        sql += " ORDER BY source_id, path"
+        keys = ("source_id", "path", "title", "tags", "headings", "collection", "sha256", "size", "updated_at")
+        out = []
+        for row in self.conn.execute(sql, params):
+            item = dict(zip(keys, row))
+            item["tags"] = json.loads(item["tags"] or "[]")
+            item["headings"] = json.loads(item["headings"] or "[]")
+            out.append(item)
+        return out
+
+    def chunk_fingerprint(self) -> list[tuple[object, ...]]:
+        """Everything that defines the index content, id-independent: for equality tests."""
+        return self.conn.execute(
+            """SELECT source_id, path, chunk_idx, breadcrumb, text, start_line, end_line, content_hash,
+                      embedded_at IS NOT NULL FROM chunks ORDER BY source_id, path, chunk_idx"""
+        ).fetchall()
+

@@ -1,0 +1,314 @@
+"""The sync orchestrator: sources -> chunker -> store -> embedder, under the lock, in transactions.
+
+Crash safety comes from the order of writes: file changes are committed in batches (each a
+transaction), vectors are attached afterwards in their own transactions, and a git source's
+`indexed_rev` moves only once every change of that revision is committed. A killed sync
+therefore leaves a consistent index that the next run completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from indexer import chunker
+from indexer.config import Config, GitSource, Source, WorkspaceSource
+from indexer.embedders import Embedder
+from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
+from indexer.lock import SyncLock
+from indexer.model import Change, Delete, Skipped, Touch, Upsert
+from indexer.sources import git as git_source
+from indexer.sources import workspace
+from indexer.store import Store
+
+log = logging.getLogger("notes_search.sync")
+
+WRITE_BATCH_FILES = 200
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class SourceReport:
+    source_id: str
+    kind: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    touched: int = 0
+    skipped: int = 0
+    rev: str | None = None
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.deleted)
+
+
+@dataclass
+class SyncReport:
+    locked: bool = False
+    sources: list[SourceReport] = field(default_factory=list)
+    embedded: int = 0
+    pending: int = 0
+    embed_notice: str | None = None
+    rebuilt: str | None = None  # why vectors were dropped, when they were
+    coverage: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.rebuilt) or self.embedded > 0 or any(s.changed for s in self.sources)
+
+    @property
+    def failed(self) -> list[SourceReport]:
+        return [s for s in self.sources if s.error]
+
+
+def identity_mismatch(config: Config, meta: dict[str, str]) -> list[str]:
+    """Human descriptions of every identity key where the index and the config disagree."""
+    wanted = config.embedding.identity()
+    return [
+        f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
+        for key, value in wanted.items()
+        if meta.get(key) != value
+    ]
+
+
+class Syncer:
+    """One sync run. Holds no state between runs: the database is the state."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        embedder_factory: Callable[[], Embedder],
+        progress: Progress | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.embedder_factory = embedder_factory
+        self.progress = progress or (lambda stage, done, total: None)
+
+    # ---- identity -------------------------------------------------------------------------
+
+    def ensure_identity(self) -> tuple[str | None, bool]:
+        """Rebuild the vector space if the config's differs. Returns (why rebuilt, rechunk needed)."""
+        meta = self.store.meta()
+        rebuilt = None
+        if not self.store.has_vector_table() or identity_mismatch(self.config, meta):
+            mismatch = identity_mismatch(self.config, meta)
+            if self.store.has_vector_table() and meta.get("embedding_model") is not None:
+                rebuilt = "embedding space changed (" + "; ".join(mismatch) + "): old vectors dropped"
+                log.warning("%s", rebuilt)
+            self.store.reset_vectors(self.config.embedding.dims, self.config.embedding.identity())
+        rechunk = meta.get("chunker_version") != chunker.CHUNKER_VERSION
+        return rebuilt, rechunk
+
+    # ---- applying changes -----------------------------------------------------------------
+
+    def apply(self, source_id: str, changes: Iterable[Change], report: SourceReport, known: set[str]) -> None:
+        """Write changes in batches; upserts of a batch go before its deletions (vector reuse)."""
+        batch: list[Change] = []
+        for change in changes:
+            batch.append(change)
+            if len(batch) >= WRITE_BATCH_FILES:
+                self._write_batch(source_id, batch, report, known)
+                batch = []
+        if batch:
+            self._write_batch(source_id, batch, report, known)
+
+    def _write_batch(self, source_id: str, batch: list[Change], report: SourceReport, known: set[str]) -> None:
+        parsed = []
+        for change in batch:
+            if isinstance(change, Upsert):
+                try:
+                    parsed.append((change.file, chunker.parse_markdown(change.file.text, change.file.path)))
+                except Exception as exc:  # noqa: BLE001 - one bad file must not stop the sync
+                    log.warning("%s:%s: skipped, chunker failed: %s", source_id, change.file.path, exc)
+                    report.skipped += 1
+        with self.store.transaction():
+            for file, doc in parsed:
+                self.store.write_file(source_id, file, doc)
+                if file.path in known:
+                    report.updated += 1
+                else:
+                    report.added += 1
+                    known.add(file.path)
+            for change in batch:
+                if isinstance(change, Delete) and change.path in known:
+                    self.store.delete_file(source_id, change.path)
+                    known.discard(change.path)
+                    report.deleted += 1
+                elif isinstance(change, Touch):
+                    self.store.touch_file(source_id, change.path, change.size, change.mtime)
+                    report.touched += 1
+                elif isinstance(change, Skipped):
+                    report.skipped += 1
+                    log.warning("%s:%s: skipped: %s", source_id, change.path, change.reason)
+                    if change.path in known:  # stale content must not stay searchable
+                        self.store.delete_file(source_id, change.path)
+                        known.discard(change.path)
+                        report.deleted += 1
+
+    # ---- per source -------------------------------------------------------------------------
+
+    def sync_workspace(self, source: WorkspaceSource, full: bool) -> SourceReport:
+        report = SourceReport(source.id, source.kind)
+        known_files = self.store.known_files(source.id)
+        changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
+        self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
+        if report.changed or full:
+            self.store.mark_synced(source.id)
+        return report
+
+    def sync_git(self, source: GitSource, full: bool) -> SourceReport:
+        report = SourceReport(source.id, source.kind)
+        indexed_rev, _ = self.store.source_state(source.id)
+        remote = git_source.remote_head(source)
+        if remote == indexed_rev and not full and git_source.mirror_head(source) == indexed_rev:
+            report.rev = indexed_rev
+            return report  # the common cron tick: no fetch, no write
+        head = git_source.sync_mirror(source)
+        report.rev = head
+        if head == indexed_rev and not full:
+            return report
+        known_files = self.store.known_files(source.id)
+        incremental = not full and indexed_rev is not None and git_source.is_ancestor(source, indexed_rev, head)
+        changes: Iterator[Change] = git_source.changes(
+            source, indexed_rev if incremental else None, head, max_file_bytes=self.config.max_file_bytes, log=log
+        )
+        if not incremental:
+            # full contract: every admitted file is upserted; whatever else the index holds goes
+            present = git_source.tree_paths(source, head)
+            stale = [Delete(path) for path in sorted(set(known_files) - present)]
+            changes = _chain(changes, stale)
+        self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
+        self.store.mark_synced(source.id, indexed_rev=head)
+        return report
+
+    def _counting(self, changes: Iterable[Change], stage: str) -> Iterator[Change]:
+        for done, change in enumerate(changes, 1):
+            self.progress(stage, done, 0)
+            yield change
+
+    # ---- embeddings -------------------------------------------------------------------------
+
+    def embed_pending(self, report: SyncReport) -> None:
+        total = self.store.count_pending_all()
+        if total == 0:
+            return
+        try:
+            embedder = self.embedder_factory()
+        except NotesSearchError as exc:
+            report.embed_notice = f"embedder not available ({exc}); {total} chunks wait for vectors"
+            log.warning("%s", report.embed_notice)
+            return
+        batch = self.config.embedding.batch * 4
+        after_id = 0
+        done = 0
+        while True:
+            rows = self.store.pending_chunks(batch, after_id)
+            if not rows:
+                break
+            after_id = rows[-1][0]
+            # identical texts (copied notes, boilerplate) are embedded once
+            unique: dict[str, int] = {}
+            for _, digest, text in rows:
+                unique.setdefault(digest, len(unique))
+            texts = [""] * len(unique)
+            for _, digest, text in rows:
+                texts[unique[digest]] = text
+            try:
+                vectors = embedder.embed_passages(texts)
+            except EmbedderUnavailable as exc:
+                report.embed_notice = f"{exc}; {total - done} chunks stored without vectors (lexical only until the next sync)"
+                log.warning("%s", report.embed_notice)
+                return
+            except EmbedderError as exc:
+                report.embed_notice = f"{exc}; {total - done} chunks stored without vectors"
+                log.error("%s", report.embed_notice)
+                return
+            ids = [chunk_id for chunk_id, _, _ in rows]
+            report.embedded += self.store.store_vectors(ids, vectors[[unique[d] for _, d, _ in rows]])
+            done += len(rows)
+            self.progress("embed", done, total)
+
+    # ---- the run ----------------------------------------------------------------------------
+
+    def run(self, source_ids: list[str] | None, full: bool) -> SyncReport:
+        started = time.monotonic()
+        report = SyncReport()
+        report.rebuilt, rechunk = self.ensure_identity()
+        selected = source_ids or list(self.config.sources)
+        if not source_ids:
+            for stale in set(self.store.source_ids()) - set(self.config.sources):
+                log.info("source %s is no longer configured: removing it from the index", stale)
+                self.store.remove_source(stale)
+        for source_id in selected:
+            source: Source = self.config.source(source_id)
+            self.store.ensure_source(source.id, source.kind)
+            try:
+                if isinstance(source, GitSource):
+                    result = self.sync_git(source, full or rechunk)
+                else:
+                    result = self.sync_workspace(source, full or rechunk)
+            except NotesSearchError as exc:
+                result = SourceReport(source.id, source.kind, error=str(exc))
+                log.error("source %s: %s", source.id, exc)
+                self.store.set_source_error(source.id, str(exc))
+            report.sources.append(result)
+        if rechunk and not source_ids and not report.failed:
+            self.store.set_meta({"chunker_version": chunker.CHUNKER_VERSION})
+        self.embed_pending(report)
+        report.pending = self.store.count_pending_all()
+        report.coverage = workspace.coverage_report(self.config)
+        for line in report.coverage:
+            log.warning("coverage: %s", line)
+        report.seconds = round(time.monotonic() - started, 3)
+        return report
+
+
+def _chain(first: Iterable[Change], then: Iterable[Change]) -> Iterator[Change]:
+    yield from first
+    yield from then
+
+
+def run_sync(
+    config: Config,
+    *,
+    source_ids: list[str] | None = None,
+    full: bool = False,
+    embedder_factory: Callable[[], Embedder],
+    progress: Progress | None = None,
+    lock_timeout: float = 0.0,
+) -> SyncReport:
+    """Take the lock (held -> report.locked, nothing done), then sync."""
+    for source_id in source_ids or []:
+        config.source(source_id)  # unknown ids fail before any work
+    lock = SyncLock(config.lock_path)
+    if not lock.acquire(timeout=lock_timeout):
+        return SyncReport(locked=True)
+    try:
+        store = Store.open(config.db)
+        try:
+            report = Syncer(config, store, embedder_factory, progress).run(source_ids, full)
+        finally:
+            store.close()
+    finally:
+        lock.release()
+    _log_summary(report)
+    return report
+
+
+def _log_summary(report: SyncReport) -> None:
+    for s in report.sources:
+        if s.changed or s.error or s.skipped:
+            log.info(
+                "source %s: +%d ~%d -%d, %d skipped%s%s",
+                s.source_id, s.added, s.updated, s.deleted, s.skipped,
+                f", rev {s.rev[:12]}" if s.rev else "", f", error: {s.error}" if s.error else "",
+            )
+    if report.changed:
+        log.info("sync done in %.2fs: %d chunks embedded, %d pending", report.seconds, report.embedded, report.pending)

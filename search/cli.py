@@ -1,0 +1,330 @@
+"""The `notes-search` command: parses input, calls the library, formats output. No SQL here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from indexer.config import STARTER_CONFIG, Config, find_config, load_config
+from indexer.embedders import Embedder, make_embedder
+from indexer.errors import NotesSearchError
+from indexer.store import SearchScope, Store
+from indexer.sync import SyncReport, identity_mismatch, run_sync
+from search.engine import MODES, SearchResponse, search
+
+log = logging.getLogger("notes_search")
+
+
+class CliGroup(click.Group):
+    """Maps domain errors to one-line `Error: ...` messages with exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NotesSearchError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@dataclass
+class App:
+    config_option: str | None
+    _config: Config | None = None
+    _embedder: Embedder | None = None
+    _log_ready: bool = field(default=False)
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(find_config(self.config_option))
+            setup_logging(self._config)
+        return self._config
+
+    def embedder(self) -> Embedder:
+        """One embedder per process, created on first use (the local model loads lazily)."""
+        if self._embedder is None:
+            self._embedder = make_embedder(self.config.embedding)
+        return self._embedder
+
+    def open_store(self, readonly: bool = False) -> Store:
+        return Store.open(self.config.db, readonly=readonly)
+
+
+def setup_logging(config: Config) -> None:
+    """Log to the config's log file; nothing goes to the terminal from here (cron stays silent)."""
+    root = logging.getLogger("notes_search")
+    if any(getattr(h, "notes_search_file", None) == str(config.log) for h in root.handlers):
+        return
+    for handler in list(root.handlers):
+        if getattr(handler, "notes_search_file", None):
+            root.removeHandler(handler)
+            handler.close()
+    try:
+        config.log.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(config.log, encoding="utf-8")
+    except OSError as exc:
+        raise NotesSearchError(f"cannot write log file {config.log}: {exc}") from None
+    handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def emit_json(data: object) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config", "-c", "config_path", metavar="PATH",
+    help="Config file (default: $NOTES_SEARCH_CONFIG, then ./notes-search.yaml).",
+)
+@click.version_option(package_name="notes-search")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """Hybrid (BM25 + vector) search over markdown notes in git repositories and folders."""
+    ctx.obj = App(config_path)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+# ---- init ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("notes_dir", default="notes", metavar="[DIR]")
+@click.option("--source-id", default="notes", show_default=True, help="Id of the workspace source.")
+@pass_app
+def init(app: App, notes_dir: str, source_id: str) -> None:
+    """Write a starter config that indexes DIR with the local embedder."""
+    target = find_config(app.config_option)
+    if target.exists():
+        raise click.ClickException(f"{target} already exists; not overwriting it")
+    notes_root = Path(notes_dir)
+    if not notes_root.is_dir():
+        raise click.ClickException(f"{notes_dir}: not a folder")
+    try:
+        relative = notes_root.resolve().relative_to(target.resolve().parent)
+    except ValueError:
+        relative = notes_root.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))), encoding="utf-8")
+    click.echo(f"wrote {target}; next: notes-search -c {target} sync")
+
+
+# ---- sync ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Sync only this source (repeatable).")
+@click.option("--full", is_flag=True, help="Re-read and re-chunk every file (vectors of unchanged text are kept).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the sync report as JSON.")
+@pass_app
+def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json: bool) -> None:
+    """Bring the index up to date (the cron / hook job).
+
+    Exits 0 at once, silently, when another sync holds the lock.
+    """
+    config = app.config
+    interactive = sys.stderr.isatty() and not quiet and not as_json
+    progress, finish = _progress_printer() if interactive else (None, lambda: None)
+    try:
+        report = run_sync(config, source_ids=list(source_ids) or None, full=full,
+                          embedder_factory=app.embedder, progress=progress)
+    finally:
+        finish()
+    if report.locked:
+        return
+    if as_json:
+        emit_json(_sync_json(report))
+    elif interactive:
+        _print_sync_summary(report)
+    for failed in report.failed:
+        click.echo(f"error: source {failed.source_id}: {failed.error}", err=True)
+    if report.embed_notice and not quiet and not as_json:
+        click.echo(f"warning: {report.embed_notice}", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """A one-line progress display on stderr; only used when stderr is a terminal."""
+    state = {"shown": False}
+
+    def show(stage: str, done: int, total: int) -> None:
+        if stage == "files" and done % 50:
+            return
+        text = f"{stage}: {done}/{total}" if total else f"{stage}: {done}"
+        click.echo(f"\r{text:<40}", nl=False, err=True)
+        state["shown"] = True
+
+    def finish() -> None:
+        if state["shown"]:
+            click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
+
+    return show, finish
+
+
+def _sync_json(report: SyncReport) -> dict[str, object]:
+    return {
+        "changed": report.changed,
+        "seconds": report.seconds,
+        "embedded": report.embedded,
+        "pending": report.pending,
+        "embed_notice": report.embed_notice,
+        "rebuilt": report.rebuilt,
+        "coverage": report.coverage,
+        "sources": [
+            {"id": s.source_id, "kind": s.kind, "added": s.added, "updated": s.updated, "deleted": s.deleted,
+             "touched": s.touched, "skipped": s.skipped, "rev": s.rev, "error": s.error}
+            for s in report.sources
+        ],
+    }
+
+
+def _print_sync_summary(report: SyncReport) -> None:
+    if report.rebuilt:
+        click.echo(report.rebuilt, err=True)
+    for s in report.sources:
+        if s.error:
+            continue
+        if s.changed or s.skipped:
+            click.echo(f"{s.source_id}: +{s.added} ~{s.updated} -{s.deleted}" + (f", {s.skipped} skipped" if s.skipped else ""), err=True)
+        else:
+            click.echo(f"{s.source_id}: up to date", err=True)
+    if report.embedded or report.pending:
+        click.echo(f"embedded {report.embedded} chunks, {report.pending} pending ({report.seconds:.1f}s)", err=True)
+    for line in report.coverage:
+        click.echo(f"coverage: {line}", err=True)
+
+
+# ---- query ---------------------------------------------------------------------------------
+
+
+def scope_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--path", "path", metavar="P", help="A file, or a folder searched recursively.")(func)
+    func = click.option("--collection", metavar="C", help="Only this collection (folder with _meta.yaml).")(func)
+    func = click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")(func)
+    return func
+
+
+def make_scope(config: Config, source_ids: tuple[str, ...], collection: str | None, path: str | None) -> SearchScope:
+    for source_id in source_ids:
+        config.source(source_id)
+    if path and ":" in path and path.split(":", 1)[0] in config.sources:
+        prefix, path = path.split(":", 1)
+        source_ids = (*source_ids, prefix) if prefix not in source_ids else source_ids
+    if path is not None:
+        path = path.strip().strip("/")
+        if path.startswith("..") or "/../" in f"/{path}/":
+            raise NotesSearchError(f"--path {path!r}: must be relative to a source root and stay inside it")
+    return SearchScope(source_ids=tuple(source_ids), collection=collection, path=path or None)
+
+
+@cli.command()
+@click.argument("text")
+@click.option("-k", "k", default=8, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
+@click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
+@scope_options
+@click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (SPEC §10).")
+@pass_app
+def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], collection: str | None,
+          path: str | None, explain: bool, as_json: bool) -> None:
+    """Search the index."""
+    config = app.config
+    scope = make_scope(config, source_ids, collection, path)
+    store = app.open_store(readonly=True)
+    try:
+        response = search(store, config, text, k=k, mode=mode, scope=scope, embedder_factory=app.embedder)
+    finally:
+        store.close()
+    if as_json:
+        emit_json(response.to_json(explain=explain))
+        if response.notice and response.degraded:
+            click.echo(f"notice: {response.notice}", err=True)
+        return
+    _print_hits(response, explain)
+
+
+def _print_hits(response: SearchResponse, explain: bool) -> None:
+    if response.notice:
+        click.echo(f"notice: {response.notice}", err=True)
+    if not response.results:
+        click.echo("no results", err=True)
+        return
+    for hit in response.results:
+        where = f"{hit.source}:{hit.path}:{hit.line}"
+        click.echo(f"{click.style(where, fg='magenta')}  {click.style(hit.breadcrumb, bold=True)}  {hit.score:.4f}")
+        if explain:
+            e = hit.explain
+            click.echo(f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}")
+        lines = [ln for ln in hit.text.splitlines() if ln.strip()][:4]
+        for line in lines:
+            click.echo("    " + (line if len(line) <= 160 else line[:157] + "..."))
+        click.echo()
+
+
+# ---- status --------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def status(app: App, as_json: bool) -> None:
+    """What is indexed, when, and what is pending."""
+    config = app.config
+    store = app.open_store(readonly=True)
+    try:
+        stats = store.source_stats()
+        meta = store.meta()
+    finally:
+        store.close()
+    mismatch = identity_mismatch(config, meta)
+    data = {
+        "db": str(config.db),
+        "embedding": {
+            "provider": config.embedding.provider,
+            "model": config.embedding.model,
+            "dims": config.embedding.dims,
+            "index_model": meta.get("embedding_model"),
+            "index_dims": int(meta["embedding_dims"]) if meta.get("embedding_dims") else None,
+            "reindex_needed": mismatch or None,
+        },
+        "sources": [
+            {
+                "id": s.source_id, "kind": s.kind, "files": s.files, "chunks": s.chunks, "pending": s.pending,
+                "indexed_rev": s.indexed_rev, "last_sync_at": s.last_sync_at, "error": s.last_error,
+                "configured": s.source_id in config.sources,
+            }
+            for s in stats
+        ],
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"index: {data['db']}")
+    emb = data["embedding"]
+    click.echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
+    if mismatch:
+        click.echo("reindex needed: " + "; ".join(mismatch))
+    for s in data["sources"]:
+        rev = f"  rev {s['indexed_rev'][:12]}" if s["indexed_rev"] else ""
+        click.echo(
+            f"{s['id']:<16} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
+            f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}{rev}"
+        )
+        if s["error"]:
+            click.echo(f"    error: {s['error']}")
+
+
+def main() -> None:
+    cli(prog_name="notes-search")

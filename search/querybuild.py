@@ -1,0 +1,61 @@
+"""Turn free text into a safe FTS5 MATCH expression (pure; user input never reaches FTS5 raw)."""
+
+from __future__ import annotations
+
+import re
+
+MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ranking
+PREFIX_MIN_CHARS = 3  # "terms longer than 2 characters get a prefix wildcard" (SPEC §7)
+
+# What unicode61 treats as token characters: letters, digits (and marks folded with them).
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_PHRASE = re.compile(r'"([^"]*)"')
+
+# Function words of the three languages: dropped when the query has other terms, so "how do I"
+# neither dilutes BM25 nor expands into every word starting with "ho".
+STOPWORDS = frozenset(
+    """
+    a an and are as at be by can do does for from has have how i if in into is it its me my no not
+    of on or our so than that the their them then there these this to was we were what when where
+    which who why will with would you your
+    a aby ale ani asi by co do i jak jako je jeho jen ji jsem jsou k kde kdy ke mi mit na nad ne
+    nebo od po pod pro proc při s se si ta tak te to tu u v ve z za ze že
+    а бы в во вот да для до его ее её же за и из или их к как ко когда ли мне мы на не нет но о об
+    от по при с со так то у уже чем что это я
+    """.split()
+)
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _term(word: str) -> str:
+    parts = _WORD.findall(word)
+    if len(parts) > 1:
+        # db-01.lan, 10.0.0.1, e-mail: the tokenizer splits them, a phrase keeps them together
+        return _quote(" ".join(parts)) + ("*" if len(parts[-1]) >= PREFIX_MIN_CHARS else "")
+    term = parts[0]
+    return _quote(term) + ("*" if len(term) >= PREFIX_MIN_CHARS else "")
+
+
+def build_fts_query(text: str) -> str | None:
+    """FTS5 expression OR-ing the query's terms (BM25 ranks docs with more terms higher).
+
+    Quoted "phrases" stay phrases; words joined by punctuation become phrases; FTS5 operators
+    typed by the user (AND, NEAR, -, *, :, parentheses) are treated as plain words.
+    Returns None when the text contains nothing searchable (only punctuation or emoji).
+    """
+    terms: list[str] = []
+    phrases = [p for p in _PHRASE.findall(text) if _WORD.search(p)]
+    for phrase in phrases:
+        terms.append(_quote(" ".join(_WORD.findall(phrase))))
+    rest = _PHRASE.sub(" ", text)
+    words = [w for w in rest.split() if _WORD.search(w)]
+    content = [w for w in words if w.lower() not in STOPWORDS or len(_WORD.findall(w)) > 1]
+    for word in content or words:
+        terms.append(_term(word))
+    unique = list(dict.fromkeys(terms))[:MAX_TERMS]
+    if not unique:
+        return None
+    return " OR ".join(unique)

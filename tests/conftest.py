@@ -1,0 +1,112 @@
+"""Shared fixtures: a notes folder on disk, a config pointing at it, a deterministic embedder."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from indexer.config import Config, load_config
+from indexer.sync import SyncReport, run_sync
+from tests.fakes import FakeEmbedder
+
+FAKE_EMBEDDING = """\
+embedding:
+  provider: ollama
+  model: fake:1
+  endpoint: http://127.0.0.1:9
+  dims: 64
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+
+
+NOTES = {
+    "devops/zalohovani.md": """
+        ---
+        title: Zálohování serveru
+        tags: [devops, backup]
+        ---
+        # Zálohování serveru
+
+        Každou noc běží záloha databáze na `db-01.lan` přes restic.
+
+        ## Obnova
+
+        Obnova ze zálohy trvá asi 20 minut. RPO je 24 hodin, RTO 2 hodiny.
+        """,
+    "devops/postgres.md": """
+        # PostgreSQL
+
+        Server poslouchá na portu 5432. Chyba ERR_CONN_RESET znamená restart pooleru.
+        """,
+    "travel/kazan.md": """
+        # Поездка в Казань
+
+        Кремль открыт с 8 утра. Эчпочмак стоит попробовать на рынке.
+
+        ## Дорога
+
+        Поезд из Москвы идёт около 12 часов.
+        """,
+    "cooking/sourdough.md": """
+        # Sourdough
+
+        Feed the starter twice a day with equal weights of flour and water.
+        """,
+}
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    root = tmp_path / "notes"
+    write(root, NOTES)
+    return root
+
+
+def make_config(tmp_path: Path, notes: Path, extra_sources: str = "", paths: str = '["**"]') -> Path:
+    config = tmp_path / "notes-search.yaml"
+    config.write_text(
+        f"""\
+root: {tmp_path}
+{FAKE_EMBEDDING}
+sources:
+  workspace:
+    notes:
+      root: {notes}
+      paths: {paths}
+{extra_sources}""",
+        encoding="utf-8",
+    )
+    return config
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, notes: Path) -> Path:
+    return make_config(tmp_path, notes)
+
+
+@pytest.fixture
+def config(config_path: Path) -> Config:
+    return load_config(config_path)
+
+
+@pytest.fixture
+def embedder(config: Config) -> FakeEmbedder:
+    return FakeEmbedder(config.embedding)
+
+
+@pytest.fixture
+def do_sync(config: Config, embedder: FakeEmbedder) -> Callable[..., SyncReport]:
+    def run(**kwargs: object) -> SyncReport:
+        kwargs.setdefault("embedder_factory", lambda: embedder)
+        return run_sync(config, **kwargs)  # type: ignore[arg-type]
+
+    return run

@@ -1,0 +1,260 @@
+"""Sync end to end on real files and a real SQLite file (seed A "Verifikace" 1-6, seed B "Приёмка" 1)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from indexer.config import Config, load_config
+from indexer.lock import SyncLock
+from indexer.store import Store
+from indexer.sync import SyncReport, run_sync
+from tests.conftest import make_config, write
+from tests.fakes import FakeEmbedder
+
+Sync = Callable[..., SyncReport]
+
+
+def snapshot(config: Config) -> tuple[dict[str, int], list[tuple[object, ...]], dict[str, str]]:
+    store = Store.open(config.db)
+    try:
+        return store.counts(), store.chunk_fingerprint(), store.meta()
+    finally:
+        store.close()
+
+
+def assert_consistent(config: Config) -> None:
+    store = Store.open(config.db)
+    try:
+        assert store.orphan_vectors() == []
+        assert store.embedded_without_vector() == []
+        store.fts_integrity_check()
+        counts = store.counts()
+        assert counts["chunks"] == counts["chunks_fts"]
+        assert counts["vectors"] == counts["chunks"] - counts["pending"]
+    finally:
+        store.close()
+
+
+def test_first_sync_indexes_every_admitted_file(do_sync: Sync, config: Config, embedder: FakeEmbedder) -> None:
+    report = do_sync()
+    assert [s.added for s in report.sources] == [4]
+    counts, rows, meta = snapshot(config)
+    assert counts["files"] == 4
+    assert counts["pending"] == 0
+    assert counts["vectors"] == counts["chunks"] > 0
+    assert meta["embedding_model"] == "fake:1" and meta["embedding_dims"] == "64"
+    assert embedder.texts_embedded == counts["chunks"]
+    assert_consistent(config)
+
+
+def test_second_sync_is_a_noop(do_sync: Sync, config: Config, embedder: FakeEmbedder) -> None:
+    do_sync()
+    before = snapshot(config)
+    embedded = embedder.texts_embedded
+    db_mtime = config.db.stat().st_mtime_ns
+    report = do_sync()
+    assert not report.changed
+    assert snapshot(config) == before
+    assert embedder.texts_embedded == embedded
+    assert config.db.stat().st_mtime_ns == db_mtime  # nothing was written
+
+
+def test_deleted_file_leaves_no_orphan_vectors(do_sync: Sync, config: Config, notes: Path) -> None:
+    do_sync()
+    store = Store.open(config.db)
+    ids = [r[0] for r in store.conn.execute("SELECT id FROM chunks WHERE path = 'devops/postgres.md'")]
+    store.close()
+    assert ids
+    (notes / "devops/postgres.md").unlink()
+    report = do_sync()
+    assert report.sources[0].deleted == 1
+    store = Store.open(config.db)
+    try:
+        marks = ",".join("?" * len(ids))
+        assert store.conn.execute(f"SELECT COUNT(*) FROM vec_chunks WHERE rowid IN ({marks})", ids).fetchone()[0] == 0
+        assert store.orphan_vectors() == []
+    finally:
+        store.close()
+    assert_consistent(config)
+
+
+def test_only_changed_chunks_are_embedded(do_sync: Sync, config: Config, notes: Path, embedder: FakeEmbedder) -> None:
+    do_sync()
+    before = embedder.texts_embedded
+    path = notes / "travel/kazan.md"
+    path.write_text(path.read_text(encoding="utf-8").replace("12 часов", "11 часов"), encoding="utf-8")
+    report = do_sync()
+    assert report.sources[0].updated == 1
+    # the file is small enough to be one or two chunks; untouched files are not re-embedded
+    assert 1 <= embedder.texts_embedded - before <= 2
+    assert_consistent(config)
+
+
+def test_rename_reuses_vectors(do_sync: Sync, config: Config, notes: Path, embedder: FakeEmbedder) -> None:
+    do_sync()
+    before = embedder.texts_embedded
+    (notes / "cooking").rename(notes / "kitchen")
+    report = do_sync()
+    assert (report.sources[0].added, report.sources[0].deleted) == (1, 1)
+    assert embedder.texts_embedded == before, "moved text must not be embedded again"
+    assert_consistent(config)
+
+
+def test_touched_file_is_not_reembedded(do_sync: Sync, config: Config, notes: Path, embedder: FakeEmbedder) -> None:
+    do_sync()
+    before = embedder.texts_embedded
+    later = time.time() + 5
+    os.utime(notes / "devops/postgres.md", (later, later))
+    report = do_sync()
+    assert report.sources[0].touched == 1 and not report.changed
+    assert embedder.texts_embedded == before
+    report = do_sync()
+    assert report.sources[0].touched == 0  # the stat was refreshed: the next scan is cheap again
+
+
+def test_degraded_mode_stores_pending_then_fills(do_sync: Sync, config: Config, embedder: FakeEmbedder) -> None:
+    embedder.down = True
+    report = do_sync()
+    assert report.embed_notice and "unreachable" in report.embed_notice
+    counts, _, _ = snapshot(config)
+    assert counts["chunks"] > 0 and counts["pending"] == counts["chunks"] and counts["vectors"] == 0
+    assert_consistent(config)
+    embedder.down = False
+    report = do_sync()
+    assert report.embedded == counts["chunks"]
+    counts, _, _ = snapshot(config)
+    assert counts["pending"] == 0 and counts["vectors"] == counts["chunks"]
+    assert_consistent(config)
+
+
+def test_identity_change_rebuilds_vectors(tmp_path: Path, notes: Path, do_sync: Sync, config: Config) -> None:
+    do_sync()
+    changed = config.__class__(**{**config.__dict__, "embedding": config.embedding.__class__(
+        **{**config.embedding.__dict__, "model": "fake:2", "dims": 32})})
+    other = FakeEmbedder(changed.embedding)
+    report = run_sync(changed, embedder_factory=lambda: other)
+    assert report.rebuilt and "fake:2" in report.rebuilt and "fake:1" in report.rebuilt
+    counts, _, meta = snapshot(changed)
+    assert meta["embedding_model"] == "fake:2" and meta["embedding_dims"] == "32"
+    assert counts["pending"] == 0 and counts["vectors"] == counts["chunks"]
+    store = Store.open(changed.db)
+    try:
+        dims = {len(r[0]) // 4 for r in store.conn.execute("SELECT embedding FROM vec_chunks")}
+    finally:
+        store.close()
+    assert dims == {32}, "vectors of the old model must be gone"
+
+
+def test_identity_change_with_embedder_down_leaves_no_old_vectors(do_sync: Sync, config: Config) -> None:
+    do_sync()
+    changed = config.__class__(**{**config.__dict__, "embedding": config.embedding.__class__(
+        **{**config.embedding.__dict__, "model": "fake:2"})})
+    down = FakeEmbedder(changed.embedding)
+    down.down = True
+    run_sync(changed, embedder_factory=lambda: down)
+    counts, _, meta = snapshot(changed)
+    assert meta["embedding_model"] == "fake:2"
+    assert counts["vectors"] == 0 and counts["pending"] == counts["chunks"]
+
+
+def test_full_keeps_vectors_of_unchanged_text(do_sync: Sync, config: Config, embedder: FakeEmbedder) -> None:
+    do_sync()
+    before_snapshot = snapshot(config)
+    before = embedder.texts_embedded
+    report = do_sync(full=True)
+    assert report.sources[0].updated == 4
+    assert embedder.texts_embedded == before
+    assert snapshot(config)[1] == before_snapshot[1]
+
+
+def test_lock_held_means_exit_quietly(do_sync: Sync, config: Config) -> None:
+    lock = SyncLock(config.lock_path)
+    assert lock.acquire()
+    try:
+        report = do_sync()
+        assert report.locked and not report.sources
+        assert not config.db.exists() or snapshot(config)[0]["files"] == 0
+    finally:
+        lock.release()
+    assert not do_sync().locked
+
+
+def test_lock_is_released_when_holder_is_killed(config: Config) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from indexer.lock import SyncLock;"
+         "l = SyncLock(Path(sys.argv[1])); assert l.acquire(); print('held', flush=True); time.sleep(60)",
+         str(config.lock_path)],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert not SyncLock(config.lock_path).acquire()
+        holder.kill()
+        holder.wait()
+        lock = SyncLock(config.lock_path)
+        assert lock.acquire(timeout=5), "a killed holder must not leave the lock behind"
+        lock.release()
+    finally:
+        holder.kill()
+
+
+def test_coverage_report_logs_uncovered_folder(tmp_path: Path, notes: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write(notes, {"archive/old.md": "# Old\n\nNot whitelisted.\n"})
+    config = load_config(make_config(tmp_path, notes, paths='["devops/**", "travel/**", "cooking/**"]'))
+    embedder = FakeEmbedder(config.embedding)
+    with caplog.at_level(logging.WARNING, logger="notes_search"):
+        report = run_sync(config, embedder_factory=lambda: embedder)
+    assert any("archive" in line for line in report.coverage)
+    assert any("archive" in rec.getMessage() and "coverage" in rec.getMessage() for rec in caplog.records)
+
+
+def test_unreadable_files_are_skipped_and_the_rest_indexed(do_sync: Sync, config: Config, notes: Path) -> None:
+    (notes / "binary.md").write_bytes(b"\x00\x01\x02PNG")
+    (notes / "latin1.md").write_bytes("Příliš žluťoučký".encode("cp1250"))
+    report = do_sync()
+    assert report.sources[0].skipped == 2 and report.sources[0].added == 4
+    assert_consistent(config)
+
+
+def test_file_that_becomes_binary_leaves_the_index(do_sync: Sync, config: Config, notes: Path) -> None:
+    do_sync()
+    (notes / "devops/postgres.md").write_bytes(b"\x00" * 100)
+    report = do_sync()
+    assert report.sources[0].deleted == 1
+    store = Store.open(config.db)
+    try:
+        assert "devops/postgres.md" not in store.known_files("notes")
+    finally:
+        store.close()
+
+
+def test_removed_source_is_dropped(tmp_path: Path, notes: Path, do_sync: Sync, config: Config) -> None:
+    other = tmp_path / "other"
+    write(other, {"a.md": "# A\n\nalpha\n"})
+    two = load_config(make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n"))
+    run_sync(two, embedder_factory=lambda: FakeEmbedder(two.embedding))
+    assert {s.source_id for s in Store.open(two.db).source_stats()} == {"notes", "other"}
+    do_sync()
+    store = Store.open(config.db)
+    try:
+        assert store.source_ids() == ["notes"]
+        assert store.orphan_vectors() == []
+    finally:
+        store.close()
+
+
+def test_missing_workspace_root_is_a_source_error(tmp_path: Path, notes: Path) -> None:
+    gone = tmp_path / "gone"
+    config = load_config(make_config(tmp_path, notes, extra_sources=f"    gone:\n      root: {gone}\n      paths: ['**']\n"))
+    report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    errors = {s.source_id: s.error for s in report.sources}
+    assert errors["notes"] is None and errors["gone"] and "does not exist" in errors["gone"]
