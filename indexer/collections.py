@@ -1,0 +1,206 @@
+"""Collections (seed B §3, §7): a folder holding `_meta.yaml` is a named, described unit.
+
+The name is stored on every file row (scoping) and the description feeds routing. The folder
+walker lives here too, because collection detection and the workspace driver must see exactly
+the same folders; the driver imports this module, never the other way round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from indexer.globs import Scope
+
+META_FILE = "_meta.yaml"
+
+_LOG = logging.getLogger(__name__)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str
+    description: str
+    tags: tuple[str, ...]
+    source_id: str
+    folder: str  # relative to the source root, '/'-separated; '' for the root itself
+
+
+@dataclass(frozen=True)
+class WalkedFolder:
+    """One folder the walk entered, with the files its scope admits (not yet stat'ed)."""
+
+    rel: str  # relative to the root, '/'-separated, NFC; '' for the root
+    path: str  # on-disk path (names as the filesystem spells them, maybe not NFC)
+    files: tuple[tuple[str, os.DirEntry[str]], ...]  # (index path, entry), sorted by name
+    is_collection: bool  # holds a `_meta.yaml` (whether or not the scope admits that file)
+
+
+def nfc(name: str) -> str:
+    """Index paths are NFC so that a macOS (NFD) and a Linux checkout give the same path."""
+    return name if name.isascii() else unicodedata.normalize("NFC", name)
+
+
+def _inside(path: str, real_root: str) -> bool:
+    target = os.path.realpath(path)
+    return target == real_root or target.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) -> Iterator[WalkedFolder]:
+    """Yield every folder below `root` that `scope` may reach, parents before children.
+
+    `.git` folders are never entered. A symlink is followed only if its resolved target stays
+    inside the resolved root. Each real folder is entered once (keyed by device and inode), so
+    symlink loops end; symlinked folders are walked after all real ones, so a folder reachable
+    both ways is listed under its real path.
+    """
+    log = log or _LOG
+    real_root = os.path.realpath(root)
+    root_stat = os.stat(root)
+    visited = {(root_stat.st_dev, root_stat.st_ino)}
+    stack: list[tuple[str, str]] = [("", os.fspath(root))]
+    linked: list[tuple[str, str]] = []
+    while stack or linked:
+        if stack:
+            rel, path = stack.pop()
+        else:
+            rel, path = linked.pop(0)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in visited:
+                continue
+            visited.add((st.st_dev, st.st_ino))
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            log.warning("cannot list folder %s: %s", path, exc.strerror or exc)
+            continue
+        files: list[tuple[str, os.DirEntry[str]]] = []
+        subdirs: list[tuple[str, str]] = []
+        is_collection = False
+        for entry in entries:
+            child = f"{rel}/{nfc(entry.name)}" if rel else nfc(entry.name)
+            try:
+                is_link = entry.is_symlink()
+                is_dir = entry.is_dir()
+                is_file = not is_dir and entry.is_file()
+            except OSError:  # vanished, or a symlink loop (ELOOP)
+                continue
+            is_meta = is_file and entry.name == META_FILE
+            admitted = is_file and scope.admits(child)
+            # relevance first: out-of-root links that would be ignored anyway stay quiet
+            if is_dir:
+                if entry.name == ".git" or not scope.may_contain(child):
+                    continue
+            elif not (is_meta or admitted):
+                continue
+            if is_link and not _inside(entry.path, real_root):
+                log.warning("skipping symlink %s: its target is outside %s", entry.path, real_root)
+                continue
+            if is_file:
+                is_collection = is_collection or is_meta
+                if admitted:
+                    files.append((child, entry))
+                continue
+            if is_link:
+                linked.append((child, entry.path))
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in visited:
+                visited.add((st.st_dev, st.st_ino))
+                subdirs.append((child, entry.path))
+        yield WalkedFolder(rel, path, tuple(files), is_collection)
+        stack.extend(reversed(subdirs))
+
+
+def _read_meta(path: str, where: str, log: logging.Logger) -> dict[str, Any]:
+    """Parse `_meta.yaml`; a broken one is logged and read as empty, never fatal."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            raw = yaml.load(f, Loader=_YAML_LOADER)  # the C or pure-Python *safe* loader
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning("%s: malformed %s, using the folder name: %s", where, META_FILE, problem)
+        return {}
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        log.warning("%s: %s is not a mapping, using the folder name", where, META_FILE)
+        return {}
+    return raw
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return ()
+    return tuple(str(tag) for tag in value if isinstance(tag, (str, int, float)) and str(tag))
+
+
+def load_collections(
+    source_id: str, folders: Iterable[WalkedFolder], log: logging.Logger | None = None
+) -> list[Collection]:
+    """Turn walked folders into collections, in walk order; the first claimant keeps a name."""
+    log = log or _LOG
+    result: list[Collection] = []
+    taken: set[str] = set()
+    for folder in folders:
+        if not folder.is_collection:
+            continue
+        where = f"source {source_id!r}, folder {folder.rel or '.'!r}"
+        meta = _read_meta(os.path.join(folder.path, META_FILE), where, log)
+        fallback = folder.rel or source_id
+        name = meta.get("name")
+        name = name.strip() if isinstance(name, str) and name.strip() else fallback
+        if name in taken:
+            log.warning("%s: collection name %r is already used, using %r", where, name, fallback)
+            name = fallback
+        base, n = name, 2
+        while name in taken:
+            name, n = f"{base} ({n})", n + 1
+        taken.add(name)
+        description = meta.get("description")
+        result.append(
+            Collection(
+                name=name,
+                description=description.strip() if isinstance(description, str) else "",
+                tags=_tags(meta.get("tags")),
+                source_id=source_id,
+                folder=folder.rel,
+            )
+        )
+    return result
+
+
+def find_collections(
+    source_id: str, root: Path, scope: Scope, log: logging.Logger | None = None
+) -> list[Collection]:
+    """All collections of a workspace source, seen exactly as `workspace.scan` sees them."""
+    return load_collections(source_id, walk_folders(root, scope, log), log)
+
+
+def collection_for(path: str, collections: Sequence[Collection]) -> str | None:
+    """The name of the nearest collection enclosing `path` (a file path), if any."""
+    best: Collection | None = None
+    for collection in collections:
+        folder = collection.folder
+        if (not folder or path.startswith(folder + "/")) and (
+            best is None or len(folder) > len(best.folder)
+        ):
+            best = collection
+    return best.name if best else None

@@ -1,0 +1,268 @@
+"""Workspace source driver (SPEC §3): walk a folder, compare stat, hash only on a mismatch.
+
+Drivers never touch the database: the store hands over what it knows (`KnownFile` per path)
+and applies the changes yielded here. Nothing is ever written to the source folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from indexer.collections import (
+    META_FILE,
+    Collection,
+    WalkedFolder,
+    collection_for,
+    load_collections,
+    nfc,
+    walk_folders,
+)
+from indexer.config import Config, WorkspaceSource
+from indexer.errors import SourceError
+from indexer.globs import Scope
+from indexer.model import Change, Delete, FileVersion, KnownFile, Skipped, Touch, Upsert
+
+INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (seed B §3 rule 4)
+BINARY_PROBE = 8192  # a NUL byte within this prefix marks a file as binary
+COVERAGE_CAP = 1000  # the coverage report stops counting here ("≥1000")
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Listed:
+    rel: str  # index path: relative, '/'-separated, NFC
+    path: str  # on-disk path to open
+    stat: os.stat_result
+
+
+def _check_root(source: WorkspaceSource) -> None:
+    if not source.root.exists():
+        raise SourceError(f"workspace source {source.id!r}: folder {source.root} does not exist")
+    if not source.root.is_dir():
+        raise SourceError(f"workspace source {source.id!r}: {source.root} is not a folder")
+
+
+def _admitted(folder: WalkedFolder) -> Iterator[_Listed]:
+    """The folder's indexable files, stat'ed now; a vanished one is just absent."""
+    drafts_here = folder.rel == "" or folder.is_collection
+    for rel, entry in folder.files:
+        if entry.name == META_FILE or (entry.name == INBOX and drafts_here):
+            continue
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        yield _Listed(rel, entry.path, st)
+
+
+def list_files(
+    source: WorkspaceSource, *, log: logging.Logger | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
+    """Admitted files as (index path, stat), in walk order. Raises SourceError at call time."""
+    _check_root(source)
+    return (
+        (item.rel, item.stat)
+        for folder in walk_folders(source.root, source.scope, log)
+        for item in _admitted(folder)
+    )
+
+
+def scan(
+    source: WorkspaceSource,
+    known: Mapping[str, KnownFile],
+    *,
+    full: bool = False,
+    max_file_bytes: int = 5_000_000,
+    log: logging.Logger | None = None,
+) -> Iterator[Change]:
+    """Changes that bring the store's `known` files in line with the folder.
+
+    Unchanged (size, mtime) costs a stat only; on a mismatch the sha256 decides between Touch
+    and Upsert. `full` re-reads everything and yields Upsert for every indexable file (the store
+    re-chunks). Vanished paths yield Delete; a rename is Delete + Upsert. Content that cannot be
+    indexed (binary, not UTF-8, too large) yields Skipped, preceded by Delete when the store
+    holds an older, now stale copy; an unreadable file yields Skipped alone (a transient error
+    should not drop the index's copy). No single file stops the scan. A missing root raises
+    SourceError at call time, not on first iteration.
+    """
+    _check_root(source)
+    return _scan(source, known, full, max_file_bytes, log or _LOG)
+
+
+def _scan(
+    source: WorkspaceSource,
+    known: Mapping[str, KnownFile],
+    full: bool,
+    limit: int,
+    log: logging.Logger,
+) -> Iterator[Change]:
+    # List everything before reading anything: collections must be known before the first
+    # Upsert, and the Delete pass needs the complete set of present paths.
+    folders = list(walk_folders(source.root, source.scope, log))
+    collections = load_collections(source.id, folders, log)
+    listed = [item for folder in folders for item in _admitted(folder)]
+    for item in listed:
+        prev = known.get(item.rel)
+        st = item.stat
+        if prev is not None and not full and prev.size == st.st_size and prev.mtime == st.st_mtime:
+            continue
+        yield from _read(source.id, item, prev, full, limit, collections, log)
+    for path in sorted(known.keys() - {item.rel for item in listed}):
+        yield Delete(path)
+
+
+def _read(
+    source_id: str,
+    item: _Listed,
+    prev: KnownFile | None,
+    full: bool,
+    limit: int,
+    collections: Sequence[Collection],
+    log: logging.Logger,
+) -> Iterator[Change]:
+    where = f"{source_id}:{item.rel}"
+    if item.stat.st_size > limit:
+        yield from _unindexable(item.rel, prev, f"too large ({item.stat.st_size} bytes > limit {limit})", where, log)
+        return
+    try:
+        with open(item.path, "rb") as f:
+            # stat before reading: a write racing the read then leaves a newer mtime on disk
+            # than the one recorded, so the next scan re-reads instead of trusting stale text
+            st = os.fstat(f.fileno())
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        if prev is not None:
+            yield Delete(item.rel)
+        else:
+            yield Skipped(item.rel, "vanished while scanning")
+        return
+    except OSError as exc:
+        # transient (permissions, I/O): keep whatever the index holds, retry on a later scan
+        reason = f"unreadable: {exc.strerror or exc}"
+        log.warning("skipping %s: %s", where, reason)
+        yield Skipped(item.rel, reason)
+        return
+    if len(data) > limit:
+        yield from _unindexable(item.rel, prev, f"too large (> {limit} bytes limit)", where, log)
+        return
+    sha = hashlib.sha256(data).hexdigest()
+    if prev is not None and not full and sha == prev.sha256:
+        yield Touch(item.rel, st.st_size, st.st_mtime)
+        return
+    text = _decode(data)
+    if text is None:
+        yield from _unindexable(item.rel, prev, "binary or not UTF-8", where, log)
+        return
+    yield Upsert(
+        FileVersion(
+            path=item.rel,
+            text=text,
+            sha256=sha,
+            size=st.st_size,
+            mtime=st.st_mtime,
+            updated_at=st.st_mtime,
+            collection=collection_for(item.rel, collections),
+        )
+    )
+
+
+def _unindexable(
+    path: str, prev: KnownFile | None, reason: str, where: str, log: logging.Logger
+) -> Iterator[Change]:
+    """Skip a file whose content cannot be indexed; if it was indexed before, that copy is stale."""
+    log.warning("skipping %s: %s", where, reason)
+    if prev is not None:
+        yield Delete(path)
+    yield Skipped(path, reason)
+
+
+def _decode(data: bytes) -> str | None:
+    """Strict UTF-8 without a BOM, line endings untouched; None for binary or other encodings."""
+    if b"\x00" in data[:BINARY_PROBE]:
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def coverage_report(config: Config) -> list[str]:
+    """Top-level workspace folders holding markdown that no workspace source indexes (SPEC §3).
+
+    Turns "silently missing" into a log line. A folder counts as covered as soon as one `.md`
+    below it is admitted by some workspace source (nested source roots included). Hidden
+    folders and symlinks are not looked at.
+    """
+    scopes = [
+        (os.path.realpath(s.root), s.scope) for s in config.sources.values() if isinstance(s, WorkspaceSource)
+    ]
+    lines: list[str] = []
+    for root in sorted({root for root, _ in scopes}):
+        try:
+            with os.scandir(root) as it:
+                tops = sorted(
+                    (e for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)),
+                    key=lambda e: e.name,
+                )
+        except OSError:
+            continue  # a missing root is reported by its scan
+        for top in tops:
+            count, exact = _uncovered_markdown(top.path, scopes)
+            if count:
+                shown = str(count) if exact else f"≥{count}"
+                noun = "file" if count == 1 else "files"
+                lines.append(f"not indexed: {nfc(top.name)}/ ({shown} .md {noun}) under {root}")
+    return lines
+
+
+def _relative(path: str, root: str) -> str | None:
+    """`path` relative to `root` as an index path ('' for root itself), or None if outside."""
+    if path == root:
+        return ""
+    base = root.rstrip(os.sep) + os.sep
+    if not path.startswith(base):
+        return None
+    return nfc(path[len(base) :].replace(os.sep, "/"))
+
+
+def _uncovered_markdown(folder: str, scopes: list[tuple[str, Scope]]) -> tuple[int, bool]:
+    """(count, exact) of the `.md` files below `folder`; 0 as soon as a source admits one."""
+    # Counting may stop at the cap only when no source can reach below the folder; otherwise
+    # an admitted file further on would still mean "covered".
+    reachable = False
+    for root, scope in scopes:
+        rel = _relative(folder, root)
+        if (rel is not None and scope.may_contain(rel)) or _relative(root, folder) is not None:
+            reachable = True
+    count = 0
+    stack = [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                if not entry.name.lower().endswith(".md") or not entry.is_file(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            if reachable and any(
+                (rel := _relative(entry.path, root)) is not None and scope.admits(rel) for root, scope in scopes
+            ):
+                return 0, True
+            count += 1
+            if count >= COVERAGE_CAP and not reachable:
+                return count, False
+    return count, True

@@ -1,0 +1,217 @@
+"""The click CLI end to end (CliRunner, real config file, real SQLite, deterministic embedder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from indexer.config import EmbeddingConfig, load_config
+from search import cli as cli_module
+from tests.fakes import FakeEmbedder
+
+
+class Embedders:
+    """Hands the CLI a fake embedder; `down` makes it unreachable."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.made: list[FakeEmbedder] = []
+
+    def __call__(self, config: EmbeddingConfig) -> FakeEmbedder:
+        embedder = FakeEmbedder(config)
+        embedder.down = self.down
+        self.made.append(embedder)
+        return embedder
+
+
+@pytest.fixture
+def embedders(monkeypatch: pytest.MonkeyPatch) -> Embedders:
+    factory = Embedders()
+    monkeypatch.setattr(cli_module, "make_embedder", factory)
+    return factory
+
+
+@pytest.fixture
+def run(config_path: Path, embedders: Embedders):  # type: ignore[no-untyped-def]
+    runner = CliRunner()
+
+    def invoke(*args: str, config: Path | None = config_path) -> Result:
+        prefix = ["--config", str(config)] if config else []
+        return runner.invoke(cli_module.cli, [*prefix, *args], catch_exceptions=False)
+
+    return invoke
+
+
+def query_json(run, *args: str) -> dict:  # type: ignore[no-untyped-def]
+    result = run("query", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def paths(data: dict) -> list[str]:
+    return [r["path"] for r in data["results"]]
+
+
+def test_query_json_contract(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("sync").exit_code == 0
+    data = query_json(run, "záloha databáze")
+    assert set(data) == {"query", "mode", "degraded", "notice", "results"}
+    assert data["mode"] == "hybrid" and data["degraded"] is False and data["notice"] is None
+    hit = data["results"][0]
+    assert set(hit) == {"source", "path", "line", "end_line", "breadcrumb", "score", "text", "rev"}
+    assert hit["source"] == "notes" and hit["path"] == "devops/zalohovani.md"
+    assert hit["rev"] is None
+    assert 1 <= hit["line"] <= hit["end_line"]
+    assert hit["breadcrumb"].startswith("Zálohování serveru")
+
+
+def test_line_numbers_point_into_the_file(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    hit = query_json(run, "5432", "--mode", "lex")["results"][0]
+    lines = (notes / hit["path"]).read_text(encoding="utf-8").splitlines()
+    assert "5432" in "\n".join(lines[hit["line"] - 1 : hit["end_line"]])
+
+
+def test_diacritics_and_prefixes(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    assert paths(query_json(run, "zaloha", "--mode", "lex"))[0] == "devops/zalohovani.md"
+    write_more = query_json(run, "záloh*", "--mode", "lex")
+    assert "devops/zalohovani.md" in paths(write_more)
+
+
+def test_russian_query_finds_russian_note(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    assert paths(query_json(run, "поезд из Москвы", "--mode", "lex"))[0] == "travel/kazan.md"
+    assert paths(query_json(run, "поезд Москвы"))[0] == "travel/kazan.md"
+
+
+def test_exact_values_found_lexically(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    for value, path in [("5432", "devops/postgres.md"), ("ERR_CONN_RESET", "devops/postgres.md"),
+                        ("db-01.lan", "devops/zalohovani.md"), ("RPO", "devops/zalohovani.md")]:
+        assert paths(query_json(run, value, "--mode", "lex"))[0] == path, value
+
+
+def test_modes_and_explain(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    for mode in ("lex", "vec", "hybrid"):
+        data = query_json(run, "sourdough starter flour", "--mode", mode, "--explain")
+        assert data["mode"] == mode
+        assert paths(data)[0] == "cooking/sourdough.md", mode
+        explain = data["results"][0]["explain"]
+        assert (explain["bm25_rank"] is not None) == (mode != "vec")
+        assert (explain["vec_rank"] is not None) == (mode != "lex")
+
+
+def test_k_limits_results(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    assert len(query_json(run, "a", "-k", "1", "--mode", "vec")["results"]) == 1
+
+
+def test_scope_by_source_and_path(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = query_json(run, "server", "--path", "travel")
+    assert data["results"] and all(p.startswith("travel/") for p in paths(data))
+    data = query_json(run, "server", "--path", "notes:devops/postgres.md")
+    assert set(paths(data)) == {"devops/postgres.md"}
+    result = run("query", "x", "--source", "nope")
+    assert result.exit_code == 1 and "unknown source 'nope'" in result.output
+
+
+def test_degraded_when_embedder_down(run, embedders: Embedders) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    embedders.down = True
+    result = run("query", "5432", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["degraded"] is True and "unreachable" in data["notice"]
+    assert paths(data)[0] == "devops/postgres.md"
+    assert "notice:" in result.stderr
+    human = run("query", "5432")
+    assert "keyword results only" in human.stderr and "devops/postgres.md:1" in human.stdout
+    vec = run("query", "5432", "--mode", "vec")
+    assert vec.exit_code == 1 and "unreachable" in vec.output
+
+
+def test_pending_vectors_are_reported(run, embedders: Embedders) -> None:  # type: ignore[no-untyped-def]
+    embedders.down = True
+    sync = run("sync")
+    assert sync.exit_code == 0 and "warning:" in sync.stderr
+    embedders.down = False
+    data = query_json(run, "5432")
+    assert data["degraded"] is True and "no vector yet" in data["notice"]
+    assert paths(data)[0] == "devops/postgres.md"
+    run("sync")
+    assert query_json(run, "5432")["degraded"] is False
+
+
+def test_meta_guard_refuses_vector_search(run, tmp_path: Path, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    config = tmp_path / "notes-search.yaml"
+    config.write_text(config.read_text().replace("dims: 64", "dims: 128").replace("fake:1", "fake:2"))
+    for mode in ("hybrid", "vec"):
+        result = run("query", "5432", "--mode", mode)
+        assert result.exit_code == 1
+        assert "reindex needed" in result.output and "fake:1" in result.output and "fake:2" in result.output
+    assert run("query", "5432", "--mode", "lex").exit_code == 0
+    status = json.loads(run("status", "--json").stdout)
+    assert status["embedding"]["reindex_needed"]
+    assert run("sync").exit_code == 0
+    assert query_json(run, "5432")["results"]
+
+
+def test_status_json(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = json.loads(run("status", "--json").stdout)
+    source = data["sources"][0]
+    assert source["id"] == "notes" and source["kind"] == "workspace"
+    assert source["files"] == 4 and source["chunks"] > 0 and source["pending"] == 0
+    assert source["last_sync_at"] and source["indexed_rev"] is None
+    assert data["embedding"]["model"] == "fake:1" and data["embedding"]["reindex_needed"] is None
+
+
+def test_query_before_any_sync_is_a_clear_error(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("query", "x")
+    assert result.exit_code == 1 and "run `notes-search sync` first" in result.output
+
+
+def test_bad_config_is_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("embedding:\n  provider: local\n  modle: x\n")
+    result = CliRunner().invoke(cli_module.cli, ["-c", str(bad), "status"])
+    assert result.exit_code == 1
+    assert "bad.yaml: embedding.modle: unknown key" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("sources: [unclosed\n")
+    result = CliRunner().invoke(cli_module.cli, ["-c", str(broken), "status"])
+    assert result.exit_code == 1 and "invalid YAML" in result.output
+
+
+def test_usage_error_exit_2(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("query", "x", "--mode", "fuzzy").exit_code == 2
+    assert run("query").exit_code == 2
+
+
+def test_sync_quiet_and_json(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("sync", "--json")
+    data = json.loads(result.stdout)
+    assert data["sources"][0]["added"] == 4 and data["changed"] is True
+    again = json.loads(run("sync", "--json").stdout)
+    assert again["changed"] is False
+    quiet = run("sync", "--quiet")
+    assert quiet.exit_code == 0 and quiet.output == ""
+
+
+def test_init_writes_a_working_config(tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli_module.cli, ["init", str(notes)])
+    assert result.exit_code == 0, result.output
+    config = load_config(tmp_path / "notes-search.yaml")
+    assert config.embedding.provider == "local"
+    assert config.sources["notes"].root == notes
+    again = CliRunner().invoke(cli_module.cli, ["init", str(notes)])
+    assert again.exit_code == 1 and "already exists" in again.output

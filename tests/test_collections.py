@@ -1,0 +1,122 @@
+"""Collections: folders with `_meta.yaml`, found with the workspace walk's rules."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from indexer.collections import Collection, collection_for, find_collections, walk_folders
+from indexer.globs import Scope
+
+ALL = Scope(paths=("**",))
+
+
+def write(root: Path, rel: str, text: str = "# note\n") -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def by_folder(collections: list[Collection]) -> dict[str, Collection]:
+    return {c.folder: c for c in collections}
+
+
+def test_meta_yaml_makes_a_folder_a_collection(tmp_path: Path) -> None:
+    write(tmp_path, "work/jira/_meta.yaml", 'name: work/jira\ndescription: "Jira: tickets"\ntags: [corp, jira]\n')
+    write(tmp_path, "work/jira/notes.md")
+    write(tmp_path, "life/books/_meta.yaml", "description: Books I read\ntags: books\n")
+    write(tmp_path, "plain/x.md")
+    found = find_collections("memo", tmp_path, ALL)
+    assert found == [
+        Collection(name="life/books", description="Books I read", tags=("books",), source_id="memo", folder="life/books"),
+        Collection(name="work/jira", description="Jira: tickets", tags=("corp", "jira"), source_id="memo", folder="work/jira"),
+    ]
+
+
+def test_root_collection_without_name_is_named_after_the_source(tmp_path: Path) -> None:
+    write(tmp_path, "_meta.yaml", "description: everything\n")
+    [root] = find_collections("memo", tmp_path, ALL)
+    assert (root.name, root.folder, root.description, root.tags) == ("memo", "", "everything", ())
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        "name: [unclosed\n",  # broken YAML
+        "- just\n- a list\n",  # not a mapping
+        "",  # empty file
+        "name: 42\ndescription: [not, text]\ntags: {a: 1}\n",  # wrong types
+        "\ufeffname: [x\n",  # BOM + broken
+    ],
+)
+def test_malformed_meta_is_tolerated(tmp_path: Path, caplog: pytest.LogCaptureFixture, meta: str) -> None:
+    write(tmp_path, "a/b/_meta.yaml", meta)
+    with caplog.at_level(logging.WARNING):
+        [found] = find_collections("src", tmp_path, ALL)
+    assert (found.name, found.description, found.tags, found.folder) == ("a/b", "", (), "a/b")
+
+
+def test_invalid_utf8_meta_is_logged_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "_meta.yaml").write_bytes(b"name: \xff\xfe\n")
+    with caplog.at_level(logging.WARNING):
+        [found] = find_collections("src", tmp_path, ALL)
+    assert found.name == "c"
+    assert "malformed _meta.yaml" in caplog.text
+
+
+def test_names_are_unique_per_source(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write(tmp_path, "a/_meta.yaml", "name: shared\n")
+    write(tmp_path, "b/_meta.yaml", "name: shared\n")
+    write(tmp_path, "c/_meta.yaml", "name: b\n")  # claims the name that b falls back to
+    write(tmp_path, "d/_meta.yaml", "name: b\n")
+    with caplog.at_level(logging.WARNING):
+        found = by_folder(find_collections("src", tmp_path, ALL))
+    names = [c.name for c in found.values()]
+    assert len(set(names)) == len(names) == 4
+    assert found["a"].name == "shared"
+    assert found["b"].name == "b"
+    assert "already used" in caplog.text
+
+
+def test_same_pruning_and_symlink_rules_as_the_scan(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write(root, "notes/c1/_meta.yaml", "name: c1\n")
+    write(root, "archive/c2/_meta.yaml", "name: c2\n")  # outside `paths`: pruned
+    write(root, "notes/.git/c3/_meta.yaml", "name: c3\n")  # .git is never entered
+    write(tmp_path, "outside/c4/_meta.yaml", "name: c4\n")
+    os.symlink(tmp_path / "outside", root / "notes" / "linked-out")
+    os.symlink(root / "archive", root / "notes" / "linked-in")  # inside the root: followed
+    write(tmp_path, "outside/_meta.yaml", "name: c5\n")
+    (root / "notes" / "c5").mkdir()
+    os.symlink(tmp_path / "outside/_meta.yaml", root / "notes" / "c5" / "_meta.yaml")
+    found = find_collections("src", root, Scope(paths=("notes/**",)))
+    assert sorted((c.name, c.folder) for c in found) == [("c1", "notes/c1"), ("c2", "notes/linked-in/c2")]
+
+
+def test_walk_prunes_folders_outside_paths_and_excluded_ones(tmp_path: Path) -> None:
+    for rel in ("notes/a.md", "notes/deep/b.md", "notes/drafts/c.md", "big/x/y.md", ".git/objects/z.md"):
+        write(tmp_path, rel)
+    scope = Scope(paths=("notes/**",), exclude=("notes/drafts/**",))
+    assert [f.rel for f in walk_folders(tmp_path, scope)] == ["", "notes", "notes/deep"]
+    assert [f.rel for f in walk_folders(tmp_path, ALL)] == ["", "big", "big/x", "notes", "notes/deep", "notes/drafts"]
+
+
+def test_collection_for_picks_the_nearest_enclosing_folder() -> None:
+    cols = [
+        Collection("root", "", (), "s", ""),
+        Collection("work", "", (), "s", "work"),
+        Collection("jira", "", (), "s", "work/jira"),
+        Collection("jira2", "", (), "s", "work/jira2"),
+    ]
+    assert collection_for("work/jira/notes.md", cols) == "jira"
+    assert collection_for("work/jira2/a/b.md", cols) == "jira2"
+    assert collection_for("work/jiraX.md", cols) == "work"  # a name prefix is not a folder
+    assert collection_for("top.md", cols) == "root"
+    assert collection_for("work/jira/notes.md", cols[1:]) == "jira"
+    assert collection_for("life/x.md", cols[1:]) is None
+    assert collection_for("x.md", []) is None

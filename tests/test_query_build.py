@@ -1,0 +1,119 @@
+"""Query building and fusion as pure functions; FTS5 must accept whatever a user types."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from search.fusion import rrf
+from search.querybuild import MAX_TERMS, build_fts_query
+
+
+@pytest.fixture(scope="module")
+def fts() -> apsw.Connection:
+    conn = apsw.Connection(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize='unicode61 remove_diacritics 2')")
+    for body in ["záloha databáze", "zálohování serveru", "zálohy na disk", "db-01.lan port 5432",
+                 "Поезд из Москвы", "NEAR the end", "plain english words"]:
+        conn.execute("INSERT INTO t(body) VALUES (?)", (body,))
+    return conn
+
+
+def matches(conn: apsw.Connection, text: str) -> list[str]:
+    expr = build_fts_query(text)
+    if expr is None:
+        return []
+    return [r[0] for r in conn.execute("SELECT body FROM t WHERE t MATCH ? ORDER BY rank", (expr,))]
+
+
+def test_prefix_wildcard_covers_czech_inflection(fts: apsw.Connection) -> None:
+    assert set(matches(fts, "záloh")) == {"záloha databáze", "zálohování serveru", "zálohy na disk"}
+
+
+def test_diacritics_are_folded(fts: apsw.Connection) -> None:
+    assert "záloha databáze" in matches(fts, "zaloha")
+
+
+def test_short_terms_get_no_wildcard() -> None:
+    assert build_fts_query("db") == '"db"'
+    assert build_fts_query("port") == '"port"*'
+
+
+def test_punctuated_tokens_become_phrases(fts: apsw.Connection) -> None:
+    assert build_fts_query("db-01.lan") == '"db 01 lan"*'
+    assert matches(fts, "db-01.lan") == ["db-01.lan port 5432"]
+
+
+def test_quoted_phrase_is_kept(fts: apsw.Connection) -> None:
+    assert build_fts_query('"zálohování serveru"') == '"zálohování serveru"'
+    assert matches(fts, '"serveru zálohování"') == []
+
+
+def test_operators_are_plain_words(fts: apsw.Connection) -> None:
+    assert matches(fts, "NEAR") == ["NEAR the end"]
+    for text in ["AND", "a OR b", "NOT x", "-x", "col:value", "x*", "(", ")", '"', "^", "NEAR(a b)"]:
+        matches(fts, text)  # must not raise
+
+
+def test_stopwords_dropped_only_when_other_terms_exist() -> None:
+    assert build_fts_query("how to restore the backup") == '"restore"* OR "backup"*'
+    assert build_fts_query("how to") == '"how"* OR "to"'
+
+
+def test_russian_query(fts: apsw.Connection) -> None:
+    assert matches(fts, "поезд москва") == ["Поезд из Москвы"]
+
+
+def test_nothing_searchable() -> None:
+    assert build_fts_query("") is None
+    assert build_fts_query("   ") is None
+    assert build_fts_query("🙂 ?! …") is None
+
+
+def test_long_input_is_capped(fts: apsw.Connection) -> None:
+    text = " ".join(f"word{i}" for i in range(5000))
+    expr = build_fts_query(text)
+    assert expr is not None and expr.count(" OR ") == MAX_TERMS - 1
+    matches(fts, text)
+
+
+_PROPERTY_DB = apsw.Connection(":memory:")
+_PROPERTY_DB.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize='unicode61 remove_diacritics 2')")
+_PROPERTY_DB.execute("INSERT INTO t(body) VALUES ('anything at all')")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_unicode_is_valid_fts(text: str) -> None:
+    expr = build_fts_query(text)
+    if expr is not None:
+        _PROPERTY_DB.execute("SELECT rowid FROM t WHERE t MATCH ?", (expr,)).fetchall()
+
+
+def test_rrf_sums_reciprocal_ranks() -> None:
+    fused = rrf({"bm25": [1, 2, 3], "vec": [3, 1]}, k=60)
+    scores = {f.chunk_id: f.score for f in fused}
+    assert scores[1] == pytest.approx(1 / 61 + 1 / 62)
+    assert scores[3] == pytest.approx(1 / 63 + 1 / 61)
+    assert scores[2] == pytest.approx(1 / 62)
+    assert [f.chunk_id for f in fused] == [1, 3, 2]
+    assert fused[0].ranks == {"bm25": 1, "vec": 2}
+
+
+def test_rrf_ties_go_to_the_most_recent() -> None:
+    fused = rrf({"bm25": [10, 20], "vec": [20, 10]}, recency={10: 100.0, 20: 200.0})
+    assert [f.chunk_id for f in fused] == [20, 10]
+    fused = rrf({"bm25": [10, 20], "vec": [20, 10]}, recency={10: 300.0, 20: 200.0})
+    assert [f.chunk_id for f in fused] == [10, 20]
+
+
+def test_rrf_single_list_keeps_order_and_duplicates_count_once() -> None:
+    fused = rrf({"bm25": [5, 6, 5], "vec": []})
+    assert [f.chunk_id for f in fused] == [5, 6]
+    assert fused[0].score == pytest.approx(1 / 61)
+
+
+def test_rrf_empty() -> None:
+    assert rrf({"bm25": [], "vec": []}) == []

@@ -1,0 +1,387 @@
+"""Workspace driver: real files in tmp_path, changes checked against what the store would know."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from indexer.config import Config, EmbeddingConfig, WorkspaceSource
+from indexer.errors import SourceError
+from indexer.globs import Scope
+from indexer.model import Change, Delete, KnownFile, Skipped, Touch, Upsert
+from indexer.sources import workspace
+from indexer.sources.workspace import coverage_report, list_files, scan
+
+
+def write(root: Path, rel: str, data: str | bytes = "# note\n", mtime: float | None = None) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def source(root: Path, paths: tuple[str, ...] = ("**",), include: tuple[str, ...] = ("*.md",),
+           exclude: tuple[str, ...] = ()) -> WorkspaceSource:
+    return WorkspaceSource(id="ws", root=root, scope=Scope(paths=paths, include=include, exclude=exclude))
+
+
+def changes(src: WorkspaceSource, known: dict[str, KnownFile] | None = None, **kw: object) -> list[Change]:
+    return list(scan(src, known or {}, **kw))  # type: ignore[arg-type]
+
+
+def apply(known: dict[str, KnownFile], found: Iterable[Change]) -> dict[str, KnownFile]:
+    """What the store would remember after applying `found`."""
+    known = dict(known)
+    for change in found:
+        if isinstance(change, Upsert):
+            f = change.file
+            known[f.path] = KnownFile(f.sha256, f.size, f.mtime)
+        elif isinstance(change, Touch):
+            known[change.path] = KnownFile(known[change.path].sha256, change.size, change.mtime)
+        elif isinstance(change, Delete):
+            known.pop(change.path, None)
+    return known
+
+
+def upserted(found: Iterable[Change]) -> dict[str, str]:
+    return {c.file.path: c.file.text for c in found if isinstance(c, Upsert)}
+
+
+def checksums(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file and folder below root (no symlink following): content hash and mtime."""
+    result: dict[str, tuple[str, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as f:
+                    result[path] = (hashlib.sha256(f.read()).hexdigest(), st.st_mtime_ns)
+            else:
+                result[path] = ("", st.st_mtime_ns)
+    return result
+
+
+# --- scope -------------------------------------------------------------------------------
+
+
+def test_paths_gate_then_include_then_exclude_wins(tmp_path: Path) -> None:
+    for rel in ("notes/a.md", "notes/b.txt", "notes/secret.md", "notes/drafts/c.md", "other/d.md", "top.md"):
+        write(tmp_path, rel)
+    src = source(tmp_path, paths=("notes/**",), include=("*.md", "*.txt"), exclude=("notes/drafts/**", "secret.md"))
+    assert sorted(upserted(changes(src))) == ["notes/a.md", "notes/b.txt"]
+    assert sorted(path for path, _ in list_files(src)) == ["notes/a.md", "notes/b.txt"]
+
+
+def test_git_folders_are_never_walked_even_when_paths_admit_them(tmp_path: Path) -> None:
+    write(tmp_path, "repo/.git/info/x.md")
+    write(tmp_path, "repo/.github/y.md")  # other hidden folders follow the scope rules
+    write(tmp_path, "repo/z.md")
+    assert sorted(upserted(changes(source(tmp_path)))) == ["repo/.github/y.md", "repo/z.md"]
+
+
+# --- change detection --------------------------------------------------------------------
+
+
+def test_new_modified_touched_deleted_renamed(tmp_path: Path) -> None:
+    src = source(tmp_path)
+    write(tmp_path, "a.md", "# A\n", mtime=1_000)
+    write(tmp_path, "b.md", "# B\n", mtime=1_000)
+    write(tmp_path, "c.md", "# C\n", mtime=1_000)
+    write(tmp_path, "sub/d.md", "# D\n", mtime=1_000)
+
+    first = changes(src)
+    assert all(isinstance(c, Upsert) for c in first)
+    [d] = [c.file for c in first if isinstance(c, Upsert) and c.file.path == "sub/d.md"]
+    assert (d.text, d.size, d.mtime, d.updated_at, d.collection) == ("# D\n", 4, 1_000, 1_000, None)
+    assert d.sha256 == hashlib.sha256(b"# D\n").hexdigest()
+    known = apply({}, first)
+    assert changes(src, known) == []  # nothing changed: stat only
+
+    write(tmp_path, "a.md", "# A\n", mtime=2_000)  # same bytes, new mtime
+    write(tmp_path, "b.md", "# B2\n", mtime=2_000)  # new content
+    (tmp_path / "c.md").unlink()
+    (tmp_path / "sub/d.md").rename(tmp_path / "sub/e.md")  # rename keeps mtime
+    write(tmp_path, "f.md", "# F\n", mtime=2_000)
+    second = changes(src, known)
+    assert Touch("a.md", 4, 2_000) in second
+    assert upserted(second) == {"b.md": "# B2\n", "sub/e.md": "# D\n", "f.md": "# F\n"}
+    assert [c for c in second if isinstance(c, Delete)] == [Delete("c.md"), Delete("sub/d.md")]
+    assert len(second) == 6
+    known = apply(known, second)
+    assert changes(src, known) == []
+
+
+def test_same_stat_is_trusted_without_reading(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "# A\n", mtime=1_000)
+    src = source(tmp_path)
+    known = apply({}, changes(src))
+    write(tmp_path, "a.md", "# Z\n", mtime=1_000)  # same size, same mtime: deliberately invisible
+    assert changes(src, known) == []
+    assert upserted(changes(src, known, full=True)) == {"a.md": "# Z\n"}
+
+
+def test_full_yields_every_file_and_still_deletes(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "# A\n")
+    write(tmp_path, "b.md", "# B\n")
+    src = source(tmp_path)
+    known = apply({}, changes(src))
+    (tmp_path / "b.md").unlink()
+    found = changes(src, known, full=True)
+    assert upserted(found) == {"a.md": "# A\n"}
+    assert found[-1] == Delete("b.md")
+    assert len(found) == 2
+
+
+def test_scope_change_deletes_files_no_longer_admitted(tmp_path: Path) -> None:
+    write(tmp_path, "notes/a.md")
+    write(tmp_path, "other/b.md")
+    known = apply({}, changes(source(tmp_path)))
+    assert changes(source(tmp_path, paths=("notes/**",)), known) == [Delete("other/b.md")]
+
+
+# --- content -----------------------------------------------------------------------------
+
+
+def test_unindexable_files_are_skipped_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write(tmp_path, "nul.md", b"# title\n\x00\x01binary")
+    write(tmp_path, "latin1.md", "# Café\n".encode("latin-1"))
+    write(tmp_path, "huge.md", "x" * 101)
+    write(tmp_path, "ok.md", "x" * 100)
+    with caplog.at_level(logging.WARNING):
+        found = changes(source(tmp_path), max_file_bytes=100)
+    skipped = {c.path: c.reason for c in found if isinstance(c, Skipped)}
+    assert skipped == {
+        "nul.md": "binary or not UTF-8",
+        "latin1.md": "binary or not UTF-8",
+        "huge.md": "too large (101 bytes > limit 100)",
+    }
+    assert list(upserted(found)) == ["ok.md"]
+    for path in skipped:
+        assert f"ws:{path}" in caplog.text
+
+
+def test_known_file_turning_binary_drops_its_stale_copy(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "# A\n", mtime=1_000)
+    src = source(tmp_path)
+    known = apply({}, changes(src))
+    write(tmp_path, "a.md", b"\x00\x00", mtime=2_000)
+    assert changes(src, known) == [Delete("a.md"), Skipped("a.md", "binary or not UTF-8")]
+
+
+def test_bom_is_stripped_and_crlf_kept(tmp_path: Path) -> None:
+    raw = b"\xef\xbb\xbf# T\xc3\xadtle\r\n\r\nbody\r\n"
+    write(tmp_path, "bom.md", raw)
+    [change] = changes(source(tmp_path))
+    assert isinstance(change, Upsert)
+    assert change.file.text == "# Títle\r\n\r\nbody\r\n"
+    assert change.file.sha256 == hashlib.sha256(raw).hexdigest()  # hash of the bytes on disk
+    assert change.file.size == len(raw)
+
+
+def test_unicode_and_spaces_in_names_become_nfc_paths(tmp_path: Path) -> None:
+    nfd = unicodedata.normalize("NFD", "Poznámky ščř/Dlouhý název.md")
+    write(tmp_path, nfd, "# Ahoj\n")
+    write(tmp_path, "日本語 メモ.md", "# メモ\n")
+    found = upserted(changes(source(tmp_path)))
+    assert found == {"Poznámky ščř/Dlouhý název.md": "# Ahoj\n", "日本語 メモ.md": "# メモ\n"}
+    assert all(unicodedata.is_normalized("NFC", p) for p in found)
+
+
+def test_file_vanishing_between_listing_and_reading(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "# A\n")
+    write(tmp_path, "b.md", "# B\n")
+    src = source(tmp_path)
+    it = scan(src, {})
+    assert isinstance(next(it), Upsert)  # listing is complete, a.md read; b.md not yet
+    (tmp_path / "b.md").unlink()
+    assert list(it) == [Skipped("b.md", "vanished while scanning")]
+
+    write(tmp_path, "b.md", "# B\n")
+    known = {"b.md": KnownFile("0" * 64, 1, 1.0)}  # stale stat: b.md will be read
+    it = scan(src, known)
+    assert isinstance(next(it), Upsert)
+    (tmp_path / "b.md").unlink()
+    assert list(it) == [Delete("b.md")]  # exactly once
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of permissions")
+def test_unreadable_file_is_skipped_and_keeps_its_index(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.md", "# A\n", mtime=1_000)
+    src = source(tmp_path)
+    known = apply({}, changes(src))
+    os.utime(path, (2_000, 2_000))
+    path.chmod(0)
+    try:
+        [change] = changes(src, known)
+    finally:
+        path.chmod(0o644)
+    assert isinstance(change, Skipped) and change.reason.startswith("unreadable")
+
+
+def test_missing_root_raises_at_call_time(tmp_path: Path) -> None:
+    missing = source(tmp_path / "nope")
+    with pytest.raises(SourceError, match=r"workspace source 'ws': folder .*nope does not exist"):
+        scan(missing, {})
+    with pytest.raises(SourceError, match="does not exist"):
+        list_files(missing)
+    write(tmp_path, "file")
+    with pytest.raises(SourceError, match="is not a folder"):
+        scan(source(tmp_path / "file"), {})
+
+
+# --- symlinks ----------------------------------------------------------------------------
+
+
+def test_symlinks_are_followed_only_inside_the_root(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "root"
+    write(root, "real/a.md", "# A\n")
+    write(tmp_path, "outside/secret.md", "# secret\n")
+    os.symlink(tmp_path / "outside/secret.md", root / "leak.md")
+    os.symlink(tmp_path / "outside", root / "leakdir")
+    os.symlink(root / "real/a.md", root / "alias.md")
+    write(root, "hidden/b.md", "# B\n")
+    os.symlink(root / "hidden", root / "view")
+    os.symlink(root / "missing.md", root / "dangling.md")
+    os.symlink(tmp_path / "outside", root / "unrelated")  # outside `paths`: not even logged
+    os.symlink(tmp_path / "outside/secret.md", root / "real/pic.png")  # not included: quiet
+    src = source(root, paths=("real/**", "view/**", "leakdir/**", "leak.md", "alias.md", "dangling.md"))
+    with caplog.at_level(logging.WARNING):
+        found = upserted(changes(src))
+    assert found == {"real/a.md": "# A\n", "alias.md": "# A\n", "view/b.md": "# B\n"}
+    assert "leak.md" in caplog.text and "leakdir" in caplog.text
+    assert "unrelated" not in caplog.text and "pic.png" not in caplog.text
+
+
+def test_folder_reachable_twice_is_listed_under_its_real_path(tmp_path: Path) -> None:
+    write(tmp_path, "z-real/a.md")
+    os.symlink(tmp_path / "z-real", tmp_path / "a-link")
+    assert list(upserted(changes(source(tmp_path)))) == ["z-real/a.md"]
+
+
+def test_symlink_loops_terminate(tmp_path: Path) -> None:
+    write(tmp_path, "a/b/note.md")
+    os.symlink(tmp_path, tmp_path / "a/b/to-root")
+    os.symlink(tmp_path / "a", tmp_path / "a/b/to-parent")
+    os.symlink(tmp_path / "self", tmp_path / "self")
+    os.symlink(tmp_path / "ping", tmp_path / "pong")
+    os.symlink(tmp_path / "pong", tmp_path / "ping")
+    assert list(upserted(changes(source(tmp_path)))) == ["a/b/note.md"]
+
+
+# --- inbox, _meta.yaml, collections ------------------------------------------------------
+
+
+def test_inbox_at_library_or_collection_root_is_never_indexed(tmp_path: Path) -> None:
+    write(tmp_path, "inbox.md")
+    write(tmp_path, "coll/_meta.yaml", "name: coll\n")
+    write(tmp_path, "coll/inbox.md")
+    write(tmp_path, "coll/sub/inbox.md")  # not directly in the collection folder
+    write(tmp_path, "plain/inbox.md")  # not a collection
+    write(tmp_path, "coll/note.md")
+    found = upserted(changes(source(tmp_path, include=("*",))))  # `*` would admit _meta.yaml too
+    assert sorted(found) == ["coll/note.md", "coll/sub/inbox.md", "plain/inbox.md"]
+
+
+def test_scan_fills_the_nearest_collection(tmp_path: Path) -> None:
+    write(tmp_path, "_meta.yaml", "name: library\n")
+    write(tmp_path, "work/_meta.yaml", "name: work\ndescription: job\n")
+    write(tmp_path, "work/jira/_meta.yaml", "name: work/jira\n")
+    write(tmp_path, "work/jira/deep/n.md")
+    write(tmp_path, "work/w.md")
+    write(tmp_path, "top.md")
+    found = {c.file.path: c.file.collection for c in changes(source(tmp_path)) if isinstance(c, Upsert)}
+    assert found == {"work/jira/deep/n.md": "work/jira", "work/w.md": "work", "top.md": "library"}
+
+
+# --- safety and speed --------------------------------------------------------------------
+
+
+def test_scanning_never_changes_the_source_tree(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "# A\r\n")
+    write(tmp_path, "bin.md", b"\x00")
+    write(tmp_path, "coll/_meta.yaml", "name: [broken\n")
+    write(tmp_path, "coll/inbox.md")
+    write(tmp_path, "coll/big.md", "x" * 500)
+    os.symlink(tmp_path / "coll", tmp_path / "loop")
+    before = checksums(tmp_path)
+    src = source(tmp_path)
+    known = apply({}, changes(src, max_file_bytes=100))
+    changes(src, known, full=True, max_file_bytes=100)
+    list(list_files(src))
+    coverage_report(config(tmp_path, src))
+    assert checksums(tmp_path) == before
+
+
+def test_ten_thousand_unchanged_files_scan_fast(tmp_path: Path) -> None:
+    seed = write(tmp_path / "seed", "seed.md")
+    for d in range(50):
+        folder = tmp_path / "tree" / f"folder {d}" / "sub"
+        folder.mkdir(parents=True)
+        for i in range(200):
+            os.link(seed, folder / f"note {i}.md")  # hard links: far quicker to create than files
+    src = source(tmp_path / "tree")
+    known = {path: KnownFile("-", st.st_size, st.st_mtime) for path, st in list_files(src)}
+    assert len(known) == 10_000
+    start = time.perf_counter()
+    assert changes(src, known) == []
+    assert time.perf_counter() - start < 0.3
+
+
+# --- coverage report ---------------------------------------------------------------------
+
+
+def config(root: Path, *sources: WorkspaceSource) -> Config:
+    return Config(
+        path=None, root=root, db=root / "db.sqlite", log=root / "log.txt",
+        embedding=EmbeddingConfig(), sources={s.id: s for s in sources},
+    )
+
+
+def test_coverage_report_names_uncovered_markdown_folders(tmp_path: Path) -> None:
+    write(tmp_path, "notes/a.md")
+    write(tmp_path, "notes-archive/2023/x.md")
+    write(tmp_path, "notes-archive/2024/y.md")
+    write(tmp_path, "notes-archive/z.txt")
+    write(tmp_path, "mixed/covered.md")  # one admitted file covers the whole folder
+    write(tmp_path, "mixed/other/not.md")
+    write(tmp_path, "images/p.png")  # no markdown: not worth a line
+    write(tmp_path, ".hidden/h.md")  # hidden: ignored
+    write(tmp_path, "nested/sub/n.md")  # covered by a source rooted below it
+    write(tmp_path, "exact/e.md")  # covered by a source rooted at the folder itself
+    write(tmp_path, "single/one.md")
+    write(tmp_path, "top.md")  # not in a folder
+    main = source(tmp_path, paths=("notes/**", "mixed/covered.md"))
+    nested = WorkspaceSource(id="nested", root=tmp_path / "nested" / "sub", scope=Scope(paths=("**",)))
+    exact = WorkspaceSource(id="exact", root=tmp_path / "exact", scope=Scope(paths=("**",)))
+    root = os.path.realpath(tmp_path)
+    assert coverage_report(config(tmp_path, main, nested, exact)) == [
+        f"not indexed: notes-archive/ (2 .md files) under {root}",
+        f"not indexed: single/ (1 .md file) under {root}",
+    ]
+
+
+def test_coverage_report_stops_counting_when_nothing_can_be_covered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace, "COVERAGE_CAP", 3)
+    for i in range(5):
+        write(tmp_path, f"old/{i}.md")
+    write(tmp_path, "notes/a.md")
+    [line] = coverage_report(config(tmp_path, source(tmp_path, paths=("notes/**",))))
+    assert line.startswith("not indexed: old/ (≥3 .md files)")
+
+
+def test_coverage_report_ignores_missing_roots(tmp_path: Path) -> None:
+    assert coverage_report(config(tmp_path, source(tmp_path / "gone"))) == []
