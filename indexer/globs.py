@@ -60,10 +60,18 @@ class Scope:
     paths: tuple[str, ...] = ("**",)
     include: tuple[str, ...] = ("*.md",)
     exclude: tuple[str, ...] = ()
+    under: str = ""  # restrict to one file or folder (a scoped re-index); '' = everything
+
+    def within(self, path: str) -> Scope:
+        return Scope(self.paths, self.include, self.exclude, path.strip("/"))
+
+    def _in_under(self, path: str) -> bool:
+        return not self.under or path == self.under or path.startswith(self.under + "/")
 
     def admits(self, path: str) -> bool:
         return (
-            match_any(self.paths, path)
+            self._in_under(path)
+            and match_any(self.paths, path)
             and match_any(self.include, path)
             and not match_any(self.exclude, path)
         )
@@ -71,6 +79,10 @@ class Scope:
     def may_contain(self, folder: str) -> bool:
         """Cheap pruning for walkers: can any file below `folder` pass the `paths` gate?"""
         folder_parts = [p for p in folder.strip("/").split("/") if p]
+        under_parts = [p for p in self.under.split("/") if p]
+        n = min(len(under_parts), len(folder_parts))
+        if under_parts[:n] != folder_parts[:n]:
+            return False
         if folder and match_any(self.exclude, folder.strip("/") + "/"):
             return False
         for pattern in self.paths:

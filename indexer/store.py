@@ -22,7 +22,6 @@ import sqlite_vec
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
 MAX_KNN = 4096  # vec0's limit on k
 
@@ -92,8 +91,19 @@ MIGRATIONS: list[str] = [
       INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
     END;
     """,
+    """
+    CREATE TABLE collections (
+      source_id   TEXT NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
+      name        TEXT NOT NULL,
+      folder      TEXT NOT NULL,
+      description TEXT NOT NULL,
+      tags        TEXT NOT NULL,  -- JSON array
+      PRIMARY KEY (source_id, name)
+    );
+    """,
 ]
 
+SCHEMA_VERSION = len(MIGRATIONS)
 EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
 
 
@@ -226,8 +236,9 @@ class Store:
                 self.conn.execute(MIGRATIONS[number])
                 self.conn.execute(f"PRAGMA user_version = {number + 1}")
                 self._set_meta({"schema_version": str(number + 1)})
-                # bm25 weights: a hit in the breadcrumb (title, headings) counts double
-                self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
+                if number == 0:
+                    # bm25 weights: a hit in the breadcrumb (title, headings) counts double
+                    self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -413,6 +424,33 @@ class Store:
                 if row is not None:
                     found[digest] = row[0]
         return found
+
+    # ---- collections -----------------------------------------------------------------------
+
+    def replace_collections(self, source_id: str, collections: Iterable[tuple[str, str, str, Sequence[str]]]) -> None:
+        """Store a source's collections as (name, folder, description, tags)."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM collections WHERE source_id = ?", (source_id,))
+            for name, folder, description, tags in collections:
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO collections(source_id, name, folder, description, tags) VALUES (?, ?, ?, ?, ?)",
+                    (source_id, name, folder, description, json.dumps(list(tags), ensure_ascii=False)),
+                )
+
+    def collections(self) -> list[dict[str, object]]:
+        """Every collection with its file and chunk counts, by name."""
+        rows = self.conn.execute(
+            """SELECT k.source_id, k.name, k.folder, k.description, k.tags,
+                      (SELECT COUNT(*) FROM files f WHERE f.source_id = k.source_id AND f.collection = k.name)
+               FROM collections k ORDER BY k.name, k.source_id"""
+        )
+        keys = ("source_id", "name", "folder", "description", "tags", "files")
+        out = []
+        for row in rows:
+            item = dict(zip(keys, row))
+            item["tags"] = json.loads(str(item["tags"]))
+            out.append(item)
+        return out
 
     # ---- embeddings ------------------------------------------------------------------------
 

@@ -8,12 +8,14 @@ therefore leaves a consistent index that the next run completes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from indexer import chunker
+from indexer.collections import find_collections
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.embedders import Embedder
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
@@ -154,12 +156,22 @@ class Syncer:
 
     # ---- per source -------------------------------------------------------------------------
 
-    def sync_workspace(self, source: WorkspaceSource, full: bool) -> SourceReport:
+    def sync_workspace(self, source: WorkspaceSource, full: bool, path: str | None = None) -> SourceReport:
         report = SourceReport(source.id, source.kind)
         known_files = self.store.known_files(source.id)
+        if path:
+            # a scoped re-index: walk and compare only below `path`
+            source = dataclasses.replace(source, scope=source.scope.within(path))
+            prefix = path.strip("/")
+            known_files = {p: k for p, k in known_files.items() if p == prefix or p.startswith(prefix + "/")}
         changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
         self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
         if report.changed or full:
+            if not path:
+                found = find_collections(source.id, source.root, source.scope, log)
+                self.store.replace_collections(
+                    source.id, [(c.name, c.folder, c.description, c.tags) for c in found]
+                )
             self.store.mark_synced(source.id)
         return report
 
@@ -195,7 +207,7 @@ class Syncer:
 
     # ---- embeddings -------------------------------------------------------------------------
 
-    def embed_pending(self, report: SyncReport) -> None:
+    def embed_pending(self, report: SyncReport, deadline: float | None = None) -> None:
         total = self.store.count_pending_all()
         if total == 0:
             return
@@ -234,13 +246,23 @@ class Syncer:
             report.embedded += self.store.store_vectors(ids, vectors[[unique[d] for _, d, _ in rows]])
             done += len(rows)
             self.progress("embed", done, total)
+            if deadline is not None and time.monotonic() >= deadline:
+                return
 
     # ---- the run ----------------------------------------------------------------------------
 
-    def run(self, source_ids: list[str] | None, full: bool) -> SyncReport:
+    def run(
+        self, source_ids: list[str] | None, full: bool, path: str | None = None, embed_budget: float | None = None
+    ) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
+        if embed_budget is not None and (identity_mismatch(self.config, self.store.meta()) or not self.store.has_vector_table()):
+            # a catch-up inside a query never starts a rebuild: that is sync's job
+            report.embed_notice = "index needs a full sync (embedding identity changed); catch-up skipped"
+            return report
         report.rebuilt, rechunk = self.ensure_identity()
+        if embed_budget is not None:
+            rechunk = False
         selected = source_ids or list(self.config.sources)
         if not source_ids:
             for stale in set(self.store.source_ids()) - set(self.config.sources):
@@ -253,7 +275,7 @@ class Syncer:
                 if isinstance(source, GitSource):
                     result = self.sync_git(source, full or rechunk)
                 else:
-                    result = self.sync_workspace(source, full or rechunk)
+                    result = self.sync_workspace(source, full or rechunk, path)
             except NotesSearchError as exc:
                 result = SourceReport(source.id, source.kind, error=str(exc))
                 log.error("source %s: %s", source.id, exc)
@@ -261,9 +283,11 @@ class Syncer:
             report.sources.append(result)
         if rechunk and not source_ids and not report.failed:
             self.store.set_meta({"chunker_version": chunker.CHUNKER_VERSION})
-        self.embed_pending(report)
+        deadline = None if embed_budget is None else started + embed_budget
+        self.embed_pending(report, deadline)
         report.pending = self.store.count_pending_all()
-        report.coverage = workspace.coverage_report(self.config)
+        if path is None and embed_budget is None:
+            report.coverage = workspace.coverage_report(self.config)
         for line in report.coverage:
             log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
@@ -280,11 +304,17 @@ def run_sync(
     *,
     source_ids: list[str] | None = None,
     full: bool = False,
+    path: str | None = None,
     embedder_factory: Callable[[], Embedder],
     progress: Progress | None = None,
     lock_timeout: float = 0.0,
+    embed_budget: float | None = None,
 ) -> SyncReport:
-    """Take the lock (held -> report.locked, nothing done), then sync."""
+    """Take the lock (held -> report.locked, nothing done), then sync.
+
+    `path` limits workspace sources to one file or folder; `embed_budget` (seconds) bounds the
+    embedding work, leaving the rest pending, for catch-ups that must stay interactive.
+    """
     for source_id in source_ids or []:
         config.source(source_id)  # unknown ids fail before any work
     lock = SyncLock(config.lock_path)
@@ -293,7 +323,7 @@ def run_sync(
     try:
         store = Store.open(config.db)
         try:
-            report = Syncer(config, store, embedder_factory, progress).run(source_ids, full)
+            report = Syncer(config, store, embedder_factory, progress).run(source_ids, full, path, embed_budget)
         finally:
             store.close()
     finally:
@@ -312,3 +342,29 @@ def _log_summary(report: SyncReport) -> None:
             )
     if report.changed:
         log.info("sync done in %.2fs: %d chunks embedded, %d pending", report.seconds, report.embedded, report.pending)
+
+
+CATCH_UP_BUDGET = 1.0  # seconds of embedding a search may spend on what changed on disk
+
+
+def catch_up(
+    config: Config,
+    source_ids: tuple[str, ...],
+    path: str | None,
+    embedder_factory: Callable[[], Embedder],
+) -> str | None:
+    """Index what changed in the searched workspace scope, so an edit made just before a search
+    is found by it (seed B §8). Bounded: embedding stops after CATCH_UP_BUDGET and the rest stays
+    pending (found by keywords; the search says so). Returns a notice when the index may lag."""
+    workspace_ids = [
+        sid for sid, src in config.sources.items()
+        if isinstance(src, WorkspaceSource) and (not source_ids or sid in source_ids)
+    ]
+    if not workspace_ids or not config.db.exists():
+        return None
+    report = run_sync(
+        config, source_ids=workspace_ids, path=path, embedder_factory=embedder_factory, embed_budget=CATCH_UP_BUDGET
+    )
+    if report.locked:
+        return "a sync is running: results may lag the disk by a few seconds"
+    return report.embed_notice

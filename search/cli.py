@@ -16,7 +16,7 @@ from indexer.config import STARTER_CONFIG, Config, find_config, load_config
 from indexer.embedders import Embedder, make_embedder
 from indexer.errors import NotesSearchError
 from indexer.store import SearchScope, Store
-from indexer.sync import SyncReport, identity_mismatch, run_sync
+from indexer.sync import SyncReport, catch_up, identity_mismatch, run_sync
 from search.engine import MODES, SearchResponse, search
 
 log = logging.getLogger("notes_search")
@@ -242,11 +242,14 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     """Search the index."""
     config = app.config
     scope = make_scope(config, source_ids, collection, path)
+    lag = catch_up(config, scope.source_ids, scope.path, app.embedder) if scope.path or scope.source_ids else None
     store = app.open_store(readonly=True)
     try:
         response = search(store, config, text, k=k, mode=mode, scope=scope, embedder_factory=app.embedder)
     finally:
         store.close()
+    if lag:
+        response.notice = f"{response.notice}; {lag}" if response.notice else lag
     if as_json:
         emit_json(response.to_json(explain=explain))
         if response.notice and response.degraded:

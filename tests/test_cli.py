@@ -9,7 +9,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from indexer.config import EmbeddingConfig, load_config
+from indexer.lock import SyncLock
 from search import cli as cli_module
+from tests.conftest import write
 from tests.fakes import FakeEmbedder
 
 
@@ -215,3 +217,29 @@ def test_init_writes_a_working_config(tmp_path: Path, notes: Path, monkeypatch: 
     assert config.sources["notes"].root == notes
     again = CliRunner().invoke(cli_module.cli, ["init", str(notes)])
     assert again.exit_code == 1 and "already exists" in again.output
+
+
+def test_edit_right_before_a_scoped_search_is_found(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    with (notes / "travel/kazan.md").open("a", encoding="utf-8") as fh:
+        fh.write("\nКазанский кот Барсик спит на вокзале.\n")
+    write(notes, {"travel/new.md": "# Nová poznámka\n\nOkoun říční chytaný na Lipně.\n"})
+    data = query_json(run, "Барсик", "--path", "travel")
+    assert paths(data)[0] == "travel/kazan.md"
+    assert "Барсик" in data["results"][0]["text"]
+    assert paths(query_json(run, "okoun Lipno", "--source", "notes"))[0] == "travel/new.md"
+    (notes / "travel/new.md").unlink()
+    assert "travel/new.md" not in paths(query_json(run, "okoun Lipno", "--path", "travel"))
+
+
+def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    write(notes, {"travel/new.md": "# Nová\n\nOkoun říční.\n"})
+    lock = SyncLock(load_config(config_path).lock_path)
+    assert lock.acquire()
+    try:
+        data = query_json(run, "okoun", "--path", "travel")
+        assert "a sync is running" in data["notice"]
+        assert "travel/new.md" not in paths(data)
+    finally:
+        lock.release()

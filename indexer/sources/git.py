@@ -1,0 +1,490 @@
+"""Git source driver: a read-only bare mirror per source, indexed by diffing trees.
+
+Network vs local
+    Everything that talks to the remote (`ls-remote`, `clone --mirror`, `fetch`) runs the
+    `git` command line, because only git itself honours the user's whole setup: ssh-agent,
+    ~/.ssh/config (Host aliases, IdentityFile, ProxyJump, ControlMaster), GIT_SSH_COMMAND /
+    core.sshCommand, credential helpers (libsecret, osxkeychain, store, cache, GCM), url.insteadOf,
+    http.proxy and CA settings. libgit2 would need our own credential callbacks and still miss
+    most of that. Everything local (refs, diffs, blobs, commit times) uses pygit2, in process.
+
+What credentials work
+    Git runs without a terminal (its own session, stdin closed, GIT_TERMINAL_PROMPT=0), so it
+    can never hang on a prompt in cron or a hook: ssh keys via the agent or without passphrase,
+    known hosts already accepted once (`ssh -T host` by hand), https through a credential helper.
+    Anything that would need typing fails fast and becomes a one-line SourceError naming the
+    source and the url (a password embedded in the url is masked in messages). Every call has
+    a timeout and the whole process group (git and its ssh) is killed when it expires.
+
+Mirror
+    `source.mirror` is our cache: created with `clone --mirror --no-local` (no hardlinks into a
+    local upstream), refreshed with `fetch --prune --force <url> +refs/*:refs/*` (the url always
+    comes from the config, the mirror's `origin` is not consulted). Our fetch passes
+    `-c core.hooksPath=/dev/null` so the mirror's reference-transaction hook does not start a
+    second sync while we index in process. Nothing is ever written upstream and no working tree
+    is checked out. A mirror that is not a valid repository (or whose branch points at missing
+    objects) is deleted and cloned again, but only if it looks like a git directory or is empty;
+    anything else (a folder with other files, a working tree, a bare repository that is not a
+    mirror) raises SourceError and is left untouched.
+
+Change contract of `changes(source, old_rev, new_rev)`
+    Incremental (old_rev is a commit present in the mirror, full=False): the exact tree diff
+    old_rev -> new_rev. A tree diff compares two snapshots, so it is exact even when old_rev is
+    not an ancestor; the sync still passes old_rev only when `is_ancestor(source, old_rev,
+    new_rev)` (conservative after a force-push), and is_ancestor is False for a missing old_rev.
+    Full (full=True, old_rev None, or old_rev not in the mirror, e.g. pruned by gc after a
+    force-push or a re-cloned mirror): one Upsert per admitted, readable file of new_rev and no
+    Deletes. The CALLER must then delete every indexed path of this source that is not in
+    `tree_paths(source, new_rev)`.
+    In both modes:
+    - Upserts come first and Deletes after, so the content of a renamed file (Delete(old) +
+      Upsert(new), same sha256) is still in the store when the new path arrives and its
+      vectors can be reused by content hash.
+    - A file whose new content cannot be indexed (binary, invalid UTF-8, too large) yields
+      Delete(path) then Skipped(path, reason): no stale text survives, whatever the caller does
+      with Skipped. Symlinks and submodules are never indexed: Skipped plus a log line.
+    - Scope is applied to both sides: a file moved out of scope is a Delete, into scope an Upsert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pygit2
+from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
+
+from indexer.config import GitSource
+from indexer.errors import SourceError
+from indexer.globs import Scope
+from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
+
+LS_REMOTE_TIMEOUT = 60.0  # seconds; one round trip
+TRANSFER_TIMEOUT = 900.0  # seconds; a first clone of a large notes repository over a slow link
+
+_log = logging.getLogger(__name__)
+
+_BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
+
+# `git rev-parse --local-env-vars`: set when we run inside a git hook, they would point our git
+# commands at the repository that ran the hook instead of the mirror or the url we name.
+_REPO_LOCAL_ENV = frozenset({
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
+    "GIT_SHALLOW_FILE", "GIT_COMMON_DIR", "GIT_QUARANTINE_PATH", "GIT_NAMESPACE",
+})
+
+# Entries a bare repository may hold; a folder with anything else is not ours to delete.
+_GIT_DIR_ENTRIES = frozenset({
+    "HEAD", "config", "description", "hooks", "info", "objects", "refs", "packed-refs",
+    "FETCH_HEAD", "ORIG_HEAD", "logs", "branches", "shallow", "gc.log", "gc.pid",
+    "commondir", "modules", "worktrees",
+})
+
+
+# ---------------------------------------------------------------------------------- network
+
+
+def _error(source: GitSource, what: str, reason: str) -> SourceError:
+    """One line naming the source and url; an embedded password never reaches a log."""
+    line = " ".join(f"git source {source.id!r} ({source.url}): {what}: {reason}".split())
+    password = urlsplit(source.url).password if "://" in source.url else None
+    return SourceError(line.replace(password, "***") if password else line)
+
+
+def _reason(stderr: str, returncode: int) -> str:
+    """The first line git printed that is not a warning or hint (ssh's own error comes first)."""
+    for line in stderr.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("warning:", "hint:")):
+            return line
+    return f"git exited with status {returncode}"
+
+
+def _run_git(source: GitSource, args: list[str], *, timeout: float, what: str) -> str:
+    """Run git detached from any terminal; output goes to files because an ssh ControlPersist
+    master inherits stderr and would keep a pipe open long after git exited."""
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCAL_ENV}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                ["git", *args], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                env=env, start_new_session=True,
+            )
+        except OSError as exc:
+            raise _error(source, what, f"cannot run git: {exc}") from None
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise _error(source, what, f"timed out after {timeout:g} s") from None
+        except BaseException:  # Ctrl-C: git runs in its own session and would outlive us
+            _kill_group(proc)
+            raise
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    if returncode != 0:
+        raise _error(source, what, _reason(stderr, returncode))
+    return stdout
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _remote_branch(source: GitSource) -> tuple[str | None, str]:
+    """(ref name, commit) of the branch to index on the remote, from one ls-remote round trip.
+
+    The ref name is None only when the remote's HEAD is detached.
+    """
+    if source.branch:
+        ref = f"refs/heads/{source.branch}"
+        out = _run_git(source, ["ls-remote", "--", source.url, ref],
+                       timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+        for line in out.splitlines():
+            rev, _, name = line.partition("\t")
+            if name == ref:
+                return ref, rev
+        raise _error(source, "ls-remote", f"branch {source.branch!r} not found on the remote")
+    out = _run_git(source, ["ls-remote", "--symref", "--", source.url, "HEAD"],
+                   timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+    symref: str | None = None
+    for line in out.splitlines():
+        left, _, name = line.partition("\t")
+        if name != "HEAD":
+            continue
+        if left.startswith("ref: "):
+            symref = left.removeprefix("ref: ")
+        else:
+            return symref, left
+    raise _error(source, "ls-remote", "the remote has no commits (empty repository?)")
+
+
+def remote_head(source: GitSource) -> str:
+    """The commit the remote's branch points to, without fetching (cheap change detection)."""
+    return _remote_branch(source)[1]
+
+
+def _local_path(url: str) -> Path | None:
+    """The folder a local url (path or file://) names; None for network urls (incl. scp-style)."""
+    if url.startswith("file://"):
+        return Path(unquote(urlsplit(url).path))
+    if "://" in url or ":" in url.split("/", 1)[0]:
+        return None
+    return Path(url)
+
+
+def _open(path: Path) -> pygit2.Repository | None:
+    """The bare repository at exactly `path` (no search upwards into an enclosing repository)."""
+    try:
+        repo = pygit2.Repository(str(path), RepositoryOpenFlag.NO_SEARCH)
+        repo.references["HEAD"]  # libgit2 opens a repository whose HEAD file is garbage
+    except (KeyError, pygit2.GitError):
+        return None
+    return repo if repo.is_bare else None
+
+
+def _is_mirror(repo: pygit2.Repository) -> bool:
+    """Made by `clone --mirror` (ours), not a bare repository the user pushes to."""
+    try:
+        return repo.config.get_bool("remote.origin.mirror")
+    except (KeyError, pygit2.GitError):
+        return False
+
+
+def _clear_for_clone(source: GitSource) -> None:
+    """Remove a broken mirror; refuse to touch anything that does not look like one."""
+    path = source.mirror
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink():
+        names = {n for n in os.listdir(path) if not n.endswith(".lock")}
+        if not names:
+            shutil.rmtree(path)
+            return
+        if names <= _GIT_DIR_ENTRIES and names & {"HEAD", "objects", "refs"}:
+            shutil.rmtree(path)
+            return
+    raise _error(source, "mirror", f"{path} exists but is not a bare git mirror; "
+                                   "refusing to replace it (move it away or change `mirror:`)")
+
+
+def _clone(source: GitSource) -> None:
+    """clone --mirror into a temporary sibling, then rename: an interrupted clone leaves no
+    half-filled mirror behind."""
+    path = source.mirror
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
+    try:
+        _run_git(source, ["-c", "core.hooksPath=/dev/null", "clone", "--mirror", "--no-local",
+                          "--quiet", "--", source.url, str(tmp)],
+                 timeout=TRANSFER_TIMEOUT, what="clone --mirror")
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def sync_mirror(source: GitSource) -> str:
+    """Create or refresh the mirror and return the commit of the selected branch in it."""
+    local = _local_path(source.url)
+    if local is not None and local.resolve() == source.mirror.resolve():
+        raise _error(source, "mirror", "the mirror path is the upstream repository itself")
+    repo = _open(source.mirror)
+    if repo is None:
+        _clear_for_clone(source)
+    else:
+        if not _is_mirror(repo):
+            raise _error(source, "mirror", f"{source.mirror} is a bare repository but not a mirror "
+                                           "(remote.origin.mirror unset); refusing to overwrite its refs")
+        default_ref = None if source.branch else _remote_branch(source)[0]
+        _run_git(source, ["--git-dir", str(source.mirror), "-c", "core.hooksPath=/dev/null",
+                          "fetch", "--quiet", "--prune", "--force", "--", source.url, "+refs/*:refs/*"],
+                 timeout=TRANSFER_TIMEOUT, what="fetch")
+        # fetch never moves HEAD: follow a remote whose default branch changed
+        if default_ref is not None and default_ref in repo.references \
+                and repo.references["HEAD"].target != default_ref:
+            repo.set_head(default_ref)
+        head = _branch_head(source, repo)
+        if _commit(repo, head) is not None:
+            return head
+        # refs survived but objects did not (a fetch that had nothing to update cannot notice)
+        _log.warning("git source %s: mirror %s lacks commit %s; cloning it again", source.id, source.mirror, head)
+        shutil.rmtree(source.mirror)
+    _clone(source)  # clone --mirror sets HEAD to the remote's default branch
+    return _branch_head(source, _mirror(source))
+
+
+# ------------------------------------------------------------------------------------ local
+
+
+def _mirror(source: GitSource) -> pygit2.Repository:
+    repo = _open(source.mirror)
+    if repo is None:
+        raise _error(source, "mirror", f"no mirror at {source.mirror} (run sync first)")
+    return repo
+
+
+def _branch_head(source: GitSource, repo: pygit2.Repository) -> str:
+    name = f"refs/heads/{source.branch}" if source.branch else "HEAD"
+    try:
+        return str(repo.references[name].resolve().target)
+    except (KeyError, pygit2.GitError):
+        what = f"branch {source.branch!r}" if source.branch else "HEAD (no commits?)"
+        raise _error(source, "mirror", f"{what} not found in {source.mirror}") from None
+
+
+def mirror_head(source: GitSource) -> str | None:
+    """The commit of the selected branch in the existing mirror (no network); None if no mirror."""
+    repo = _open(source.mirror)
+    return None if repo is None else _branch_head(source, repo)
+
+
+def _commit(repo: pygit2.Repository, rev: str | pygit2.Oid) -> pygit2.Commit | None:
+    try:
+        obj = repo.get(rev) if isinstance(rev, pygit2.Oid) else repo.revparse_single(rev)
+        return None if obj is None else obj.peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+
+
+def is_ancestor(source: GitSource, old_rev: str, new_rev: str) -> bool:
+    """May the index move from old_rev to new_rev incrementally? False after a force-push that
+    rewrote old_rev away, or when old_rev is no longer in the mirror."""
+    repo = _mirror(source)
+    new = _commit(repo, new_rev)
+    if new is None:
+        raise _error(source, "mirror", f"revision {new_rev} not found in {source.mirror}")
+    old = _commit(repo, old_rev)
+    return old is not None and (old.id == new.id or repo.descendant_of(new.id, old.id))
+
+
+def _relevant(scope: Scope, path: str, mode: int) -> bool:
+    """Does this tree entry concern the source? Submodules count when their folder is in scope,
+    so a user sees in the log that notes inside one are not followed."""
+    if mode == FileMode.COMMIT:
+        return scope.may_contain(path)
+    return scope.admits(path)
+
+
+def _entries(tree: pygit2.Tree, scope: Scope, prefix: str = "") -> Iterator[tuple[str, pygit2.Oid, int]]:
+    """(path, oid, mode) of every relevant non-tree entry, pruning folders the scope excludes."""
+    for entry in tree:
+        path = prefix + entry.name
+        if entry.filemode == FileMode.TREE:
+            if scope.may_contain(path):
+                yield from _entries(entry, scope, path + "/")
+        elif _relevant(scope, path, entry.filemode):
+            yield path, entry.id, entry.filemode
+
+
+def tree_paths(source: GitSource, rev: str) -> set[str]:
+    """Admitted regular files of `rev`: in the full contract, everything else indexed goes."""
+    repo = _mirror(source)
+    commit = _commit(repo, rev)
+    if commit is None:
+        raise _error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+    return {path for path, _, mode in _entries(commit.tree, source.scope) if mode in _BLOB_MODES}
+
+
+def _blob_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
+    try:
+        return tree[path].id
+    except KeyError:
+        return None
+
+
+def _introduced(commit: pygit2.Commit, wanted: dict[str, pygit2.Oid]) -> list[str]:
+    """Paths whose wanted blob appears in `commit` and in none of its parents.
+
+    Matching the final blob (not "any change") skips side-branch edits a merge discarded,
+    and a merge that is identical to one parent introduces nothing, as in `git log -- path`.
+    """
+    if not commit.parents:
+        return [p for p, oid in wanted.items() if _blob_id(commit.tree, p) == oid]
+    first, *others = commit.parents
+    found = [d.new_file.path for d in first.tree.diff_to_tree(commit.tree).deltas
+             if wanted.get(d.new_file.path) == d.new_file.id]
+    for parent in others:
+        found = [p for p in found if _blob_id(parent.tree, p) != wanted[p]]
+    return found
+
+
+def last_change_times(
+    repo: pygit2.Repository, rev: str | pygit2.Oid, paths: Iterable[str], *, since: str | pygit2.Oid | None = None,
+) -> dict[str, float]:
+    """Commit time of the commit that gave each path its content at `rev` (recency ranking).
+
+    Walks newest first and stops once every path is assigned. With `since` (the previously
+    indexed commit) only the new commits are walked first; paths whose content came from older
+    history (a force-push back to old content) continue into the full history. Paths still
+    unassigned (shallow history) get the commit time of `rev`.
+    """
+    head = _commit(repo, rev)
+    if head is None:
+        raise KeyError(f"revision {rev} not found")
+    wanted = {p: oid for p in paths if (oid := _blob_id(head.tree, p)) is not None}
+    times: dict[str, float] = {}
+    seen: set[pygit2.Oid] = set()
+    for hide in ([since] if since is not None else []) + [None]:
+        walker = repo.walk(head.id, SortMode.TIME)
+        if hide is not None:
+            walker.hide(hide)
+        for commit in walker:
+            if not wanted:
+                break
+            if commit.id in seen:
+                continue
+            seen.add(commit.id)
+            for path in _introduced(commit, wanted):
+                times[path] = float(commit.commit_time)
+                del wanted[path]
+    times.update(dict.fromkeys(wanted, float(head.commit_time)))
+    return times
+
+
+def _read(repo: pygit2.Repository, path: str, oid: pygit2.Oid, updated_at: float,
+          max_file_bytes: int) -> FileVersion | str:
+    """The file as text, or the reason it cannot be indexed."""
+    _, size = repo.odb.read_header(oid)
+    if size > max_file_bytes:
+        return f"too large ({size} bytes > {max_file_bytes})"
+    data = repo[oid].data
+    if b"\0" in data:
+        return "binary"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "invalid UTF-8"
+    return FileVersion(
+        path=path,
+        text=text.removeprefix("\ufeff"),
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=size,
+        mtime=None,
+        updated_at=updated_at,
+    )
+
+
+def changes(
+    source: GitSource,
+    old_rev: str | None,
+    new_rev: str,
+    *,
+    full: bool = False,
+    max_file_bytes: int = 5_000_000,
+    log: logging.Logger | None = None,
+) -> Iterator[Change]:
+    """What to apply to the index to move it from old_rev to new_rev (contract: module doc)."""
+    log = log or _log
+    repo = _mirror(source)
+    new = _commit(repo, new_rev)
+    if new is None:
+        raise _error(source, "diff", f"revision {new_rev} not found in {source.mirror}")
+    old = None if full or old_rev is None else _commit(repo, old_rev)
+    scope = source.scope
+
+    arrivals: list[tuple[str, pygit2.Oid, int]] = []
+    departures: list[str] = []
+    if old is None:
+        arrivals = list(_entries(new.tree, scope))
+    else:
+        # No rename detection: a rename already shows as DELETED old + ADDED new, which is
+        # exactly the Delete + Upsert the store needs; find_similar would only spend time.
+        for delta in old.tree.diff_to_tree(new.tree).deltas:
+            before = None if delta.status == DeltaStatus.ADDED else delta.old_file
+            after = None if delta.status == DeltaStatus.DELETED else delta.new_file
+            if after is not None and _relevant(scope, after.path, after.mode):
+                arrivals.append((after.path, after.id, after.mode))
+            if (before is not None and before.mode in _BLOB_MODES and scope.admits(before.path)
+                    and (after is None or after.mode not in _BLOB_MODES)):
+                departures.append(before.path)
+
+    blobs = [(path, oid) for path, oid, mode in arrivals if mode in _BLOB_MODES]
+    times = last_change_times(repo, new.id, [path for path, _ in blobs],
+                              since=None if old is None else old.id)
+    for path, oid in blobs:
+        version = _read(repo, path, oid, times[path], max_file_bytes)
+        if isinstance(version, FileVersion):
+            yield Upsert(version)
+        else:
+            yield Delete(path)
+            yield Skipped(path, version)
+    for path, _, mode in arrivals:
+        if mode not in _BLOB_MODES:
+            kind = "submodule" if mode == FileMode.COMMIT else "symlink"
+            log.info("git source %s: skipped %s %s (not followed)", source.id, kind, path)
+            yield Skipped(path, f"{kind} (not followed)")
+    for path in departures:
+        yield Delete(path)
+
+
+def read_blob(source: GitSource, rev: str, path: str) -> bytes:
+    """A file's bytes at `rev`, straight from the object database (for `show`)."""
+    repo = _mirror(source)
+    commit = _commit(repo, rev)
+    if commit is None:
+        raise _error(source, "read", f"revision {rev} not found in {source.mirror}")
+    try:
+        entry = commit.tree[path]
+    except KeyError:
+        raise _error(source, "read", f"{path} not found at {rev}") from None
+    if entry.filemode not in _BLOB_MODES:
+        raise _error(source, "read", f"{path} at {rev} is not a regular file")
+    return repo[entry.id].data
