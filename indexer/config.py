@@ -42,6 +42,15 @@ class EmbeddingConfig:
         }
 
 
+def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str]:
+    """Human descriptions of every identity key where the index and the config disagree."""
+    return [
+        f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
+        for key, value in config.identity().items()
+        if meta.get(key) != value
+    ]
+
+
 @dataclass(frozen=True)
 class WorkspaceSource:
     id: str
@@ -158,6 +167,16 @@ def _resolve(base: Path, value: str) -> Path:
     return path if path.is_absolute() else (base / path)
 
 
+def _resolve_url(base: Path, url: str) -> str:
+    """Local-path remotes are relative to `root` like every other path; real URLs stay as written."""
+    if "://" in url:
+        return url
+    before_slash = url.split("/", 1)[0]
+    if ":" in before_slash and not Path(url).exists():
+        return url  # scp-style: user@host:repo.git
+    return str(_resolve(base, url))
+
+
 def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     c.known(raw, EMBEDDING_KEYS, "embedding")
     provider = raw.get("provider")
@@ -241,7 +260,7 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
         _check_id(source_id, key, c)
         spec = c.mapping(spec, key)
         c.known(spec, GIT_KEYS, key)
-        url = c.string(spec.get("url"), f"{key}.url")
+        url = _resolve_url(root, c.string(spec.get("url"), f"{key}.url"))
         mirror = _resolve(root, c.string(spec.get("mirror", f"mirrors/{source_id}.git"), f"{key}.mirror"))
         branch = spec.get("branch")
         if branch is not None:

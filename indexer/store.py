@@ -8,19 +8,24 @@ foreign-key target, so every path that removes chunks removes their vectors expl
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import apsw
-import numpy as np
-import sqlite_vec
 
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
+
+if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
+    import numpy as np
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_KNN = 4096  # vec0's limit on k
@@ -104,6 +109,14 @@ MIGRATIONS: list[str] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+def vec_extension_path() -> str:
+    """sqlite-vec's loadable library, found without importing the package (it pulls in numpy)."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise StoreError("sqlite-vec is not installed: run ./install.sh")
+    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+
+
 EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
 
 
@@ -202,7 +215,7 @@ class Store:
             conn = apsw.Connection(str(path), flags=flags)
             conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             conn.enable_load_extension(True)
-            conn.load_extension(sqlite_vec.loadable_path())
+            conn.load_extension(vec_extension_path())
             conn.enable_load_extension(False)
             conn.execute("PRAGMA foreign_keys = ON")
             if not readonly:
@@ -464,6 +477,7 @@ class Store:
 
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
         """Attach vectors to chunks that still exist and are still pending. Returns how many."""
+        import numpy as np
         now = utc_now()
         stored = 0
         with self.transaction():
@@ -496,6 +510,8 @@ class Store:
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[tuple[int, float]]:
         """(chunk id, cosine distance) nearest first: the exact top-k inside the scope."""
+        import numpy as np
+
         if not self.has_vector_table():
             return []
         params: dict[str, object] = {"q": np.asarray(vector, dtype=np.float32).tobytes(), "k": min(k, MAX_KNN)}
@@ -600,3 +616,7 @@ class Store:
                       embedded_at IS NOT NULL FROM chunks ORDER BY source_id, path, chunk_idx"""
         ).fetchall()
 
+    def sources_with_file(self, path: str) -> list[str]:
+        """Ids of the sources whose index holds `path` (a bare PATH names every one of them)."""
+        rows = self.conn.execute("SELECT source_id FROM files WHERE path = ? ORDER BY source_id", (path,))
+        return [r[0] for r in rows]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from indexer import chunker
 from indexer.collections import find_collections
-from indexer.config import Config, GitSource, Source, WorkspaceSource
+from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
 from indexer.embedders import Embedder
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
 from indexer.lock import SyncLock
@@ -68,16 +68,6 @@ class SyncReport:
         return [s for s in self.sources if s.error]
 
 
-def identity_mismatch(config: Config, meta: dict[str, str]) -> list[str]:
-    """Human descriptions of every identity key where the index and the config disagree."""
-    wanted = config.embedding.identity()
-    return [
-        f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
-        for key, value in wanted.items()
-        if meta.get(key) != value
-    ]
-
-
 class Syncer:
     """One sync run. Holds no state between runs: the database is the state."""
 
@@ -99,8 +89,8 @@ class Syncer:
         """Rebuild the vector space if the config's differs. Returns (why rebuilt, rechunk needed)."""
         meta = self.store.meta()
         rebuilt = None
-        if not self.store.has_vector_table() or identity_mismatch(self.config, meta):
-            mismatch = identity_mismatch(self.config, meta)
+        if not self.store.has_vector_table() or identity_mismatch(self.config.embedding, meta):
+            mismatch = identity_mismatch(self.config.embedding, meta)
             if self.store.has_vector_table() and meta.get("embedding_model") is not None:
                 rebuilt = "embedding space changed (" + "; ".join(mismatch) + "): old vectors dropped"
                 log.warning("%s", rebuilt)
@@ -256,7 +246,7 @@ class Syncer:
     ) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
-        if embed_budget is not None and (identity_mismatch(self.config, self.store.meta()) or not self.store.has_vector_table()):
+        if embed_budget is not None and (identity_mismatch(self.config.embedding, self.store.meta()) or not self.store.has_vector_table()):
             # a catch-up inside a query never starts a rebuild: that is sync's job
             report.embed_notice = "index needs a full sync (embedding identity changed); catch-up skipped"
             return report

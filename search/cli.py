@@ -12,12 +12,16 @@ from typing import Any
 
 import click
 
-from indexer.config import STARTER_CONFIG, Config, find_config, load_config
-from indexer.embedders import Embedder, make_embedder
+from typing import TYPE_CHECKING
+
+from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, identity_mismatch, load_config
 from indexer.errors import NotesSearchError
 from indexer.store import SearchScope, Store
-from indexer.sync import SyncReport, catch_up, identity_mismatch, run_sync
 from search.engine import MODES, SearchResponse, search
+
+if TYPE_CHECKING:  # heavy imports (numpy, requests, pygit2, markdown-it) load only when a command needs them
+    from indexer.embedders import Embedder
+    from indexer.sync import SyncReport
 
 log = logging.getLogger("notes_search")
 
@@ -30,6 +34,12 @@ class CliGroup(click.Group):
             return super().invoke(ctx)
         except NotesSearchError as exc:
             raise click.ClickException(str(exc)) from None
+
+
+def make_embedder(config: EmbeddingConfig) -> Embedder:
+    from indexer.embedders import make_embedder as build
+
+    return build(config)
 
 
 @dataclass
@@ -133,6 +143,8 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
 
     Exits 0 at once, silently, when another sync holds the lock.
     """
+    from indexer.sync import run_sync
+
     config = app.config
     interactive = sys.stderr.isatty() and not quiet and not as_json
     progress, finish = _progress_printer() if interactive else (None, lambda: None)
@@ -242,6 +254,8 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     """Search the index."""
     config = app.config
     scope = make_scope(config, source_ids, collection, path)
+    from indexer.sync import catch_up
+
     lag = catch_up(config, scope.source_ids, scope.path, app.embedder) if scope.path or scope.source_ids else None
     store = app.open_store(readonly=True)
     try:
@@ -291,7 +305,7 @@ def status(app: App, as_json: bool) -> None:
         meta = store.meta()
     finally:
         store.close()
-    mismatch = identity_mismatch(config, meta)
+    mismatch = identity_mismatch(config.embedding, meta)
     data = {
         "db": str(config.db),
         "embedding": {

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from indexer.config import Config
-from indexer.embedders import Embedder
+from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import SearchScope, Store
-from indexer.sync import identity_mismatch
 from search.fusion import rrf
 from search.querybuild import build_fts_query
+
+if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
+    import numpy as np
+
+    from indexer.embedders import Embedder
 
 MODES = ("hybrid", "lex", "vec")
 SNIPPET_CHARS = 1200
@@ -59,7 +61,7 @@ class SearchResponse:
 
 def check_identity(config: Config, store: Store) -> None:
     """Refuse vector search when the index holds another embedding space than the config's."""
-    mismatch = identity_mismatch(config, store.meta())
+    mismatch = identity_mismatch(config.embedding, store.meta())
     if mismatch or not store.has_vector_table():
         detail = "; ".join(mismatch) or "the index has no vectors yet"
         raise ReindexNeeded(f"reindex needed: {detail}. Run `notes-search sync` to rebuild the vectors")
@@ -73,7 +75,7 @@ def search(
     k: int = 8,
     mode: str = "hybrid",
     scope: SearchScope = SearchScope(),
-    embedder_factory: Callable[[], Embedder],
+    embedder_factory: Callable[[], "Embedder"],
 ) -> SearchResponse:
     if mode not in MODES:
         raise NotesSearchError(f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
@@ -136,7 +138,7 @@ def search(
 
 
 def _embed_query(
-    embedder_factory: Callable[[], Embedder], query: str, mode: str, notices: list[str], info: list[str]
+    embedder_factory: Callable[[], "Embedder"], query: str, mode: str, notices: list[str], info: list[str]
 ) -> np.ndarray | None:
     """The query vector, or None with a notice when the embedder is down (hybrid degrades to lex)."""
     if not query.strip():

@@ -1,0 +1,199 @@
+"""File references and path confinement for `show`, `grep` and the MCP server.
+
+Every path a caller hands us is relative to one source's root (SPEC §10). Before anything is
+read, the path is normalised and confined: no absolute or Windows paths, no NUL, no `..` above
+the root and, for workspace sources, no symlink whose real target leaves the real root. Files
+inside bare mirrors are read from the object database at the indexed revision, so `show`
+prints exactly the version that search results point at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from indexer.collections import nfc
+from indexer.config import Config, GitSource, Source, WorkspaceSource
+from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
+from indexer.sources import git as git_source
+from indexer.store import Store
+
+BINARY_PROBE = 8192  # as the workspace driver: a NUL byte in this prefix marks a binary file
+
+_LINE_TAIL = re.compile(r":([0-9]+)(?::([0-9]+))?\Z")
+_DRIVE = re.compile(r"[A-Za-z]:(?:[\\/]|\Z)")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """`[SOURCE:]PATH[:LINE[:COUNT]]`; LINE is 1-based, COUNT the number of lines from it."""
+
+    source_id: str | None
+    path: str
+    line: int | None = None
+    count: int | None = None
+
+
+def split_source(text: str, source_ids: Collection[str]) -> tuple[str | None, str]:
+    """Split a leading `SOURCE:`; the token counts only when it is a configured id, since
+    paths may contain ':' themselves."""
+    head, sep, rest = text.partition(":")
+    if sep and head in source_ids:
+        return head, rest
+    return None, text
+
+
+def parse_ref(text: str, source_ids: Collection[str]) -> Ref:
+    """Parse a reference; trailing `:N` / `:N:M` are always a line and a count."""
+    source_id, rest = split_source(text, source_ids)
+    line = count = None
+    tail = _LINE_TAIL.search(rest)
+    if tail is not None and tail.start() > 0:
+        rest = rest[: tail.start()]
+        line = int(tail[1])
+        count = int(tail[2]) if tail[2] is not None else None
+        if line < 1 or (count is not None and count < 1):
+            raise NotesSearchError(f"{text!r}: line numbers start at 1 and a line count must be at least 1")
+    _check_relative(rest, text)
+    if not rest.strip("/."):
+        raise NotesSearchError(f"{text!r}: no file path (expected [SOURCE:]PATH[:LINE[:COUNT]])")
+    return Ref(source_id, rest, line, count)
+
+
+def _check_relative(path: str, shown: str) -> None:
+    """Reject what can never name a file inside a source, whichever source it is."""
+    if "\0" in path:
+        raise PathOutsideSources(f"{shown!r}: a path cannot contain a NUL byte")
+    if path.startswith("/") or _DRIVE.match(path) or "\\" in path:
+        raise PathOutsideSources(
+            f"{shown!r}: paths are relative to a source root and use '/' (e.g. notes:folder/file.md); "
+            "absolute and Windows paths are refused"
+        )
+
+
+def _normalise(source_id: str, path: str) -> str:
+    """Lexically resolve '.', '..' and empty segments; '' means the source root itself."""
+    _check_relative(path, f"{source_id}:{path}")
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise PathOutsideSources(f"{source_id}:{path}: '..' leads outside the source root")
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts)
+
+
+def _real_inside(source: WorkspaceSource, rel: str) -> str:
+    """The real on-disk path of `rel`; PathOutsideSources if a symlink leads out of the root."""
+    real_root = os.path.realpath(source.root)
+    target = os.path.realpath(os.path.join(real_root, rel)) if rel else real_root
+    if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise PathOutsideSources(
+            f"{source.id}:{rel}: resolves outside the source root {source.root} (a symlink?); refused"
+        )
+    return target
+
+
+def confine(config: Config, source_id: str, path: str) -> str:
+    """The normalised path of `path` inside the source ('' for its root), or PathOutsideSources."""
+    source = config.source(source_id)
+    rel = _normalise(source_id, path)
+    if isinstance(source, WorkspaceSource):
+        _real_inside(source, rel)
+    return rel
+
+
+def _in_scope(source: Source, rel: str) -> bool:
+    """Only files the index could hold are readable: the config's exclude rules keep secrets out."""
+    if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
+        return False
+    return source.scope.admits(rel)
+
+
+def indexed_rev(store: Store | None, source: GitSource) -> str:
+    """The commit the index was built from; a git source is only readable once synced."""
+    rev = store.source_state(source.id)[0] if store is not None else None
+    if rev is None:
+        raise SourceError(f"git source {source.id!r} was never synced: run `notes-search sync --source {source.id}`")
+    return rev
+
+
+def _decode(data: bytes, where: str) -> str:
+    if b"\0" in data[:BINARY_PROBE]:
+        raise SourceError(f"{where}: binary file, not shown")
+    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+
+
+def read_text(config: Config, store: Store | None, source_id: str, path: str) -> str:
+    """A file's text: workspace files from disk (confined), mirror files at the indexed rev."""
+    source = config.source(source_id)
+    rel = confine(config, source_id, path)
+    where = f"{source_id}:{rel}"
+    if not rel:
+        raise SourceError(f"{source_id}:{path}: names the source root, not a file")
+    if not _in_scope(source, rel):
+        raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
+    if isinstance(source, GitSource):
+        data = git_source.read_blob(source, indexed_rev(store, source), rel)
+        if len(data) > config.max_file_bytes:
+            raise SourceError(f"{where}: too large ({len(data)} bytes > {config.max_file_bytes})")
+        return _decode(data, where)
+    real = _real_inside(source, rel)
+    try:
+        with open(real, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > config.max_file_bytes:
+                raise SourceError(f"{where}: too large ({size} bytes > {config.max_file_bytes})")
+            data = f.read()
+    except FileNotFoundError:
+        raise SourceError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise SourceError(f"{where}: is a folder, not a file") from None
+    except OSError as exc:
+        raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    return _decode(data, where)
+
+
+def _has_file(config: Config, store: Store | None, source: Source, rel: str, indexed: set[str]) -> bool:
+    """Is `rel` a readable file of the source? Workspace: the disk decides (the index may lag
+    it); git: the index at its rev, else the tree (files the index skipped are still there)."""
+    if not rel or not _in_scope(source, rel):
+        return False
+    if isinstance(source, WorkspaceSource):
+        return os.path.isfile(_real_inside(source, rel))
+    if source.id in indexed:
+        return True
+    try:
+        git_source.read_blob(source, indexed_rev(store, source), rel)
+    except SourceError:
+        return False
+    return True
+
+
+def sources_having(config: Config, store: Store | None, path: str) -> list[str]:
+    """Every configured source that has `path`, in config order (a bare PATH means all of them).
+
+    When no source has it and some source refused the path (e.g. a symlink out of its root),
+    that refusal is raised instead of an empty answer, so the user learns why.
+    """
+    found: list[str] = []
+    refused: PathOutsideSources | None = None
+    indexed: set[str] | None = None
+    for source_id, source in config.sources.items():
+        try:
+            rel = confine(config, source_id, path)
+            if indexed is None:  # the normalised path is the same in every source
+                indexed = set(store.sources_with_file(nfc(rel))) if store is not None and rel else set()
+            if _has_file(config, store, source, rel, indexed):
+                found.append(source_id)
+        except PathOutsideSources as exc:
+            refused = refused or exc
+    if not found and refused is not None:
+        raise refused
+    return found
