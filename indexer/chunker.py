@@ -64,11 +64,15 @@ _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _ATX_SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 
 
-class _FrontMatterLoader(yaml.SafeLoader):
+# libyaml when available: several times faster, and it caps nesting depth itself.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _FrontMatterLoader(_SafeLoader):  # type: ignore[misc,valid-type]
     """safe_load semantics, except timestamps stay strings as written (`updated` is verbatim)."""
 
 
-def _timestamp_as_written(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+def _timestamp_as_written(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> str:
     return str(loader.construct_scalar(node))
 
 
@@ -174,7 +178,8 @@ def _read_front_matter(lines: Sequence[str]) -> _FrontMatter:
         return no_block
     try:
         data = yaml.load("\n".join(lines[1:close]), Loader=_FrontMatterLoader)
-    except (yaml.YAMLError, ValueError, RecursionError):
+    except Exception:  # noqa: BLE001 - besides YAMLError, explicit tags (`!!int ""`) raise
+        # ValueError/IndexError/... and deep nesting RecursionError: all mean "broken".
         # Meant as front matter but broken: no fields, and its lines stay searchable text.
         return _FrontMatter({}, close + 1, is_metadata=False)
     if data is None:

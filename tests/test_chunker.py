@@ -154,6 +154,14 @@ def test_front_matter_that_is_not_a_mapping_is_plain_markdown() -> None:
     assert_invariants(doc, text)
 
 
+@pytest.mark.parametrize("bad", ["id: !!int not-a-number", "a: " + "[" * 5000, "x: !!python/object:os.system {}"])
+def test_hostile_yaml_is_broken_front_matter(bad: str) -> None:
+    text = f"---\n{bad}\n---\nbody\n"
+    doc = parse_markdown(text, "n.md")
+    assert (doc.doc_id, doc.chunks[0].start_line) == (None, 1)
+    assert_invariants(doc, text)
+
+
 def test_unclosed_front_matter_is_content() -> None:
     text = "---\ntitle: x\n\n# Heading\n"
     doc = parse_markdown(text, "n.md")
@@ -275,11 +283,12 @@ def test_huge_section_splits_at_paragraphs_with_overlap() -> None:
 
 
 def test_overlap_never_reaches_back_into_a_previous_section() -> None:
-    # "small b" fits the first piece, the 790-token paragraph does not; the next piece repeats
-    # B's heading and "small b" as overlap, but not A's "short a".
-    text = f"## A\n\nshort a\n\n### B\n\nsmall b\n\n{paragraph(790, 'one')}\n\n{paragraph(700, 'two')}\n"
-    doc = parse_markdown(text, "n.md")
-    assert [c.start_line for c in doc.chunks] == [1, line_of(text, "### B"), line_of(text, paragraph(700, "two"))]
+    # Tiny limits (max 30, overlap 8): the first piece ends after "b1" because P does not fit;
+    # the next piece repeats B's heading and "b1", but not A's "a1".
+    text = f"## A\n\na1\n\n### B\n\nb1\n\n{paragraph(25, 'one')}\n\n{paragraph(25, 'two')}\n"
+    with limits(TINY_LIMITS):
+        doc = parse_markdown(text, "n.md")
+    assert [c.start_line for c in doc.chunks] == [1, line_of(text, "### B"), line_of(text, paragraph(25, "two"))]
     assert [c.breadcrumb for c in doc.chunks] == ["n > A", "n > A > B", "n > A > B"]
 
 
@@ -484,7 +493,7 @@ def test_arbitrary_unicode_never_raises(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(yaml_body=st.lists(st.sampled_from([*"ab:-[]{}!&*?|>'\"#%@`,. \n\t01~\x00", "!!binary ", "2024-13-45"]), max_size=40).map("".join))
+@given(yaml_body=st.lists(st.sampled_from([*"ab:-[]{}!&*?|>'\"#%@`,. \n\t01~\x00", "!!binary ", "!!int ", "!!float ", "2024-13-45"]), max_size=40).map("".join))
 def test_arbitrary_front_matter_never_raises(yaml_body: str) -> None:
     text = f"---\n{yaml_body}\n---\n# Heading\n"
     doc = parse_markdown(text, "x.md")
