@@ -620,3 +620,30 @@ class Store:
         """Ids of the sources whose index holds `path` (a bare PATH names every one of them)."""
         rows = self.conn.execute("SELECT source_id FROM files WHERE path = ? ORDER BY source_id", (path,))
         return [r[0] for r in rows]
+
+    def sources_with_path(self, path: str) -> list[str]:
+        """Ids of the sources whose index holds `path` as a file or as a folder with files below it."""
+        folder = path.strip("/")
+        rows = self.conn.execute(
+            """SELECT DISTINCT source_id FROM files
+               WHERE path = :path OR (path >= :lo AND path < :hi) ORDER BY source_id""",
+            {"path": folder, "lo": folder + "/", "hi": folder + "0"},  # '0' sorts right after '/'
+        )
+        return [r[0] for r in rows]
+
+    def scope_stats(self, scope: SearchScope) -> dict[str, dict[str, int]]:
+        """Files, chunks and chunks waiting for a vector inside `scope`, per source (status of a path)."""
+        where, params = scope.where("x")
+        out: dict[str, dict[str, int]] = {}
+        for source_id, files in self.conn.execute(
+            f"SELECT x.source_id, COUNT(*) FROM files x WHERE {where} GROUP BY x.source_id", params
+        ):
+            out[source_id] = {"files": int(files), "chunks": 0, "pending": 0}
+        for source_id, chunks, pending in self.conn.execute(
+            f"""SELECT x.source_id, COUNT(*), SUM(x.embedded_at IS NULL) FROM chunks x
+                WHERE {where} GROUP BY x.source_id""",
+            params,
+        ):
+            entry = out.setdefault(source_id, {"files": 0, "chunks": 0, "pending": 0})
+            entry["chunks"], entry["pending"] = int(chunks), int(pending or 0)
+        return out

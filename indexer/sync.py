@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from indexer import chunker
+from indexer import chunker, toc
 from indexer.collections import find_collections
 from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
 from indexer.embedders import Embedder
@@ -168,6 +168,12 @@ class Syncer:
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
         report = SourceReport(source.id, source.kind)
         indexed_rev, _ = self.store.source_state(source.id)
+        # A tree diff only visits paths that changed between commits: after the config's scope
+        # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
+        scope_key = f"scope:{source.id}"
+        scope = repr((source.scope.paths, source.scope.include, source.scope.exclude, self.config.max_file_bytes))
+        rescope = self.store.meta().get(scope_key) != scope
+        full = full or (rescope and indexed_rev is not None)
         remote = git_source.remote_head(source)
         if remote == indexed_rev and not full and git_source.mirror_head(source) == indexed_rev:
             report.rev = indexed_rev
@@ -188,6 +194,8 @@ class Syncer:
             changes = _chain(changes, stale)
         self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
         self.store.mark_synced(source.id, indexed_rev=head)
+        if rescope:
+            self.store.set_meta({scope_key: scope})
         return report
 
     def _counting(self, changes: Iterable[Change], stage: str) -> Iterator[Change]:
@@ -271,6 +279,14 @@ class Syncer:
                 log.error("source %s: %s", source.id, exc)
                 self.store.set_source_error(source.id, str(exc))
             report.sources.append(result)
+        changed_tocs = [
+            s.source_id for s in report.sources
+            if not s.error and (s.changed or not toc.toc_path(self.config, s.source_id).exists())
+        ]
+        try:
+            toc.write_tocs(self.config, self.store, changed_tocs)
+        except OSError as exc:  # the TOC is a convenience: a sync never fails over it
+            log.warning("cannot write a table of contents under %s: %s", self.config.toc_dir, exc)
         if rechunk and not source_ids and not report.failed:
             self.store.set_meta({"chunker_version": chunker.CHUNKER_VERSION})
         deadline = None if embed_budget is None else started + embed_budget

@@ -343,5 +343,12 @@ def status(app: App, as_json: bool) -> None:
             click.echo(f"    error: {s['error']}")
 
 
+from search.commands import grep, show, toc  # noqa: E402  (imports only click at module level)
+
+cli.add_command(show)
+cli.add_command(grep)
+cli.add_command(toc)
+
+
 def main() -> None:
     cli(prog_name="notes-search")

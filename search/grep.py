@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,9 @@ class GrepHit:
         return dataclasses.asdict(self)
 
 
+Hits = Generator[GrepHit, None, None]
+
+
 def _clip(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "…"
@@ -55,28 +58,36 @@ def _clip(raw: bytes) -> str:
 
 def _one_line(stderr: str) -> str:
     """The informative line of a tool's error output ("error: unclosed group", "fatal: ...")."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not set(ln.strip()) <= {"~", "^", " "}]
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     for line in lines:
-        for prefix in ("error:", "fatal:", "PCRE2:"):
+        for prefix in ("error:", "fatal:"):
             if line.startswith(prefix):
                 return line.removeprefix(prefix).strip()
-    return lines[-1] if lines else "unknown error"
+    return lines[-1] if lines else "failed without a message"
 
 
-def _stream(cmd: list[str], cwd: Path | None, what: str, pattern: str) -> Iterator[bytes]:
-    """stdout lines of a grep-like tool (exit 0 = hits, 1 = none, anything else = error).
+class _ToolFailed(Exception):
+    """rg or git exited with an error; the caller knows what its messages mean."""
+
+    def __init__(self, stderr: str) -> None:
+        super().__init__(stderr)
+        self.stderr = stderr
+
+
+def _stream(cmd: list[str], cwd: Path | None) -> Iterator[bytes]:
+    """stdout lines of a grep-like tool (exit 0 = hits, 1 = none, anything else = _ToolFailed).
 
     The caller may stop early (the process is then killed). stderr goes to a file so a chatty
-    tool can never block on a full pipe.
+    tool can never block on a full pipe. Messages are forced to English for parsing.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_TERMINAL_PROMPT"] = "0"
+    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C.UTF-8")
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=err, env=env)
         except OSError as exc:
-            raise SourceError(f"{what}: cannot run {cmd[0]}: {exc}") from None
+            raise _ToolFailed(f"error: cannot run {cmd[0]}: {exc}") from None
         timer = threading.Timer(GREP_TIMEOUT, proc.kill)
         timer.start()
         finished = False
@@ -93,10 +104,13 @@ def _stream(cmd: list[str], cwd: Path | None, what: str, pattern: str) -> Iterat
         if not finished or returncode in (0, 1):
             return
         if returncode < 0:
-            raise NotesSearchError(f"{what}: no answer within {GREP_TIMEOUT:g} s for pattern {pattern!r}")
+            raise NotesSearchError(f"{cmd[0]} gave no answer within {GREP_TIMEOUT:g} s; narrow the pattern or --path")
         err.seek(0)
-        message = _one_line(err.read().decode("utf-8", errors="replace"))
-        raise NotesSearchError(f"{what}: pattern {pattern!r}: {message}")
+        raise _ToolFailed(err.read().decode("utf-8", errors="replace"))
+
+
+def _invalid(pattern: str, reason: str) -> NotesSearchError:
+    return NotesSearchError(f"invalid regex {pattern!r}: {reason}")
 
 
 # ---- workspace sources ----------------------------------------------------------------------
@@ -105,18 +119,10 @@ def _stream(cmd: list[str], cwd: Path | None, what: str, pattern: str) -> Iterat
 def _workspace_files(source: WorkspaceSource, folder: str) -> list[str]:
     """Index paths the index would admit, below `folder` ('' = all), sorted.
 
-    The walk is narrowed to `folder` (so a --path search does not walk the whole tree) and every
-    file still has to pass the source's own scope.
+    The walk itself is narrowed to `folder`, so a --path search does not walk the whole tree.
     """
-    walked = source
-    if folder:
-        narrow = Scope(paths=(folder, f"{folder}/**"), include=source.scope.include, exclude=source.scope.exclude)
-        walked = dataclasses.replace(source, scope=narrow)
-    prefix = nfc(folder) + "/"
-    return sorted(
-        rel for rel, _ in workspace.list_files(walked, log=_log)
-        if source.scope.admits(rel) and (not folder or rel == nfc(folder) or rel.startswith(prefix))
-    )
+    walked = dataclasses.replace(source, scope=source.scope.within(nfc(folder))) if folder else source
+    return sorted(rel for rel, _ in workspace.list_files(walked, log=_log))
 
 
 def _batches(files: Sequence[str]) -> Iterator[list[str]]:
@@ -133,7 +139,7 @@ def _batches(files: Sequence[str]) -> Iterator[list[str]]:
 
 
 def _rg(rg: str, source: WorkspaceSource, files: Sequence[str], pattern: str, ignore_case: bool,
-        fixed: bool) -> Iterator[GrepHit]:
+        fixed: bool) -> Hits:
     flags = ["--no-config", "--no-heading", "--with-filename", "--line-number", "--null", "--color=never",
              "--no-messages", "--sort=path", "--engine=auto"]
     flags += ["--ignore-case"] if ignore_case else ["--case-sensitive"]
@@ -141,12 +147,18 @@ def _rg(rg: str, source: WorkspaceSource, files: Sequence[str], pattern: str, ig
         flags.append("--fixed-strings")
     for batch in _batches(files):
         cmd = [rg, *flags, "-e", pattern, "--", *batch]
-        for raw in _stream(cmd, source.root, f"grep in source {source.id!r}", pattern):
-            name, sep, rest = raw.partition(b"\0")
-            number, colon, text = rest.partition(b":")
-            if not sep or not colon or not number.isdigit():
-                continue  # "binary file matches" notes and the like
-            yield GrepHit(source.id, name.decode("utf-8", errors="replace"), int(number), _clip(text), None)
+        try:
+            for raw in _stream(cmd, source.root):
+                name, sep, rest = raw.partition(b"\0")
+                number, colon, text = rest.partition(b":")
+                if not sep or not colon or not number.isdigit():
+                    continue  # "binary file matches" notes and the like
+                yield GrepHit(source.id, name.decode("utf-8", errors="replace"), int(number), _clip(text), None)
+        except _ToolFailed as exc:
+            # --no-messages keeps file errors (a note deleted since the walk) silent but still
+            # exits 2; whatever rg does print is about the pattern
+            if exc.stderr.strip():
+                raise _invalid(pattern, _one_line(exc.stderr)) from None
 
 
 def compile_pattern(pattern: str, ignore_case: bool, fixed: bool) -> re.Pattern[str]:
@@ -154,10 +166,10 @@ def compile_pattern(pattern: str, ignore_case: bool, fixed: bool) -> re.Pattern[
     try:
         return re.compile(re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise NotesSearchError(f"invalid regex {pattern!r}: {exc.msg} at position {exc.pos}") from None
+        raise _invalid(pattern, f"{exc.msg} at position {exc.pos}") from None
 
 
-def _python(source: WorkspaceSource, files: Sequence[str], matcher: re.Pattern[str]) -> Iterator[GrepHit]:
+def _python(source: WorkspaceSource, files: Sequence[str], matcher: re.Pattern[str]) -> Hits:
     for rel in files:
         try:
             with open(os.path.join(source.root, rel), "rb") as f:
@@ -166,7 +178,10 @@ def _python(source: WorkspaceSource, files: Sequence[str], matcher: re.Pattern[s
             continue  # vanished or unreadable since the walk, as rg --no-messages
         if b"\0" in data[:BINARY_PROBE]:
             continue
-        for number, raw in enumerate(data.split(b"\n"), 1):
+        lines = data.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()  # the final newline ends the last line; it does not start another
+        for number, raw in enumerate(lines, 1):
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
             if matcher.search(text):
                 yield GrepHit(source.id, rel, number, _clip(raw), None)
@@ -176,7 +191,10 @@ def _python(source: WorkspaceSource, files: Sequence[str], matcher: re.Pattern[s
 
 
 def _literal_prefix(glob: str) -> str:
-    """The folder part of a glob before its first wildcard ('' when it starts with one)."""
+    """The folder part of a glob before its first wildcard; '' when it starts with one or has
+    no '/' (such a pattern matches a file name at any depth)."""
+    if "/" not in glob.strip("/"):
+        return ""
     parts: list[str] = []
     for segment in glob.strip("/").split("/"):
         if any(ch in segment for ch in "*?["):
@@ -196,21 +214,35 @@ def _pathspecs(scope: Scope, folder: str) -> list[str]:
 
 
 def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_case: bool,
-              fixed: bool) -> Iterator[GrepHit]:
-    cmd = ["git", "--git-dir", str(source.mirror), "-c", "core.quotePath=false", "grep", "-n", "-I", "-z",
-           "--no-color", "--no-column", "-F" if fixed else "-P"]
-    if ignore_case:
-        cmd.append("-i")
-    cmd += ["-e", pattern, rev, "--", *_pathspecs(source.scope, folder)]
+              fixed: bool) -> Hits:
+    """`git grep` in the mirror at `rev`: PCRE like rg, or POSIX ERE where git lacks PCRE."""
+    syntax = ["-F"] if fixed else ["-P", "-E"]
+    while True:
+        cmd = ["git", "--git-dir", str(source.mirror), "grep", "-n", "-I", "-z", "--no-color", "--no-column",
+               syntax[0], *(["-i"] if ignore_case else []), "-e", pattern, rev, "--",
+               *_pathspecs(source.scope, folder)]
+        try:
+            yield from _git_lines(source, rev, folder, cmd)
+            return
+        except _ToolFailed as exc:
+            if "USE_LIBPCRE" in exc.stderr and len(syntax) > 1:
+                syntax.pop(0)
+                continue
+            reason = _one_line(exc.stderr)
+            for where in ("-e option", "command line"):  # how PCRE and POSIX errors name the pattern
+                if reason.startswith(f"{where}, '{pattern}': "):
+                    raise _invalid(pattern, reason.removeprefix(f"{where}, '{pattern}': ")) from None
+            raise SourceError(f"git source {source.id!r}: git grep failed: {reason}") from None
+
+
+def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits:
     prefix = rev.encode() + b":"
-    below = folder + "/"
-    for raw in _stream(cmd, None, f"git grep in source {source.id!r}", pattern):
+    scope = source.scope.within(folder)
+    for raw in _stream(cmd, None):
         name, _, rest = raw.partition(b"\0")
         number, _, text = rest.partition(b"\0")
         path = name.removeprefix(prefix).decode("utf-8", errors="replace")
-        if not number.isdigit() or not source.scope.admits(path):
-            continue
-        if folder and path != folder and not path.startswith(below):
+        if not number.isdigit() or not scope.admits(path):
             continue
         yield GrepHit(source.id, path, int(number), _clip(text), rev)
 
@@ -218,8 +250,8 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
 # ---- entry point ----------------------------------------------------------------------------
 
 
-def _source_hits(config: Config, store: Store | None, source: Source, folder: str, pattern: str,
-                 ignore_case: bool, fixed: bool, rg: str | None) -> Iterator[GrepHit]:
+def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
+                 ignore_case: bool, fixed: bool, rg: str | None) -> Hits:
     if isinstance(source, GitSource):
         return _git_grep(source, indexed_rev(store, source), folder, pattern, ignore_case, fixed)
     files = _workspace_files(source, folder)
@@ -252,11 +284,11 @@ def grep(
     for source in selected:
         folder = confine(config, source.id, path) if path else ""
         try:
-            found = _source_hits(config, store, source, folder, pattern, ignore_case, fixed, rg)
+            found = _source_hits(store, source, folder, pattern, ignore_case, fixed, rg)
             for hit in found:
                 hits.append(hit)
                 if len(hits) >= max_count:
-                    found.close()  # type: ignore[attr-defined]
+                    found.close()  # stop rg / git now, not when garbage collected
                     return hits
         except SourceError as exc:
             if explicit:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from indexer.collections import nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
-from indexer.sources import git as git_source
 from indexer.store import Store
 
 BINARY_PROBE = 8192  # as the workspace driver: a NUL byte in this prefix marks a binary file
@@ -57,7 +56,7 @@ def parse_ref(text: str, source_ids: Collection[str]) -> Ref:
         if line < 1 or (count is not None and count < 1):
             raise NotesSearchError(f"{text!r}: line numbers start at 1 and a line count must be at least 1")
     _check_relative(rest, text)
-    if not rest.strip("/."):
+    if all(part in ("", ".") for part in rest.split("/")):
         raise NotesSearchError(f"{text!r}: no file path (expected [SOURCE:]PATH[:LINE[:COUNT]])")
     return Ref(source_id, rest, line, count)
 
@@ -124,6 +123,12 @@ def indexed_rev(store: Store | None, source: GitSource) -> str:
     return rev
 
 
+def _read_blob(source: GitSource, rev: str, path: str) -> bytes:
+    from indexer.sources import git as git_source  # pygit2 loads only when a mirror is read
+
+    return git_source.read_blob(source, rev, path)
+
+
 def _decode(data: bytes, where: str) -> str:
     if b"\0" in data[:BINARY_PROBE]:
         raise SourceError(f"{where}: binary file, not shown")
@@ -140,27 +145,27 @@ def read_text(config: Config, store: Store | None, source_id: str, path: str) ->
     if not _in_scope(source, rel):
         raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
     if isinstance(source, GitSource):
-        data = git_source.read_blob(source, indexed_rev(store, source), rel)
+        data = _read_blob(source, indexed_rev(store, source), rel)
         if len(data) > config.max_file_bytes:
             raise SourceError(f"{where}: too large ({len(data)} bytes > {config.max_file_bytes})")
         return _decode(data, where)
     real = _real_inside(source, rel)
+    if not os.path.isfile(real):  # also keeps a FIFO from blocking the reader forever
+        if os.path.isdir(real):
+            raise SourceError(f"{where}: is a folder, not a file")
+        raise SourceError(f"{where}: {'not a regular file' if os.path.exists(real) else 'no such file'}")
     try:
         with open(real, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > config.max_file_bytes:
                 raise SourceError(f"{where}: too large ({size} bytes > {config.max_file_bytes})")
             data = f.read()
-    except FileNotFoundError:
-        raise SourceError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise SourceError(f"{where}: is a folder, not a file") from None
     except OSError as exc:
         raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from None
     return _decode(data, where)
 
 
-def _has_file(config: Config, store: Store | None, source: Source, rel: str, indexed: set[str]) -> bool:
+def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) -> bool:
     """Is `rel` a readable file of the source? Workspace: the disk decides (the index may lag
     it); git: the index at its rev, else the tree (files the index skipped are still there)."""
     if not rel or not _in_scope(source, rel):
@@ -170,7 +175,7 @@ def _has_file(config: Config, store: Store | None, source: Source, rel: str, ind
     if source.id in indexed:
         return True
     try:
-        git_source.read_blob(source, indexed_rev(store, source), rel)
+        _read_blob(source, indexed_rev(store, source), rel)
     except SourceError:
         return False
     return True
@@ -190,7 +195,7 @@ def sources_having(config: Config, store: Store | None, path: str) -> list[str]:
             rel = confine(config, source_id, path)
             if indexed is None:  # the normalised path is the same in every source
                 indexed = set(store.sources_with_file(nfc(rel))) if store is not None and rel else set()
-            if _has_file(config, store, source, rel, indexed):
+            if _has_file(store, source, rel, indexed):
                 found.append(source_id)
         except PathOutsideSources as exc:
             refused = refused or exc
