@@ -22,6 +22,17 @@ extra=""
 [ "$dev" = 1 ] && extra="[dev]"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extra}"
 
+# Test tools outside PyPI: ripgrep backs `notes-search grep` (a pure-Python fallback exists,
+# but the tests exercise both paths).
+if [ "$dev" = 1 ] && ! command -v rg >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -qq ripgrep >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq ripgrep >/dev/null 2>&1; }) \
+      || echo "install.sh: could not install ripgrep; grep tests will use the Python fallback only" >&2
+  else
+    echo "install.sh: ripgrep (rg) not found; install it for the full grep tests" >&2
+  fi
+fi
+
 # Fail loudly when the vector extension cannot be loaded: without it nothing works.
 .venv/bin/python - <<'PY'
 import sys
