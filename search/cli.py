@@ -290,6 +290,44 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
         click.echo()
 
 
+# ---- reindex -------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--full", is_flag=True, help="Re-read and re-chunk even unchanged files.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def reindex(app: App, path: str, full: bool, as_json: bool) -> None:
+    """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
+    from indexer.sync import run_sync
+    from search.refs import confine, split_source
+
+    config = app.config
+    source_id, rel = split_source(path, config.sources)
+    source_ids = [source_id] if source_id else list(config.sources)
+    rel = rel.strip("/")
+    if rel in ("", "."):
+        rel = ""
+    else:
+        for sid in source_ids:
+            rel = confine(config, sid, rel)
+    report = run_sync(config, source_ids=source_ids, path=rel or None, full=full,
+                      embedder_factory=app.embedder, lock_timeout=30.0)
+    if report.locked:
+        raise click.ClickException("another sync held the lock for 30 s; try again")
+    if as_json:
+        emit_json(_sync_json(report))
+    else:
+        for s in report.sources:
+            state = f"error: {s.error}" if s.error else f"+{s.added} ~{s.updated} -{s.deleted}"
+            click.echo(f"{s.source_id}: {state}")
+        if report.embed_notice:
+            click.echo(f"warning: {report.embed_notice}", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
 # ---- status --------------------------------------------------------------------------------
 
 

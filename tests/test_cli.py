@@ -243,3 +243,15 @@ def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_pat
         assert "travel/new.md" not in paths(data)
     finally:
         lock.release()
+
+
+def test_reindex_a_folder_now(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    write(notes, {"travel/new.md": "# Okoun\n\nOkoun říční.\n", "devops/new.md": "# Okoun v devops\n"})
+    result = run("reindex", "notes:travel", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["sources"][0]["added"] == 1  # only travel/ was looked at
+    found = paths(query_json(run, "okoun", "--mode", "lex"))
+    assert "travel/new.md" in found and "devops/new.md" not in found
+    assert run("reindex", "../outside").exit_code == 1
