@@ -450,6 +450,18 @@ class Store:
                     (source_id, name, folder, description, json.dumps(list(tags), ensure_ascii=False)),
                 )
 
+    def collection_rows(self, source_id: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+        rows = self.conn.execute(
+            "SELECT name, folder, description, tags FROM collections WHERE source_id = ?", (source_id,)
+        )
+        return sorted((name, folder, desc, tuple(json.loads(tags))) for name, folder, desc, tags in rows)
+
+    def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
+        self.conn.execute(
+            "UPDATE files SET collection = ? WHERE source_id = ? AND path = ? AND collection IS NOT ?",
+            (collection, source_id, path, collection),
+        )
+
     def collections(self) -> list[dict[str, object]]:
         """Every collection with its file and chunk counts, by name."""
         rows = self.conn.execute(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from indexer import chunker, toc
-from indexer.collections import find_collections
+from indexer.collections import collection_for, find_collections
 from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
 from indexer.embedders import Embedder
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
@@ -156,14 +156,23 @@ class Syncer:
             known_files = {p: k for p, k in known_files.items() if p == prefix or p.startswith(prefix + "/")}
         changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
         self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
+        if not path:
+            self._refresh_collections(source)
         if report.changed or full:
-            if not path:
-                found = find_collections(source.id, source.root, source.scope, log)
-                self.store.replace_collections(
-                    source.id, [(c.name, c.folder, c.description, c.tags) for c in found]
-                )
             self.store.mark_synced(source.id)
         return report
+
+    def _refresh_collections(self, source: WorkspaceSource) -> None:
+        """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
+        can appear or change without any note changing. Writes only when something differs."""
+        found = find_collections(source.id, source.root, source.scope, log)
+        rows = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
+        if rows == self.store.collection_rows(source.id):
+            return
+        self.store.replace_collections(source.id, rows)
+        with self.store.transaction():
+            for path in self.store.known_files(source.id):
+                self.store.set_file_collection(source.id, path, collection_for(path, found))
 
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
         report = SourceReport(source.id, source.kind)

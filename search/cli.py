@@ -381,11 +381,13 @@ def status(app: App, as_json: bool) -> None:
             click.echo(f"    error: {s['error']}")
 
 
-from search.commands import grep, show, toc  # noqa: E402  (imports only click at module level)
+from search.commands import grep, show, toc  # noqa: E402  (these modules import only click at load time)
+from search.watch_cmd import watch  # noqa: E402
 
 cli.add_command(show)
 cli.add_command(grep)
 cli.add_command(toc)
+cli.add_command(watch)
 
 
 def main() -> None:

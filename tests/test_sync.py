@@ -30,6 +30,12 @@ def snapshot(config: Config) -> tuple[dict[str, int], list[tuple[object, ...]], 
         store.close()
 
 
+def disk_state(config: Config) -> list[tuple[str, int, int]]:
+    """mtime and size of the DB and its WAL: any write changes one of them."""
+    files = [config.db, config.db.with_name(config.db.name + "-wal")]
+    return [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.exists()]
+
+
 def assert_consistent(config: Config) -> None:
     store = Store.open(config.db)
     try:
@@ -59,12 +65,12 @@ def test_second_sync_is_a_noop(do_sync: Sync, config: Config, embedder: FakeEmbe
     do_sync()
     before = snapshot(config)
     embedded = embedder.texts_embedded
-    db_mtime = config.db.stat().st_mtime_ns
+    on_disk = disk_state(config)
     report = do_sync()
     assert not report.changed
+    assert disk_state(config) == on_disk  # nothing was written
     assert snapshot(config) == before
     assert embedder.texts_embedded == embedded
-    assert config.db.stat().st_mtime_ns == db_mtime  # nothing was written
 
 
 def test_deleted_file_leaves_no_orphan_vectors(do_sync: Sync, config: Config, notes: Path) -> None:
@@ -258,3 +264,17 @@ def test_missing_workspace_root_is_a_source_error(tmp_path: Path, notes: Path) -
     report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     errors = {s.source_id: s.error for s in report.sources}
     assert errors["notes"] is None and errors["gone"] and "does not exist" in errors["gone"]
+
+
+def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Sync, config: Config, notes: Path) -> None:
+    do_sync()
+    (notes / "travel/_meta.yaml").write_text("name: trips\ndescription: Cesty a výlety\ntags: [travel]\n", encoding="utf-8")
+    do_sync()
+    store = Store.open(config.db)
+    try:
+        assert [(c["name"], c["folder"], c["files"]) for c in store.collections()] == [("trips", "travel", 1)]
+    finally:
+        store.close()
+    on_disk = disk_state(config)
+    assert not do_sync().changed
+    assert disk_state(config) == on_disk

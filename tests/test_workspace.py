@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
@@ -324,7 +323,8 @@ def test_scanning_never_changes_the_source_tree(tmp_path: Path) -> None:
     assert checksums(tmp_path) == before
 
 
-def test_ten_thousand_unchanged_files_scan_fast(tmp_path: Path) -> None:
+def test_ten_thousand_unchanged_files_yield_no_changes(tmp_path: Path) -> None:
+    """Speed is measured in bench/; here only the no-change answer at scale."""
     seed = write(tmp_path / "seed", "seed.md")
     for d in range(50):
         folder = tmp_path / "tree" / f"folder {d}" / "sub"
@@ -334,9 +334,7 @@ def test_ten_thousand_unchanged_files_scan_fast(tmp_path: Path) -> None:
     src = source(tmp_path / "tree")
     known = {path: KnownFile("-", st.st_size, st.st_mtime) for path, st in list_files(src)}
     assert len(known) == 10_000
-    start = time.perf_counter()
     assert changes(src, known) == []
-    assert time.perf_counter() - start < 0.3
 
 
 # --- coverage report ---------------------------------------------------------------------

@@ -1,0 +1,60 @@
+"""`notes-search watch`: the watcher as a foreground service (systemd, a terminal, a container).
+
+Thin on purpose: the behaviour lives in `indexer.watch.Watcher`; this parses options, logs to
+stderr as well (journald picks it up), and turns SIGTERM / Ctrl-C into a clean exit 0. A
+watcher that failed for good exits 1, so `Restart=on-failure` brings it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import click
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from indexer.watch import Watcher
+
+if TYPE_CHECKING:
+    from search.cli import App
+
+
+@click.command()
+@click.option("--debounce", type=click.FloatRange(0.05, 60.0), default=0.5, show_default=True, metavar="SECONDS",
+              help="Quiet time after the last change before a burst is indexed.")
+@click.option("--reconcile-every", type=click.FloatRange(min=0.0), default=600.0, show_default=True, metavar="SECONDS",
+              help="Full rescan interval, for changes the events missed (network filesystems); 0 = never.")
+@click.option("--polling", is_flag=True,
+              help="Poll the folders instead of using inotify (NFS, SMB, sshfs, FUSE: inotify sees nothing there).")
+@click.pass_obj
+def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> None:
+    """Keep the index of the workspace sources in step with the disk until stopped.
+
+    Runs beside `mcp` on the same index; both take the sync lock before writing.
+    """
+    watcher = Watcher(
+        app.config, app.embedder, debounce=debounce, reconcile_every=reconcile_every,
+        observer_factory=PollingObserver if polling else Observer,
+    )
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("notes_search").addHandler(stderr)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        watcher.start()  # logs "watching <roots>"
+        while watcher.running and not stop.wait(1.0):
+            pass
+    finally:
+        watcher.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        logging.getLogger("notes_search").removeHandler(stderr)
+    s = watcher.stats
+    click.echo(f"stopped: {s.batches} batches, {s.reconciles} reconciles, {s.restarts} observer restarts", err=True)
+    if watcher.failure or not stop.is_set():
+        raise click.ClickException(watcher.failure or "the watcher stopped unexpectedly")
