@@ -382,12 +382,17 @@ def status(app: App, as_json: bool) -> None:
 
 
 from search.commands import grep, show, toc  # noqa: E402  (these modules import only click at load time)
+from search.mcp_server import mcp_command  # noqa: E402
+from search.route import collections_command, route_command  # noqa: E402
 from search.watch_cmd import watch  # noqa: E402
 
 cli.add_command(show)
 cli.add_command(grep)
 cli.add_command(toc)
 cli.add_command(watch)
+cli.add_command(mcp_command)
+cli.add_command(collections_command)
+cli.add_command(route_command)
 
 
 def main() -> None:

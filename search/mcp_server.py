@@ -1,0 +1,555 @@
+"""The MCP server (SPEC §8, seed B §8): the library's read paths as tools, over stdio or HTTP.
+
+One process serves many calls, so the config is loaded once at startup and the embedding model
+once, lazily, on the first call that needs it (`App.embedder`). Every path argument is confined
+to the configured sources before anything is read; domain errors become MCP tool errors
+(`isError` with the one-line message) and the server keeps serving. The MCP SDK, uvicorn, git
+and the grep machinery are imported only when the server starts: `search.cli` imports this
+module for its click command, and plain queries must stay light. (No `from __future__ import
+annotations` here: the SDK reads the tool signatures, whose types are imported inside
+`build_server`; names known only to type checkers are quoted instead.)
+"""
+
+import dataclasses
+import hmac
+import ipaddress
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import click
+
+from indexer.collections import nfc
+from indexer.config import GitSource, WorkspaceSource, identity_mismatch
+from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
+from indexer.store import SearchScope, Store
+from search.engine import search
+from search.route import NO_COLLECTIONS, ROUTE_K, Router, collections_view, load_entries
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from indexer.embedders import Embedder
+    from search.cli import App
+    from search.grep import GrepHit
+
+log = logging.getLogger("notes_search.mcp")
+
+DEFAULT_PORT = 8765
+TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
+GET_MAX_LINES = 400
+GREP_MAX_HITS = 200
+REINDEX_LOCK_WAIT = 5.0  # seconds a reindex waits for a running sync before saying so
+LAG_LIST = 20  # changed paths named in a status answer
+SERVER_INSTRUCTIONS = """\
+Search the user's markdown notes. Cheapest first: `grep` for exact strings (hostnames, numbers,
+error codes); `collections`/`route` to learn where a topic lives; `search` (hybrid BM25 + vectors)
+for questions in any wording. Results carry `ref` = source:path:line: read more with `get`.
+Without `path`, search covers all sources; pass a collection name, source id, folder or file to
+narrow it. `degraded: true` means the vector half did not run and `notice` says why."""
+
+
+@dataclass
+class Target:
+    """Where a path argument points: a scope for the index, and what to read or re-scan on disk."""
+
+    scope: SearchScope
+    label: str  # said back to the caller, e.g. "all sources", "collection devops", "notes:devops"
+    places: list[tuple[str, str]] = field(default_factory=list)  # (source id, folder or file; '' = root)
+
+
+class NotesTools:
+    """What the tools do, free of any transport: both transports and the tests share it."""
+
+    def __init__(self, app: "App") -> None:
+        self.app = app
+        self.config = app.config  # loaded now: a broken config stops the server at startup
+        self._embedder_lock = threading.Lock()
+        self.router = Router(self.embedder)
+
+    def embedder(self) -> "Embedder":
+        """The process's one embedder; tools run on worker threads, so creation is serialised."""
+        with self._embedder_lock:
+            return self.app.embedder()
+
+    @contextmanager
+    def store(self) -> Iterator[Store]:
+        """A read-only connection per call (cheap; apsw connections stay on their thread)."""
+        store = self.app.open_store(readonly=True)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @contextmanager
+    def maybe_store(self) -> Iterator[Store | None]:
+        """For tools that work from the files alone (get, grep, reindex) before any sync ran."""
+        if not self.config.db.exists():
+            yield None
+            return
+        with self.store() as store:
+            yield store
+
+    # ---- path arguments -----------------------------------------------------------------------
+
+    def resolve(self, store: Store | None, path: str | None) -> Target:
+        """Source id -> that source; collection name -> its folder(s); else a confined path
+        (`source:path`, or a bare path in every source that has it). None -> everything."""
+        text = (path or "").strip()
+        if not text:
+            return Target(SearchScope(), "all sources", [(sid, "") for sid in self.config.sources])
+        if text in self.config.sources:
+            return Target(SearchScope(source_ids=(text,)), f"source {text}", [(text, "")])
+        entries = [e for e in load_entries(store) if e.name == text] if store is not None else []
+        if entries:
+            places = [(e.source_id, e.folder) for e in entries]
+            return Target(SearchScope(collection=text), f"collection {text}", places)
+        from search.refs import confine, split_source
+
+        source_id, rest = split_source(text, self.config.sources)
+        candidates = [source_id] if source_id else list(self.config.sources)
+        found: list[str] = []
+        refused: PathOutsideSources | None = None
+        rel = ""
+        for candidate in candidates:
+            try:
+                rel = confine(self.config, candidate, rest)
+            except PathOutsideSources as exc:
+                refused = refused or exc
+                continue
+            if not rel or self._has_path(store, candidate, rel):
+                found.append(candidate)
+        if not found:
+            if refused is not None:
+                raise refused
+            where = f"source {source_id}" if source_id else "any source (" + ", ".join(self.config.sources) + ")"
+            raise SourceError(f"{text!r}: no such file, folder, collection or source in {where}")
+        key = nfc(rel)  # index paths are NFC
+        label = f"{found[0]}:{key}" if len(found) == 1 else key
+        return Target(SearchScope(source_ids=tuple(found), path=key or None), label, [(sid, rel) for sid in found])
+
+    def _has_path(self, store: Store | None, source_id: str, rel: str) -> bool:
+        """On disk (workspace) or in the index: a folder deleted since the last sync can still
+        be re-indexed, which is how its stale entries go."""
+        source = self.config.sources[source_id]
+        if isinstance(source, WorkspaceSource) and os.path.lexists(os.path.join(source.root, rel)):
+            return True
+        return store is not None and source_id in store.sources_with_path(nfc(rel))
+
+    def catch_up(self, target: Target) -> list[str]:
+        """Index what changed on disk inside the target first, so a note written just before the
+        search is found by it (seed B §8); bounded, and it never rebuilds."""
+        from indexer.sync import catch_up
+
+        notices = []
+        for source_id, place in target.places:
+            if isinstance(self.config.sources[source_id], WorkspaceSource):
+                notice = catch_up(self.config, (source_id,), place or None, self.embedder)
+                if notice and notice not in notices:
+                    notices.append(notice)
+        return notices
+
+    # ---- tools --------------------------------------------------------------------------------
+
+    def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
+        with self.store() as store:
+            target = self.resolve(store, path)
+            lag = self.catch_up(target) if not target.scope.is_all else []
+            response = search(store, self.config, query, k=k, mode=mode, scope=target.scope,
+                              embedder_factory=self.embedder)
+        data = response.to_json()
+        notices = [n for n in [response.notice, *lag] if n]
+        data["notice"] = "; ".join(notices) or None
+        data["scope"] = target.label
+        for hit in data["results"]:  # type: ignore[attr-defined]
+            hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
+        if not data["results"] and not data["notice"]:
+            data["notice"] = f"nothing found in {target.label}; try other words, mode=lex for exact terms, or grep"
+        return data
+
+    def status(self, path: str | None) -> dict[str, Any]:
+        with self.store() as store:
+            target = self.resolve(store, path)
+            meta = store.meta()
+            totals = {s.source_id: s for s in store.source_stats()}
+            counts = store.scope_stats(target.scope) if path else {}
+            sources = []
+            for source_id, place in target.places:
+                source = self.config.sources[source_id]
+                stats = totals.get(source_id)
+                entry: dict[str, Any] = {
+                    "id": source_id,
+                    "kind": source.kind,
+                    "path": place or None,
+                    "indexed_rev": stats.indexed_rev if stats else None,
+                    "last_sync_at": stats.last_sync_at if stats else None,
+                    "error": stats.last_error if stats else None,
+                }
+                if path:
+                    entry.update(counts.get(source_id, {"files": 0, "chunks": 0, "pending": 0}))
+                else:
+                    entry.update(files=stats.files if stats else 0, chunks=stats.chunks if stats else 0,
+                                 pending=stats.pending if stats else 0)
+                try:
+                    entry["lag"] = self._lag(store, source_id, place)
+                except NotesSearchError as exc:  # one unreadable source must not hide the others
+                    entry["lag"] = {"lags": None, "error": str(exc)}
+                sources.append(entry)
+        mismatch = identity_mismatch(self.config.embedding, meta)
+        return {
+            "scope": target.label,
+            "db": str(self.config.db),
+            "embedding": {
+                "provider": self.config.embedding.provider,
+                "model": self.config.embedding.model,
+                "dims": self.config.embedding.dims,
+                "reindex_needed": mismatch or None,
+            },
+            "sources": sources,
+        }
+
+    def _lag(self, store: Store, source_id: str, place: str) -> dict[str, Any]:
+        """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
+        or from the local mirror (git: its head vs the indexed rev; the remote is not asked)."""
+        source = self.config.sources[source_id]
+        if isinstance(source, GitSource):
+            from indexer.sources import git as git_source
+
+            head = git_source.mirror_head(source)
+            indexed = store.source_state(source_id)[0]
+            return {"lags": head is not None and head != indexed, "mirror_head": head,
+                    "note": "the remote is not contacted; sync fetches it"}
+        from indexer.model import Delete, Upsert
+        from indexer.sources import workspace
+
+        known = store.known_files(source_id)
+        scanned = source
+        if place:
+            scanned = dataclasses.replace(source, scope=source.scope.within(place))
+            known = {p: k for p, k in known.items() if p == place or p.startswith(place.rstrip("/") + "/")}
+        changed: list[str] = []
+        deleted: list[str] = []
+        for change in workspace.scan(scanned, known, max_file_bytes=self.config.max_file_bytes, log=log):
+            if isinstance(change, Upsert):
+                changed.append(change.file.path)
+            elif isinstance(change, Delete):
+                deleted.append(change.path)
+        return {"lags": bool(changed or deleted), "changed": len(changed), "deleted": len(deleted),
+                "paths": (changed + deleted)[:LAG_LIST]}
+
+    def reindex(self, path: str, full: bool) -> dict[str, Any]:
+        from indexer.sync import run_sync
+
+        with self.maybe_store() as store:
+            target = self.resolve(store, path)
+        if target.scope.is_all:
+            raise NotesSearchError(
+                "reindex needs a path, a collection or a source id (a full sync is `notes-search sync`)"
+            )
+        report_parts = []
+        for source_id, place in target.places:
+            report = run_sync(self.config, source_ids=[source_id], path=place or None, full=full,
+                              embedder_factory=self.embedder, lock_timeout=REINDEX_LOCK_WAIT)
+            if report.locked:
+                raise NotesSearchError(
+                    f"another sync is running (waited {REINDEX_LOCK_WAIT:g} s for its lock); try again shortly"
+                )
+            report_parts.append(report)
+        sources = [
+            {"id": s.source_id, "kind": s.kind, "path": place or None, "added": s.added, "updated": s.updated,
+             "deleted": s.deleted, "skipped": s.skipped, "rev": s.rev, "error": s.error}
+            for report, (_, place) in zip(report_parts, target.places)
+            for s in report.sources
+        ]
+        notices = [r.embed_notice for r in report_parts if r.embed_notice]
+        if any(isinstance(self.config.sources[sid], GitSource) for sid, _ in target.places):
+            notices.append("git sources are re-synced whole (fetch + tree diff); a path only narrows workspace scans")
+        return {
+            "scope": target.label,
+            "full": full,
+            "sources": sources,
+            "embedded": sum(r.embedded for r in report_parts),
+            "pending": report_parts[-1].pending if report_parts else 0,
+            "seconds": round(sum(r.seconds for r in report_parts), 3),
+            "notice": "; ".join(notices) or None,
+        }
+
+    def get(self, path: str, from_line: int | None, max_lines: int) -> dict[str, Any]:
+        from search.refs import confine, indexed_rev, parse_ref, read_text, sources_having
+
+        with self.maybe_store() as store:
+            ref = parse_ref(path.strip(), self.config.sources)
+            if ref.source_id is not None:
+                source_id = ref.source_id
+            else:
+                having = sources_having(self.config, store, ref.path)
+                if not having:
+                    raise SourceError(f"{ref.path!r}: no such file in any source ({', '.join(self.config.sources)})")
+                if len(having) > 1:
+                    choices = ", ".join(f"{sid}:{ref.path}" for sid in having)
+                    raise NotesSearchError(f"{ref.path!r} exists in several sources; name one: {choices}")
+                source_id = having[0]
+            rel = confine(self.config, source_id, ref.path)
+            text = read_text(self.config, store, source_id, rel)
+            source = self.config.sources[source_id]
+            rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
+        lines = text.splitlines()
+        start = from_line or ref.line or 1
+        if ref.count is not None and from_line is None:
+            max_lines = min(max_lines, ref.count)
+        if lines and start > len(lines):
+            raise NotesSearchError(f"{source_id}:{rel}: from_line {start} is past the end ({len(lines)} lines)")
+        end = min(len(lines), start + max_lines - 1)
+        truncated = end < len(lines)
+        return {
+            "source": source_id,
+            "path": rel,
+            "ref": f"{source_id}:{rel}:{start}",
+            "from_line": start,
+            "to_line": end,
+            "total_lines": len(lines),
+            "truncated": truncated,
+            "next_from_line": end + 1 if truncated else None,
+            "notice": f"showing lines {start}-{end} of {len(lines)}; call get with from_line={end + 1} for more"
+            if truncated else None,
+            "rev": rev,
+            "text": "\n".join(lines[start - 1 : end]),
+        }
+
+    def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
+        from search.grep import grep
+
+        if not pattern:
+            raise NotesSearchError("empty pattern")
+        hits: "list[GrepHit]" = []
+        with self.maybe_store() as store:
+            target = self.resolve(store, path)
+            # everything: one call, which skips sources that cannot be searched yet (never synced)
+            places: list[tuple[tuple[str, ...], str | None]] = [((), None)]
+            if not target.scope.is_all:
+                places = [((sid,), place or None) for sid, place in target.places]
+            for source_ids, place in places:
+                hits += grep(self.config, store, pattern, source_ids=source_ids, path=place,
+                             ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS - len(hits))
+                if len(hits) >= GREP_MAX_HITS:
+                    break
+        results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in hits]
+        truncated = len(hits) >= GREP_MAX_HITS
+        return {
+            "pattern": pattern,
+            "scope": target.label,
+            "count": len(results),
+            "truncated": truncated,
+            "notice": f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern" if truncated else None,
+            "hits": results,
+        }
+
+    def collections(self, prefix: str | None) -> dict[str, Any]:
+        with self.store() as store:
+            view = collections_view(load_entries(store), prefix)
+        view["notice"] = None if view["count"] else NO_COLLECTIONS
+        return view
+
+    def route(self, question: str, k: int) -> dict[str, Any]:
+        with self.store() as store:
+            entries = load_entries(store)
+        return self.router.route(entries, question, k).to_json()
+
+
+# ---- the MCP server -----------------------------------------------------------------------------
+
+PATH_HELP = (
+    "A source id, a collection name, or a folder or file relative to a source root "
+    "(`source:path` names one source). Omitted: all sources."
+)
+
+
+@contextmanager
+def _tool_errors() -> Iterator[None]:
+    """Domain errors become `isError` results with their one-line message; the server goes on."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        yield
+    except NotesSearchError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def build_server(tools: NotesTools) -> "MCPServer":
+    """Register the tools. Sync functions: the SDK runs each call on a worker thread."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+    from pydantic import Field
+
+    server = MCPServer("notes-search", instructions=SERVER_INSTRUCTIONS, log_level="WARNING")
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    where = Field(description=PATH_HELP)
+
+    @server.tool(name="search", annotations=read_only)
+    def search_tool(
+        query: Annotated[str, Field(description="The question or keywords, in any language.")],
+        path: Annotated[str | None, where] = None,
+        k: Annotated[int, Field(ge=1, le=50, description="How many hits.")] = 8,
+        mode: Annotated[
+            Literal["hybrid", "lex", "vec"],
+            Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
+        ] = "hybrid",
+    ) -> dict[str, Any]:
+        """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line),
+        `breadcrumb`, `score`, up to ~1,200 characters of text and `rev` (git commit or null).
+        Scoped to a workspace folder, edits made just before the call are indexed first.
+        `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
+        with _tool_errors():
+            return tools.search(query, path, k, mode)
+
+    @server.tool(name="status", annotations=read_only)
+    def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:
+        """What is indexed (files, chunks, chunks waiting for vectors), when it was last synced,
+        and whether the index lags the disk (changed/deleted files) or the git mirror."""
+        with _tool_errors():
+            return tools.status(path)
+
+    @server.tool(name="reindex", annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                              idempotent_hint=True, open_world_hint=False))
+    def reindex_tool(
+        path: Annotated[
+            str, Field(description="A folder or file (`source:path` allowed), a collection, or a source id.")
+        ],
+        full: Annotated[bool, Field(description="Re-read and re-chunk every file, not only changed ones.")] = False,
+    ) -> dict[str, Any]:
+        """Re-index one file, folder, collection or source now (normally a sync job does this).
+        Returns added/updated/deleted counts, vectors embedded and pending."""
+        with _tool_errors():
+            return tools.reindex(path, full)
+
+    @server.tool(name="get", annotations=read_only)
+    def get_tool(
+        path: Annotated[
+            str, Field(description="A file: `source:path`, `path`, or a `ref` from search (`source:path:line`).")
+        ],
+        from_line: Annotated[
+            int | None, Field(ge=1, description="First line (1-based); default: the ref's line or 1.")
+        ] = None,
+        max_lines: Annotated[int, Field(ge=1, le=2000, description="At most this many lines.")] = GET_MAX_LINES,
+    ) -> dict[str, Any]:
+        """Read a file or a line range of any source, including files inside bare git mirrors
+        (at the indexed rev). `truncated`/`next_from_line` say when there is more."""
+        with _tool_errors():
+            return tools.get(path, from_line, max_lines)
+
+    @server.tool(name="grep", annotations=read_only)
+    def grep_tool(
+        pattern: Annotated[str, Field(description="A regular expression (or a literal string with fixed=true).")],
+        path: Annotated[str | None, where] = None,
+        ignore_case: Annotated[bool, Field(description="Case-insensitive match.")] = False,
+        fixed: Annotated[bool, Field(description="Treat the pattern as a literal string.")] = False,
+    ) -> dict[str, Any]:
+        """Live exact search over the note files, no index: always current. Best for hostnames,
+        numbers, error codes, tags. Each hit has `ref` (source:path:line) and the matching line."""
+        with _tool_errors():
+            return tools.grep(pattern, path, ignore_case, fixed)
+
+    @server.tool(name="collections", annotations=read_only)
+    def collections_tool(
+        prefix: Annotated[str | None, Field(description="Only names starting with this (or in this group).")] = None,
+    ) -> dict[str, Any]:
+        """List collections (folders with _meta.yaml) with name, description, tags, folder and file
+        count: a flat list up to 50, grouped by name prefix beyond. Pass a name as `path` to search."""
+        with _tool_errors():
+            return tools.collections(prefix)
+
+    @server.tool(name="route", annotations=read_only)
+    def route_tool(
+        question: Annotated[str, Field(description="The user's question, in any language.")],
+        k: Annotated[int, Field(ge=1, le=20, description="How many collections.")] = ROUTE_K,
+    ) -> dict[str, Any]:
+        """Rank collections for a question (BM25 over name/description/tags + embedding similarity,
+        fused by RRF). Then call search with path=<collection name>."""
+        with _tool_errors():
+            return tools.route(question, k)
+
+    return server
+
+
+# ---- HTTP guard ---------------------------------------------------------------------------------
+
+LOCAL_ORIGIN = re.compile(r"https?://(localhost|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]{1,5})?", re.IGNORECASE)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class HttpGuard:
+    """ASGI middleware in front of the MCP app: a browser page on another origin may not talk to
+    the server (DNS rebinding), and with a token every request must carry it as a Bearer."""
+
+    def __init__(self, app: "ASGIApp", token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http":
+            from starlette.datastructures import Headers
+            from starlette.responses import JSONResponse
+
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and not LOCAL_ORIGIN.fullmatch(origin):
+                await JSONResponse({"error": f"origin {origin} is not allowed"}, status_code=403)(scope, receive, send)
+                return
+            if self.token is not None and not _bearer_matches(headers.get("authorization"), self.token):
+                response = JSONResponse({"error": "missing or wrong bearer token"}, status_code=401,
+                                        headers={"WWW-Authenticate": 'Bearer realm="notes-search"'})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _bearer_matches(header: str | None, token: str) -> bool:
+    scheme, _, value = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def serve_http(server: "MCPServer", host: str, port: int, token: str | None) -> None:
+    import uvicorn
+
+    app = HttpGuard(server.streamable_http_app(host=host), token)
+    click.echo(f"notes-search MCP (streamable HTTP) on http://{_url_host(host)}:{port}/mcp", err=True)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+@click.command("mcp")
+@click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP (path /mcp) instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="HTTP port.")
+@click.option("--token", envvar=TOKEN_ENV, show_envvar=True, metavar="TOKEN",
+              help="HTTP: require `Authorization: Bearer TOKEN`; mandatory for a non-loopback --host.")
+@click.pass_obj
+def mcp_command(app: "App", use_http: bool, host: str, port: int, token: str | None) -> None:
+    """MCP server for agents: search, status, reindex, get, grep, collections, route (stdio by default)."""
+    if use_http and not is_loopback(host) and not token:
+        raise click.UsageError(
+            f"--host {host} is reachable from other machines: set --token (or ${TOKEN_ENV}) so every "
+            "request must carry `Authorization: Bearer <token>`"
+        )
+    server = build_server(NotesTools(app))
+    if use_http:
+        serve_http(server, host, port, token or None)
+    else:
+        server.run("stdio")

@@ -1,0 +1,326 @@
+"""The MCP server end to end, as an agent meets it: the official client drives a real
+`notes-search mcp` process over stdio and over streamable HTTP. The server embeds through an
+Ollama-protocol test server (64 d); the notes are a copy of examples/notes, indexed first."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import requests
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from indexer.config import load_config
+from indexer.embedders import make_embedder
+from indexer.sync import run_sync
+from search.mcp_server import TOKEN_ENV, LOCAL_ORIGIN, is_loopback
+from tests.embed_servers import OllamaServer, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "notes"
+NOTES_SEARCH = Path(sys.executable).parent / "notes-search"
+TOOLS = {"search", "status", "reindex", "get", "grep", "collections", "route"}
+TOKEN = "s3cret-token"
+
+Session = Callable[[ClientSession], Awaitable[None]]
+
+
+@pytest.fixture(scope="module")
+def ollama() -> Iterator[OllamaServer]:
+    server = OllamaServer({"fake-embed:latest": 64})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def make_workspace(root: Path, ollama: OllamaServer) -> Path:
+    """examples/notes with a secret outside the root and symlinks pointing at it, indexed."""
+    shutil.copytree(EXAMPLES, root / "notes")
+    (root / "secret").mkdir()
+    (root / "secret" / "passwords.md").write_text("# Secret\n\nTOPSECRET-4242\n", encoding="utf-8")
+    (root / "notes" / "devops" / "leak.md").symlink_to(root / "secret" / "passwords.md")
+    (root / "notes" / "outside").symlink_to(root / "secret", target_is_directory=True)
+    config = root / "notes-search.yaml"
+    config.write_text(
+        f"""\
+root: {root}
+embedding:
+  provider: ollama
+  model: fake-embed:latest
+  endpoint: {ollama.url}
+  dims: 64
+sources:
+  workspace:
+    notes:
+      root: notes
+      paths: ["**"]
+      exclude: ["drafts/**", "inbox.md"]
+""",
+        encoding="utf-8",
+    )
+    loaded = load_config(config)
+    embedder = make_embedder(loaded.embedding)
+    report = run_sync(loaded, embedder_factory=lambda: embedder)
+    assert report.embedded > 0 and report.pending == 0
+    return config
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, ollama: OllamaServer) -> Path:
+    return make_workspace(tmp_path, ollama)
+
+
+def server_env() -> dict[str, str]:
+    """The server imports this checkout (not whatever an editable install points at)."""
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def over_stdio(config: Path, body: Session, errlog: Path) -> None:
+    params = StdioServerParameters(
+        command=str(NOTES_SEARCH), args=["--config", str(config), "mcp"], env=server_env(), cwd=str(config.parent)
+    )
+
+    async def main() -> None:
+        with errlog.open("w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                await body(session)
+
+    try:
+        anyio.run(main)
+    except BaseException:
+        print(errlog.read_text(), file=sys.stderr)
+        raise
+
+
+async def call(session: ClientSession, name: str, **arguments: Any) -> dict[str, Any]:
+    result = await session.call_tool(name, arguments)
+    assert not result.is_error, (name, arguments, result.content)
+    assert isinstance(result.structured_content, dict)
+    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+    return result.structured_content
+
+
+async def refused(session: ClientSession, name: str, **arguments: Any) -> str:
+    result: CallToolResult = await session.call_tool(name, arguments)
+    assert result.is_error, (name, arguments, result.structured_content)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "\n" not in text.strip()
+    return text
+
+
+async def exercise_every_tool(session: ClientSession) -> None:
+    """tools/list, then tools/call of every tool with a non-empty answer (seed B Приёмка 5)."""
+    listed = await session.list_tools()
+    tools = {tool.name: tool for tool in listed.tools}
+    assert set(tools) == TOOLS
+    assert tools["search"].input_schema["required"] == ["query"]
+    assert set(tools["search"].input_schema["properties"]["mode"]["enum"]) == {"hybrid", "lex", "vec"}
+
+    everything = await call(session, "search", query="záloha databáze restic")
+    assert everything["scope"] == "all sources" and not everything["degraded"]
+    hit = everything["results"][0]
+    assert set(hit) >= {"ref", "source", "path", "line", "end_line", "breadcrumb", "score", "text", "rev"}
+    assert hit["ref"] == f"notes:{hit['path']}:{hit['line']}" and len(hit["text"]) <= 1200
+
+    scoped = await call(session, "search", query="restic", path="devops", k=3, mode="lex")
+    assert scoped["scope"] == "collection devops" and scoped["results"]
+    assert all(h["path"].startswith("devops/") for h in scoped["results"])
+    folder = await call(session, "search", query="kniha", path="reading")  # no _meta.yaml: a plain folder
+    assert folder["scope"] == "notes:reading" and folder["results"]
+    assert all(h["path"].startswith("reading/") for h in folder["results"])
+
+    status = await call(session, "status")
+    assert status["sources"][0]["files"] > 20 and status["sources"][0]["lag"]["lags"] is False
+    part = await call(session, "status", path="notes:devops")
+    assert 0 < part["sources"][0]["files"] < status["sources"][0]["files"]
+
+    reindexed = await call(session, "reindex", path="devops", full=True)
+    assert reindexed["sources"][0]["updated"] > 0
+
+    got = await call(session, "get", path=hit["ref"], max_lines=3)
+    assert got["from_line"] == hit["line"] and got["text"] and got["truncated"] is True
+    assert got["next_from_line"] == hit["line"] + 3
+
+    grepped = await call(session, "grep", pattern="5432")
+    assert grepped["count"] > 0 and grepped["hits"][0]["ref"].startswith("notes:devops/postgresql.md:")
+
+    listing = await call(session, "collections")
+    assert listing["layout"] == "flat"
+    assert {"cooking", "devops", "travel"} <= {c["name"] for c in listing["collections"]}
+
+    routed = await call(session, "route", question="postgresql backups on the home server")
+    assert routed["results"][0]["name"] == "devops"
+
+
+# ---- stdio ----------------------------------------------------------------------------------
+
+
+def test_stdio_lists_and_calls_every_tool(workspace: Path, tmp_path: Path) -> None:
+    over_stdio(workspace, exercise_every_tool, tmp_path / "server.log")
+
+
+def test_paths_are_confined_and_the_server_keeps_serving(workspace: Path, tmp_path: Path) -> None:
+    async def body(session: ClientSession) -> None:
+        assert "outside" in await refused(session, "search", query="x", path="../secret")
+        assert "absolute" in await refused(session, "search", query="x", path="/etc/passwd")
+        assert "outside the source root" in await refused(session, "get", path="devops/leak.md")
+        assert "outside the source root" in await refused(session, "get", path="notes:outside/passwords.md")
+        assert "outside" in await refused(session, "get", path="notes:../../etc/passwd")
+        assert "outside the source root" in await refused(session, "grep", pattern="TOPSECRET", path="outside")
+        assert "outside" in await refused(session, "status", path="../")
+        assert "outside" in await refused(session, "reindex", path="notes:devops/../../secret")
+        assert "no such" in await refused(session, "search", query="x", path="no/such/folder")
+        assert (await call(session, "grep", pattern="TOPSECRET"))["count"] == 0  # the walk skips the links
+        assert (await call(session, "search", query="záloha"))["results"]  # still serving
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+
+
+def test_an_append_is_found_by_the_next_scoped_search(workspace: Path, tmp_path: Path) -> None:
+    note = workspace.parent / "notes" / "devops" / "wireguard.md"
+
+    async def body(session: ClientSession) -> None:
+        assert (await call(session, "search", query="QX7731", path="devops", mode="lex"))["results"] == []
+        with note.open("a", encoding="utf-8") as f:  # what `echo ... >> note.md` does
+            f.write("\nKvazarový převodník QX7731 visí na portu 51820.\n")
+        lines = len(note.read_text(encoding="utf-8").splitlines())
+        exact = await call(session, "search", query="QX7731", path="devops", mode="lex")
+        assert [(h["path"], h["end_line"]) for h in exact["results"]] == [("devops/wireguard.md", lines)]
+        hybrid = await call(session, "search", query="kvazarový převodník QX7731", path="devops")
+        assert ("devops/wireguard.md", lines) in [(h["path"], h["end_line"]) for h in hybrid["results"]]
+        assert not hybrid["degraded"] and hybrid["notice"] is None  # embedded in the same call
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+
+
+# ---- streamable HTTP -------------------------------------------------------------------------
+
+
+def wait_for_port(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"server exited with {proc.returncode}:\n{log.read_text()}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    pytest.fail(f"server did not listen on {port} within {timeout} s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("http")
+    config = make_workspace(root, ollama)
+    port = free_port()
+    log = root / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(NOTES_SEARCH), "--config", str(config), "mcp", "--http", "--port", str(port), "--token", TOKEN],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=server_env(),
+        )
+    try:
+        wait_for_port(proc, port, log)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_http_lists_and_calls_every_tool(http_server: str) -> None:
+    async def main() -> None:
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120))
+        async with client, streamable_http_client(http_server, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await exercise_every_tool(session)
+
+    anyio.run(main)
+
+
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}},
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def test_http_requires_the_bearer_token(http_server: str) -> None:
+    missing = requests.post(http_server, json=INITIALIZE, headers=MCP_HEADERS, timeout=10)
+    assert missing.status_code == 401 and missing.headers["WWW-Authenticate"].startswith("Bearer")
+    wrong = requests.post(http_server, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer nope"},
+                          timeout=10)
+    assert wrong.status_code == 401
+    good = requests.post(http_server, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"},
+                         timeout=10, stream=True)
+    assert good.status_code == 200
+    good.close()
+
+
+def test_http_refuses_foreign_origins(http_server: str) -> None:
+    auth = {**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    evil = requests.post(http_server, json=INITIALIZE, headers={**auth, "Origin": "http://evil.example"}, timeout=10)
+    assert evil.status_code == 403
+    rebound = requests.post(http_server, json=INITIALIZE,
+                            headers={**auth, "Origin": "http://localhost.evil.example:80"}, timeout=10)
+    assert rebound.status_code == 403
+    local = requests.post(http_server, json=INITIALIZE, headers={**auth, "Origin": "http://localhost:3000"},
+                          timeout=10, stream=True)
+    assert local.status_code == 200
+    local.close()
+
+
+def test_non_loopback_bind_without_token_is_refused(workspace: Path) -> None:
+    result = subprocess.run(
+        [str(NOTES_SEARCH), "--config", str(workspace), "mcp", "--http", "--host", "0.0.0.0",
+         "--port", str(free_port())],
+        capture_output=True, text=True, timeout=60, env=server_env(), stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode != 0
+    assert "--token" in result.stderr and TOKEN_ENV in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.8.0.1", True), ("localhost", True), ("::1", True), ("[::1]", True),
+     ("0.0.0.0", False), ("::", False), ("192.168.1.5", False), ("myhost.lan", False)],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [("http://localhost:3000", True), ("https://127.0.0.1", True), ("http://[::1]:8765", True),
+     ("http://localhost.evil.example", False), ("http://127.0.0.1.evil.example", False), ("null", False),
+     ("https://example.com", False)],
+)
+def test_local_origins(origin: str, allowed: bool) -> None:
+    assert bool(LOCAL_ORIGIN.fullmatch(origin)) is allowed
+
+
+def test_help_names_the_token_env() -> None:
+    result = subprocess.run([str(NOTES_SEARCH), "mcp", "--help"], capture_output=True, text=True, timeout=60,
+                            env=server_env())
+    assert result.returncode == 0 and TOKEN_ENV in result.stdout
