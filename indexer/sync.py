@@ -13,17 +13,20 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from indexer import chunker, toc
 from indexer.collections import collection_for, find_collections
 from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
-from indexer.embedders import Embedder
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Upsert
 from indexer.sources import git as git_source
 from indexer.sources import workspace
 from indexer.store import Store
+
+if TYPE_CHECKING:
+    from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
 

@@ -254,9 +254,11 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     """Search the index."""
     config = app.config
     scope = make_scope(config, source_ids, collection, path)
-    from indexer.sync import catch_up
+    lag = None
+    if scope.path or scope.source_ids:
+        from indexer.sync import catch_up
 
-    lag = catch_up(config, scope.source_ids, scope.path, app.embedder) if scope.path or scope.source_ids else None
+        lag = catch_up(config, scope.source_ids, scope.path, app.embedder)
     store = app.open_store(readonly=True)
     try:
         response = search(store, config, text, k=k, mode=mode, scope=scope, embedder_factory=app.embedder)

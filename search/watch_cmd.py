@@ -14,10 +14,6 @@ import threading
 from typing import TYPE_CHECKING
 
 import click
-from watchdog.observers import Observer
-from watchdog.observers.polling import PollingObserver
-
-from indexer.watch import Watcher
 
 if TYPE_CHECKING:
     from search.cli import App
@@ -36,6 +32,12 @@ def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> N
 
     Runs beside `mcp` on the same index; both take the sync lock before writing.
     """
+    # imported here: watchdog, numpy and the embedders must not slow down every other command
+    from watchdog.observers import Observer
+    from watchdog.observers.polling import PollingObserver
+
+    from indexer.watch import Watcher
+
     watcher = Watcher(
         app.config, app.embedder, debounce=debounce, reconcile_every=reconcile_every,
         observer_factory=PollingObserver if polling else Observer,
