@@ -346,9 +346,16 @@ class Store:
                 (indexed_rev, utc_now(), error, source_id),
             )
 
+    def errored_sources(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT source_id FROM sources WHERE last_error IS NOT NULL")}
+
     def set_source_error(self, source_id: str, error: str | None) -> None:
+        """Record (or clear) a source's last error; writes only when it differs."""
         with self.transaction():
-            self.conn.execute("UPDATE sources SET last_error = ? WHERE source_id = ?", (error, source_id))
+            self.conn.execute(
+                "UPDATE sources SET last_error = ? WHERE source_id = ? AND last_error IS NOT ?",
+                (error, source_id, error),
+            )
 
     def remove_source(self, source_id: str) -> None:
         with self.transaction():

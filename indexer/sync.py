@@ -278,6 +278,7 @@ class Syncer:
             for stale in set(self.store.source_ids()) - set(self.config.sources):
                 log.info("source %s is no longer configured: removing it from the index", stale)
                 self.store.remove_source(stale)
+        errored = self.store.errored_sources()
         for source_id in selected:
             source: Source = self.config.source(source_id)
             self.store.ensure_source(source.id, source.kind)
@@ -286,6 +287,8 @@ class Syncer:
                     result = self.sync_git(source, full or rechunk)
                 else:
                     result = self.sync_workspace(source, full or rechunk, path)
+                if source.id in errored:
+                    self.store.set_source_error(source.id, None)  # recovered
             except NotesSearchError as exc:
                 result = SourceReport(source.id, source.kind, error=str(exc))
                 log.error("source %s: %s", source.id, exc)

@@ -334,52 +334,42 @@ def reindex(app: App, path: str, full: bool, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("path", required=False)
+@click.option("--offline", is_flag=True, help="Do not ask git remotes for their head (no network).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def status(app: App, as_json: bool) -> None:
-    """What is indexed, when, and what is pending."""
-    config = app.config
-    store = app.open_store(readonly=True)
-    try:
-        stats = store.source_stats()
-        meta = store.meta()
-    finally:
-        store.close()
-    mismatch = identity_mismatch(config.embedding, meta)
-    data = {
-        "db": str(config.db),
-        "embedding": {
-            "provider": config.embedding.provider,
-            "model": config.embedding.model,
-            "dims": config.embedding.dims,
-            "index_model": meta.get("embedding_model"),
-            "index_dims": int(meta["embedding_dims"]) if meta.get("embedding_dims") else None,
-            "reindex_needed": mismatch or None,
-        },
-        "sources": [
-            {
-                "id": s.source_id, "kind": s.kind, "files": s.files, "chunks": s.chunks, "pending": s.pending,
-                "indexed_rev": s.indexed_rev, "last_sync_at": s.last_sync_at, "error": s.last_error,
-                "configured": s.source_id in config.sources,
-            }
-            for s in stats
-        ],
-    }
+def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
+    """What is indexed, when, what is pending, and whether the index lags the disk or the remote.
+
+    PATH (a source id, collection, folder or file) narrows the counts to it.
+    """
+    from search.mcp_server import NotesTools
+
+    data = NotesTools(app, check_remote=not offline).status(path)
     if as_json:
         emit_json(data)
         return
     click.echo(f"index: {data['db']}")
     emb = data["embedding"]
     click.echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
-    if mismatch:
-        click.echo("reindex needed: " + "; ".join(mismatch))
+    if emb["reindex_needed"]:
+        click.echo("reindex needed: " + "; ".join(emb["reindex_needed"]))
     for s in data["sources"]:
-        rev = f"  rev {s['indexed_rev'][:12]}" if s["indexed_rev"] else ""
+        name = s["id"] + (f":{s['path']}" if s.get("path") else "")
         click.echo(
-            f"{s['id']:<16} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
-            f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}{rev}"
+            f"{name:<20} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
+            f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}"
         )
-        if s["error"]:
+        lag = s.get("lag") or {}
+        if s["kind"] == "git":
+            rev = (s["indexed_rev"] or "none")[:12]
+            remote = (lag.get("remote_head") or lag.get("mirror_head") or "?")[:12]
+            click.echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
+            if lag.get("remote_error"):
+                click.echo(f"    remote: {lag['remote_error']}")
+        if lag.get("lags"):
+            click.echo("    lags: the index is behind; run `notes-search sync`")
+        if s.get("error"):
             click.echo(f"    error: {s['error']}")
 
 
@@ -387,6 +377,7 @@ from search.commands import grep, show, toc  # noqa: E402  (these modules import
 from search.mcp_server import mcp_command  # noqa: E402
 from search.route import collections_command, route_command  # noqa: E402
 from search.watch_cmd import watch  # noqa: E402
+from hooks.install import hooks  # noqa: E402
 
 cli.add_command(show)
 cli.add_command(grep)
@@ -395,6 +386,7 @@ cli.add_command(watch)
 cli.add_command(mcp_command)
 cli.add_command(collections_command)
 cli.add_command(route_command)
+cli.add_command(hooks)
 
 
 def main() -> None:

@@ -67,8 +67,9 @@ class Target:
 class NotesTools:
     """What the tools do, free of any transport: both transports and the tests share it."""
 
-    def __init__(self, app: "App") -> None:
+    def __init__(self, app: "App", *, check_remote: bool = False) -> None:
         self.app = app
+        self.check_remote = check_remote  # the MCP tools answer fast; the CLI status asks the remote
         self.config = app.config  # loaded now: a broken config stops the server at startup
         self._embedder_lock = threading.Lock()
         self.router = Router(self.embedder)
@@ -216,15 +217,12 @@ class NotesTools:
 
     def _lag(self, store: Store, source_id: str, place: str) -> dict[str, Any]:
         """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
-        or from the local mirror (git: its head vs the indexed rev; the remote is not asked)."""
+        or from git (the indexed rev vs the mirror head, and the remote's when `check_remote`)."""
         source = self.config.sources[source_id]
         if isinstance(source, GitSource):
-            from indexer.sources import git as git_source
+            from indexer.freshness import git_freshness
 
-            head = git_source.mirror_head(source)
-            indexed = store.source_state(source_id)[0]
-            return {"lags": head is not None and head != indexed, "mirror_head": head,
-                    "note": "the remote is not contacted; sync fetches it"}
+            return git_freshness(source, store, check_remote=self.check_remote)
         from indexer.model import Delete, Upsert
         from indexer.sources import workspace
 

@@ -255,3 +255,17 @@ def test_reindex_a_folder_now(run, notes: Path) -> None:  # type: ignore[no-unty
     found = paths(query_json(run, "okoun", "--mode", "lex"))
     assert "travel/new.md" in found and "devops/new.md" not in found
     assert run("reindex", "../outside").exit_code == 1
+
+
+def test_status_of_a_path_and_disk_lag(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = json.loads(run("status", "notes:travel", "--json").stdout)
+    (entry,) = data["sources"]
+    assert (entry["path"], entry["files"]) == ("travel", 1)
+    assert entry["lag"]["lags"] is False
+    with (notes / "travel/kazan.md").open("a", encoding="utf-8") as fh:
+        fh.write("\nnew line\n")
+    entry = json.loads(run("status", "travel", "--json").stdout)["sources"][0]
+    assert entry["lag"]["lags"] is True and entry["lag"]["paths"] == ["travel/kazan.md"]
+    human = run("status", "travel")
+    assert "lags" in human.stdout and "notes:travel" in human.stdout

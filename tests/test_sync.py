@@ -278,3 +278,20 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
     on_disk = disk_state(config)
     assert not do_sync().changed
     assert disk_state(config) == on_disk
+
+
+def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path) -> None:
+    later = tmp_path / "later"
+    config = load_config(make_config(tmp_path, notes, extra_sources=f"    later:\n      root: {later}\n      paths: ['**']\n"))
+    embedder = FakeEmbedder(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+    store = Store.open(config.db)
+    assert store.errored_sources() == {"later"}
+    store.close()
+    later.mkdir()
+    run_sync(config, embedder_factory=lambda: embedder)
+    store = Store.open(config.db)
+    try:
+        assert store.errored_sources() == set()
+    finally:
+        store.close()

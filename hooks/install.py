@@ -1,0 +1,316 @@
+"""Git hooks that re-index a git source when command-line git moves it, and the job they start.
+
+Why hooks: `sync` polls (ls-remote, then fetch) and indexes in process; it runs its own fetches
+with hooks off, and libgit2 never runs hooks. The hooks cover the other ways new commits arrive:
+a `git fetch` / `git remote update` of a mirror by the user or cron (`reference-transaction` in
+the mirror; git has no post-fetch hook), and a push into a local bare repository that a source
+mirrors (`post-receive` there, opt-in with `--upstream`: it writes into the user's repository).
+
+The scripts (`hooks/reference-transaction`, `hooks/post-receive`) get the notes-search
+executable, the config, the source id and the log file baked in as single-quoted shell words,
+so no path can run anything. They only start `notes-search hooks run --source ID` detached and
+exit 0. That job, not `sync`, coalesces the calls: a fetch fires the hook once per ref, and a
+fire during a running sync must still cause one more sync after it, while `sync` exits at once
+when the lock is held. The job records the fire in a marker, lets one job per source debounce
+it, then syncs while waiting for the lock (see `run_hook_job`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import unquote, urlsplit
+
+import click
+
+from indexer.config import Config, GitSource
+from indexer.errors import NotesSearchError
+from indexer.lock import SyncLock
+
+if TYPE_CHECKING:  # the CLI imports this module at start: heavy modules load only when used
+    import pygit2
+
+    from indexer.embedders import Embedder
+
+MARKER = "# notes-search managed hook"  # starts the second line of every script we write
+TEMPLATES = Path(__file__).resolve().parent
+DEBOUNCE_SECONDS = 1.0  # quiet time after the last fire before syncing (per-ref fires of one fetch)
+POLL_SECONDS = 0.1  # how often a debouncing job looks at the marker
+LOCK_WAIT_SECONDS = 3600.0  # a hook job waits this long for a running sync (a first full index)
+
+log = logging.getLogger("notes_search.hooks")
+
+
+class HookError(NotesSearchError):
+    """A hook cannot be installed (no mirror yet, a foreign hook in the way, not a git source)."""
+
+
+# ---- install --------------------------------------------------------------------------------
+
+
+def notes_search_executable() -> Path:
+    """The console script of this installation, so a hook runs the same notes-search and venv."""
+    beside = Path(sys.executable).with_name("notes-search")  # not resolved: keep the venv's bin/
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("notes-search")
+    if found is None:
+        raise HookError("cannot find the notes-search executable to put into the hooks")
+    return Path(found).absolute()
+
+
+def render(name: str, *, executable: Path, config_path: Path, source_id: str, log_path: Path) -> str:
+    """The hook script `name` with every value baked in as one single-quoted shell word."""
+    text = (TEMPLATES / name).read_text(encoding="utf-8")
+    for placeholder, value in (
+        ("@NOTES_SEARCH@", str(executable)),
+        ("@CONFIG@", str(config_path)),
+        ("@SOURCE_ID@", source_id),
+        ("@LOG@", str(log_path)),
+    ):
+        if text.count(placeholder) != 1:
+            raise HookError(f"hook template {TEMPLATES / name} must contain {placeholder} exactly once")
+        text = text.replace(placeholder, shlex.quote(value))
+    return text
+
+
+def is_ours(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = [f.readline() for _ in range(3)]
+    except OSError:
+        return False
+    return any(line.startswith(MARKER) for line in head)
+
+
+def hooks_path_override(git_dir: Path) -> str | None:
+    """core.hooksPath as git resolves it for `git_dir` (any config level): set, git ignores
+    `<git_dir>/hooks` and our hook never runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith("GIT_CONFIG_")}
+    proc = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "config", "--get", "core.hooksPath"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=False,
+    )
+    value = proc.stdout.strip()
+    return value or None
+
+
+def _open_bare(path: Path) -> pygit2.Repository | None:
+    import pygit2
+    from pygit2.enums import RepositoryOpenFlag
+
+    try:
+        repo = pygit2.Repository(str(path), RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError:
+        return None
+    return repo if repo.is_bare else None
+
+
+def _local_upstream(source: GitSource) -> Path:
+    """The bare repository a source's url names on this machine (push target with post-receive)."""
+    url = source.url
+    if url.startswith("file://"):
+        path = Path(unquote(urlsplit(url).path))
+    elif "://" in url or ":" in url.split("/", 1)[0]:
+        raise HookError(f"source {source.id!r}: url {url} is not on this machine; install post-receive "
+                        "on the server that receives the pushes, or rely on the mirror hook and cron")
+    else:
+        path = Path(url)
+    repo = _open_bare(path)
+    if repo is None:
+        raise HookError(f"source {source.id!r}: {path} is not a bare repository; post-receive only runs "
+                        "where pushes are received (commits made in a working copy fire no hook: use cron)")
+    return Path(repo.path)
+
+
+def _git_sources(config: Config, source_ids: Sequence[str]) -> list[GitSource]:
+    if not source_ids:
+        found = [s for s in config.sources.values() if isinstance(s, GitSource)]
+        if not found:
+            raise HookError("no git sources configured: hooks are for git sources only")
+        return found
+    selected = []
+    for source_id in source_ids:
+        source = config.source(source_id)
+        if not isinstance(source, GitSource):
+            raise HookError(f"source {source_id!r} is a workspace source: hooks are for git sources only "
+                            "(`watch` or the cron sync keep workspaces current)")
+        selected.append(source)
+    return selected
+
+
+def install_hooks(
+    config: Config, source_ids: Sequence[str], *, upstream: bool = False, executable: Path | None = None,
+) -> list[Path]:
+    """Install reference-transaction into the mirror of each selected git source (all by default),
+    and with `upstream` post-receive into its local bare upstream. Returns the files written.
+
+    Everything is checked before anything is written: a missing mirror or a hook file that is
+    not ours (no MARKER line) fails the whole install, naming the file.
+    """
+    if config.path is None:
+        raise HookError("hooks need the config file's path (the config was not loaded from a file)")
+    config_path = config.path.absolute()
+    exe = (executable or notes_search_executable()).absolute()
+    targets: list[tuple[Path, str]] = []
+    for source in _git_sources(config, source_ids):
+        mirror = _open_bare(source.mirror)
+        if mirror is None:
+            raise HookError(f"source {source.id!r}: no mirror at {source.mirror} yet; "
+                            f"run `notes-search sync --source {source.id}` first")
+        targets.append((Path(mirror.path) / "hooks" / "reference-transaction", source.id))
+        if upstream:
+            targets.append((_local_upstream(source) / "hooks" / "post-receive", source.id))
+    for path, _ in targets:
+        if (path.exists() or path.is_symlink()) and not is_ours(path):
+            raise HookError(f"{path} exists and was not written by notes-search; refusing to replace it. "
+                            "Move it away (or call it from your own hook) and install again")
+    config.log.parent.mkdir(parents=True, exist_ok=True)  # the hooks append their job's output to the log
+    written = []
+    for path, source_id in targets:
+        text = render(path.name, executable=exe, config_path=config_path, source_id=source_id, log_path=config.log)
+        _write_executable(path, text)
+        written.append(path)
+    return written
+
+
+def _write_executable(path: Path, text: str) -> None:
+    """Write via a temporary sibling and rename: git never runs a half-written hook."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- the job a hook starts ----------------------------------------------------------------------
+
+
+def pending_marker(config: Config, source_id: str) -> Path:
+    """Exists while a fire of this source's hook is not yet covered by a started sync."""
+    return config.lock_path.parent / f".hook-{source_id}.pending"
+
+
+def run_hook_job(
+    config: Config,
+    source_id: str,
+    embedder_factory: Callable[[], Embedder],
+    *,
+    debounce: float = DEBOUNCE_SECONDS,
+    lock_wait: float = LOCK_WAIT_SECONDS,
+) -> int:
+    """Record a fire, then (in at most one job per source) sync until no fire is pending.
+    Returns how many syncs this job ran.
+
+    A fire touches the marker. The job holding the per-source runner lock waits until the last
+    touch is `debounce` seconds old, removes the marker, and syncs, waiting for the sync lock: a
+    sync that starts after the marker was removed sees every ref moved before, so no fire is lost
+    and a burst of fires costs one sync. A job that finds the runner lock taken just leaves its
+    mark: the holder re-checks the marker after every sync and again after letting go.
+    """
+    from indexer.sync import run_sync
+
+    def sync() -> None:
+        log.info("hook: syncing source %s", source_id)
+        report = run_sync(config, source_ids=[source_id], embedder_factory=embedder_factory, lock_timeout=lock_wait)
+        if report.locked:
+            log.warning("hook: source %s not synced: another sync held the lock for %g s; "
+                        "the next sync picks the change up", source_id, lock_wait)
+
+    marker = pending_marker(config, source_id)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    runner = SyncLock(marker.with_suffix(".runner"))
+    syncs = 0
+    while marker.exists():
+        if not runner.acquire():
+            break
+        try:
+            syncs += _drain(marker, debounce, sync)
+        finally:
+            runner.release()
+    return syncs
+
+
+def _drain(marker: Path, debounce: float, sync: Callable[[], None]) -> int:
+    """Sync each time the marker has been quiet for `debounce` seconds, until it stays gone."""
+    syncs = 0
+    seen: int | None = None
+    seen_at = 0.0
+    while True:
+        try:
+            stamp = marker.stat().st_mtime_ns
+        except FileNotFoundError:
+            return syncs
+        now = time.monotonic()
+        if stamp != seen:
+            seen, seen_at = stamp, now
+        # quiet = the last touch is `debounce` old; the monotonic bound ends the wait even if the
+        # wall clock was stepped back and the marker's mtime lies in the future
+        if time.time() - stamp / 1e9 < debounce and now - seen_at < debounce:
+            time.sleep(min(POLL_SECONDS, debounce))
+            continue
+        marker.unlink(missing_ok=True)
+        seen = None
+        sync()
+        syncs += 1
+
+
+# ---- CLI -------------------------------------------------------------------------------------
+
+
+class _App(Protocol):
+    """What the CLI's context object provides (search.cli.App)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def embedder(self) -> Embedder: ...
+
+
+@click.group("hooks")
+def hooks() -> None:
+    """Git hooks that re-index a git source when command-line git fetches its mirror or a push
+    lands in its local upstream repository."""
+
+
+@hooks.command("install")
+@click.option("--source", "source_ids", multiple=True, metavar="ID",
+              help="Only this git source (repeatable; default: every git source).")
+@click.option("--upstream", is_flag=True,
+              help="Also install post-receive into each source's local bare upstream repository (where you push).")
+@click.pass_obj
+def install(app: _App, source_ids: tuple[str, ...], upstream: bool) -> None:
+    """Install the re-index hook into each git source's mirror (the mirror must exist: sync first).
+
+    The hook starts a background sync of that source and returns at once; it never fails git.
+    A hook file that notes-search did not write is never replaced.
+    """
+    for path in install_hooks(app.config, source_ids, upstream=upstream):
+        click.echo(f"installed {path}")
+        override = hooks_path_override(path.parent.parent)
+        if override:
+            click.echo(f"warning: core.hooksPath is set ({override}): git runs hooks from there, "
+                       f"not {path.parent}", err=True)
+
+
+@hooks.command("run", hidden=True)
+@click.option("--source", "source_id", required=True, metavar="ID")
+@click.pass_obj
+def run(app: _App, source_id: str) -> None:
+    """The background job the hooks start (debounced, lock-waiting sync of one source)."""
+    run_hook_job(app.config, source_id, app.embedder)

@@ -1,0 +1,440 @@
+"""Git sources through the real sync (indexer.sync.run_sync): tree diffs into a real SQLite index.
+
+Upstreams are local repositories built with pygit2 (explicit commit times), mirrored under
+tmp_path by the driver. The reference for "correct" is always a fresh full index of the same
+head built in another folder: an incremental index must be indistinguishable from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from indexer.config import Config, EmbeddingConfig, load_config
+from indexer.freshness import source_freshness
+from indexer.store import SearchScope, Store
+from indexer.sync import SyncReport, run_sync
+from search import cli as cli_module
+from tests.conftest import write
+from tests.fakes import FakeEmbedder
+from tests.gitutil import commit, init_upstream
+
+T0 = 1_600_000_000
+DAY = 86_400
+EMBEDDING = {"provider": "ollama", "model": "fake:1", "endpoint": "http://127.0.0.1:9", "dims": 64}
+
+
+@pytest.fixture(autouse=True)
+def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own git config (insteadOf, hooksPath, credential helpers) must not leak in."""
+    cfg = tmp_path_factory.mktemp("gitcfg") / "gitconfig"
+    cfg.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def note(title: str, body: str) -> str:
+    return f"# {title}\n\n{body}\n"
+
+
+class Index:
+    """A config file in its own folder (db, log, mirrors inside) and a sync with a fake embedder."""
+
+    def __init__(
+        self, home: Path, git: dict[str, dict[str, Any]], workspace: dict[str, dict[str, Any]] | None = None,
+        embedding: dict[str, Any] = EMBEDDING,
+    ) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.home = home
+        self.path = home / "notes-search.yaml"
+        self.embedding = embedding
+        self.embedder = FakeEmbedder(EmbeddingConfig(**embedding))
+        self.configure(git, workspace)
+
+    def configure(self, git: dict[str, dict[str, Any]], workspace: dict[str, dict[str, Any]] | None = None) -> None:
+        sources: dict[str, Any] = {"git": git}
+        if workspace:
+            sources["workspace"] = workspace
+        self.path.write_text(yaml.safe_dump({"root": str(self.home), "embedding": self.embedding, "sources": sources}))
+
+    @property
+    def config(self) -> Config:
+        return load_config(self.path)
+
+    def sync(self, **kwargs: Any) -> SyncReport:
+        report = run_sync(self.config, embedder_factory=lambda: self.embedder, **kwargs)
+        assert not report.locked
+        return report
+
+    def store(self) -> Store:
+        return Store.open(self.config.db)
+
+    def state(self) -> tuple[list[tuple[object, ...]], list[dict[str, object]]]:
+        """(chunk fingerprint, file rows): everything an index holds, id-independent."""
+        with closing(self.store()) as store:
+            return store.chunk_fingerprint(), store.file_rows()
+
+    def rev(self, source_id: str = "notes") -> str | None:
+        with closing(self.store()) as store:
+            return store.source_state(source_id)[0]
+
+    def mirror(self, source_id: str = "notes") -> Path:
+        return self.home / "mirrors" / f"{source_id}.git"
+
+    def search(self, word: str) -> set[str]:
+        """Paths of chunks that contain `word` (FTS), as a search would find them."""
+        with closing(Store.open(self.config.db, readonly=True)) as store:
+            ids = [chunk_id for chunk_id, _ in store.fts_search(f'"{word}"', 50, SearchScope())]
+            return {row.path for row in store.chunk_rows(ids).values()}
+
+
+class closing:  # noqa: N801 - reads like contextlib.closing, which lacks the Store type
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> Store:
+        return self.store
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> pygit2.Repository:
+    return init_upstream(tmp_path / "upstream")
+
+
+def url(repo: pygit2.Repository) -> str:
+    return str(repo.workdir).rstrip("/")
+
+
+@pytest.fixture
+def index(tmp_path: Path, upstream: pygit2.Repository) -> Index:
+    return Index(tmp_path / "ix", {"notes": {"url": url(upstream)}})
+
+
+def fresh(tmp_path: Path, index: Index, name: str = "fresh") -> Index:
+    """A from-scratch index of the same sources in another folder (own mirror, own DB)."""
+    raw = yaml.safe_load(index.path.read_text())
+    other = Index(tmp_path / name, raw["sources"]["git"], raw["sources"].get("workspace"))
+    other.sync()
+    return other
+
+
+def assert_same_as_fresh(tmp_path: Path, index: Index) -> None:
+    expected = fresh(tmp_path, index).state()
+    assert index.state() == expected
+    with closing(index.store()) as store:
+        assert store.orphan_vectors() == [] and store.embedded_without_vector() == []
+        store.fts_integrity_check()
+
+
+def paths(index: Index, source_id: str = "notes") -> set[str]:
+    with closing(index.store()) as store:
+        return {str(r["path"]) for r in store.file_rows(source_id)}
+
+
+# ---- first index and incremental changes -----------------------------------------------------------
+
+
+def test_first_index_then_add_modify_delete_rename(tmp_path: Path, upstream: pygit2.Repository, index: Index) -> None:
+    rev1 = commit(upstream, {
+        "a.md": note("Alpha", "restic backup of db-01 every night"),
+        "b.md": note("Beta", "WireGuard tunnel on port 51820"),
+        "c.md": note("Gamma", "sourdough starter feeding"),
+        "d.md": note("Delta", "kvas recipe with rye bread"),
+    }, time=T0)
+    report = index.sync()
+    assert (report.sources[0].added, report.sources[0].rev, index.rev()) == (4, rev1, rev1)
+    assert paths(index) == {"a.md", "b.md", "c.md", "d.md"}
+
+    rev2 = commit(upstream, {
+        "e.md": note("Epsilon", "new note about borsch"),
+        "b.md": note("Beta", "WireGuard tunnel moved to port 51821"),
+        "c.md": None,
+        "d.md": None,
+        "food/d.md": note("Delta", "kvas recipe with rye bread"),  # renamed, same content
+    }, time=T0 + DAY)
+    s = index.sync().sources[0]
+    assert (s.added, s.updated, s.deleted, s.rev, index.rev()) == (2, 1, 2, rev2, rev2)
+    assert paths(index) == {"a.md", "b.md", "e.md", "food/d.md"}
+    assert_same_as_fresh(tmp_path, index)
+
+
+def test_rename_reuses_vectors(upstream: pygit2.Repository, index: Index) -> None:
+    text = note("Pelmeni", "dough, filling, freezing in batches\n\n## Filling\n\nbeef and pork, onion")
+    commit(upstream, {"cooking/pelmeni.md": text, "other.md": note("Other", "x")}, time=T0)
+    index.sync()
+    embedded = index.embedder.texts_embedded
+    assert embedded > 0
+    commit(upstream, {"cooking/pelmeni.md": None, "archive/pelmeni-2024.md": text}, time=T0 + DAY)
+    s = index.sync().sources[0]
+    assert (s.added, s.deleted) == (1, 1)
+    assert index.embedder.texts_embedded == embedded  # the vectors moved with the text
+    with closing(index.store()) as store:
+        assert store.counts()["pending"] == 0 and store.orphan_vectors() == []
+        assert {r[1] for r in store.chunk_fingerprint()} == {"archive/pelmeni-2024.md", "other.md"}
+
+
+def test_updated_at_is_the_commit_time_of_the_last_change(upstream: pygit2.Repository, index: Index) -> None:
+    commit(upstream, {"a.md": note("A", "one"), "b.md": note("B", "two")}, time=T0)
+    commit(upstream, {"b.md": note("B", "two, edited")}, time=T0 + DAY)
+    index.sync()
+    commit(upstream, {"c.md": note("C", "three")}, time=T0 + 2 * DAY)
+    index.sync()
+    with closing(index.store()) as store:
+        times = {r["path"]: r["updated_at"] for r in store.file_rows("notes")}
+    assert times == {"a.md": T0, "b.md": T0 + DAY, "c.md": T0 + 2 * DAY}
+
+
+@pytest.mark.parametrize("gc_before_sync", [False, True], ids=["old-rev-kept", "old-rev-pruned"])
+def test_force_push_ends_in_a_fresh_index(
+    tmp_path: Path, upstream: pygit2.Repository, index: Index, gc_before_sync: bool
+) -> None:
+    base = commit(upstream, {"keep.md": note("Keep", "stays"), "edit.md": note("Edit", "v1")}, time=T0)
+    commit(upstream, {"gone.md": note("Gone", "only on the old branch"), "edit.md": note("Edit", "v2")}, time=T0 + DAY)
+    old = commit(upstream, {"keep.md": note("Keep", "stays, edited on the old branch")}, time=T0 + 2 * DAY)
+    index.sync()
+    assert index.rev() == old
+    # history rewritten: a new tip on top of `base`, the old commits are no longer reachable
+    new = commit(upstream, {"edit.md": note("Edit", "v3 after the rewrite"), "new.md": note("New", "x")},
+                 time=T0 + 3 * DAY, parents=[base])
+    if gc_before_sync:  # a mirror fetched by hand and gc'ed: the indexed rev is gone from it
+        git = ["git", "--git-dir", str(index.mirror())]
+        subprocess.run([*git, "fetch", "--quiet", "--prune", "--force", url(upstream), "+refs/*:refs/*"], check=True)
+        subprocess.run([*git, "gc", "--quiet", "--prune=now"], check=True)
+        assert not pygit2.Repository(str(index.mirror())).get(old)
+    report = index.sync()
+    assert report.sources[0].rev == new and index.rev() == new
+    assert paths(index) == {"keep.md", "edit.md", "new.md"}
+    assert_same_as_fresh(tmp_path, index)
+
+
+# ---- scope -----------------------------------------------------------------------------------------
+
+
+def test_scope_paths_include_exclude(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    commit(upstream, {
+        "notes/a.md": note("A", "in scope"),
+        "notes/b.txt": "not markdown",
+        "notes/c.markdown": "# other extension",
+        "notes/img.png": b"\x89PNG\r\n\x1a\n\x00",
+        "notes/private/p.md": note("P", "exclude wins over paths"),
+        "notes/moving.md": note("Moving", "leaves the scope next"),
+        "outside/in.md": note("In", "enters the scope next"),
+        "README.md": note("Readme", "outside paths"),
+    }, time=T0)
+    index = Index(tmp_path / "ix", {"notes": {
+        "url": url(upstream), "paths": ["notes/**"], "exclude": ["notes/private/**"],
+    }})
+    index.sync()
+    assert paths(index) == {"notes/a.md", "notes/moving.md"}
+
+    commit(upstream, {
+        "notes/moving.md": None, "archive/moving.md": note("Moving", "leaves the scope next"),
+        "outside/in.md": None, "notes/in.md": note("In", "enters the scope next"),
+        "notes/private/p.md": note("P", "edited, still excluded"),
+        "notes/b.txt": "still not markdown, edited",
+    }, time=T0 + DAY)
+    s = index.sync().sources[0]
+    assert (s.added, s.updated, s.deleted) == (1, 0, 1)
+    assert paths(index) == {"notes/a.md", "notes/in.md"}
+    assert_same_as_fresh(tmp_path, index)
+
+
+def test_scope_change_in_the_config_applies_without_a_new_commit(
+    tmp_path: Path, upstream: pygit2.Repository, index: Index
+) -> None:
+    commit(upstream, {"a.md": note("A", "a"), "drafts/b.md": note("B", "b")}, time=T0)
+    index.sync()
+    assert paths(index) == {"a.md", "drafts/b.md"}
+    index.configure({"notes": {"url": url(upstream), "exclude": ["drafts/**"]}})
+    embedded = index.embedder.texts_embedded
+    index.sync()
+    assert paths(index) == {"a.md"}
+    index.configure({"notes": {"url": url(upstream)}})
+    index.sync()
+    assert paths(index) == {"a.md", "drafts/b.md"}
+    assert index.embedder.texts_embedded == embedded + 1  # only drafts/b.md's one chunk: a.md's vector is reused
+    assert_same_as_fresh(tmp_path, index)
+
+
+# ---- several sources ---------------------------------------------------------------------------------
+
+
+def test_sources_with_the_same_relative_path_stay_apart(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    other = init_upstream(tmp_path / "other-upstream")
+    commit(upstream, {"same.md": note("Same", "from the first repository")}, time=T0)
+    commit(other, {"same.md": note("Same", "from the second repository")}, time=T0)
+    folder = tmp_path / "folder"
+    write(folder, {"same.md": note("Same", "from the workspace folder")})
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "second": {"url": url(other)}},
+                  {"ws": {"root": str(folder), "paths": ["**"]}})
+    index.sync()
+
+    def rows(source_id: str) -> list[tuple[object, ...]]:
+        return [r for r in index.state()[0] if r[0] == source_id]
+
+    before = {sid: rows(sid) for sid in ("second", "ws")}
+    assert all(before.values())
+    commit(upstream, {"same.md": note("Same", "first repository, edited")}, time=T0 + DAY)
+    index.sync()
+    assert "edited" in str(rows("notes")) and {sid: rows(sid) for sid in ("second", "ws")} == before
+    commit(upstream, {"same.md": None, "else.md": note("Else", "x")}, time=T0 + 2 * DAY)
+    index.sync()
+    assert paths(index, "notes") == {"else.md"}
+    assert {sid: rows(sid) for sid in ("second", "ws")} == before
+    assert_same_as_fresh(tmp_path, index)
+
+
+# ---- no-op ticks and errors --------------------------------------------------------------------------
+
+
+def stamps(*paths: Path) -> dict[str, tuple[int, int] | None]:
+    """(mtime_ns, size) of each path; None when it does not exist."""
+    out: dict[str, tuple[int, int] | None] = {}
+    for path in paths:
+        try:
+            st = path.stat()
+            out[str(path)] = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            out[str(path)] = None
+    return out
+
+
+def test_identical_sync_fetches_nothing_and_writes_nothing(upstream: pygit2.Repository, index: Index) -> None:
+    commit(upstream, {"a.md": note("A", "a")}, time=T0)
+    index.sync()
+    commit(upstream, {"b.md": note("B", "b")}, time=T0 + DAY)
+    index.sync()  # a real fetch: FETCH_HEAD exists from here on
+    mirror, db = index.mirror(), index.config.db
+    watched = [mirror / "packed-refs", mirror / "FETCH_HEAD", mirror / "refs" / "heads", mirror / "objects" / "pack",
+               db, db.with_name(db.name + "-wal")]
+    assert (mirror / "FETCH_HEAD").exists()
+    with closing(index.store()) as store:
+        counts_before, state_before = store.counts(), store.source_stats()
+    files_before, calls_before = stamps(*watched), index.embedder.calls
+    time.sleep(1.05)  # any write of a timestamp (second resolution) would now change the file
+
+    report = index.sync()
+    assert not report.changed and report.sources[0].rev == index.rev()
+    assert stamps(*watched) == files_before
+    assert index.embedder.calls == calls_before
+    with closing(index.store()) as store:
+        assert (store.counts(), store.source_stats()) == (counts_before, state_before)
+
+
+def cli_run(config: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
+    monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: FakeEmbedder(cfg))
+    return CliRunner().invoke(cli_module.cli, ["--config", str(config), *args], catch_exceptions=False)
+
+
+def test_unreachable_remote_fails_only_its_source(
+    tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit(upstream, {"a.md": note("A", "reachable git note")}, time=T0)
+    folder = tmp_path / "folder"
+    write(folder, {"w.md": note("W", "workspace note")})
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "gone": {"url": str(tmp_path / "no-such-repo")}},
+                  {"ws": {"root": str(folder), "paths": ["**"]}})
+    result = cli_run(index.path, monkeypatch, "sync")
+    assert result.exit_code == 1
+    errors = result.stderr.splitlines()
+    assert len(errors) == 1 and errors[0].startswith("error: source gone: ") and "ls-remote" in errors[0]
+    assert paths(index, "notes") == {"a.md"} and paths(index, "ws") == {"w.md"}
+
+    # a remote that was reachable and then went away keeps its indexed content
+    moved = tmp_path / "moved-away"
+    shutil.move(url(upstream), moved)
+    report = index.sync()
+    assert {s.source_id for s in report.failed} == {"notes", "gone"}
+    assert paths(index, "notes") == {"a.md"}
+    with closing(index.store()) as store:
+        assert "ls-remote" in (next(s for s in store.source_stats() if s.source_id == "notes").last_error or "")
+
+
+def test_query_hits_of_git_sources_carry_the_indexed_rev(
+    tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rev1 = commit(upstream, {"net.md": note("Network", "the router answers on 10.0.0.1")}, time=T0)
+    folder = tmp_path / "folder"
+    write(folder, {"w.md": note("Router", "router notes in the workspace")})
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}}, {"ws": {"root": str(folder), "paths": ["**"]}})
+
+    def query() -> dict[str, str | None]:
+        result = cli_run(index.path, monkeypatch, "query", "router", "--json")
+        assert result.exit_code == 0, result.output
+        return {hit["source"]: hit["rev"] for hit in json.loads(result.stdout)["results"]}
+
+    assert cli_run(index.path, monkeypatch, "sync").exit_code == 0
+    assert query() == {"notes": rev1, "ws": None}
+    rev2 = commit(upstream, {"net.md": note("Network", "the router moved to 10.0.0.254")}, time=T0 + DAY)
+    assert cli_run(index.path, monkeypatch, "sync").exit_code == 0
+    assert query() == {"notes": rev2, "ws": None}
+
+
+# ---- freshness (status) ------------------------------------------------------------------------------
+
+
+def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, Any]]:
+    with closing(Store.open(index.config.db, readonly=True)) as store:
+        return source_freshness(index.config, store, check_remote=check_remote)
+
+
+def test_freshness_of_git_sources(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    rev1 = commit(upstream, {"a.md": note("A", "a")}, time=T0)
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "gone": {"url": str(tmp_path / "nope")}})
+    index.sync()
+    state = freshness(index)
+    assert state["notes"] == {"kind": "git", "indexed_rev": rev1, "mirror_head": rev1, "remote_head": rev1,
+                              "remote_error": None, "lags": False}
+    gone = state["gone"]
+    assert gone["lags"] is None and gone["remote_head"] is None and "ls-remote" in gone["remote_error"]
+
+    rev2 = commit(upstream, {"b.md": note("B", "b")}, time=T0 + DAY)
+    assert freshness(index)["notes"] == {"kind": "git", "indexed_rev": rev1, "mirror_head": rev1,
+                                               "remote_head": rev2, "remote_error": None, "lags": True}
+    assert freshness(index, check_remote=False)["notes"]["lags"] is False  # the mirror is all it knows
+    subprocess.run(["git", "--git-dir", str(index.mirror()), "fetch", "--quiet"], check=True)
+    assert freshness(index, check_remote=False)["notes"]["lags"] is True
+    index.sync()
+    assert freshness(index)["notes"]["lags"] is False
+
+
+def test_freshness_of_workspace_sources(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    commit(upstream, {"a.md": note("A", "a")}, time=T0)
+    folder = tmp_path / "folder"
+    write(folder, {"one.md": note("One", "1"), "sub/two.md": note("Two", "2")})
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}}, {"ws": {"root": str(folder), "paths": ["**"]}})
+
+    def ws() -> tuple[bool | None, str | None]:
+        entry = freshness(index, check_remote=False)["ws"]
+        return entry["lags"], entry["changed"]
+
+    index.store().close()  # an empty index: the source was never synced
+    assert ws() == (True, "one.md")
+    index.sync()
+    assert ws() == (False, None)
+    os.utime(folder / "one.md", (time.time() + 5, time.time() + 5))  # same content, new mtime
+    assert ws() == (False, None)
+    (folder / "sub" / "two.md").write_text(note("Two", "2, edited"))
+    assert ws() == (True, "sub/two.md")
+    index.sync()
+    (folder / "three.md").write_text(note("Three", "3"))
+    assert ws() == (True, "three.md")
+    index.sync()
+    (folder / "one.md").unlink()
+    assert ws() == (True, "one.md")
+    shutil.rmtree(folder)
+    entry = freshness(index, check_remote=False)["ws"]
+    assert entry["lags"] is None and "does not exist" in entry["error"]
