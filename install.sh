@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
 # Install notes-search into ./.venv (idempotent).
-#   ./install.sh          runtime only
-#   ./install.sh --dev    plus test tools
+#   ./install.sh                 runtime only
+#   ./install.sh --dev           plus test tools
+#   ./install.sh --cron [CONFIG] plus a crontab line running `sync --quiet` every minute
 set -euo pipefail
 cd "$(dirname "$0")"
 
 dev=0
-for arg in "$@"; do
-  case "$arg" in
+cron=0
+cron_config=""
+while [ $# -gt 0 ]; do
+  case "$1" in
     --dev) dev=1 ;;
-    -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
-    *) echo "install.sh: unknown option: $arg" >&2; exit 2 ;;
+    --cron)
+      cron=1
+      if [ $# -gt 1 ] && [ "${2#-}" = "$2" ]; then cron_config=$2; shift; fi ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option: $1" >&2; exit 2 ;;
   esac
+  shift
 done
+
+# The cron fallback poller (seed A): PATH in the crontab header, our line replaced, never duplicated.
+install_cron() {
+  local cfg exe log_dir line table path_dirs
+  cfg=$(realpath -- "${1:-${NOTES_SEARCH_CONFIG:-notes-search.yaml}}") || exit 1
+  [ -f "$cfg" ] || { echo "install.sh: --cron: config $cfg not found" >&2; exit 1; }
+  exe="$PWD/.venv/bin/notes-search"
+  log_dir="$(dirname -- "$cfg")/log"
+  mkdir -p -- "$log_dir"
+  shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+  line="* * * * * $(shq "$exe") --config $(shq "$cfg") sync --quiet >> $(shq "$log_dir/notes_sync_cron.log") 2>&1 # notes-search sync"
+  line=${line//%/\\%}
+  table=$(crontab -l 2>/dev/null | grep -vF -- "--config $(shq "$cfg" | sed 's/%/\\%/g') sync --quiet" || true)
+  if ! printf '%s\n' "$table" | grep -q '^PATH='; then
+    path_dirs="/usr/local/bin:/usr/bin:/bin"
+    case ":$path_dirs:" in *":$(dirname -- "$(command -v git)"):"*) ;; *) path_dirs="$(dirname -- "$(command -v git)"):$path_dirs" ;; esac
+    table=$(printf 'PATH=%s\n%s' "$path_dirs" "$table")
+  fi
+  printf '%s\n%s\n' "$table" "$line" | crontab -
+  echo "cron: every minute: $exe --config $cfg sync --quiet"
+}
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -46,3 +74,7 @@ except Exception as exc:  # noqa: BLE001 - any failure here is fatal for the ins
     sys.exit(f"install.sh: sqlite-vec cannot be loaded into SQLite {apsw.sqlite_lib_version()}: {exc}")
 print(f"notes-search installed: SQLite {apsw.sqlite_lib_version()}, sqlite-vec {version}")
 PY
+
+if [ "$cron" = 1 ]; then
+  install_cron "$cron_config"
+fi
