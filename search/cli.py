@@ -146,7 +146,7 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
     from indexer.sync import run_sync
 
     config = app.config
-    interactive = sys.stderr.isatty() and not quiet and not as_json
+    interactive = stderr_is_terminal() and not quiet and not as_json
     progress, finish = _progress_printer() if interactive else (None, lambda: None)
     try:
         report = run_sync(config, source_ids=list(source_ids) or None, full=full,
@@ -165,6 +165,11 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
         click.echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
         sys.exit(1)
+
+
+def stderr_is_terminal() -> bool:
+    """Progress and summaries only for a person at a terminal; cron and hooks get silence."""
+    return sys.stderr.isatty()
 
 
 def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:

@@ -269,3 +269,17 @@ def test_status_of_a_path_and_disk_lag(run, notes: Path) -> None:  # type: ignor
     assert entry["lag"]["lags"] is True and entry["lag"]["paths"] == ["travel/kazan.md"]
     human = run("status", "travel")
     assert "lags" in human.stdout and "notes:travel" in human.stdout
+
+
+def test_sync_under_cron_is_silent_and_logs(run, config_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = run("sync")  # CliRunner's streams are not terminals, as under cron
+    assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
+    log_text = load_config(config_path).log.read_text(encoding="utf-8")
+    assert "source notes: +4 ~0 -0" in log_text and "sync done" in log_text
+
+
+def test_progress_is_drawn_on_a_terminal(run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)
+    result = run("sync")
+    assert result.exit_code == 0
+    assert "embed: " in result.stderr and "notes: +4 ~0 -0" in result.stderr
