@@ -137,6 +137,8 @@ class _Checker:
     def string(self, value: Any, key: str) -> str:
         if not isinstance(value, str) or not value:
             raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        if "\0" in value:
+            raise self.fail(key, "must not contain a NUL character")
         return value
 
     def integer(self, value: Any, key: str, minimum: int = 1) -> int:
@@ -294,6 +296,8 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
     c = _Checker(file)
     try:
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise c.fail("", "invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

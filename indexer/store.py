@@ -448,14 +448,13 @@ class Store:
     # ---- collections -----------------------------------------------------------------------
 
     def replace_collections(self, source_id: str, collections: Iterable[tuple[str, str, str, Sequence[str]]]) -> None:
-        """Store a source's collections as (name, folder, description, tags)."""
-        with self.transaction():
-            self.conn.execute("DELETE FROM collections WHERE source_id = ?", (source_id,))
-            for name, folder, description, tags in collections:
-                self.conn.execute(
-                    "INSERT OR IGNORE INTO collections(source_id, name, folder, description, tags) VALUES (?, ?, ?, ?, ?)",
-                    (source_id, name, folder, description, json.dumps(list(tags), ensure_ascii=False)),
-                )
+        """Store a source's collections as (name, folder, description, tags). Call inside `transaction()`."""
+        self.conn.execute("DELETE FROM collections WHERE source_id = ?", (source_id,))
+        for name, folder, description, tags in collections:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO collections(source_id, name, folder, description, tags) VALUES (?, ?, ?, ?, ?)",
+                (source_id, name, folder, description, json.dumps(list(tags), ensure_ascii=False)),
+            )
 
     def collection_rows(self, source_id: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
         rows = self.conn.execute(

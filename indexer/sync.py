@@ -172,8 +172,8 @@ class Syncer:
         rows = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
         if rows == self.store.collection_rows(source.id):
             return
-        self.store.replace_collections(source.id, rows)
-        with self.store.transaction():
+        with self.store.transaction():  # one transaction: a kill must not split table and file rows
+            self.store.replace_collections(source.id, rows)
             for path in self.store.known_files(source.id):
                 self.store.set_file_collection(source.id, path, collection_for(path, found))
 

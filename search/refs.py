@@ -88,10 +88,31 @@ def _normalise(source_id: str, path: str) -> str:
     return "/".join(parts)
 
 
+def _disk_path(root: str, rel: str) -> str:
+    """`rel` on disk. Index paths are NFC; a name stored NFD (macOS) is found by comparing each
+    missing component with its folder's entries in NFC form."""
+    path = os.path.join(root, rel)
+    if os.path.lexists(path):
+        return path
+    current = root
+    for part in rel.split("/"):
+        candidate = os.path.join(current, part)
+        if not os.path.lexists(candidate):
+            try:
+                match = next((e for e in os.listdir(current) if nfc(e) == part), None)
+            except OSError:
+                match = None
+            if match is None:
+                return path  # really absent: the caller reports it
+            candidate = os.path.join(current, match)
+        current = candidate
+    return current
+
+
 def _real_inside(source: WorkspaceSource, rel: str) -> str:
     """The real on-disk path of `rel`; PathOutsideSources if a symlink leads out of the root."""
     real_root = os.path.realpath(source.root)
-    target = os.path.realpath(os.path.join(real_root, rel)) if rel else real_root
+    target = os.path.realpath(_disk_path(real_root, rel)) if rel else real_root
     if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
         raise PathOutsideSources(
             f"{source.id}:{rel}: resolves outside the source root {source.root} (a symlink?); refused"

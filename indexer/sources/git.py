@@ -48,6 +48,7 @@ Change contract of `changes(source, old_rev, new_rev)`
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import logging
 import os
@@ -230,6 +231,9 @@ def _clone(source: GitSource) -> None:
     half-filled mirror behind."""
     path = source.mirror
     path.parent.mkdir(parents=True, exist_ok=True)
+    # a clone killed earlier (we hold the sync lock, so none is running) left its temp copy
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.clone"):
+        shutil.rmtree(leftover, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
     try:
         _run_git(source, ["-c", "core.hooksPath=/dev/null", "clone", "--mirror", "--no-local",
