@@ -1,0 +1,160 @@
+"""Config loading (SPEC §10): seed A's file loads unchanged and means Ollama; errors name file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from indexer.config import GitSource, WorkspaceSource, find_config, load_config, parse_config
+from indexer.errors import ConfigError
+from indexer.globs import Scope, match
+
+# The YAML block of seed A ("Konfigurace"), verbatim.
+SEED_A = """\
+embedding:
+  endpoint: http://nvidia.hell:11434
+  model: qwen3-embedding:0.6b       # tag psát VŽDY explicitně (latest = 8b, 4,7 GB)
+  dims: 1024
+  batch: 32
+  keep_alive: -1                    # číslo, ne string ("-1" vrací HTTP 400)
+  query_prefix: "Instruct: Given a web search query, retrieve relevant passages that answer the query\\nQuery: "
+
+sources:
+  git:
+    travel:
+      url: git@host:travel-notes.git
+      mirror: tmp/mirrors/travel.git
+      paths: ["**"]
+      include: ["*.md"]
+      exclude: []
+    devops:
+      url: https://host/devops-notes.git
+      mirror: tmp/mirrors/devops.git
+      paths: ["**"]
+      include: ["*.md"]
+
+  nanobot:
+    workspace:
+      paths: ["notes/**", "projects/**", "plans/**", "knowledge/**", "results/**", "cook/**"]
+      include: ["*.md"]
+      exclude: ["**/inbox/**"]      # rozpracované zachyty před compile
+    develop:
+      paths: ["develop/**"]
+      include: ["*.md"]
+      exclude: ["develop/history.md"]
+"""
+
+
+def test_seed_a_config_means_ollama(tmp_path: Path) -> None:
+    config = parse_config(SEED_A, "seed-a.yaml", base=tmp_path)
+    emb = config.embedding
+    assert (emb.provider, emb.model, emb.dims, emb.batch) == ("ollama", "qwen3-embedding:0.6b", 1024, 32)
+    assert emb.keep_alive == -1 and isinstance(emb.keep_alive, int)
+    assert emb.endpoint == "http://nvidia.hell:11434"
+    assert emb.query_prefix.startswith("Instruct: ") and emb.query_prefix.endswith("\nQuery: ")
+    assert emb.passage_prefix == ""
+    assert set(config.sources) == {"travel", "devops", "workspace", "develop"}
+    travel = config.sources["travel"]
+    assert isinstance(travel, GitSource) and travel.url == "git@host:travel-notes.git"
+    assert travel.mirror == tmp_path / "tmp/mirrors/travel.git"
+    develop = config.sources["develop"]
+    assert isinstance(develop, WorkspaceSource) and develop.root == tmp_path
+    assert develop.scope.admits("develop/knowledge.md") and not develop.scope.admits("develop/history.md")
+    workspace = config.sources["workspace"]
+    assert workspace.scope.admits("notes/a.md") and not workspace.scope.admits("notes/inbox/x.md")
+    assert not workspace.scope.admits("tmp/clone/README.md")
+    assert config.db == tmp_path / "db/notes-index.sqlite" and config.log == tmp_path / "log/notes_sync.log"
+
+
+def test_defaults_are_the_local_model(tmp_path: Path) -> None:
+    config = parse_config("sources:\n  workspace:\n    n: {paths: ['**']}\n", "c.yaml", base=tmp_path)
+    emb = config.embedding
+    assert (emb.provider, emb.model, emb.dims) == ("local", "multilingual-e5-small", 384)
+    assert (emb.query_prefix, emb.passage_prefix) == ("query: ", "passage: ")
+
+
+def test_string_keep_alive_becomes_a_number() -> None:
+    text = 'embedding: {endpoint: "http://x:1", model: "m:1", dims: 8, keep_alive: "-1"}\n'
+    assert parse_config(text).embedding.keep_alive == -1
+    text = 'embedding: {endpoint: "http://x:1", model: "m:1", dims: 8, keep_alive: "24h"}\n'
+    assert parse_config(text).embedding.keep_alive == "24h"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("colour: red\n", "c.yaml: colour: unknown key"),
+        ("embedding: {modle: x}\n", "c.yaml: embedding.modle: unknown key"),
+        ("embedding: {provider: magic}\n", "c.yaml: embedding.provider: expected one of local, ollama, openai"),
+        ("embedding: {provider: ollama, endpoint: 'http://x', dims: 8}\n", "c.yaml: embedding.model: required"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x'}\n", "c.yaml: embedding.dims: required"),
+        ("embedding: {dims: 1024}\n", "c.yaml: embedding.dims: multilingual-e5-small has 384 dimensions"),
+        ("embedding: {batch: 0}\n", "c.yaml: embedding.batch: expected an integer >= 1"),
+        ("embedding: {batch: true}\n", "c.yaml: embedding.batch: expected an integer >= 1"),
+        ("sources: {workspace: {n: {root: .}}}\n", "c.yaml: sources.workspace.n.paths: workspace sources are opt-in"),
+        ("sources: {workspace: {n: {paths: ['../up/**']}}}\n", "c.yaml: sources.workspace.n.paths: glob must be relative"),
+        ("sources: {git: {a: {url: x}}, workspace: {a: {paths: ['**']}}}\n", "c.yaml: sources.workspace.a: source id 'a' is already used"),
+        ("sources: {git: {'a:b': {url: x}}}\n", "c.yaml: sources.git.a:b: source id must be"),
+        ("sources: {svn: {}}\n", "c.yaml: sources.svn: unknown key"),
+        ("- just\n- a list\n", "c.yaml: expected a mapping"),
+        ("sources: [unclosed\n", "c.yaml: invalid YAML (line 2, column 1)"),
+    ],
+)
+def test_bad_config_names_file_and_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "c.yaml")
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NOTES_SEARCH_CONFIG", raising=False)
+    assert find_config(None) == tmp_path / "notes-search.yaml"
+    monkeypatch.setenv("NOTES_SEARCH_CONFIG", "/etc/x.yaml")
+    assert find_config(None) == Path("/etc/x.yaml")
+    assert find_config("given.yaml") == Path("given.yaml")
+
+
+def test_relative_paths_follow_root(tmp_path: Path) -> None:
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg/c.yaml").write_text(
+        "root: ..\ndb: idx/x.sqlite\nsources:\n  git:\n    r: {url: repos/r}\n", encoding="utf-8"
+    )
+    config = load_config(tmp_path / "cfg/c.yaml")
+    assert config.root == tmp_path
+    assert config.db == tmp_path / "idx/x.sqlite"
+    source = config.sources["r"]
+    assert isinstance(source, GitSource) and source.url == str(tmp_path / "repos/r")
+    assert source.mirror == tmp_path / "mirrors/r.git"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "expected"),
+    [
+        ("notes/**", "notes/a.md", True),
+        ("notes/**", "notes/x/y/z.md", True),
+        ("notes/**", "notesx/a.md", False),
+        ("**/inbox/**", "inbox/a.md", True),
+        ("**/inbox/**", "a/b/inbox/c.md", True),
+        ("*.md", "deep/er/file.md", True),
+        ("*.md", "file.mdx", False),
+        ("a/*.md", "a/b/c.md", False),
+        ("a/?.md", "a/b.md", True),
+    ],
+)
+def test_globs(pattern: str, path: str, expected: bool) -> None:
+    assert match(pattern, path) is expected
+
+
+def test_scope_precedence_and_pruning() -> None:
+    scope = Scope(paths=("develop/**",), exclude=("develop/history.md",))
+    assert scope.admits("develop/x.md") and not scope.admits("develop/history.md") and not scope.admits("x.md")
+    assert not scope.admits("develop/x.txt")
+    assert scope.may_contain("") and scope.may_contain("develop/sub") and not scope.may_contain("notes")
+    narrowed = scope.within("develop/sub")
+    assert narrowed.admits("develop/sub/a.md") and not narrowed.admits("develop/a.md")
+    assert not narrowed.may_contain("develop/other")
