@@ -40,11 +40,16 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import PurePosixPath
 
+from functools import cache
+from typing import TYPE_CHECKING
+
 import yaml
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
 
 from indexer.model import Chunk, ParsedDocument
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 CHUNKER_VERSION = "1"
 
@@ -58,7 +63,12 @@ LIST_TYPES = frozenset({"bullet_list_open", "ordered_list_open"})
 OPENABLE_CONTAINER_TYPES = frozenset({"list_item_open", "blockquote_open"})
 
 # Block structure and heading texts are all we need: skipping inline parsing is much faster.
-_PARSER = MarkdownIt("commonmark").enable("table").disable("inline")
+@cache
+def _parser() -> MarkdownIt:
+    """Built on first use: a no-op sync reads CHUNKER_VERSION but never parses markdown."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").disable("inline")
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _ATX_SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -211,7 +221,7 @@ def _outline(lines: Sequence[str], body_start: int, tokens: _TokenEstimate) -> _
     # Lone "\r" would be a line break to markdown-it and shift every map after it.
     body = "\n".join(lines[body_start:]).replace("\r", " ")
     try:
-        parsed = _PARSER.parse(body)
+        parsed = _parser().parse(body)
     except RecursionError:
         return _line_scan_outline(lines, body_start)
     return _token_outline(parsed, body_start, tokens)

@@ -21,7 +21,6 @@ from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Upsert
-from indexer.sources import git as git_source
 from indexer.sources import workspace
 from indexer.store import Store
 
@@ -178,6 +177,8 @@ class Syncer:
                 self.store.set_file_collection(source.id, path, collection_for(path, found))
 
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
+        from indexer.sources import git as git_source  # pygit2 loads only when a git source syncs
+
         report = SourceReport(source.id, source.kind)
         indexed_rev, _ = self.store.source_state(source.id)
         # A tree diff only visits paths that changed between commits: after the config's scope

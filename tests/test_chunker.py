@@ -397,7 +397,7 @@ def test_recursion_error_falls_back_to_a_line_scan(monkeypatch: pytest.MonkeyPat
     def give_up(_text: str) -> list[object]:
         raise RecursionError
 
-    monkeypatch.setattr(chunker._PARSER, "parse", give_up)
+    monkeypatch.setattr(chunker._parser(), "parse", give_up)
     fence = "```sh\n# not a heading\n\necho hi\n```"
     text = f"---\ntitle: T\n---\nintro\n\n# One\n\n{paragraph(40)}\n\n{fence}\n\n## Two ##\n\n{paragraph(40)}\n"
     doc = parse_markdown(text, "n.md")
