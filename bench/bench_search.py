@@ -1,0 +1,535 @@
+"""Search latency at 10k and 100k chunks (issue "Search" targets), plus a scoped-KNN correctness check.
+
+    .venv/bin/python -m bench.bench_search [--quick]
+
+In-process latency calls `search.engine.search` on an open read-only Store with a precomputed
+query vector (query embedding excluded). Whole-process latency runs the `notes-search` CLI.
+Targets: hybrid p50 <= 30 ms @10k and <= 60 ms @100k; scoped (1 % by --path folder) @100k
+<= 20 ms; `query --mode lex` process @10k <= 0.3 s; hybrid with the real local model process
+@10k <= 0.6 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/bench_search.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+import numpy as np  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    AREAS,
+    CLI,
+    PYTHON,
+    REPO,
+    TOPICS_PER_AREA,
+    Stats,
+    Workspace,
+    child_env,
+    eprint,
+    header,
+    machine_table,
+    md_table,
+    ms,
+    note_path,
+    note_text,
+    queries,
+    query_vector,
+    run_process,
+    run_timed,
+    store_built_workspace,
+    verdict,
+)
+
+TARGETS_MS = {  # (size, mode, scoped) -> p50 target
+    (10_000, "hybrid", False): 30.0,
+    (100_000, "hybrid", False): 60.0,
+    (100_000, "hybrid", True): 20.0,
+}
+CLI_LEX_TARGET_S = 0.3
+CLI_HYBRID_TARGET_S = 0.6
+K = 8
+BUDGET_S = 10.0  # per measured configuration; see per_query
+WARMUP = 3
+
+
+class FixedQueryEmbedder:
+    """Stands in for the embedder: embed_query returns the query's precomputed vector."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.vectors[text]
+
+
+def per_query(qs: list[str], fn: Callable[[str], object], reps: int, budget: float = BUDGET_S) -> list[float]:
+    """Median seconds of each query over `reps` runs, after a warm-up of the first few queries.
+
+    Measuring stops once `budget` seconds are spent (pathologically slow configurations): then
+    only the queries measured so far count, and the `queries`/`n` column shows how many."""
+    for q in qs[:WARMUP]:
+        fn(q)
+    deadline = time.perf_counter() + budget
+    samples: dict[str, list[float]] = {q: [] for q in qs}
+    for _ in range(reps):
+        for q in qs:
+            if time.perf_counter() > deadline:
+                break
+            t = time.perf_counter()
+            fn(q)
+            samples[q].append(time.perf_counter() - t)
+    return [statistics.median(v) for v in samples.values() if v]
+
+
+def side_vectors(ws: Workspace) -> Path:
+    """A copy of every vector as a plain BLOB next to (source_id, path), indexed like `chunks`:
+    what the proposed scoped vector search reads. Built once per cached index."""
+    import apsw
+    import sqlite_vec
+
+    path = ws.root / "db" / "proposal-vectors.sqlite"
+    if path.exists():
+        return path
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    conn = apsw.Connection(str(tmp))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        conn.execute(f"ATTACH '{ws.db}' AS src")
+        conn.execute(
+            """CREATE TABLE emb (id INTEGER PRIMARY KEY, source_id TEXT NOT NULL, path TEXT NOT NULL,
+                                 embedding BLOB NOT NULL);
+               INSERT INTO emb SELECT c.id, c.source_id, c.path, v.embedding
+                 FROM src.chunks c JOIN src.vec_chunks v ON v.rowid = c.id;
+               CREATE INDEX emb_path ON emb(path);"""
+        )
+        conn.execute("DETACH src")
+    except apsw.Error:
+        conn.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    conn.close()
+    tmp.rename(path)
+    return path
+
+
+def proposed_store(ws: Workspace):
+    """A Store with the two proposed changes to scoped search (benchmark only, not in the code):
+
+    - fts_search: `+rowid IN (...)` instead of `rowid IN (...)`. The unary plus stops SQLite from
+      handing the id list to FTS5 as a rowid constraint, which makes FTS5 evaluate the whole
+      MATCH once per id in scope; FTS5 now runs the MATCH once and SQLite filters the rows.
+    - vec_search in a scope: exact distances over the scope's own vectors, read through an index
+      on path, instead of a vec0 KNN scan over every vector filtered by rowid. (Stands in for an
+      `embedding BLOB` column on `chunks` plus an index on chunks(path); here a side table.)
+    """
+    import numpy as np
+
+    from indexer.store import MAX_KNN, Store
+
+    class ProposedStore(Store):
+        def fts_search(self, match, limit, scope):
+            if scope.is_all:
+                return super().fts_search(match, limit, scope)
+            where, params = scope.where("c")
+            sql = f"""SELECT rowid, rank FROM chunks_fts
+                      WHERE chunks_fts MATCH :match AND +rowid IN (SELECT c.id FROM chunks c WHERE {where})
+                      ORDER BY rank LIMIT :limit"""
+            params.update(match=match, limit=limit)
+            return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+
+        def vec_search(self, vector, k, scope):
+            if scope.is_all:
+                return super().vec_search(vector, k, scope)
+            where, params = scope.where("e")
+            params.update(q=np.asarray(vector, dtype=np.float32).tobytes(), k=min(k, MAX_KNN))
+            sql = f"""SELECT e.id, vec_distance_cosine(e.embedding, :q) AS d FROM side.emb e
+                      WHERE {where} ORDER BY d LIMIT :k"""
+            return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+
+    side = side_vectors(ws)
+    base = Store.open(ws.db, readonly=True)
+    store = ProposedStore(base.conn, base.path)
+    store.conn.execute(f"ATTACH '{side}' AS side")
+    return store
+
+
+def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
+    """Cost of writing one file into the existing index (what every changed file costs a sync),
+    current Store vs one that deletes vectors by id. Everything is rolled back."""
+    import hashlib
+
+    from indexer.chunker import parse_markdown
+    from indexer.model import FileVersion
+    from indexer.store import Store
+
+    class PerIdDelete(Store):
+        """Proposed: look the ids up first, then delete each vector by rowid (a vec0 point
+        delete) instead of `rowid IN (subquery)`, which vec0 runs as a scan of every vector."""
+
+        def _delete_vectors(self, id_query, params):
+            if self.has_vector_table():
+                ids = [(r[0],) for r in self.conn.execute(id_query, params)]
+                if ids:
+                    self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", ids)
+
+    def version(i: int, rel: str, text: str) -> FileVersion:
+        data = text.encode()
+        return FileVersion(path=rel, text=text, sha256=hashlib.sha256(data).hexdigest(), size=len(data),
+                           mtime=1.0, updated_at=1.0)
+
+    new = []
+    for i in range(900_000, 900_010):  # notes beyond the corpus: new paths, new text
+        rel = "incoming/" + note_path(i)
+        new.append((version(i, rel, note_text(i)), parse_markdown(note_text(i), rel)))
+    existing = []
+    for i in range(0, ws.files, max(1, ws.files // 10))[:10]:  # same text again: vectors reused
+        rel = note_path(i)
+        text = (ws.notes / rel).read_text(encoding="utf-8")
+        existing.append((version(i, rel, text), parse_markdown(text, rel)))
+    rows = []
+    for cls, name in ((Store, "current"), (PerIdDelete, "proposed: delete vectors by id")):
+        base = Store.open(ws.db)
+        store = cls(base.conn, base.path)
+        try:
+            for case, docs in (("new file", new), ("unchanged file rewritten", existing)):
+                times = []
+                store.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for fv, doc in docs:
+                        t = time.perf_counter()
+                        store.write_file("notes", fv, doc)
+                        times.append(time.perf_counter() - t)
+                finally:
+                    store.conn.execute("ROLLBACK")
+                s = Stats.of(times)
+                chunks = statistics.mean(len(d.chunks) for _, d in docs)
+                rows.append([label, case, name, s.n, f"{chunks:.1f}", ms(s.median), ms(s.max)])
+        finally:
+            store.close()
+    return rows
+
+
+def _scopes(size_files: int):
+    from indexer.store import SearchScope
+
+    area = 7
+    topic = 2
+    one_file = note_path(area + AREAS * topic)  # the first note of area-07/topic-2
+    return {
+        "all": SearchScope(),
+        "1% (--path area-07)": SearchScope(path=f"area-{area:02d}"),
+        f"{100 / AREAS / TOPICS_PER_AREA:.1f}% (--path area-07/topic-2)": SearchScope(path=f"area-{area:02d}/topic-{topic}"),
+        "1 file": SearchScope(path=one_file),
+    }
+
+
+def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) -> tuple[list[list[object]], list[list[object]], list[list[object]]]:
+    from indexer.store import Store
+    from search.engine import search
+    from search.querybuild import build_fts_query
+
+    config = ws.config()
+    store = Store.open(ws.db, readonly=True)
+    qs = queries(20 if quick else 50)
+    topics = AREAS * TOPICS_PER_AREA
+    vectors = {q: query_vector(i, topics) for i, q in enumerate(qs)}
+    embedder = FixedQueryEmbedder(vectors)
+    factory = lambda: embedder  # noqa: E731
+    reps = 1 if quick or ws.chunks > 50_000 else 3
+    scopes = _scopes(ws.files)
+    latency_rows: list[list[object]] = []
+    breakdown_rows: list[list[object]] = []
+    try:
+        plan = [("hybrid", "all"), ("lex", "all"), ("vec", "all"),
+                ("hybrid", "1% (--path area-07)"), ("lex", "1% (--path area-07)"), ("vec", "1% (--path area-07)")]
+        for mode, scope_name in plan:
+            scope = scopes[scope_name]
+
+            def run(q: str, mode: str = mode, scope=scope) -> None:
+                resp = search(store, config, q, k=K, mode=mode, scope=scope, embedder_factory=factory)
+                if resp.degraded:
+                    raise RuntimeError(f"degraded search in the benchmark: {resp.notice}")
+
+            values = per_query(qs, run, reps)
+            s = Stats.of(values)
+            scoped = scope_name != "all"
+            target = TARGETS_MS.get((target_size, mode, scoped)) if target_size else None
+            latency_rows.append([
+                label, mode, scope_name, s.n, ms(s.median), ms(s.p90), ms(s.min), ms(s.max),
+                f"≤ {target:.0f}" if target else "", f"{s.median * 1000 / target:.2f}" if target else "",
+                verdict(s.median * 1000 <= target) if target else "",
+            ])
+        # where a hybrid query's time goes: the store calls it makes, one by one
+        depth = 50
+
+        def scope_ids(scope):
+            where, params = scope.where("c")
+            return store.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params).fetchall()
+
+        for scope_name in ("all", "1% (--path area-07)"):
+            scope = scopes[scope_name]
+            matches = {q: build_fts_query(q) for q in qs}
+            lexq = [q for q in qs if matches[q]]
+            ids_of = {
+                q: {c for c, _ in store.fts_search(matches[q], depth, scope)} | {c for c, _ in store.vec_search(vectors[q], depth, scope)}
+                for q in lexq
+            }
+            parts = [
+                ("fts_search(50)", lambda q: store.fts_search(matches[q], depth, scope), lexq),
+                ("vec_search(50)", lambda q: store.vec_search(vectors[q], depth, scope), qs),
+                ("count_pending", lambda q: store.count_pending(scope), qs),
+                ("chunk_rows(≤100 ids)", lambda q: store.chunk_rows(ids_of[q]), lexq),
+                ("meta (identity check)", lambda q: store.meta(), qs),
+                ("scope ids subquery alone", lambda q: scope_ids(scope), qs),
+            ]
+            for name, fn, subset in parts:
+                s = Stats.of(per_query(subset, fn, reps))
+                breakdown_rows.append([label, scope_name, name, s.n, ms(s.median), ms(s.p90), ms(s.max)])
+        check_rows = scoped_knn_check(store, scopes, label, topics)
+        alt_rows = alternatives(ws, store, config, qs, vectors, factory, scopes, label, reps)
+    finally:
+        store.close()
+    write_rows = incremental_writes(ws, label)
+    return latency_rows, breakdown_rows, check_rows, alt_rows, write_rows
+
+
+def alternatives(ws, store, config, qs, vectors, factory, scopes, label, reps) -> list[list[object]]:
+    """Current code vs the proposed changes (see proposed_store), same queries, same index;
+    'same results' compares the ranked id lists (engine: the hits' path:line lists)."""
+    import numpy as np
+
+    from search.engine import search
+    from search.querybuild import build_fts_query
+
+    prop = proposed_store(ws)
+    rows = []
+    try:
+        scope_name = "1% (--path area-07)"
+        scope = scopes[scope_name]
+        matches = {q: build_fts_query(q) for q in qs}
+        lexq = [q for q in qs if matches[q]]
+
+        def engine(st, mode):
+            return lambda q: [(h.path, h.line) for h in
+                              search(st, config, q, k=K, mode=mode, scope=scope, embedder_factory=factory).results]
+
+        pairs = [
+            (f"fts_search(50), {scope_name}", lexq,
+             lambda q: store.fts_search(matches[q], 50, scope), lambda q: prop.fts_search(matches[q], 50, scope)),
+            (f"vec_search(50), {scope_name}", qs,
+             lambda q: store.vec_search(vectors[q], 50, scope), lambda q: prop.vec_search(vectors[q], 50, scope)),
+            (f"engine lex, {scope_name}", qs, engine(store, "lex"), engine(prop, "lex")),
+            (f"engine hybrid, {scope_name}", qs, engine(store, "hybrid"), engine(prop, "hybrid")),
+        ]
+        # unscoped KNN: vec0's scan vs numpy over a matrix held in memory (a long-lived process:
+        # MCP server, watcher); loading the matrix is a one-off cost reported in the row name
+        t = time.perf_counter()
+        ids, blobs = zip(*store.conn.execute("SELECT rowid, embedding FROM vec_chunks"))
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
+        id_arr = np.asarray(ids)
+        load_s = time.perf_counter() - t
+
+        def numpy_knn(q: str, k: int = 50):
+            d = 1.0 - matrix @ vectors[q]
+            top = np.argpartition(d, k)[:k]
+            top = top[np.argsort(d[top])]
+            return [(int(id_arr[i]), float(d[i])) for i in top]
+
+        pairs.append((f"KNN k=50, all (numpy in memory; matrix load {load_s * 1000:.0f} ms once)", qs,
+                      lambda q: store.vec_search(vectors[q], 50, scopes["all"]), numpy_knn))
+        for name, subset, current, proposed in pairs:
+            outputs: tuple[dict[str, object], dict[str, object]] = ({}, {})
+
+            def recording(fn, out):
+                def call(q):
+                    out[q] = fn(q)
+                return call
+
+            cur = Stats.of(per_query(subset, recording(current, outputs[0]), reps))
+            new = Stats.of(per_query(subset, recording(proposed, outputs[1]), reps))
+            both = [q for q in subset if q in outputs[0] and q in outputs[1]]
+            key = (lambda r: [x[0] for x in r]) if name.startswith(("fts", "vec", "KNN")) else (lambda r: r)
+            same = sum(key(outputs[0][q]) == key(outputs[1][q]) for q in both)
+            rows.append([label, name, cur.n, ms(cur.median), ms(cur.p90), new.n, ms(new.median), ms(new.p90),
+                         f"{cur.median / new.median:.1f}×", f"{same}/{len(both)}"])
+    finally:
+        prop.close()
+    return rows
+
+
+def scoped_knn_check(store, scopes, label: str, topics: int) -> list[list[object]]:
+    """The scoped vector search returns exactly min(k, scope size) hits, all inside the scope,
+    and they are the true top-k (compared with brute force over the scope's vectors)."""
+    rows = []
+    for scope_name, scope in scopes.items():
+        if scope_name == "all":
+            continue
+        where, params = scope.where("c")
+        ids = [r[0] for r in store.conn.execute(
+            f"SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", params)]
+        id_set = set(ids)
+        matrix = np.empty((len(ids), 384), dtype=np.float32)
+        for pos, (rowid, blob) in enumerate(store.conn.execute(
+            f"SELECT rowid, embedding FROM vec_chunks WHERE rowid IN ({','.join(map(str, ids))})"
+        )):
+            matrix[pos] = np.frombuffer(blob, dtype=np.float32)
+            ids[pos] = rowid  # keep rows and ids aligned in the order vec0 returned them
+        for k in (K, 50):
+            ok_count = ok_inside = ok_exact = 0
+            trials = 10
+            for i in range(trials):
+                q = query_vector(1000 + i, topics)
+                hits = store.vec_search(q, k, scope)
+                want = min(k, len(ids))
+                ok_count += len(hits) == want
+                ok_inside += all(h in id_set for h, _ in hits)
+                dist = 1.0 - matrix @ q
+                best = np.sort(dist)[:want]
+                got = np.array(sorted(d for _, d in hits))
+                ok_exact += len(got) == want and bool(np.allclose(got, best, atol=1e-5))
+            good = ok_count == ok_inside == ok_exact == trials
+            rows.append([label, scope_name, len(ids), k, f"{ok_count}/{trials}", f"{ok_inside}/{trials}",
+                         f"{ok_exact}/{trials}", "**ok**" if good else "**WRONG**"])
+    return rows
+
+
+def bench_cli(ws: Workspace, quick: bool) -> str:
+    cfg = str(ws.config_path)
+    env = child_env()
+    for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        env.pop(var, None)  # the embedder's own defaults
+    qs = queries(10 if quick else 12)
+    run_process([CLI, "-c", cfg, "query", qs[0], "--mode", "lex"], env=env)  # warm the page cache
+    lex = []
+    for _ in range(1):
+        for q in qs:
+            lex.append(run_timed([CLI, "-c", cfg, "query", q, "--mode", "lex"], env=env))
+    run_process([CLI, "-c", cfg, "query", qs[0]], env=env)  # model file into the page cache
+    n_hyb = 5 if quick else 10
+    hyb = [run_timed([CLI, "-c", cfg, "query", q], env=env) for q in qs[:n_hyb]]
+    hyb1 = [run_timed([CLI, "-c", cfg, "query", q], env=dict(env, OMP_NUM_THREADS="1")) for q in qs[:n_hyb]]
+    hybp = [run_timed([CLI, "-c", cfg, "query", q], env=dict(env, OMP_WAIT_POLICY="PASSIVE")) for q in qs[:n_hyb]]
+    helps = [run_timed([CLI, "--help"], env=env) for _ in range(3)]
+    interp = [run_timed([PYTHON, "-c", "pass"], env=env) for _ in range(3)]
+    imp_lex = _import_seconds([PYTHON, "-X", "importtime", CLI, "-c", cfg, "query", qs[1], "--mode", "lex"], env)
+    imp_hyb = _import_seconds([PYTHON, "-X", "importtime", CLI, "-c", cfg, "query", qs[1]], env)
+    rows = []
+    for name, timed_runs, target, imports in (
+        ("`query --mode lex`", lex, CLI_LEX_TARGET_S, imp_lex),
+        ("`query` (hybrid, real local model)", hyb, CLI_HYBRID_TARGET_S, imp_hyb),
+        ("&nbsp;&nbsp;same, OMP_NUM_THREADS=1", hyb1, CLI_HYBRID_TARGET_S, None),
+        ("&nbsp;&nbsp;same, OMP_WAIT_POLICY=PASSIVE", hybp, CLI_HYBRID_TARGET_S, None),
+        ("baseline: `notes-search --help`", helps, None, None),
+        ("baseline: `python -c pass`", interp, None, None),
+    ):
+        s = Stats.of([w for w, _ in timed_runs])
+        cpu = Stats.of([c for _, c in timed_runs])
+        rows.append([
+            name, s.n, ms(s.median), ms(s.p90), ms(s.min), ms(s.max), ms(cpu.median), ms(imports) if imports else "",
+            f"≤ {ms(target)}" if target else "", f"{s.median / target:.2f}" if target else "",
+            verdict(s.median <= target) if target else "",
+        ])
+    return "\n".join([
+        f"### Whole-process query latency @ {ws.chunks} chunks (`notes-search -c cfg query TEXT ...`)\n",
+        md_table(["command", "n", "median ms", "p90 ms", "min ms", "max ms", "CPU median ms", "imports ms",
+                  "target", "median/target", "verdict"], rows),
+        "",
+        "Wall times; `CPU` is user+sys of the process (what the wall time approaches on an idle "
+        "machine, for single-threaded work); imports from one `python -X importtime` run of the same "
+        "command (sum of top-level imports). The OMP rows only change the environment of the "
+        "process: they show what the local model's OpenMP threads cost (see the README).",
+    ])
+
+
+def _import_seconds(args: list[str], env: dict[str, str]) -> float:
+    _, proc = run_process(args, env=env)
+    total = 0
+    for line in proc.stderr.decode().splitlines():
+        if line.startswith("import time:") and "self [us]" not in line:
+            _, cum, name = line.split(":", 1)[1].split("|")
+            if not name.startswith("  "):
+                total += int(cum)
+    return total / 1e6
+
+
+def run(quick: bool, with_machine: bool = True) -> str:
+    sizes = [10_000, 30_000] if quick else [10_000, 100_000]
+    parts = [header("Search", quick)]
+    if with_machine:
+        parts += ["### Machine\n", machine_table(), ""]
+    latency, breakdown, checks, alts, writes = [], [], [], [], []
+    small = None
+    for size in sizes:
+        ws = store_built_workspace(f"search-{size}", chunks=size, log=eprint)
+        small = small or ws
+        eprint(f"[search] {size}: {ws.files} files, {ws.chunks} chunks ...")
+        t = time.perf_counter()
+        label = f"{ws.chunks / 1000:.0f}k"
+        target_size = size if size in (10_000, 100_000) else None
+        a, b, c, d, e = bench_size(ws, quick, label, target_size)
+        writes += e
+        latency += a
+        breakdown += b
+        checks += c
+        alts += d
+        eprint(f"[search] {size} done in {time.perf_counter() - t:.1f} s")
+        db_mb = sum(p.stat().st_size for p in ws.db.parent.iterdir()) / 1024 / 1024
+        parts_note = f"- {label}: {ws.files} files, {ws.chunks} chunks, index {db_mb:.0f} MiB"
+        parts.append(parts_note)
+    parts += [
+        "",
+        f"### In-process latency (engine `search()`, k={K}, query vector precomputed; per-query median of "
+        f"{'1 run' if quick else '3 runs (1 at 100k)'} after warming up on {WARMUP} queries, then p50/p90 over "
+        f"the queries; at most {BUDGET_S:.0f} s per row, so a pathological row has fewer queries)\n",
+        md_table(["index", "mode", "scope", "queries", "p50 ms", "p90 ms", "min ms", "max ms", "target ms",
+                  "p50/target", "verdict"], latency),
+        "",
+        "### Where the time goes: the store calls of one hybrid query, timed separately\n",
+        md_table(["index", "scope", "call", "queries", "p50 ms", "p90 ms", "max ms"], breakdown),
+        "",
+        "### Scoped KNN correctness (10 query vectors per row)\n",
+        md_table(["index", "scope", "chunks in scope", "k", "count = min(k, scope)", "all inside scope",
+                  "exact top-k (vs brute force)", "verdict"], checks),
+        "",
+        "### Proposed changes, measured against the current code (benchmark-only subclass of Store)\n",
+        "fts: `+rowid IN (scope)` so FTS5 runs the MATCH once instead of once per id in scope; "
+        "vec: exact distances over the scope's vectors read through an index on path "
+        "(an `embedding BLOB` copy of each vector) instead of a full vec0 scan filtered by rowid; last row: "
+        "unscoped KNN with numpy on an in-memory matrix, for long-lived processes.\n",
+        md_table(["index", "call", "n", "current p50 ms", "current p90 ms", "n", "proposed p50 ms",
+                  "proposed p90 ms", "speed-up", "same results"], alts),
+        "",
+        "### Incremental write: `Store.write_file` of one file into the existing index (rolled back)\n",
+        "What each changed file costs a sync before embedding. `write_file` first deletes the file's "
+        "old vectors with `DELETE FROM vec_chunks WHERE rowid IN (SELECT …)`, which vec0 executes as "
+        "a scan of every vector (even when the file is new and the list is empty).\n",
+        md_table(["index", "file", "store", "files", "chunks/file", "median ms/file", "max ms"], writes),
+        "",
+    ]
+    eprint("[search] CLI ...")
+    parts += [bench_cli(small, quick), ""]
+    return "\n".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="10k and 30k chunks, fewer queries and runs")
+    parser.add_argument("--no-machine", action="store_true", help="omit the machine table")
+    args = parser.parse_args()
+    os.chdir(REPO)
+    print(run(args.quick, with_machine=not args.no_machine))
+
+
+if __name__ == "__main__":
+    main()
