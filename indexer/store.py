@@ -388,8 +388,15 @@ class Store:
 
     # ---- files and chunks (writes) ---------------------------------------------------------
 
-    def known_files(self, source_id: str) -> dict[str, KnownFile]:
-        rows = self.conn.execute("SELECT path, sha256, size, mtime FROM files WHERE source_id = ?", (source_id,))
+    def known_files(self, source_id: str, under: str | None = None) -> dict[str, KnownFile]:
+        """What the index holds of a source, or only of one file or folder (`under`)."""
+        sql = "SELECT path, sha256, size, mtime FROM files WHERE source_id = :source_id"
+        params: dict[str, object] = {"source_id": source_id}
+        if under:
+            where, scope_params = SearchScope(path=under).where("files")
+            sql += f" AND {where}"
+            params.update(scope_params)
+        rows = self.conn.execute(sql, params)
         return {path: KnownFile(sha256=sha, size=size, mtime=mtime) for path, sha, size, mtime in rows}
 
     def _delete_vectors(self, id_query: str, params: Sequence[object]) -> None:

@@ -150,12 +150,10 @@ class Syncer:
 
     def sync_workspace(self, source: WorkspaceSource, full: bool, path: str | None = None) -> SourceReport:
         report = SourceReport(source.id, source.kind)
-        known_files = self.store.known_files(source.id)
+        known_files = self.store.known_files(source.id, under=path)
         if path:
             # a scoped re-index: walk and compare only below `path`
             source = dataclasses.replace(source, scope=source.scope.within(path))
-            prefix = path.strip("/")
-            known_files = {p: k for p, k in known_files.items() if p == prefix or p.startswith(prefix + "/")}
         changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
         self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
         if not path:
@@ -295,9 +293,11 @@ class Syncer:
                 log.error("source %s: %s", source.id, exc)
                 self.store.set_source_error(source.id, str(exc))
             report.sources.append(result)
+        # a scoped run (catch-up, watcher batch, reindex PATH) leaves the TOC to the next full
+        # sync: rebuilding a large source's TOC costs more than the edit itself
         changed_tocs = [
             s.source_id for s in report.sources
-            if not s.error and (s.changed or not toc.toc_path(self.config, s.source_id).exists())
+            if not s.error and path is None and (s.changed or not toc.toc_path(self.config, s.source_id).exists())
         ]
         try:
             toc.write_tocs(self.config, self.store, changed_tocs)
