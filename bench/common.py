@@ -51,18 +51,16 @@ def cache_root() -> Path:
 
 
 def code_key() -> str:
-    """What decides an index's content: generator, chunker version, schema, embedding identity.
+    """What decides a cached index's content: generator, chunker version, embedding identity.
 
-    Deliberately not a hash of whole source files: unrelated edits must not force a rebuild of
-    the 100k-chunk index. A chunker change that forgets to bump CHUNKER_VERSION is harmless here
-    (latency does not depend on exact chunk boundaries)."""
-    from indexer import chunker, store
+    Deliberately not a hash of source files: unrelated edits must not force a rebuild of the
+    100k-chunk index. Schema changes are not in the key either: a cached index is migrated on
+    load by opening it the way `sync` does (see `_current`), and rebuilt only if that fails."""
+    from indexer import chunker
     from indexer.config import EmbeddingConfig
 
     h = hashlib.sha256(GEN_VERSION.encode())
     h.update(chunker.CHUNKER_VERSION.encode())
-    h.update(str(store.SCHEMA_VERSION).encode())
-    h.update("".join(store.MIGRATIONS).encode())
     h.update(json.dumps(EmbeddingConfig().identity(), sort_keys=True).encode())
     return h.hexdigest()[:10]
 
@@ -572,13 +570,16 @@ def generate_notes(notes: Path, *, files: int | None = None, chunks: int | None 
     return i, total_chunks
 
 
-def _cached(name: str, build: Callable[[Path], dict[str, int]], log: Callable[[str], None]) -> tuple[Path, dict[str, int]]:
+def _cached(name: str, build: Callable[[Path], dict[str, int]], log: Callable[[str], None],
+            current: Callable[[Path], bool] | None = None) -> tuple[Path, dict[str, int]]:
     root = cache_root() / f"{name}-g{GEN_VERSION}-{code_key()}"
     done = root / "DONE.json"
     if done.exists():
-        return root, json.loads(done.read_text())
+        if current is None or current(root):
+            return root, json.loads(done.read_text())
+        log(f"{root.name} is stale: rebuilding")
     for stale in cache_root().glob(f"{name}-g*"):
-        shutil.rmtree(stale, ignore_errors=True)  # older code versions of the same workspace
+        shutil.rmtree(stale, ignore_errors=True)  # older versions of the same workspace
     root.mkdir(parents=True)
     log(f"building {root.name} (cached for later runs) ...")
     started = time.perf_counter()
@@ -587,6 +588,57 @@ def _cached(name: str, build: Callable[[Path], dict[str, int]], log: Callable[[s
     done.write_text(json.dumps(info))
     log(f"built {root.name} in {info['build_seconds']} s: {info}")
     return root, info
+
+
+def _schema(conn) -> set[tuple[str, str, str]]:
+    rows = conn.execute("SELECT type, name, COALESCE(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+    return {(t, n, " ".join(q.split())) for t, n, q in rows}
+
+
+def _fresh_schema() -> set[tuple[str, str, str]]:
+    """The schema a brand-new index gets from this code (with its vector table)."""
+    import tempfile
+
+    from indexer.config import EmbeddingConfig
+    from indexer.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="nsb-schema-") as tmp:
+        store = Store.open(Path(tmp) / "index.sqlite")
+        try:
+            store.reset_vectors(DIMS, EmbeddingConfig().identity())
+            return _schema(store.conn)
+        finally:
+            store.close()
+
+
+def _current(root: Path) -> bool:
+    """Open the cached index writable (applies pending schema migrations, as `sync` would) and
+    check that it now has exactly the schema a fresh index gets (a migration edited in place
+    during development is caught here), this code's identity and chunker version, and no
+    pending chunks."""
+    from indexer import chunker
+    from indexer.config import EmbeddingConfig
+    from indexer.errors import NotesSearchError
+    from indexer.store import Store
+
+    try:
+        store = Store.open(root / "db" / "index.sqlite")
+    except NotesSearchError:
+        return False
+    try:
+        meta = store.meta()
+        wanted = {**EmbeddingConfig().identity(), "chunker_version": chunker.CHUNKER_VERSION}
+        counts = store.counts()
+        ok = (
+            all(meta.get(k) == v for k, v in wanted.items())
+            and counts["pending"] == 0
+            and counts["chunks"] > 0
+            and _schema(store.conn) == _fresh_schema()
+        )
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return ok
+    finally:
+        store.close()
 
 
 def notes_corpus(name: str, *, files: int | None = None, chunks: int | None = None,
@@ -625,7 +677,8 @@ def synced_workspace(name: str, *, files: int | None = None, chunks: int | None 
             raise RuntimeError(f"index of {root} left {report.pending} chunks pending")
         return {"files": n_files, "chunks": n_chunks}
 
-    root, info = _cached(name, build, log)
+    root, info = _cached(name, build, log, current=_current)
+    write_config(root)  # absolute paths: stays right if the cache folder was moved or renamed
     return Workspace(root, info["files"], info["chunks"])
 
 
@@ -686,7 +739,8 @@ def store_built_workspace(name: str, *, chunks: int, log: Callable[[str], None] 
             store.close()
         return {"files": n_files, "chunks": n_chunks}
 
-    root, info = _cached(name, build, log)
+    root, info = _cached(name, build, log, current=_current)
+    write_config(root)  # absolute paths: stays right if the cache folder was moved or renamed
     return Workspace(root, info["files"], info["chunks"])
 
 

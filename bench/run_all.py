@@ -1,10 +1,13 @@
 """Run every benchmark and write bench/RESULTS.md (date, machine, tables).
 
-    .venv/bin/python -m bench.run_all [--quick] [--only foundation|search] [--out PATH]
+    .venv/bin/python -m bench.run_all [--quick] [--only NAME]... [--out PATH]
 
-Each benchmark runs in its own process (clean memory and module state); its markdown goes to
-the terminal and into the results file. Generated corpora and indexes are cached under
-${XDG_CACHE_HOME:-~/.cache}/notes-search-bench, so only the first run pays for building them.
+Benchmarks are the modules `bench/bench_NAME.py` that follow the shared convention: a
+`run(quick, with_machine)` function and `--quick` / `--no-machine` flags (foundation and search
+first, then the others in name order). Each runs in its own process (clean memory and module
+state); its markdown goes to the terminal and into the results file. Generated corpora and
+indexes are cached under ${XDG_CACHE_HOME:-~/.cache}/notes-search-bench, so only the first run
+pays for building them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,20 @@ if __package__ in (None, ""):  # `python bench/run_all.py`
 
 from bench.common import REPO, cache_root, child_env, loadavg, machine_table  # noqa: E402
 
-BENCHES = ("foundation", "search")
+FIRST = ("foundation", "search")
+
+
+def discover() -> list[str]:
+    """bench_NAME.py modules that follow the convention (see the module docstring)."""
+    names = []
+    for path in sorted((REPO / "bench").glob("bench_*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "def run(quick" in text and "--no-machine" in text:
+            names.append(path.stem[len("bench_"):])
+    return sorted(names, key=lambda n: (FIRST.index(n) if n in FIRST else len(FIRST), n))
+
+
+BENCHES = discover()
 
 
 def main() -> None:

@@ -383,6 +383,7 @@ from search.mcp_server import mcp_command  # noqa: E402
 from search.route import collections_command, route_command  # noqa: E402
 from search.watch_cmd import watch  # noqa: E402
 from hooks.install import hooks  # noqa: E402
+from search.evaluate import eval_command  # noqa: E402
 
 cli.add_command(show)
 cli.add_command(grep)
@@ -392,6 +393,7 @@ cli.add_command(mcp_command)
 cli.add_command(collections_command)
 cli.add_command(route_command)
 cli.add_command(hooks)
+cli.add_command(eval_command)
 
 
 def main() -> None:

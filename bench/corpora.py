@@ -1,0 +1,240 @@
+"""Real markdown at scale: index public corpora through the normal `sync` and say where the time goes.
+
+    .venv/bin/python -m bench.corpora [--corpus tldr-pages] [--json]
+
+Each corpus folder (read-only, under `../shared/eval/corpora/` next to the repository) becomes
+one workspace source of a fresh index in a temporary folder, synced by `run_sync` with the
+local model. The run is timed in phases by wrapping, for the duration of the run only:
+
+- parse+chunk: `indexer.chunker.parse_markdown`;
+- embed: the model calls (vectors come from the cache in `bench/beir.py` when present; the
+  cache remembers what each vector cost when it was computed, reported as "uncached");
+- write: time inside `Store.transaction()` blocks (files, chunks, FTS triggers, vec0 rows);
+- other: the rest of the wall time (walking, stat, reading and hashing files, coverage).
+
+Then a second `sync` over the unchanged folder is timed (the cron case), and the index size on
+disk is split by table with SQLite's `dbstat`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/corpora.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+from bench.beir import (  # noqa: E402
+    EVAL_ROOT,
+    LOCAL_EMBEDDING,
+    CachingEmbedder,
+    EmbedderFactory,
+    cached_local_factory,
+    write_config,
+)
+from bench.common import md_table  # noqa: E402
+from indexer import chunker  # noqa: E402
+from indexer.config import load_config  # noqa: E402
+from indexer.store import Store  # noqa: E402
+from indexer.sync import run_sync  # noqa: E402
+
+CORPORA = ("tldr-pages", "linux-spellbook-cs")
+SOURCE_ID = "corpus"
+
+
+@dataclass
+class CorpusRun:
+    corpus: str
+    files: int
+    skipped: int
+    chunks: int
+    source_bytes: int
+    total_s: float
+    parse_s: float
+    embed_s: float  # model time in this run (0 when every vector came from the cache)
+    embed_uncached_s: float  # what embedding every chunk cost when it was computed
+    write_s: float
+    other_s: float
+    noop_sync_s: float
+    db_bytes: int
+    by_table: dict[str, int]  # bytes on disk per table group
+
+    @property
+    def full_index_s(self) -> float:
+        """The wall time of a first index without the cache: measured phases + uncached embedding."""
+        return self.total_s - self.embed_s + self.embed_uncached_s
+
+
+@contextmanager
+def phase_timers() -> Iterator[dict[str, float]]:
+    """Accumulate seconds spent in parse_markdown and inside write transactions."""
+    times = {"parse": 0.0, "write": 0.0}
+    parse, transaction = chunker.parse_markdown, Store.transaction
+
+    def timed_parse(text: str, path: str) -> object:
+        started = time.perf_counter()
+        try:
+            return parse(text, path)
+        finally:
+            times["parse"] += time.perf_counter() - started
+
+    @contextmanager
+    def timed_transaction(self: Store) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            with transaction(self):
+                yield
+        finally:
+            times["write"] += time.perf_counter() - started
+
+    chunker.parse_markdown = timed_parse  # type: ignore[assignment]
+    Store.transaction = timed_transaction  # type: ignore[method-assign]
+    try:
+        yield times
+    finally:
+        chunker.parse_markdown = parse  # type: ignore[assignment]
+        Store.transaction = transaction  # type: ignore[method-assign]
+
+
+TABLE_GROUPS = (
+    ("chunks_fts", "FTS5 (chunks_fts*)"),
+    ("vec_chunks", "vectors (vec_chunks*)"),
+    ("chunks", "chunks"),
+    ("files", "files"),
+    ("idx_chunks", "chunks indexes"),
+    ("sqlite_autoindex_chunks", "chunks indexes"),
+)
+
+
+def size_by_table(db: Path) -> dict[str, int]:
+    """Bytes per table group, from dbstat (every page of the file is attributed to one object)."""
+    store = Store.open(db, readonly=True)
+    try:
+        rows = store.conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+    finally:
+        store.close()
+    out: dict[str, int] = {}
+    for name, size in rows:
+        group = next((label for prefix, label in TABLE_GROUPS if name.startswith(prefix)), "other")
+        out[group] = out.get(group, 0) + int(size)
+    return dict(sorted(out.items(), key=lambda item: -item[1]))
+
+
+def index_corpus(
+    corpus: Path,
+    workdir: Path,
+    *,
+    embedding_yaml: str = LOCAL_EMBEDDING,
+    embedder_factory: EmbedderFactory | None = None,
+    log: Callable[[str], None] = print,
+) -> CorpusRun:
+    """Index `corpus` from scratch in `workdir`, timed by phase; the embedder must be a
+    CachingEmbedder (its model time and cached costs are the embed phase)."""
+    config = load_config(write_config(workdir, corpus, embedding_yaml, SOURCE_ID))
+    get_embedder = (embedder_factory or cached_local_factory())(config)
+    last = [0.0]
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage == "embed" and time.monotonic() - last[0] > 30:
+            last[0] = time.monotonic()
+            log(f"{corpus.name}: embedded {done}/{total} chunks")
+
+    log(f"{corpus.name}: syncing")
+    with phase_timers() as times:
+        started = time.perf_counter()
+        report = run_sync(config, embedder_factory=get_embedder, progress=progress)
+        total = time.perf_counter() - started
+    if report.pending:
+        raise RuntimeError(f"{corpus.name}: {report.pending} chunks left without vectors: {report.embed_notice}")
+    embedder = get_embedder()
+    if not isinstance(embedder, CachingEmbedder):
+        raise TypeError("index_corpus needs a CachingEmbedder to time the embed phase")
+    embed_s, uncached_s = embedder.model_seconds, embedder.model_seconds + embedder.cached_cost
+    started = time.perf_counter()
+    noop = run_sync(config, embedder_factory=get_embedder)
+    noop_s = time.perf_counter() - started
+    if noop.changed:
+        raise RuntimeError(f"{corpus.name}: the second sync changed the index")
+    embedder.close()
+    store = Store.open(config.db, readonly=True)
+    try:
+        counts = store.counts()
+    finally:
+        store.close()
+    source = report.sources[0]
+    db_bytes = sum(p.stat().st_size for p in config.db.parent.glob(config.db.name + "*"))
+    return CorpusRun(
+        corpus=corpus.name,
+        files=source.added,
+        skipped=source.skipped,
+        chunks=counts["chunks"],
+        source_bytes=sum(p.stat().st_size for p in corpus.rglob("*.md")),
+        total_s=total,
+        parse_s=times["parse"],
+        embed_s=embed_s,
+        embed_uncached_s=uncached_s,
+        write_s=times["write"],
+        other_s=total - times["parse"] - times["write"] - embed_s,
+        noop_sync_s=noop_s,
+        db_bytes=db_bytes,
+        by_table=size_by_table(config.db),
+    )
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def report_tables(runs: Sequence[CorpusRun]) -> str:
+    timing = md_table(
+        ["corpus", "files", "chunks", "source MiB", "parse+chunk s", "embed s (uncached)", "chunks/s embed",
+         "write s", "other s", "full index s", "no-op sync s"],
+        [[r.corpus, r.files, r.chunks, mib(r.source_bytes), f"{r.parse_s:.1f}", f"{r.embed_uncached_s:.0f}",
+          f"{r.chunks / r.embed_uncached_s:.1f}" if r.embed_uncached_s else "-", f"{r.write_s:.1f}",
+          f"{r.other_s:.1f}", f"{r.full_index_s:.0f}", f"{r.noop_sync_s:.2f}"] for r in runs],
+    )
+    groups = sorted({g for r in runs for g in r.by_table}, key=lambda g: -max(r.by_table.get(g, 0) for r in runs))
+    size = md_table(
+        ["corpus", "index MiB", *[f"{g} MiB" for g in groups]],
+        [[r.corpus, mib(r.db_bytes), *[mib(r.by_table.get(g, 0)) for g in groups]] for r in runs],
+    )
+    return f"{timing}\n\n{size}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", action="append", choices=CORPORA, help="repeatable; default: all")
+    parser.add_argument("--data", type=Path, default=EVAL_ROOT / "corpora")
+    parser.add_argument("--cache", type=Path, help="vector cache file (default: under the XDG cache)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    runs: list[CorpusRun] = []
+    for name in args.corpus or CORPORA:
+        folder = args.data / name
+        if not folder.is_dir():
+            log(f"skipped {name}: no corpus at {folder}")
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"corpus-{name}-") as tmp:
+            runs.append(index_corpus(folder, Path(tmp), embedder_factory=cached_local_factory(args.cache), log=log))
+    if args.json:
+        print(json.dumps([asdict(r) | {"full_index_s": r.full_index_s} for r in runs], indent=2))
+    elif runs:
+        print("## Real markdown at scale\n")
+        print(report_tables(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
