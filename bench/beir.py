@@ -1,6 +1,6 @@
 """BEIR-format retrieval benchmarks through the real pipeline: nDCG@10 and recall@100 per mode.
 
-    .venv/bin/python -m bench.beir [--dataset scifact] [--modes lex,vec,hybrid] [--queries N] [--json]
+    .venv/bin/python -m bench.beir [--dataset scifact] [--modes lex,vec,hybrid] [--queries N | --quick] [--json]
 
 Each document becomes a markdown file (`# title\\n\\ntext`) in a temporary workspace, which the
 normal `run_sync` indexes with the local model; each query runs through `search.engine.search`
@@ -35,11 +35,11 @@ if __package__ in (None, ""):  # `python bench/beir.py`
 
 import numpy as np  # noqa: E402
 
-from bench.common import REPO, cache_root, md_table  # noqa: E402
+from bench.common import REPO, cache_root, eprint, header, machine_table, md_table  # noqa: E402
 from indexer.config import Config, EmbeddingConfig, load_config  # noqa: E402
 from indexer.embedders import Embedder, make_embedder  # noqa: E402
 from indexer.store import Store  # noqa: E402
-from indexer.sync import SyncReport, run_sync  # noqa: E402
+from indexer.sync import run_sync  # noqa: E402
 from search.engine import MODES, search  # noqa: E402
 from search.evaluate import mean, ndcg_at_k, recall_at_k, reciprocal_rank  # noqa: E402
 
@@ -254,7 +254,6 @@ class ModeScore:
     recall_at_10: float
     mrr_at_10: float
     queries: int
-    seconds_per_query: float
 
 
 @dataclass
@@ -264,7 +263,7 @@ class BeirRun:
     chunks: int
     queries: int
     sync_seconds: float
-    embedded_now: int  # chunks embedded by the model in this run (cache misses)
+    computed_now: int  # vectors (passages and queries) the model computed in this run: cache misses
     embed_seconds_uncached: float  # what embedding every vector used cost (cache costs included)
     scores: list[ModeScore] = field(default_factory=list)
     per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # mode -> qid -> metrics
@@ -273,6 +272,18 @@ class BeirRun:
         data = asdict(self)
         data.pop("per_query")
         return data
+
+
+def embed_progress(name: str, log: Log, every: float = 30.0) -> Callable[[str, int, int], None]:
+    """A sync progress callback that logs the embedding count at most every `every` seconds."""
+    last = [0.0]
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage == "embed" and time.monotonic() - last[0] > every:
+            last[0] = time.monotonic()
+            log(f"{name}: embedded {done}/{total} chunks")
+
+    return progress
 
 
 def rank_documents(
@@ -328,41 +339,31 @@ def run_beir(
     config = load_config(write_config(workdir, docs, embedding_yaml))
     get_embedder = factory_for(config)
     log(f"{data.name}: {len(by_path)} docs written; syncing")
-    last = [0.0]
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if stage == "embed" and time.monotonic() - last[0] > 30:
-            last[0] = time.monotonic()
-            log(f"{data.name}: embedded {done}/{total} chunks")
-
-    report: SyncReport = run_sync(config, embedder_factory=get_embedder, progress=progress)
-    if report.pending:
-        raise RuntimeError(f"{data.name}: {report.pending} chunks left without vectors: {report.embed_notice}")
+    synced = run_sync(config, embedder_factory=get_embedder, progress=embed_progress(data.name, log))
+    if synced.pending:
+        raise RuntimeError(f"{data.name}: {synced.pending} chunks left without vectors: {synced.embed_notice}")
     store = Store.open(config.db, readonly=True)
     try:
         chunks = store.counts()["chunks"]
         query_ids = list(data.queries)[:query_limit] if query_limit else list(data.queries)
         subset = BeirSet(data.name, data.corpus, {q: data.queries[q] for q in query_ids}, data.qrels)
-        run = BeirRun(data.name, len(by_path), chunks, len(query_ids), report.seconds, 0, 0.0)
+        run = BeirRun(data.name, len(by_path), chunks, len(query_ids), synced.seconds, 0, 0.0)
         for mode in modes:
-            started = time.perf_counter()
             rankings = {
                 qid: rank_documents(store, config, subset.queries[qid], mode, by_path, get_embedder)
                 for qid in query_ids
             }
-            elapsed = time.perf_counter() - started
             per_query, means = score_queries(subset, rankings)
             run.per_query[mode] = per_query
             run.scores.append(
-                ModeScore(mode, means["ndcg@10"], means["recall@100"], means["recall@10"], means["mrr@10"],
-                          len(per_query), elapsed / max(1, len(query_ids)))
+                ModeScore(mode, means["ndcg@10"], means["recall@100"], means["recall@10"], means["mrr@10"], len(per_query))
             )
             log(f"{data.name} {mode}: nDCG@10 {means['ndcg@10']:.4f}, recall@100 {means['recall@100']:.4f}")
     finally:
         store.close()
     embedder = getattr(get_embedder, "instance", None)
     if isinstance(embedder, CachingEmbedder):
-        run.embedded_now = embedder.misses
+        run.computed_now = embedder.misses
         run.embed_seconds_uncached = round(embedder.model_seconds + embedder.cached_cost, 1)
         embedder.close()
     return run
@@ -377,17 +378,63 @@ def results_table(runs: Sequence[BeirRun]) -> str:
         for s in run.scores:
             rows.append([
                 run.dataset, s.mode, f"{s.ndcg_at_10:.4f}", f"{s.recall_at_100:.4f}", f"{s.recall_at_10:.4f}",
-                f"{s.mrr_at_10:.4f}", s.queries, f"{s.seconds_per_query * 1000:.0f}",
+                f"{s.mrr_at_10:.4f}", s.queries,
             ])
-    return md_table(["dataset", "mode", "nDCG@10", "recall@100", "recall@10", "MRR@10", "queries", "ms/query"], rows)
+    return md_table(["dataset", "mode", "nDCG@10", "recall@100", "recall@10", "MRR@10", "queries"], rows)
 
 
 def index_table(runs: Sequence[BeirRun]) -> str:
     return md_table(
-        ["dataset", "docs", "chunks", "sync s (this run)", "embedded now", "embed s (uncached)"],
-        [[r.dataset, r.docs, r.chunks, f"{r.sync_seconds:.1f}", r.embedded_now, f"{r.embed_seconds_uncached:.0f}"]
+        ["dataset", "docs", "chunks", "sync s (this run)", "vectors computed now", "embed s (uncached)"],
+        [[r.dataset, r.docs, r.chunks, f"{r.sync_seconds:.1f}", r.computed_now, f"{r.embed_seconds_uncached:.0f}"]
          for r in runs],
     )
+
+
+QUICK_QUERIES = 50
+
+
+def run_all_sets(
+    datasets: Sequence[str] = DATASETS,
+    *,
+    data_root: Path = EVAL_ROOT,
+    split: str = "test",
+    modes: Sequence[str] = ("lex", "vec", "hybrid"),
+    query_limit: int | None = None,
+    cache: Path | None = None,
+    log: Log = lambda message: None,
+) -> list[BeirRun]:
+    """Every available set, each in its own temporary workspace; absent sets are skipped with a log line."""
+    runs: list[BeirRun] = []
+    for name in datasets:
+        folder = data_root / name
+        if not (folder / "corpus.jsonl").exists():
+            log(f"skipped {name}: no BEIR data at {folder}")
+            continue
+        data = load_set(folder, split)
+        with tempfile.TemporaryDirectory(prefix=f"beir-{name}-") as tmp:
+            runs.append(run_beir(data, Path(tmp), embedder_factory=cached_local_factory(cache), modes=modes,
+                                 query_limit=query_limit, log=log))
+    return runs
+
+
+def report(runs: Sequence[BeirRun], quick: bool, with_machine: bool) -> str:
+    parts = [header("BEIR retrieval quality (bench/beir.py)", quick).rstrip()]
+    if with_machine:
+        parts.append(machine_table())
+    if quick:
+        parts.append(f"_quick: the first {QUICK_QUERIES} queries of each set (not comparable with published figures)_")
+    if runs:
+        parts += [results_table(runs), index_table(runs)]
+    else:
+        parts.append("skipped: none of the BEIR sets is present (see the log)")
+    return "\n\n".join(parts) + "\n"
+
+
+def run(quick: bool, with_machine: bool) -> str:
+    """The run_all convention: every set, markdown out."""
+    runs = run_all_sets(query_limit=QUICK_QUERIES if quick else None, log=eprint)
+    return report(runs, quick, with_machine)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -395,7 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dataset", action="append", choices=DATASETS, help="repeatable; default: all")
     parser.add_argument("--split", default="test")
     parser.add_argument("--modes", default="lex,vec,hybrid")
-    parser.add_argument("--queries", type=int, help="score only the first N queries (quick runs)")
+    parser.add_argument("--queries", type=int, help="score only the first N queries")
+    parser.add_argument("--quick", action="store_true", help=f"only the first {QUICK_QUERIES} queries of each set")
+    parser.add_argument("--no-machine", action="store_true", help="leave out the machine table")
     parser.add_argument("--data", type=Path, default=EVAL_ROOT, help="folder holding the BEIR sets")
     parser.add_argument("--cache", type=Path, help="vector cache file (default: under the XDG cache)")
     parser.add_argument("--per-query", type=Path, help="write per-query metrics as JSON here")
@@ -405,28 +454,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for mode in modes:
         if mode not in MODES:
             parser.error(f"unknown mode {mode!r}")
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    runs: list[BeirRun] = []
-    for name in args.dataset or DATASETS:
-        folder = args.data / name
-        if not (folder / "corpus.jsonl").exists():
-            log(f"skipped {name}: no BEIR data at {folder}")
-            continue
-        data = load_set(folder, args.split)
-        with tempfile.TemporaryDirectory(prefix=f"beir-{name}-") as tmp:
-            runs.append(run_beir(data, Path(tmp), embedder_factory=cached_local_factory(args.cache), modes=modes,
-                                 query_limit=args.queries, log=log))
+    limit = args.queries or (QUICK_QUERIES if args.quick else None)
+    runs = run_all_sets(args.dataset or DATASETS, data_root=args.data, split=args.split, modes=modes,
+                        query_limit=limit, cache=args.cache, log=eprint)
     if args.per_query:
         args.per_query.write_text(json.dumps({r.dataset: r.per_query for r in runs}), encoding="utf-8")
     if args.json:
         print(json.dumps([r.summary() for r in runs], indent=2))
-    elif runs:
-        print("## BEIR retrieval quality\n")
-        print(results_table(runs) + "\n")
-        print(index_table(runs))
+    else:
+        print(report(runs, args.quick, not args.no_machine))
     return 0
 
 

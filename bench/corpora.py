@@ -1,6 +1,6 @@
 """Real markdown at scale: index public corpora through the normal `sync` and say where the time goes.
 
-    .venv/bin/python -m bench.corpora [--corpus tldr-pages] [--json]
+    .venv/bin/python -m bench.corpora [--corpus tldr-pages] [--quick] [--json]
 
 Each corpus folder (read-only, under `../shared/eval/corpora/` next to the repository) becomes
 one workspace source of a fresh index in a temporary folder, synced by `run_sync` with the
@@ -38,9 +38,10 @@ from bench.beir import (  # noqa: E402
     CachingEmbedder,
     EmbedderFactory,
     cached_local_factory,
+    embed_progress,
     write_config,
 )
-from bench.common import md_table  # noqa: E402
+from bench.common import eprint, header, machine_table, md_table  # noqa: E402
 from indexer import chunker  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.store import Store  # noqa: E402
@@ -140,17 +141,10 @@ def index_corpus(
     CachingEmbedder (its model time and cached costs are the embed phase)."""
     config = load_config(write_config(workdir, corpus, embedding_yaml, SOURCE_ID))
     get_embedder = (embedder_factory or cached_local_factory())(config)
-    last = [0.0]
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if stage == "embed" and time.monotonic() - last[0] > 30:
-            last[0] = time.monotonic()
-            log(f"{corpus.name}: embedded {done}/{total} chunks")
-
     log(f"{corpus.name}: syncing")
     with phase_timers() as times:
         started = time.perf_counter()
-        report = run_sync(config, embedder_factory=get_embedder, progress=progress)
+        report = run_sync(config, embedder_factory=get_embedder, progress=embed_progress(corpus.name, log))
         total = time.perf_counter() - started
     if report.pending:
         raise RuntimeError(f"{corpus.name}: {report.pending} chunks left without vectors: {report.embed_notice}")
@@ -209,30 +203,51 @@ def report_tables(runs: Sequence[CorpusRun]) -> str:
     return f"{timing}\n\n{size}"
 
 
+QUICK_CORPORA = ("linux-spellbook-cs",)
+
+
+def run_corpora(names: Sequence[str] = CORPORA, *, data_root: Path = EVAL_ROOT / "corpora",
+                cache: Path | None = None) -> list[CorpusRun]:
+    """Every available corpus, each indexed from scratch in its own temporary folder."""
+    runs: list[CorpusRun] = []
+    for name in names:
+        folder = data_root / name
+        if not folder.is_dir():
+            eprint(f"skipped {name}: no corpus at {folder}")
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"corpus-{name}-") as tmp:
+            runs.append(index_corpus(folder, Path(tmp), embedder_factory=cached_local_factory(cache), log=eprint))
+    return runs
+
+
+def report(runs: Sequence[CorpusRun], quick: bool, with_machine: bool) -> str:
+    parts = [header("Real markdown at scale (bench/corpora.py)", quick).rstrip()]
+    if with_machine:
+        parts.append(machine_table())
+    parts.append(report_tables(runs) if runs else "skipped: none of the corpora is present (see the log)")
+    return "\n\n".join(parts) + "\n"
+
+
+def run(quick: bool, with_machine: bool) -> str:
+    """The run_all convention; quick indexes only the small Czech corpus."""
+    return report(run_corpora(QUICK_CORPORA if quick else CORPORA), quick, with_machine)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", action="append", choices=CORPORA, help="repeatable; default: all")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_CORPORA)}")
+    parser.add_argument("--no-machine", action="store_true", help="leave out the machine table")
     parser.add_argument("--data", type=Path, default=EVAL_ROOT / "corpora")
     parser.add_argument("--cache", type=Path, help="vector cache file (default: under the XDG cache)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    runs: list[CorpusRun] = []
-    for name in args.corpus or CORPORA:
-        folder = args.data / name
-        if not folder.is_dir():
-            log(f"skipped {name}: no corpus at {folder}")
-            continue
-        with tempfile.TemporaryDirectory(prefix=f"corpus-{name}-") as tmp:
-            runs.append(index_corpus(folder, Path(tmp), embedder_factory=cached_local_factory(args.cache), log=log))
+    names = args.corpus or (QUICK_CORPORA if args.quick else CORPORA)
+    runs = run_corpora(names, data_root=args.data, cache=args.cache)
     if args.json:
         print(json.dumps([asdict(r) | {"full_index_s": r.full_index_s} for r in runs], indent=2))
-    elif runs:
-        print("## Real markdown at scale\n")
-        print(report_tables(runs))
+    else:
+        print(report(runs, args.quick, not args.no_machine))
     return 0
 
 

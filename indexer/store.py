@@ -400,8 +400,12 @@ class Store:
         return {path: KnownFile(sha256=sha, size=size, mtime=mtime) for path, sha, size, mtime in rows}
 
     def _delete_vectors(self, id_query: str, params: Sequence[object]) -> None:
+        """Delete by rowid one at a time: vec0 answers `rowid IN (subquery)` with a scan of every
+        vector (25 ms per file at 100k chunks, even when the list is empty)."""
         if self.has_vector_table():
-            self.conn.execute(f"DELETE FROM vec_chunks WHERE rowid IN ({id_query})", params)
+            ids = [(r[0],) for r in self.conn.execute(id_query, params)]
+            if ids:
+                self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", ids)
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
