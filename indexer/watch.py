@@ -37,10 +37,10 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from indexer.collections import nfc
 from indexer.config import Config, WorkspaceSource
 from indexer.embedders import Embedder
 from indexer.errors import ConfigError, SourceError
+from indexer.sources.workspace import relative_index_path
 from indexer.sync import SyncReport, run_sync
 
 log = logging.getLogger("notes_search.watch")
@@ -112,16 +112,6 @@ class Debouncer(Generic[K]):
         return keys
 
 
-def _relative(path: str, root: str) -> str | None:
-    """`path` as an index path below `root` ('' for the root itself), or None if outside it."""
-    if path == root:
-        return ""
-    base = root.rstrip(os.sep) + os.sep
-    if not path.startswith(base):
-        return None
-    return nfc(path[len(base):].replace(os.sep, "/"))
-
-
 def _wanted(source: WorkspaceSource, rel: str, is_directory: bool) -> bool:
     if rel == "":
         return True  # the root itself appeared, vanished or moved: re-check the whole source
@@ -144,7 +134,7 @@ def event_targets(event: FileSystemEvent, roots: Sequence[tuple[WorkspaceSource,
             continue
         path = os.fsdecode(raw)
         for source, root in roots:
-            rel = _relative(path, root)
+            rel = relative_index_path(path, root)
             if rel is not None and _wanted(source, rel, event.is_directory):
                 targets.add((source.id, rel))
     return targets
@@ -299,7 +289,7 @@ class Watcher:
     def watch_roots(self) -> list[str]:
         """Resolved roots to schedule; one nested in another is already covered by it."""
         unique = sorted({root for _, root in self.roots})
-        return [r for r in unique if not any(_relative(r, other) for other in unique if other != r)]
+        return [r for r in unique if not any(relative_index_path(r, other) for other in unique if other != r)]
 
     @property
     def running(self) -> bool:

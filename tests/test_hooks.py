@@ -38,13 +38,6 @@ POLL_SECONDS = 15.0
 WEIRD = "dir with spaces $(touch pwned) `touch pwned2`; 'q\" $HOME"
 
 
-@pytest.fixture(autouse=True)
-def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The developer's git config must not leak in; commits by command-line git need a name."""
-    cfg = tmp_path_factory.mktemp("gitcfg") / "gitconfig"
-    cfg.write_text("[user]\n\tname = Test\n\temail = test@example.com\n")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
 
 
 def hook_jobs(needle: str) -> list[int]:

@@ -220,7 +220,7 @@ def coverage_report(config: Config) -> list[str]:
     return lines
 
 
-def _relative(path: str, root: str) -> str | None:
+def relative_index_path(path: str, root: str) -> str | None:
     """`path` relative to `root` as an index path ('' for root itself), or None if outside."""
     if path == root:
         return ""
@@ -236,8 +236,8 @@ def _uncovered_markdown(folder: str, scopes: list[tuple[str, Scope]]) -> tuple[i
     # an admitted file further on would still mean "covered".
     reachable = False
     for root, scope in scopes:
-        rel = _relative(folder, root)
-        if (rel is not None and scope.may_contain(rel)) or _relative(root, folder) is not None:
+        rel = relative_index_path(folder, root)
+        if (rel is not None and scope.may_contain(rel)) or relative_index_path(root, folder) is not None:
             reachable = True
     count = 0
     stack = [folder]
@@ -259,7 +259,7 @@ def _uncovered_markdown(folder: str, scopes: list[tuple[str, Scope]]) -> tuple[i
             except OSError:
                 continue
             if reachable and any(
-                (rel := _relative(entry.path, root)) is not None and scope.admits(rel) for root, scope in scopes
+                (rel := relative_index_path(entry.path, root)) is not None and scope.admits(rel) for root, scope in scopes
             ):
                 return 0, True
             count += 1
