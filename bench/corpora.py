@@ -105,13 +105,14 @@ def phase_timers() -> Iterator[dict[str, float]]:
         Store.transaction = transaction  # type: ignore[method-assign]
 
 
-TABLE_GROUPS = (
-    ("chunks_fts", "FTS5 (chunks_fts*)"),
-    ("vec_chunks", "vectors (vec_chunks*)"),
+TABLE_GROUPS = (  # first matching name prefix wins
+    ("chunks_fts", "FTS5"),
+    ("vec_chunks", "vec0"),
+    ("chunk_vectors", "vector copy"),
     ("chunks", "chunks"),
     ("files", "files"),
-    ("idx_chunks", "chunks indexes"),
-    ("sqlite_autoindex_chunks", "chunks indexes"),
+    ("idx_", "indexes"),
+    ("sqlite_autoindex_", "indexes"),
 )
 
 
@@ -190,10 +191,10 @@ def mib(n: int) -> str:
 def report_tables(runs: Sequence[CorpusRun]) -> str:
     timing = md_table(
         ["corpus", "files", "chunks", "source MiB", "parse+chunk s", "embed s (uncached)", "chunks/s embed",
-         "write s", "other s", "full index s", "no-op sync s"],
+         "write s", "other s", "full index s", "no-op sync ms"],
         [[r.corpus, r.files, r.chunks, mib(r.source_bytes), f"{r.parse_s:.1f}", f"{r.embed_uncached_s:.0f}",
           f"{r.chunks / r.embed_uncached_s:.1f}" if r.embed_uncached_s else "-", f"{r.write_s:.1f}",
-          f"{r.other_s:.1f}", f"{r.full_index_s:.0f}", f"{r.noop_sync_s:.2f}"] for r in runs],
+          f"{r.other_s:.1f}", f"{r.full_index_s:.0f}", f"{r.noop_sync_s * 1000:.0f}"] for r in runs],
     )
     groups = sorted({g for r in runs for g in r.by_table}, key=lambda g: -max(r.by_table.get(g, 0) for r in runs))
     size = md_table(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ranking
 PREFIX_MIN_CHARS = 3  # "terms longer than 2 characters get a prefix wildcard" (SPEC §7)
@@ -10,6 +11,9 @@ PREFIX_MIN_CHARS = 3  # "terms longer than 2 characters get a prefix wildcard" (
 # What unicode61 treats as token characters: letters, digits (and marks folded with them).
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _PHRASE = re.compile(r'"([^"]*)"')
+# Combining marks left after NFC (Russian stress accents as in "правово́е") would split a word in two;
+# unicode61 folds them away in the index, so the query drops them too.
+_MARKS = re.compile(r"[\u0300-\u036f]")
 
 # Function words of the three languages: dropped when the query has other terms, so "how do I"
 # neither dilutes BM25 nor expands into every word starting with "ho".
@@ -46,6 +50,7 @@ def build_fts_query(text: str) -> str | None:
     typed by the user (AND, NEAR, -, *, :, parentheses) are treated as plain words.
     Returns None when the text contains nothing searchable (only punctuation or emoji).
     """
+    text = _MARKS.sub("", unicodedata.normalize("NFC", text))
     terms: list[str] = []
     phrases = [p for p in _PHRASE.findall(text) if _WORD.search(p)]
     for phrase in phrases:

@@ -117,3 +117,8 @@ def test_rrf_single_list_keeps_order_and_duplicates_count_once() -> None:
 
 def test_rrf_empty() -> None:
     assert rrf({"bm25": [], "vec": []}) == []
+
+
+def test_stress_marks_do_not_split_words(fts: apsw.Connection) -> None:
+    assert build_fts_query("пое́зд") == '"поезд"*'
+    assert matches(fts, "Москвы́") == ["Поезд из Москвы"]
