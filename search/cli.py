@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ class App:
     config_option: str | None
     _config: Config | None = None
     _embedder: Embedder | None = None
-    _log_ready: bool = field(default=False)
 
     @property
     def config(self) -> Config:

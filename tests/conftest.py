@@ -28,6 +28,17 @@ def write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
 
 
+def write_tree(root: Path, files: dict[str, str | bytes]) -> None:
+    """Write text (UTF-8) or raw bytes files below root, creating folders."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+
+
 NOTES = {
     "devops/zalohovani.md": """
         ---

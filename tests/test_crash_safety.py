@@ -52,6 +52,7 @@ from indexer.lock import SyncLock
 from indexer.store import Store
 from indexer.sync import SyncReport, run_sync
 from search.engine import search
+from tests.conftest import write_tree
 from tests.embed_servers import OllamaServer
 from tests.fakes import hash_vector
 from tests.gitutil import commit, init_upstream
@@ -192,14 +193,6 @@ def corpus_files(n: int, seed: int = SEED) -> dict[str, str]:
     return files
 
 
-def write_files(root: Path, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
 
 
 def write_config(
@@ -547,7 +540,7 @@ GUARDS: list[TreeGuard] = []  # the user's notes and repository of this module
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("user") / "notes"
-    write_files(root, corpus_files(CORPUS_FILES))  # type: ignore[arg-type]
+    write_tree(root, corpus_files(CORPUS_FILES))  # type: ignore[arg-type]
     GUARDS.append(TreeGuard(root))
     return root
 
@@ -686,10 +679,10 @@ def test_precise_kill_during_incremental_sync_converges(
 def _declare_collection_later(tmp_path: Path, server: OllamaServer) -> tuple[Path, Path]:
     """A folder of unchanged notes becomes a collection: only a `_meta.yaml` appears."""
     notes = tmp_path / "notes"
-    write_files(notes, {"ops/a.md": "# A\n\nalpha backup\n", "ops/b.md": "# B\n\nbeta restore\n", "c.md": "# C\n"})
+    write_tree(notes, {"ops/a.md": "# A\n\nalpha backup\n", "ops/b.md": "# B\n\nbeta restore\n", "c.md": "# C\n"})
     config_path = write_config(tmp_path / "home", server.url, notes=notes)
     sync_in_process(config_path)
-    write_files(notes, {"ops/_meta.yaml": "name: ops\ndescription: Operations\n"})
+    write_tree(notes, {"ops/_meta.yaml": "name: ops\ndescription: Operations\n"})
     clean = write_config(tmp_path / "clean", server.url, notes=notes)
     sync_in_process(clean)
     return config_path, load_config(clean).db

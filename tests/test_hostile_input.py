@@ -44,7 +44,7 @@ from indexer.store import Store
 from indexer.sync import run_sync
 from indexer.embedders import make_embedder
 from search import cli as cli_module
-from tests.conftest import NOTES
+from tests.conftest import NOTES, write_tree
 from tests.embed_servers import OllamaServer, closed_port_url
 from tests.gitutil import commit, init_upstream
 from tests.test_crash_safety import (  # noqa: F401 - `untouched` is a fixture
@@ -100,14 +100,6 @@ def assert_one_line_error(result: Result, *needles: str) -> str:
     return lines[0]
 
 
-def write_tree(root: Path, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
 
 
 def good_rows(db: Path, paths: set[str] | None = None) -> list[tuple[object, ...]]:
