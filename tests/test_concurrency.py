@@ -45,6 +45,7 @@ from indexer.store import Store
 from search import cli as cli_module
 from search.cli import App
 from search.engine import search
+from tests.conftest import write_tree
 from tests.test_crash_safety import (
     DIMS,
     MODEL,
@@ -58,7 +59,6 @@ from tests.test_crash_safety import (
     subprocess_env,
     sync_in_process,
     write_config,
-    write_files,
 )
 
 MODEL_3 = "fake-embed-3:latest"
@@ -326,7 +326,7 @@ def server() -> Iterator[CachingOllamaServer]:
 def setup(tmp_path_factory: pytest.TempPathFactory, server: CachingOllamaServer) -> Iterator[dict[str, Any]]:
     base = tmp_path_factory.mktemp("concurrency")
     notes = base / "notes"
-    write_files(notes, corpus_files(CORPUS_FILES))  # type: ignore[arg-type]
+    write_tree(notes, corpus_files(CORPUS_FILES))
     guard = TreeGuard(notes)
     home = base / "home"
     paths = [
