@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     import numpy as np
 
     from indexer.embedders import Embedder
+    from search.resident import ResidentVectors
 
 MODES = ("hybrid", "lex", "vec")
 SNIPPET_CHARS = 1200
@@ -76,7 +77,10 @@ def search(
     mode: str = "hybrid",
     scope: SearchScope = SearchScope(),
     embedder_factory: Callable[[], "Embedder"],
+    resident: ResidentVectors | None = None,
 ) -> SearchResponse:
+    """`resident`: an in-memory copy of the vectors kept by a long-lived caller; it answers the
+    unscoped vector half (scoped ones are already exact and fast through the path index)."""
     if mode not in MODES:
         raise NotesSearchError(f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
     response = SearchResponse(query=query, mode=mode)
@@ -97,7 +101,10 @@ def search(
         if mode != "lex":
             query_vector = _embed_query(embedder_factory, query, mode, notices, info)
             if query_vector is not None:
-                vector = store.vec_search(query_vector, depth, scope)
+                if resident is not None and scope.is_all:
+                    vector = resident.knn(store, query_vector, depth)
+                else:
+                    vector = store.vec_search(query_vector, depth, scope)
                 pending = store.count_pending(scope)
                 if pending:
                     notices.append(

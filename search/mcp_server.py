@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
     from search.cli import App
     from search.grep import GrepHit
+    from search.resident import ResidentVectors
 
 log = logging.getLogger("notes_search.mcp")
 
@@ -73,11 +74,21 @@ class NotesTools:
         self.config = app.config  # loaded now: a broken config stops the server at startup
         self._embedder_lock = threading.Lock()
         self.router = Router(self.embedder)
+        self._resident: "ResidentVectors | None" = None  # created on the first search (imports numpy)
 
     def embedder(self) -> "Embedder":
         """The process's one embedder; tools run on worker threads, so creation is serialised."""
         with self._embedder_lock:
             return self.app.embedder()
+
+    def resident_vectors(self) -> "ResidentVectors":
+        """The vectors kept in memory across searches: this process lives long enough to reuse them."""
+        from search.resident import ResidentVectors
+
+        with self._embedder_lock:
+            if self._resident is None:
+                self._resident = ResidentVectors()
+            return self._resident
 
     @contextmanager
     def store(self) -> Iterator[Store]:
@@ -163,7 +174,7 @@ class NotesTools:
             target = self.resolve(store, path)
             lag = self.catch_up(target) if not target.scope.is_all else []
             response = search(store, self.config, query, k=k, mode=mode, scope=target.scope,
-                              embedder_factory=self.embedder)
+                              embedder_factory=self.embedder, resident=self.resident_vectors())
         data = response.to_json()
         notices = [n for n in [response.notice, *lag] if n]
         data["notice"] = "; ".join(notices) or None

@@ -245,7 +245,8 @@ def index_state(db: Path) -> dict[str, Any]:
             "collections": store.conn.execute(
                 "SELECT source_id, name, folder, description, tags FROM collections ORDER BY 1, 2").fetchall(),
             "sources": store.conn.execute("SELECT source_id, kind, indexed_rev FROM sources ORDER BY 1").fetchall(),
-            "meta": store.meta(),
+            # vectors_generation counts committed vector changes: a history, not content
+            "meta": {k: v for k, v in store.meta().items() if k != "vectors_generation"},
         }
     finally:
         store.close()
