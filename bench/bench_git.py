@@ -1,6 +1,6 @@
 """Git source sync speed: one changed file vs a full re-index, and the cron no-op tick.
 
-    .venv/bin/python bench/bench_git.py [--files 5000] [--commits 30] [--repeat 5]
+    .venv/bin/python -m bench.bench_git [--files 5000] [--commits 30] [--repeat 5] [--quick] [--no-machine]
 
 Builds a local upstream of N markdown files with history (pygit2, no working tree), indexes it
 through the real sync into a temporary SQLite file with the deterministic FakeEmbedder in process
@@ -32,6 +32,7 @@ from pygit2.enums import FileMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
+from bench.common import header, machine_table  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.store import Store  # noqa: E402
 from indexer.sync import SyncReport, run_sync  # noqa: E402
@@ -113,19 +114,15 @@ def timed_sync(config_path: Path, embedder: TimedEmbedder, **kwargs: object) -> 
     return wall, embedder.seconds, report
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=5000)
-    parser.add_argument("--commits", type=int, default=30, help="history depth (each later commit edits 50 files)")
-    parser.add_argument("--repeat", type=int, default=5, help="runs of the one-file and no-op measurements (median)")
-    args = parser.parse_args()
+def measure(files: int, commits: int, repeat: int) -> tuple[str, bool]:
+    """Markdown table of the git sync figures, and whether every target was met."""
     exe = Path(sys.executable).with_name("notes-search")
     rng = random.Random(42)
 
     with tempfile.TemporaryDirectory(prefix="bench-git-") as tmp:
         root = Path(tmp)
         started = time.perf_counter()
-        upstream, paths = build(root, args.files, args.commits, rng)
+        upstream, paths = build(root, files, commits, rng)
         built = time.perf_counter() - started
         config_path = root / "notes-search.yaml"
         config_path.write_text(yaml.safe_dump({
@@ -140,8 +137,8 @@ def main() -> int:
         store.close()
 
         one_file = []
-        for run in range(args.repeat):
-            i = rng.randrange(args.files)
+        for run in range(repeat):
+            i = rng.randrange(files)
             upstream.commit({paths[i]: note(rng, i, 1000 + run)})
             wall, embed, report = timed_sync(config_path, embedder)
             assert report.sources[0].updated == 1, report
@@ -149,9 +146,9 @@ def main() -> int:
 
         full = timed_sync(config_path, embedder, full=True)
 
-        noop_in_process = [timed_sync(config_path, embedder)[0] for _ in range(args.repeat)]
+        noop_in_process = [timed_sync(config_path, embedder)[0] for _ in range(repeat)]
         noop_process = []
-        for _ in range(args.repeat):
+        for _ in range(repeat):
             started = time.perf_counter()
             subprocess.run([str(exe), "--config", str(config_path), "sync", "--quiet"], check=True)
             noop_process.append(time.perf_counter() - started)
@@ -172,17 +169,50 @@ def main() -> int:
         ("no-op tick, in process (median)", statistics.median(noop_in_process), 0.0, "", None),
         ("no-op tick, `notes-search sync --quiet` process (median)", noop, 0.0, "<= 0.3 s", noop <= 0.3),
     ]
-    print(f"\n{args.files} markdown files, {args.commits} commits of history (built in {built:.1f} s); "
-          f"index: {counts['files']} files, {counts['chunks']} chunks; FakeEmbedder in process\n")
-    print("| measurement | wall s | embedding s | excl. embedding s | target | ok |")
-    print("|---|---:|---:|---:|---|---|")
+    lines = [
+        f"{files} markdown files, {commits} commits of history (built in {built:.1f} s); "
+        f"index: {counts['files']} files, {counts['chunks']} chunks; FakeEmbedder in process\n",
+        "| measurement | wall s | embedding s | excl. embedding s | target | ok |",
+        "|---|---:|---:|---:|---|---|",
+    ]
     for name, wall, embed, target, ok in rows:
         if wall is None:
-            print(f"| {name} | | | {ratio:.0f}x | {target} | {'yes' if ok else 'NO'} |")
+            lines.append(f"| {name} | | | {ratio:.0f}x | {target} | {'yes' if ok else 'NO'} |")
             continue
         mark = "" if ok is None else ("yes" if ok else "NO")
-        print(f"| {name} | {wall:.3f} | {embed:.3f} | {wall - embed:.3f} | {target} | {mark} |")
-    return 0 if all(ok is not False for *_, ok in rows) else 1
+        lines.append(f"| {name} | {wall:.3f} | {embed:.3f} | {wall - embed:.3f} | {target} | {mark} |")
+    return "\n".join(lines), all(ok is not False for *_, ok in rows)
+
+
+QUICK = {"files": 3000, "commits": 10, "repeat": 3}  # the 20x ratio needs a few thousand files
+FULL = {"files": 5000, "commits": 30, "repeat": 5}
+
+
+def run(quick: bool, with_machine: bool) -> str:
+    """The run_all convention."""
+    table, _ = measure(**(QUICK if quick else FULL))
+    parts = [header("Git source sync (bench/bench_git.py)", quick)]
+    if with_machine:
+        parts += ["### Machine\n", machine_table(), ""]
+    return "\n".join(parts + [table, ""])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int)
+    parser.add_argument("--commits", type=int, help="history depth (each later commit edits 50 files)")
+    parser.add_argument("--repeat", type=int, help="runs of the one-file and no-op measurements (median)")
+    parser.add_argument("--quick", action="store_true", help=f"defaults {QUICK} instead of {FULL}")
+    parser.add_argument("--no-machine", action="store_true", help="leave out the machine table")
+    args = parser.parse_args()
+    sizes = dict(QUICK if args.quick else FULL)
+    sizes.update({k: v for k, v in (("files", args.files), ("commits", args.commits), ("repeat", args.repeat)) if v})
+    table, met = measure(**sizes)
+    parts = [header("Git source sync (bench/bench_git.py)", args.quick)]
+    if not args.no_machine:
+        parts += ["### Machine\n", machine_table(), ""]
+    print("\n".join(parts + [table, ""]))
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 
 Benchmarks are the modules `bench/bench_NAME.py` that follow the shared convention: a
 `run(quick, with_machine)` function and `--quick` / `--no-machine` flags (foundation and search
-first, then the others in name order). Each runs in its own process (clean memory and module
+first, then the others in name order), then the quality and scale runs over `../shared/eval/`
+(`bench/beir.py`, `bench/corpora.py`; a missing data set is reported as skipped). Those embed
+real text with the local model: the first full run takes hours on 2 cores, later runs reuse the
+vector cache. Each runs in its own process (clean memory and module
 state); its markdown goes to the terminal and into the results file. Generated corpora and
 indexes are cached under ${XDG_CACHE_HOME:-~/.cache}/notes-search-bench, so only the first run
 pays for building them.
@@ -26,6 +29,7 @@ if __package__ in (None, ""):  # `python bench/run_all.py`
 from bench.common import REPO, cache_root, child_env, loadavg, machine_table  # noqa: E402
 
 FIRST = ("foundation", "search")
+QUALITY = ("beir", "corpora")  # bench/NAME.py: same convention, run after the latency benchmarks
 
 
 def discover() -> list[str]:
@@ -35,7 +39,12 @@ def discover() -> list[str]:
         text = path.read_text(encoding="utf-8")
         if "def run(quick" in text and "--no-machine" in text:
             names.append(path.stem[len("bench_"):])
-    return sorted(names, key=lambda n: (FIRST.index(n) if n in FIRST else len(FIRST), n))
+    ordered = sorted(names, key=lambda n: (FIRST.index(n) if n in FIRST else len(FIRST), n))
+    return ordered + [name for name in QUALITY if (REPO / "bench" / f"{name}.py").exists()]
+
+
+def module(name: str) -> str:
+    return f"bench.{name}" if name in QUALITY else f"bench.bench_{name}"
 
 
 BENCHES = discover()
@@ -69,7 +78,7 @@ def main() -> None:
     ]
     failed = []
     for name in args.only or BENCHES:
-        cmd = [sys.executable, "-m", f"bench.bench_{name}", "--no-machine"] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, "-m", module(name), "--no-machine"] + (["--quick"] if args.quick else [])
         print(f"== {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
         t = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, text=True)

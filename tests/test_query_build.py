@@ -57,8 +57,22 @@ def test_operators_are_plain_words(fts: apsw.Connection) -> None:
         matches(fts, text)  # must not raise
 
 
+def test_word_endings_are_trimmed_to_a_stem(fts: apsw.Connection) -> None:
+    assert build_fts_query("zálohování") == '"zálohová"*'
+    assert build_fts_query("backup") == '"backu"*'  # 6 letters: one off, the stem keeps 5
+    assert build_fts_query("запись") == '"запис"*'
+    assert build_fts_query("záloha") == '"záloh"*'
+    assert build_fts_query("disk") == '"disk"*'  # short words keep every letter
+    assert build_fts_query("x86_64") == '"x86 64"'  # not a plain word: untouched
+    assert build_fts_query("nginx2") == '"nginx2"*'
+    assert build_fts_query('"zálohování serveru"') == '"zálohování serveru"'  # a phrase stays exact
+    # another case of the word finds every form: "zálohou" (instrumental) -> "záloh*"
+    assert set(matches(fts, "zálohou")) == {"záloha databáze", "zálohování serveru", "zálohy na disk"}
+    assert matches(fts, "Москвой") == ["Поезд из Москвы"]
+
+
 def test_stopwords_dropped_only_when_other_terms_exist() -> None:
-    assert build_fts_query("how to restore the backup") == '"restore"* OR "backup"*'
+    assert build_fts_query("how to restore the backup") == '"resto"* OR "backu"*'
     assert build_fts_query("how to") == '"how"* OR "to"'
 
 
