@@ -31,17 +31,17 @@ from bench.common import (  # noqa: E402
     REPO,
     SOURCE_ID,
     Stats,
+    arg_parser,
     chunk_texts,
     child_env,
     clustered_vectors,
     eprint,
     fake_embedder_factory,
-    header,
-    machine_table,
     md_table,
     ms,
     notes_corpus,
     queries,
+    report,
     run_process,
     run_timed,
     synced_workspace,
@@ -416,21 +416,12 @@ def bench_memory(quick: bool) -> str:
 
 
 def run(quick: bool, with_machine: bool = True) -> str:
-    parts = [header("Foundation", quick)]
-    if with_machine:
-        parts += ["### Machine\n", machine_table(), ""]
-    for name, fn in (("no-op", bench_noop), ("write", bench_write), ("embed", bench_embed), ("memory", bench_memory)):
-        eprint(f"[foundation] {name} ...")
-        t = time.perf_counter()
-        parts += [fn(quick), ""]
-        eprint(f"[foundation] {name} done in {time.perf_counter() - t:.1f} s")
-    return "\n".join(parts)
+    sections = (("no-op", bench_noop), ("write", bench_write), ("embed", bench_embed), ("memory", bench_memory))
+    return report("Foundation", "foundation", sections, quick, with_machine)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
-    parser.add_argument("--no-machine", action="store_true", help="omit the machine table")
+    parser = arg_parser(__doc__, "smaller sizes and fewer repetitions")
     parser.add_argument("--child-embed", help=argparse.SUPPRESS)
     parser.add_argument("--child-memory", help=argparse.SUPPRESS)
     args = parser.parse_args()

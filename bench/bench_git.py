@@ -16,7 +16,6 @@ re-index; no-op process <= 0.3 s. Prints a markdown table; exit status 1 if a ta
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import subprocess
@@ -32,7 +31,7 @@ from pygit2.enums import FileMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
-from bench.common import header, machine_table  # noqa: E402
+from bench.common import arg_parser, report  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.store import Store  # noqa: E402
 from indexer.sync import SyncReport, run_sync  # noqa: E402
@@ -188,31 +187,23 @@ QUICK = {"files": 3000, "commits": 10, "repeat": 3}  # the 20x ratio needs a few
 FULL = {"files": 5000, "commits": 30, "repeat": 5}
 
 
-def run(quick: bool, with_machine: bool) -> str:
-    """The run_all convention."""
-    table, _ = measure(**(QUICK if quick else FULL))
-    parts = [header("Git source sync (bench/bench_git.py)", quick)]
-    if with_machine:
-        parts += ["### Machine\n", machine_table(), ""]
-    return "\n".join(parts + [table, ""])
+def run(quick: bool, with_machine: bool, sizes: dict[str, int] | None = None) -> str:
+    """The run_all convention; `sizes` overrides QUICK / FULL."""
+    table = lambda quick: measure(**(sizes or (QUICK if quick else FULL)))[0]  # noqa: E731
+    return report("Git source sync", "git", (("sync", table),), quick, with_machine)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arg_parser(__doc__, f"defaults {QUICK} instead of {FULL}")
     parser.add_argument("--files", type=int)
     parser.add_argument("--commits", type=int, help="history depth (each later commit edits 50 files)")
     parser.add_argument("--repeat", type=int, help="runs of the one-file and no-op measurements (median)")
-    parser.add_argument("--quick", action="store_true", help=f"defaults {QUICK} instead of {FULL}")
-    parser.add_argument("--no-machine", action="store_true", help="leave out the machine table")
     args = parser.parse_args()
     sizes = dict(QUICK if args.quick else FULL)
     sizes.update({k: v for k, v in (("files", args.files), ("commits", args.commits), ("repeat", args.repeat)) if v})
-    table, met = measure(**sizes)
-    parts = [header("Git source sync (bench/bench_git.py)", args.quick)]
-    if not args.no_machine:
-        parts += ["### Machine\n", machine_table(), ""]
-    print("\n".join(parts + [table, ""]))
-    return 0 if met else 1
+    markdown = run(args.quick, not args.no_machine, sizes)
+    print(markdown)
+    return 1 if "| NO |" in markdown else 0
 
 
 if __name__ == "__main__":

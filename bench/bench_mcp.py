@@ -47,15 +47,15 @@ from bench.common import (  # noqa: E402
     REPO,
     Stats,
     Workspace,
+    arg_parser,
     cache_root,
     child_env,
     eprint,
     fake_embedder_factory,
-    header,
-    machine_table,
     md_table,
     ms,
     queries,
+    report,
     store_built_workspace,
     synced_workspace,
     verdict,
@@ -558,21 +558,11 @@ def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list
 
 
 def run(quick: bool, with_machine: bool = True) -> str:
-    parts = [header("MCP and watch", quick)]
-    if with_machine:
-        parts += ["### Machine\n", machine_table(), ""]
-    for name, fn in (("mcp", bench_mcp), ("watch", bench_watch)):
-        eprint(f"[mcp] {name} ...")
-        t = time.perf_counter()
-        parts += [fn(quick), ""]
-        eprint(f"[mcp] {name} done in {time.perf_counter() - t:.1f} s")
-    return "\n".join(parts)
+    return report("MCP and watch", "mcp", (("mcp", bench_mcp), ("watch", bench_watch)), quick, with_machine)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="30 calls per row, 6 edits per kind")
-    parser.add_argument("--no-machine", action="store_true", help="omit the machine table")
+    parser = arg_parser(__doc__, "30 calls per row, 6 edits per kind")
     parser.add_argument("--child-breakdown", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.chdir(REPO)

@@ -12,7 +12,6 @@ Targets: hybrid p50 <= 30 ms @10k and <= 60 ms @100k; scoped (1 % by --path fold
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys

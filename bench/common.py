@@ -9,6 +9,7 @@ unchanged tree reuses what is there.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import itertools
 import json
@@ -199,6 +200,29 @@ def child_env(**extra: str) -> dict[str, str]:
 def header(title: str, quick: bool) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"## {title}{' (quick)' if quick else ''}\n\n_{stamp}, load average at start: {loadavg()}_\n"
+
+
+def report(title: str, tag: str, sections: Sequence[tuple[str, Callable[[bool], str]]], quick: bool,
+           with_machine: bool) -> str:
+    """A benchmark's markdown (the run_all convention): header, machine table, then each section,
+    with its progress and duration on stderr."""
+    parts = [header(title, quick)]
+    if with_machine:
+        parts += ["### Machine\n", machine_table(), ""]
+    for name, fn in sections:
+        eprint(f"[{tag}] {name} ...")
+        started = time.perf_counter()
+        parts += [fn(quick), ""]
+        eprint(f"[{tag}] {name} done in {time.perf_counter() - started:.1f} s")
+    return "\n".join(parts)
+
+
+def arg_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
+    """The flags every benchmark takes: --quick and --no-machine."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--no-machine", action="store_true", help="omit the machine table")
+    return parser
 
 
 # ---- the synthetic corpus --------------------------------------------------------------------

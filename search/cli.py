@@ -14,7 +14,7 @@ import click
 
 from typing import TYPE_CHECKING
 
-from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, identity_mismatch, load_config
+from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, load_config
 from indexer.errors import NotesSearchError
 from indexer.store import SearchScope, Store
 from search.engine import MODES, SearchResponse, search

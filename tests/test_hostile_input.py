@@ -28,7 +28,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
