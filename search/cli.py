@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
@@ -26,8 +27,36 @@ if TYPE_CHECKING:  # heavy imports (numpy, requests, pygit2, markdown-it) load o
 log = logging.getLogger("notes_search")
 
 
+# Commands defined in their own modules, imported only when named (or listed by --help): the
+# cron no-op `sync` should not pay for loading the MCP server, the router or the hook installer.
+LAZY_COMMANDS = {
+    "show": "search.commands:show",
+    "grep": "search.commands:grep",
+    "toc": "search.commands:toc",
+    "watch": "search.watch_cmd:watch",
+    "mcp": "search.mcp_server:mcp_command",
+    "collections": "search.route:collections_command",
+    "route": "search.route:route_command",
+    "hooks": "hooks.install:hooks",
+    "eval": "search.evaluate:eval_command",
+}
+
+
 class CliGroup(click.Group):
-    """Maps domain errors to one-line `Error: ...` messages with exit code 1."""
+    """Loads LAZY_COMMANDS on demand; maps domain errors to one-line `Error: ...` messages with
+    exit code 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module_name, attr = LAZY_COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            if command.name != cmd_name:
+                raise RuntimeError(f"LAZY_COMMANDS[{cmd_name!r}] names the command {command.name!r}")
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -375,24 +404,6 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
             click.echo("    lags: the index is behind; run `notes-search sync`")
         if s.get("error"):
             click.echo(f"    error: {s['error']}")
-
-
-from search.commands import grep, show, toc  # noqa: E402  (these modules import only click at load time)
-from search.mcp_server import mcp_command  # noqa: E402
-from search.route import collections_command, route_command  # noqa: E402
-from search.watch_cmd import watch  # noqa: E402
-from hooks.install import hooks  # noqa: E402
-from search.evaluate import eval_command  # noqa: E402
-
-cli.add_command(show)
-cli.add_command(grep)
-cli.add_command(toc)
-cli.add_command(watch)
-cli.add_command(mcp_command)
-cli.add_command(collections_command)
-cli.add_command(route_command)
-cli.add_command(hooks)
-cli.add_command(eval_command)
 
 
 def main() -> None:

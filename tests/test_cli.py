@@ -283,3 +283,21 @@ def test_progress_is_drawn_on_a_terminal(run, monkeypatch: pytest.MonkeyPatch) -
     result = run("sync")
     assert result.exit_code == 0
     assert "embed: " in result.stderr and "notes: +4 ~0 -0" in result.stderr
+
+
+def test_lazy_commands_resolve_and_stay_unloaded_until_named() -> None:
+    import subprocess
+    import sys
+
+    import click
+
+    ctx = click.Context(cli_module.cli)
+    for name in cli_module.LAZY_COMMANDS:
+        command = cli_module.cli.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name
+    assert set(cli_module.LAZY_COMMANDS) <= set(cli_module.cli.list_commands(ctx))
+    # a fresh interpreter: importing the CLI (what `sync` under cron pays) loads none of them
+    probe = "import sys, search.cli; print(sorted(m for m in sys.modules if m in {%s}))" % ", ".join(
+        repr(spec.split(":")[0]) for spec in cli_module.LAZY_COMMANDS.values())
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
