@@ -219,7 +219,7 @@ class Store:
     def __init__(self, conn: apsw.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
-        self._vectors_changed = False  # bump meta.vectors_generation when this transaction commits
+        self._vectors_changed = False  # renew meta.vectors_generation when this transaction commits
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -286,9 +286,10 @@ class Store:
         try:
             yield
             if self._vectors_changed:
+                # random, not a counter: a rebuilt index must not reach a value an old copy has
                 self.conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('vectors_generation', '1')"
-                    " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+                    "INSERT INTO meta(key, value) VALUES ('vectors_generation', lower(hex(randomblob(8))))"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
                 )
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -604,10 +605,10 @@ class Store:
         return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
 
     def vectors_generation(self) -> str:
-        """Moves whenever a committed transaction added or removed vectors: a cached copy of them
+        """Changes whenever a committed transaction added or removed vectors: a copy of them
         (search.resident) is current while this value is unchanged."""
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_generation'").fetchone()
-        return str(row[0]) if row else "0"
+        return str(row[0]) if row else ""
 
     def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids ascending, a writable float32 matrix with one row per vector)."""

@@ -79,8 +79,9 @@ def search(
     embedder_factory: Callable[[], "Embedder"],
     resident: ResidentVectors | None = None,
 ) -> SearchResponse:
-    """`resident`: an in-memory copy of the vectors kept by a long-lived caller; it answers the
-    unscoped vector half (scoped ones are already exact and fast through the path index)."""
+    """`resident`: an in-memory copy of the vectors kept by a long-lived caller; when current, it
+    answers the unscoped vector half (scoped ones are already exact and fast through the path
+    index), else vec0 does."""
     if mode not in MODES:
         raise NotesSearchError(f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
     response = SearchResponse(query=query, mode=mode)
@@ -101,10 +102,8 @@ def search(
         if mode != "lex":
             query_vector = _embed_query(embedder_factory, query, mode, notices, info)
             if query_vector is not None:
-                if resident is not None and scope.is_all:
-                    vector = resident.knn(store, query_vector, depth)
-                else:
-                    vector = store.vec_search(query_vector, depth, scope)
+                from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
+                vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
                 pending = store.count_pending(scope)
                 if pending:
                     notices.append(

@@ -87,8 +87,13 @@ class NotesTools:
 
         with self._embedder_lock:
             if self._resident is None:
-                self._resident = ResidentVectors()
+                self._resident = ResidentVectors(self.config.db)
             return self._resident
+
+    def warm_up(self) -> None:
+        """Start loading the vectors into memory now, so that the first searches find them there."""
+        if self.config.db.exists():
+            self.resident_vectors().reload_in_background()
 
     @contextmanager
     def store(self) -> Iterator[Store]:
@@ -557,7 +562,9 @@ def mcp_command(app: "App", use_http: bool, host: str, port: int, token: str | N
             f"--host {host} is reachable from other machines: set --token (or ${TOKEN_ENV}) so every "
             "request must carry `Authorization: Bearer <token>`"
         )
-    server = build_server(NotesTools(app))
+    tools = NotesTools(app)
+    tools.warm_up()
+    server = build_server(tools)
     if use_http:
         serve_http(server, host, port, token or None)
     else:

@@ -2,14 +2,18 @@
 
 vec0 answers an unscoped KNN by scanning every stored vector (about 75 ms at 100,000 chunks of
 384 d on the reference machine); a matrix product over the same vectors kept in one numpy array
-takes about 8 ms. Loading the array costs a few hundred milliseconds at that size, so only the
-long-lived MCP server keeps one; a one-shot CLI query uses vec0 directly. The copy is reloaded
-when the index's vector generation moves (any committed change to the vectors).
+takes about 9 ms. Loading the array costs ~0.7 s at that size, so only the long-lived MCP server
+keeps one, and it never makes a query wait for it: while the copy is missing or older than the
+index (the index's vector generation moved: a sync changed vectors), `knn` returns None, the
+caller uses vec0 for that query, and a background thread loads the current vectors.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,37 +21,79 @@ import numpy as np
 if TYPE_CHECKING:
     from indexer.store import Store
 
+log = logging.getLogger("notes_search.resident")
+
+
+@dataclass(frozen=True)
+class _Copy:
+    generation: str
+    ids: np.ndarray  # chunk ids, ascending
+    unit: np.ndarray  # one unit-length float32 row per id
+
 
 class ResidentVectors:
-    """Exact cosine KNN over an in-memory copy of the index's vectors; thread-safe."""
+    """Exact cosine KNN over an in-memory copy of the vectors of the index at `db`; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: Path) -> None:
+        self.db = Path(db)
+        self._copy: _Copy | None = None
         self._lock = threading.Lock()
-        self._generation: str | None = None
-        self._ids = np.empty(0, dtype=np.int64)
-        self._unit = np.empty((0, 0), dtype=np.float32)
+        self._loader: threading.Thread | None = None
 
-    def knn(self, store: Store, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def knn(self, store: Store, vector: np.ndarray, k: int) -> list[tuple[int, float]] | None:
         """(chunk id, cosine distance) nearest first, as `Store.vec_search` returns for the whole
-        index. Call inside the store's snapshot so the generation and the vectors agree."""
-        ids, unit = self._current(store)
-        if k <= 0 or not len(ids):
+        index; None when the copy is not current (a reload is started). Call inside the store's
+        snapshot, so the generation read here is the one the rest of the search sees."""
+        copy = self._copy
+        if copy is None or copy.generation != store.vectors_generation():
+            self.reload_in_background()
+            return None
+        if k <= 0 or not len(copy.ids):
             return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
-        similarity = unit @ (query / norm if norm else query)
-        k = min(k, len(ids))
+        similarity = copy.unit @ (query / norm if norm else query)
+        k = min(k, len(copy.ids))
         top = np.argpartition(-similarity, k - 1)[:k]
-        top = top[np.lexsort((ids[top], -similarity[top]))]  # nearest first, ties by id
-        return [(int(ids[i]), float(1.0 - similarity[i])) for i in top]
+        top = top[np.lexsort((copy.ids[top], -similarity[top]))]  # nearest first, ties by id
+        return [(int(copy.ids[i]), float(1.0 - similarity[i])) for i in top]
 
-    def _current(self, store: Store) -> tuple[np.ndarray, np.ndarray]:
-        generation = store.vectors_generation()
+    def reload_in_background(self) -> None:
+        """Start loading the current vectors unless a load is already running."""
         with self._lock:
-            if generation != self._generation:
-                ids, matrix = store.all_vectors()
-                if matrix.size:
-                    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-                    matrix /= np.where(norms == 0, 1, norms)  # in place: one copy of the vectors
-                self._ids, self._unit, self._generation = ids, matrix, generation
-            return self._ids, self._unit
+            if self._loader is not None and self._loader.is_alive():
+                return
+            self._loader = threading.Thread(target=self._load, name="resident-vectors", daemon=True)
+            self._loader.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a running load finishes; True when the copy is then loaded."""
+        loader = self._loader
+        if loader is not None:
+            loader.join(timeout)
+        return self._copy is not None
+
+    @property
+    def nbytes(self) -> int:
+        copy = self._copy
+        return 0 if copy is None else copy.unit.nbytes + copy.ids.nbytes
+
+    def _load(self) -> None:
+        from indexer.store import Store
+
+        try:
+            store = Store.open(self.db, readonly=True)
+            try:
+                with store.snapshot():  # the generation and the vectors of one committed state
+                    generation = store.vectors_generation()
+                    ids, matrix = store.all_vectors()
+            finally:
+                store.close()
+        except Exception as exc:  # noqa: BLE001 - the next query retries; vec0 answers meanwhile
+            log.warning("cannot load the vectors into memory: %s", exc)
+            return
+        if matrix.size:
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            matrix /= np.where(norms == 0, 1, norms)  # in place: one copy of the vectors
+        self._copy = _Copy(generation, ids, matrix)
+        log.info("loaded %d vectors into memory (generation %s)", len(ids), generation)

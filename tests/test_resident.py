@@ -1,4 +1,4 @@
-"""The MCP server's in-memory vector copy: same answers as vec0, and never stale after a sync."""
+"""The MCP server's in-memory vector copy: same answers as vec0, never stale, never waited for."""
 
 from __future__ import annotations
 
@@ -19,7 +19,16 @@ from tests.fakes import FakeEmbedder
 
 def knn_both(store: Store, resident: ResidentVectors, vector: np.ndarray, k: int) -> tuple[list, list]:
     with store.snapshot():
-        return resident.knn(store, vector, k), store.vec_search(vector, k, SearchScope())
+        from_memory = resident.knn(store, vector, k)
+        assert from_memory is not None, "the copy should be current"
+        return from_memory, store.vec_search(vector, k, SearchScope())
+
+
+def loaded(config: Config) -> ResidentVectors:
+    resident = ResidentVectors(config.db)
+    resident.reload_in_background()
+    assert resident.wait(30)
+    return resident
 
 
 def assert_same_neighbours(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
@@ -41,7 +50,7 @@ def test_matches_vec0_ids_and_distances(
 ) -> None:
     write(notes, {f"extra/note-{i}.md": f"# Note {i}\n\nword{i} shared text {i * 7}\n" for i in range(30)})
     do_sync()
-    resident = ResidentVectors()
+    resident = loaded(config)
     store = Store.open(config.db, readonly=True)
     try:
         for text in ["záloha databáze", "word3 shared", "Поезд", "sourdough starter"]:
@@ -54,40 +63,76 @@ def test_matches_vec0_ids_and_distances(
         store.close()
 
 
-def test_reloads_only_when_vectors_change(
+def test_stale_copy_is_not_used_and_reloads_in_the_background(
     config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport], notes: Path
 ) -> None:
     do_sync()
-    resident = ResidentVectors()
+    resident = ResidentVectors(config.db)
     query = embedder.embed_query("kvasnicový kvásek")
 
-    def top_paths() -> tuple[str, list[str]]:
+    def nearest() -> tuple[str, list[str] | None]:
+        """(generation, paths of the copy's answer, or None when it declined)."""
         store = Store.open(config.db, readonly=True)
         try:
             with store.snapshot():
                 hits = resident.knn(store, query, 50)
+                if hits is None:
+                    return store.vectors_generation(), None
                 rows = store.chunk_rows(cid for cid, _ in hits)
                 return store.vectors_generation(), [rows[cid].path for cid, _ in hits]
         finally:
             store.close()
 
-    generation, paths = top_paths()
-    assert "new/kvasek.md" not in paths
-    do_sync()  # nothing changed: the generation stays, the copy is reused
-    assert top_paths() == (generation, paths)
+    generation, paths = nearest()
+    assert paths is None  # nothing loaded yet: the caller uses vec0, a load has started
+    assert resident.wait(30)
+    assert nearest()[1] is not None
+    do_sync()  # nothing changed: the generation stays, the copy is still used
+    assert nearest()[0] == generation and nearest()[1] is not None
 
     write(notes, {"new/kvasek.md": "# Kvásek\n\nkvasnicový kvásek krmit dvakrát denně\n"})
     do_sync()
-    generation_after_add, paths = top_paths()
+    generation_after_add, paths = nearest()
     assert generation_after_add != generation
-    assert paths[0] == "new/kvasek.md"  # the copy was reloaded: the new note is the nearest
+    assert paths is None  # stale: declined, never an answer without the new note
+    assert resident.wait(30)
+    paths = nearest()[1]
+    assert paths is not None and paths[0] == "new/kvasek.md"
 
     (notes / "new" / "kvasek.md").unlink()
     (notes / "cooking" / "sourdough.md").unlink()
     do_sync()
-    generation_after_delete, paths = top_paths()
-    assert generation_after_delete != generation_after_add
-    assert "new/kvasek.md" not in paths and "cooking/sourdough.md" not in paths
+    assert nearest()[1] is None
+    assert resident.wait(30)
+    generation_after_delete, paths = nearest()
+    assert generation_after_delete not in (generation, generation_after_add)
+    assert paths is not None and "new/kvasek.md" not in paths and "cooking/sourdough.md" not in paths
+
+
+def test_rebuilt_index_gets_a_new_generation(config: Config, do_sync: Callable[..., SyncReport]) -> None:
+    """A generation is random, not a counter: an index deleted and built again by the same
+    steps must not look like the one a copy was loaded from."""
+    do_sync()
+    first = Store.open(config.db, readonly=True)
+    try:
+        before = first.vectors_generation()
+    finally:
+        first.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{config.db}{suffix}").unlink(missing_ok=True)
+    do_sync()
+    second = Store.open(config.db, readonly=True)
+    try:
+        assert second.vectors_generation() not in ("", before)
+    finally:
+        second.close()
+
+
+def test_no_index_yet_is_not_an_error(tmp_path: Path) -> None:
+    resident = ResidentVectors(tmp_path / "missing.sqlite")
+    resident.reload_in_background()
+    assert resident.wait(30) is False
+    assert resident.nbytes == 0
 
 
 def test_rolled_back_transaction_keeps_the_generation(config: Config, do_sync: Callable[..., SyncReport]) -> None:
@@ -114,7 +159,9 @@ def test_engine_uses_it_unscoped_only(config: Config, embedder: FakeEmbedder, do
             calls.append(k)
             return super().knn(store, vector, k)
 
-    resident = Counting()
+    resident = Counting(config.db)
+    resident.reload_in_background()
+    assert resident.wait(30)
     store = Store.open(config.db, readonly=True)
     try:
         for scope in (SearchScope(), SearchScope(path="devops")):
@@ -127,3 +174,28 @@ def test_engine_uses_it_unscoped_only(config: Config, embedder: FakeEmbedder, do
     finally:
         store.close()
     assert len(calls) == 1  # the scoped search went through the path index, not the copy
+
+
+def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
+    config_path: Path, config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from search import cli as cli_module
+    from search.cli import App
+    from search.mcp_server import NotesTools
+
+    monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: embedder)
+    do_sync()
+    tools = NotesTools(App(str(config_path)))
+    tools.warm_up()
+    assert tools.resident_vectors().wait(30)
+    assert tools.resident_vectors().nbytes > 0
+    store = Store.open(config.db, readonly=True)
+    try:
+        for query in ("záloha databáze", "Поезд в Казань", "starter flour"):
+            data = tools.search(query, None, 5, "vec")
+            direct = search(store, config, query, k=5, mode="vec", embedder_factory=lambda: embedder)
+            assert [h["score"] for h in data["results"]] == [h.score for h in direct.results]
+            assert data["results"] and not data["degraded"]
+    finally:
+        store.close()
