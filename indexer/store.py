@@ -566,7 +566,7 @@ class Store:
     def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[tuple[int, float]]:
         """(chunk id, bm25) best first. bm25 is lower-is-better in FTS5."""
         if scope.is_all:
-            sql = f"SELECT rowid, {BM25} AS score FROM chunks_fts WHERE chunks_fts MATCH :match ORDER BY score LIMIT :limit"
+            sql = f"SELECT rowid, {BM25} AS score FROM chunks_fts WHERE chunks_fts MATCH :match ORDER BY score, rowid LIMIT :limit"
             params: dict[str, object] = {}
         else:
             where, params = scope.where("c")
@@ -574,15 +574,16 @@ class Store:
             # MATCH once per id in scope (seconds at 100k chunks)
             sql = f"""SELECT rowid, {BM25} AS score FROM chunks_fts
                       WHERE chunks_fts MATCH :match AND +rowid IN (SELECT c.id FROM chunks c WHERE {where})
-                      ORDER BY score LIMIT :limit"""
+                      ORDER BY score, rowid LIMIT :limit"""
         params.update(match=match, limit=limit)
         return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[tuple[int, float]]:
-        """(chunk id, cosine distance) nearest first: the exact top-k inside the scope."""
+        """(chunk id, cosine distance) nearest first: the exact top-k inside the scope. A zero
+        vector (stored or asked) has no direction and no cosine distance: it is never a hit."""
         import numpy as np
 
-        if not self.has_vector_table():
+        if not self.has_vector_table() or not np.any(vector):
             return []
         params: dict[str, object] = {"q": np.asarray(vector, dtype=np.float32).tobytes(), "k": min(k, MAX_KNN)}
         if scope.is_all:
@@ -595,14 +596,15 @@ class Store:
             ).fetchone()[0]
             if in_scope <= SCOPED_EXACT_MAX:
                 # exact distances over the scope's own vectors, found through the path index
-                sql = f"""SELECT c.id, vec_distance_cosine(v.embedding, :q) AS distance
-                          FROM chunks c JOIN chunk_vectors v ON v.id = c.id
-                          WHERE {where} ORDER BY distance, c.id LIMIT :k"""
+                sql = f"""SELECT id, distance FROM (
+                              SELECT c.id, vec_distance_cosine(v.embedding, :q) AS distance
+                              FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE {where})
+                          WHERE distance IS NOT NULL ORDER BY distance, id LIMIT :k"""
             else:
                 # a large scope: the KNN scan with rowid IN (...) inside it (still the true top-k)
                 sql = f"""SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k
                           AND rowid IN (SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL)"""
-        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params) if r[1] is not None]
 
     def vectors_generation(self) -> str:
         """Changes whenever a committed transaction added or removed vectors: a copy of them

@@ -14,6 +14,9 @@ PREFIX_MIN_CHARS = 3  # "terms longer than 2 characters get a prefix wildcard" (
 # SciFact en 0.680 -> 0.683.
 STEM_CHARS = 5
 ENDING_CHARS = 2
+# Only words of alphabetic scripts that inflect at the end (Latin, Greek, Cyrillic); a run of
+# CJK characters is a whole phrase to unicode61, and trimming it would drop a word.
+_INFLECTED = re.compile(r"[A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff]+")
 
 # What unicode61 treats as token characters: letters, digits (and marks folded with them).
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -47,7 +50,7 @@ def _term(word: str) -> str:
         # db-01.lan, 10.0.0.1, e-mail: the tokenizer splits them, a phrase keeps them together
         return _quote(" ".join(parts)) + ("*" if len(parts[-1]) >= PREFIX_MIN_CHARS else "")
     term = parts[0]
-    if len(term) > STEM_CHARS and term.isalpha():
+    if len(term) > STEM_CHARS and _INFLECTED.fullmatch(term):
         return _quote(term[: max(STEM_CHARS, len(term) - ENDING_CHARS)]) + "*"
     return _quote(term) + ("*" if len(term) >= PREFIX_MIN_CHARS else "")
 

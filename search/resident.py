@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from indexer.store import Store
 
 log = logging.getLogger("notes_search.resident")
+RELOAD_INTERVAL_S = 5.0  # at most one load per interval: a watcher can commit every second
 
 
 @dataclass(frozen=True)
@@ -34,11 +36,13 @@ class _Copy:
 class ResidentVectors:
     """Exact cosine KNN over an in-memory copy of the vectors of the index at `db`; thread-safe."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *, min_interval: float = RELOAD_INTERVAL_S) -> None:
         self.db = Path(db)
+        self.min_interval = min_interval
         self._copy: _Copy | None = None
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
+        self._not_before = 0.0  # time.monotonic() before which no new load starts
 
     def knn(self, store: Store, vector: np.ndarray, k: int) -> list[tuple[int, float]] | None:
         """(chunk id, cosine distance) nearest first, as `Store.vec_search` returns for the whole
@@ -48,21 +52,22 @@ class ResidentVectors:
         if copy is None or copy.generation != store.vectors_generation():
             self.reload_in_background()
             return None
-        if k <= 0 or not len(copy.ids):
-            return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
-        similarity = copy.unit @ (query / norm if norm else query)
+        if k <= 0 or not len(copy.ids) or not norm:  # a zero vector has no cosine distance (as vec_search)
+            return []
+        similarity = copy.unit @ (query / norm)
         k = min(k, len(copy.ids))
         top = np.argpartition(-similarity, k - 1)[:k]
         top = top[np.lexsort((copy.ids[top], -similarity[top]))]  # nearest first, ties by id
         return [(int(copy.ids[i]), float(1.0 - similarity[i])) for i in top]
 
     def reload_in_background(self) -> None:
-        """Start loading the current vectors unless a load is already running."""
+        """Start loading the current vectors, unless a load is running or started too recently."""
         with self._lock:
-            if self._loader is not None and self._loader.is_alive():
+            if (self._loader is not None and self._loader.is_alive()) or time.monotonic() < self._not_before:
                 return
+            self._not_before = time.monotonic() + self.min_interval
             self._loader = threading.Thread(target=self._load, name="resident-vectors", daemon=True)
             self._loader.start()
 
@@ -86,6 +91,8 @@ class ResidentVectors:
             try:
                 with store.snapshot():  # the generation and the vectors of one committed state
                     generation = store.vectors_generation()
+                    if self._copy is not None and self._copy.generation == generation:
+                        return  # asked by a query whose snapshot was older than the copy
                     ids, matrix = store.all_vectors()
             finally:
                 store.close()
@@ -95,5 +102,8 @@ class ResidentVectors:
         if matrix.size:
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             matrix /= np.where(norms == 0, 1, norms)  # in place: one copy of the vectors
+            if not norms.all():  # zero vectors are never hits (as in vec_search)
+                keep = norms[:, 0] != 0
+                ids, matrix = ids[keep], matrix[keep]
         self._copy = _Copy(generation, ids, matrix)
         log.info("loaded %d vectors into memory (generation %s)", len(ids), generation)

@@ -67,7 +67,7 @@ def test_stale_copy_is_not_used_and_reloads_in_the_background(
     config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport], notes: Path
 ) -> None:
     do_sync()
-    resident = ResidentVectors(config.db)
+    resident = ResidentVectors(config.db, min_interval=0)
     query = embedder.embed_query("kvasnicový kvásek")
 
     def nearest() -> tuple[str, list[str] | None]:
@@ -199,3 +199,48 @@ def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
             assert data["results"] and not data["degraded"]
     finally:
         store.close()
+
+
+def test_zero_vectors_are_never_hits(config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport]) -> None:
+    """A zero vector has no direction (sqlite-vec gives it no cosine distance): vec0, the exact
+    scoped path and the copy all leave it out, and a zero query finds nothing."""
+    do_sync()
+    zero = np.zeros(config.embedding.dims, dtype=np.float32)
+    store = Store.open(config.db)
+    try:
+        target = store.conn.execute("SELECT id FROM chunks WHERE path = 'devops/postgres.md'").fetchone()[0]
+        with store.transaction():
+            store.conn.execute("UPDATE vec_chunks SET embedding = ? WHERE rowid = ?", (zero.tobytes(), target))
+            store.conn.execute("UPDATE chunk_vectors SET embedding = ? WHERE id = ?", (zero.tobytes(), target))
+            store._vectors_changed = True
+    finally:
+        store.close()
+    resident = loaded(config)
+    store = Store.open(config.db, readonly=True)
+    try:
+        query = embedder.embed_query("PostgreSQL port 5432")
+        with store.snapshot():
+            for scope in (SearchScope(), SearchScope(path="devops")):
+                hits = store.vec_search(query, 50, scope)
+                assert hits and target not in [cid for cid, _ in hits]
+            from_memory = resident.knn(store, query, 50)
+            assert from_memory is not None and target not in [cid for cid, _ in from_memory]
+            assert {cid for cid, _ in from_memory} == {cid for cid, _ in store.vec_search(query, 50, SearchScope())}
+            assert resident.knn(store, zero, 5) == []
+            assert store.vec_search(zero, 5, SearchScope()) == []
+    finally:
+        store.close()
+
+
+def test_loads_are_spaced_and_skip_a_current_copy(config: Config, do_sync: Callable[..., SyncReport]) -> None:
+    do_sync()
+    resident = ResidentVectors(config.db, min_interval=3600)
+    resident.reload_in_background()
+    assert resident.wait(30)
+    first = resident._copy
+    resident.reload_in_background()  # within the interval: no new load
+    assert resident._loader is not None and not resident._loader.is_alive() and resident._copy is first
+    resident.min_interval = 0
+    resident._not_before = 0.0
+    resident.reload_in_background()  # allowed now, but the index has not changed: the copy is kept
+    assert resident.wait(30) and resident._copy is first
