@@ -37,7 +37,7 @@ def discover() -> list[str]:
     names = []
     for path in sorted((REPO / "bench").glob("bench_*.py")):
         text = path.read_text(encoding="utf-8")
-        if "def run(quick" in text and "--no-machine" in text:
+        if "def run(quick" in text and ("--no-machine" in text or "arg_parser(" in text):
             names.append(path.stem[len("bench_"):])
     ordered = sorted(names, key=lambda n: (FIRST.index(n) if n in FIRST else len(FIRST), n))
     return ordered + [name for name in QUALITY if (REPO / "bench" / f"{name}.py").exists()]

@@ -309,3 +309,12 @@ def test_corpus_benchmark_times_phases_and_sizes_the_index(notes: Path, tmp_path
     assert first.db_bytes >= sum(first.by_table.values()) > 0
     again = index_corpus(notes, tmp_path / "b", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None)
     assert again.embed_s == 0.0 and again.embed_uncached_s == pytest.approx(first.embed_s)  # served by the cache
+
+
+def test_run_all_runs_every_benchmark() -> None:
+    """The one command of the Measured-quality issue: latency, sync, MCP and quality benchmarks."""
+    from bench.run_all import BENCHES, module
+
+    assert BENCHES[:2] == ["foundation", "search"]
+    assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-2:] == ["beir", "corpora"]
+    assert module("beir") == "bench.beir" and module("git") == "bench.bench_git"
