@@ -10,7 +10,6 @@ annotations` here: the SDK reads the tool signatures, whose types are imported i
 `build_server`; names known only to type checkers are quoted instead.)
 """
 
-import dataclasses
 import hmac
 import ipaddress
 import logging
@@ -47,7 +46,6 @@ TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
 GREP_MAX_HITS = 200
 REINDEX_LOCK_WAIT = 5.0  # seconds a reindex waits for a running sync before saying so
-LAG_LIST = 20  # changed paths named in a status answer
 SERVER_INSTRUCTIONS = """\
 Search the user's markdown notes. Cheapest first: `grep` for exact strings (hostnames, numbers,
 error codes); `collections`/`route` to learn where a topic lives; `search` (hybrid BM25 + vectors)
@@ -234,28 +232,12 @@ class NotesTools:
     def _lag(self, store: Store, source_id: str, place: str) -> dict[str, Any]:
         """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
         or from git (the indexed rev vs the mirror head, and the remote's when `check_remote`)."""
+        from indexer.freshness import git_freshness, workspace_freshness
+
         source = self.config.sources[source_id]
         if isinstance(source, GitSource):
-            from indexer.freshness import git_freshness
-
             return git_freshness(source, store, check_remote=self.check_remote)
-        from indexer.model import Delete, Upsert
-        from indexer.sources import workspace
-
-        known = store.known_files(source_id)
-        scanned = source
-        if place:
-            scanned = dataclasses.replace(source, scope=source.scope.within(place))
-            known = {p: k for p, k in known.items() if p == place or p.startswith(place.rstrip("/") + "/")}
-        changed: list[str] = []
-        deleted: list[str] = []
-        for change in workspace.scan(scanned, known, max_file_bytes=self.config.max_file_bytes, log=log):
-            if isinstance(change, Upsert):
-                changed.append(change.file.path)
-            elif isinstance(change, Delete):
-                deleted.append(change.path)
-        return {"lags": bool(changed or deleted), "changed": len(changed), "deleted": len(deleted),
-                "paths": (changed + deleted)[:LAG_LIST]}
+        return workspace_freshness(source, store, place, self.config.max_file_bytes)
 
     def reindex(self, path: str, full: bool) -> dict[str, Any]:
         from indexer.sync import run_sync

@@ -20,11 +20,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from indexer.config import Config, EmbeddingConfig, load_config
-from indexer.freshness import source_freshness
+from indexer.config import Config, EmbeddingConfig, GitSource, load_config
+from indexer.freshness import git_freshness
 from indexer.store import SearchScope, Store
 from indexer.sync import SyncReport, run_sync
 from search import cli as cli_module
+from search.cli import App
+from search.mcp_server import NotesTools
 from tests.conftest import write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
@@ -380,8 +382,14 @@ def test_query_hits_of_git_sources_carry_the_indexed_rev(
 
 
 def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, Any]]:
-    with closing(Store.open(index.config.db, readonly=True)) as store:
-        return source_freshness(index.config, store, check_remote=check_remote)
+    """Each git source's `git_freshness`; each workspace source's `lag` as `status` reports it."""
+    config = index.config
+    with closing(Store.open(config.db, readonly=True)) as store:
+        state = {sid: git_freshness(src, store, check_remote=check_remote)
+                 for sid, src in config.sources.items() if isinstance(src, GitSource)}
+    report = NotesTools(App(str(index.path)), check_remote=check_remote).status(None)
+    state.update({s["id"]: s["lag"] for s in report["sources"] if s["kind"] == "workspace"})
+    return state
 
 
 def test_freshness_of_git_sources(tmp_path: Path, upstream: pygit2.Repository) -> None:
@@ -410,24 +418,30 @@ def test_freshness_of_workspace_sources(tmp_path: Path, upstream: pygit2.Reposit
     write(folder, {"one.md": note("One", "1"), "sub/two.md": note("Two", "2")})
     index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}}, {"ws": {"root": str(folder), "paths": ["**"]}})
 
-    def ws() -> tuple[bool | None, str | None]:
+    def ws() -> tuple[bool | None, list[str] | None]:
         entry = freshness(index, check_remote=False)["ws"]
-        return entry["lags"], entry["changed"]
+        return entry["lags"], entry.get("paths")
 
     index.store().close()  # an empty index: the source was never synced
-    assert ws() == (True, "one.md")
+    assert ws() == (True, ["one.md", "sub/two.md"])
     index.sync()
-    assert ws() == (False, None)
+    assert ws() == (False, [])
     os.utime(folder / "one.md", (time.time() + 5, time.time() + 5))  # same content, new mtime
-    assert ws() == (False, None)
+    assert ws() == (False, [])
     (folder / "sub" / "two.md").write_text(note("Two", "2, edited"))
-    assert ws() == (True, "sub/two.md")
+    assert ws() == (True, ["sub/two.md"])
     index.sync()
     (folder / "three.md").write_text(note("Three", "3"))
-    assert ws() == (True, "three.md")
+    assert ws() == (True, ["three.md"])
     index.sync()
     (folder / "one.md").unlink()
-    assert ws() == (True, "one.md")
+    assert ws() == (True, ["one.md"])
+    (folder / "blob.md").write_bytes(b"\x00\xff binary")  # never indexable: not a lag, and not logged
+    index.sync()
+    assert ws() == (False, [])
+    log_before = index.config.log.read_text(encoding="utf-8")
+    assert ws() == (False, [])
+    assert index.config.log.read_text(encoding="utf-8") == log_before
     shutil.rmtree(folder)
     entry = freshness(index, check_remote=False)["ws"]
     assert entry["lags"] is None and "does not exist" in entry["error"]
