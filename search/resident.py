@@ -68,7 +68,8 @@ class ResidentVectors:
             if (self._loader is not None and self._loader.is_alive()) or time.monotonic() < self._not_before:
                 return
             self._not_before = time.monotonic() + self.min_interval
-            self._loader = threading.Thread(target=self._load, name="resident-vectors", daemon=True)
+            # not a daemon: exiting mid-load would kill the thread inside SQLite; a load is < 1 s
+            self._loader = threading.Thread(target=self._load, name="resident-vectors")
             self._loader.start()
 
     def wait(self, timeout: float | None = None) -> bool:
