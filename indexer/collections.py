@@ -21,7 +21,7 @@ from indexer.globs import Scope
 
 META_FILE = "_meta.yaml"
 
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("notes_search.collections")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -52,6 +52,15 @@ def nfc(name: str) -> str:
 def _inside(path: str, real_root: str) -> bool:
     target = os.path.realpath(path)
     return target == real_root or target.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def is_utf8_name(name: str) -> bool:
+    """False for a file name whose bytes are not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) -> Iterator[WalkedFolder]:
@@ -90,6 +99,10 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
         subdirs: list[tuple[str, str]] = []
         is_collection = False
         for entry in entries:
+            if not is_utf8_name(entry.name):
+                # an index path must be text: a name that is not UTF-8 can never be stored
+                log.warning("skipping %s: its name is not valid UTF-8", os.fsencode(entry.path).decode("utf-8", "replace"))
+                continue
             child = f"{rel}/{nfc(entry.name)}" if rel else nfc(entry.name)
             try:
                 is_link = entry.is_symlink()

@@ -74,7 +74,17 @@ class Scope:
             and match_any(self.paths, path)
             and match_any(self.include, path)
             and not match_any(self.exclude, path)
+            and not self._in_excluded_folder(path)
         )
+
+    def _in_excluded_folder(self, path: str) -> bool:
+        """An exclude pattern that matches a folder (`archive/*` matches `archive/`) excludes
+        everything below it: the walkers prune such folders (may_contain), and a git diff, which
+        checks files one by one, must reach the same answer."""
+        if not self.exclude:
+            return False
+        parts = path.split("/")[:-1]
+        return any(match_any(self.exclude, "/".join(parts[: i + 1]) + "/") for i in range(len(parts)))
 
     def may_contain(self, folder: str) -> bool:
         """Cheap pruning for walkers: can any file below `folder` pass the `paths` gate?"""

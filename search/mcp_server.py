@@ -295,7 +295,10 @@ class NotesTools:
             text = read_text(self.config, store, source_id, rel)
             source = self.config.sources[source_id]
             rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
-        lines = text.splitlines()
+        lines = text.split("\n")  # as show, grep and the chunker count lines: at "\n" only
+        if lines[-1] == "":
+            lines.pop()
+        lines = [line.removesuffix("\r") for line in lines]
         start = from_line or ref.line or 1
         if ref.count is not None and from_line is None:
             max_lines = min(max_lines, ref.count)
@@ -331,12 +334,14 @@ class NotesTools:
             if not target.scope.is_all:
                 places = [((sid,), place or None) for sid, place in target.places]
             for source_ids, place in places:
+                # one line more than shown: "truncated" only when there really is more
                 hits += grep(self.config, store, pattern, source_ids=source_ids, path=place,
-                             ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS - len(hits))
-                if len(hits) >= GREP_MAX_HITS:
+                             ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS + 1 - len(hits))
+                if len(hits) > GREP_MAX_HITS:
                     break
+        truncated = len(hits) > GREP_MAX_HITS
+        hits = hits[:GREP_MAX_HITS]
         results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in hits]
-        truncated = len(hits) >= GREP_MAX_HITS
         return {
             "pattern": pattern,
             "scope": target.label,

@@ -130,7 +130,7 @@ def test_symlinks_and_submodules_are_skipped_with_a_log_line(
     source = source_for(tmp_path, str(upstream.workdir))
     git.sync_mirror(source)
 
-    with caplog.at_level(logging.INFO, logger="indexer.sources.git"):
+    with caplog.at_level(logging.INFO, logger="notes_search.git"):
         full = run(source, None, rev2)
     assert upserts(full).keys() == {"a.md"}
     assert {c.path: c.reason for c in full if isinstance(c, Skipped)} == {

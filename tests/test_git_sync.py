@@ -445,3 +445,34 @@ def test_freshness_of_workspace_sources(tmp_path: Path, upstream: pygit2.Reposit
     shutil.rmtree(folder)
     entry = freshness(index, check_remote=False)["ws"]
     assert entry["lags"] is None and "does not exist" in entry["error"]
+
+
+def test_excluded_folder_pattern_gives_the_same_index_incrementally_and_from_scratch(
+    tmp_path: Path, upstream: pygit2.Repository
+) -> None:
+    """`archive/*` matches the folder `archive/`: the full walk prunes it, so the per-file
+    check of an incremental diff must exclude everything below it too."""
+    commit(upstream, {"keep.md": note("Keep", "k")}, time=T0)
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream), "exclude": ["archive/*"]}})
+    index.sync()
+    commit(upstream, {"archive/2023/old.md": note("Old", "o"), "archive/top.md": note("Top", "t"),
+                      "notes/archive.md": note("Not archived", "n")}, time=T0 + DAY)
+    index.sync()
+    assert sorted(row["path"] for row in index.state()[1]) == ["keep.md", "notes/archive.md"]
+    assert_same_as_fresh(tmp_path, index)
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = tmp_path / "up"
+    git = ["git", "-C", str(repo), "-c", "user.name=T", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "ok.md").write_text(note("OK", "fine"))
+    with open(os.path.join(os.fsencode(repo), b"caf\xe9.md"), "wb") as f:
+        f.write(note("Cafe", "latin-1 name").encode())
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "names"], check=True)
+    index = Index(tmp_path / "ix", {"notes": {"url": str(repo)}})
+    report = index.sync()
+    assert [s.error for s in report.sources] == [None]
+    assert [row["path"] for row in index.state()[1]] == ["ok.md"]
+    assert "not valid UTF-8" in caplog.text

@@ -16,7 +16,7 @@ from indexer.config import Config, load_config
 from indexer.lock import SyncLock
 from indexer.store import Store
 from indexer.sync import SyncReport, run_sync
-from tests.conftest import make_config, write
+from tests.conftest import NOTES, make_config, write
 from tests.fakes import FakeEmbedder
 
 Sync = Callable[..., SyncReport]
@@ -295,3 +295,18 @@ def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path) -> N
         assert store.errored_sources() == set()
     finally:
         store.close()
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(
+    config: Config, do_sync: Callable[..., SyncReport], notes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open(os.path.join(os.fsencode(notes), b"caf\xe9.md"), "wb") as f:
+        f.write(b"# Cafe\n\nlatin-1 name\n")
+    report = do_sync()
+    assert [s.error for s in report.sources] == [None]
+    store = Store.open(config.db, readonly=True)
+    try:
+        assert sorted(row["path"] for row in store.file_rows()) == sorted(NOTES)
+    finally:
+        store.close()
+    assert "not valid UTF-8" in caplog.text

@@ -63,6 +63,7 @@ from urllib.parse import unquote, urlsplit
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
 
+from indexer.collections import is_utf8_name
 from indexer.config import GitSource
 from indexer.errors import SourceError
 from indexer.globs import Scope
@@ -71,7 +72,7 @@ from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
 LS_REMOTE_TIMEOUT = 60.0  # seconds; one round trip
 TRANSFER_TIMEOUT = 900.0  # seconds; a first clone of a large notes repository over a slow link
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("notes_search.git")
 
 _BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
 
@@ -322,6 +323,9 @@ def is_ancestor(source: GitSource, old_rev: str, new_rev: str) -> bool:
 def _relevant(scope: Scope, path: str, mode: int) -> bool:
     """Does this tree entry concern the source? Submodules count when their folder is in scope,
     so a user sees in the log that notes inside one are not followed."""
+    if not is_utf8_name(path):
+        _log.warning("skipping %r: its name is not valid UTF-8", path)
+        return False
     if mode == FileMode.COMMIT:
         return scope.may_contain(path)
     return scope.admits(path)

@@ -30,7 +30,7 @@ INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (see
 BINARY_PROBE = 8192  # a NUL byte within this prefix marks a file as binary
 COVERAGE_CAP = 1000  # the coverage report stops counting here ("≥1000")
 
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("notes_search.workspace")
 
 
 @dataclass(frozen=True)
