@@ -16,7 +16,7 @@ import click
 from typing import TYPE_CHECKING
 
 from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, load_config
-from indexer.errors import NotesSearchError
+from indexer.errors import NotesSearchError, PathOutsideSources
 from indexer.store import SearchScope, Store
 from search.engine import MODES, SearchResponse, search
 
@@ -262,16 +262,46 @@ def scope_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_scope(config: Config, source_ids: tuple[str, ...], collection: str | None, path: str | None) -> SearchScope:
+    """--source / --collection / --path as one scope. A `SOURCE:` prefix on the path narrows
+    to that source (it must be among --source when both are given); the path is normalised and
+    confined like every other path argument."""
+    from indexer.collections import nfc
+    from search.refs import confine, split_source
+
     for source_id in source_ids:
         config.source(source_id)
-    if path and ":" in path and path.split(":", 1)[0] in config.sources:
-        prefix, path = path.split(":", 1)
-        source_ids = (*source_ids, prefix) if prefix not in source_ids else source_ids
-    if path is not None:
-        path = path.strip().strip("/")
-        if path.startswith("..") or "/../" in f"/{path}/":
-            raise NotesSearchError(f"--path {path!r}: must be relative to a source root and stay inside it")
-    return SearchScope(source_ids=tuple(source_ids), collection=collection, path=path or None)
+    if path is None:
+        return SearchScope(source_ids=tuple(source_ids), collection=collection)
+    prefix, rest = split_source(path, config.sources)
+    if prefix is not None:
+        if source_ids and prefix not in source_ids:
+            raise NotesSearchError(f"--path {path!r} is in source {prefix!r}, which --source "
+                                   f"{', '.join(source_ids)} leaves out")
+        source_ids = (prefix,)
+    rel = ""
+    try:
+        for source_id in source_ids or tuple(config.sources):
+            rel = confine(config, source_id, rest)  # the same lexical result in every source
+    except PathOutsideSources as exc:
+        raise PathOutsideSources(f"--path: {exc}") from None
+    return SearchScope(source_ids=tuple(source_ids), collection=collection, path=nfc(rel) or None)
+
+
+def check_scope_exists(config: Config, store: Store, scope: SearchScope) -> None:
+    """A --path or --collection that names nothing is a mistake to report, not an empty answer."""
+    from search.refs import has_path
+
+    if scope.collection is not None:
+        from search.route import load_entries
+
+        if scope.collection not in {e.name for e in load_entries(store)}:
+            raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
+                                   "(`notes-search collections` lists them)")
+    if scope.path:
+        sources = scope.source_ids or tuple(config.sources)
+        if not any(has_path(config, store, source_id, scope.path) for source_id in sources):
+            raise NotesSearchError(f"--path {scope.path!r}: no such file or folder in "
+                                   f"{', '.join(sources)} (on disk or in the index)")
 
 
 @cli.command()
@@ -287,13 +317,14 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     """Search the index."""
     config = app.config
     scope = make_scope(config, source_ids, collection, path)
-    lag = None
-    if scope.path or scope.source_ids:
-        from indexer.sync import catch_up
-
-        lag = catch_up(config, scope.source_ids, scope.path, app.embedder)
     store = app.open_store(readonly=True)
     try:
+        check_scope_exists(config, store, scope)
+        lag = None
+        if scope.path or scope.source_ids:
+            from indexer.sync import catch_up
+
+            lag = catch_up(config, scope.source_ids, scope.path, app.embedder)
         response = search(store, config, text, k=k, mode=mode, scope=scope, embedder_factory=app.embedder)
     finally:
         store.close()
@@ -336,17 +367,23 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
 def reindex(app: App, path: str, full: bool, as_json: bool) -> None:
     """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
     from indexer.sync import run_sync
-    from search.refs import confine, split_source
+    from search.refs import confine, has_path, split_source
 
     config = app.config
-    source_id, rel = split_source(path, config.sources)
+    source_id, rest = split_source(path, config.sources)
     source_ids = [source_id] if source_id else list(config.sources)
-    rel = rel.strip("/")
-    if rel in ("", "."):
-        rel = ""
-    else:
-        for sid in source_ids:
-            rel = confine(config, sid, rel)
+    rel = ""
+    for sid in source_ids:
+        rel = confine(config, sid, rest)  # '.' and '' mean the whole source
+    if rel:
+        store = app.open_store(readonly=True) if config.db.exists() else None
+        try:
+            source_ids = [sid for sid in source_ids if has_path(config, store, sid, rel)]
+        finally:
+            if store is not None:
+                store.close()
+        if not source_ids:
+            raise NotesSearchError(f"{path!r}: no such file or folder in any source (on disk or in the index)")
     report = run_sync(config, source_ids=source_ids, path=rel or None, full=full,
                       embedder_factory=app.embedder, lock_timeout=30.0)
     if report.locked:

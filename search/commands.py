@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from indexer.errors import NotesSearchError
+
 if TYPE_CHECKING:
     from indexer.config import Config
     from indexer.store import Store
@@ -124,8 +126,11 @@ def grep(app: App, pattern: str, source_ids: tuple[str, ...], path: str | None, 
     config = app.config
     if path:
         prefix, path = split_source(path, config.sources)
-        if prefix is not None and prefix not in source_ids:
-            source_ids = (*source_ids, prefix)
+        if prefix is not None:  # SOURCE:PATH names one source; with --source it must be among them
+            if source_ids and prefix not in source_ids:
+                raise NotesSearchError(f"--path {prefix}:{path} is in source {prefix!r}, which --source "
+                                       f"{', '.join(source_ids)} leaves out")
+            source_ids = (prefix,)
     store = _store_if_any(app)
     try:
         hits = run_grep(config, store, pattern, source_ids=source_ids, path=path, ignore_case=ignore_case,

@@ -13,7 +13,6 @@ annotations` here: the SDK reads the tool signatures, whose types are imported i
 import hmac
 import ipaddress
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterator
@@ -125,7 +124,7 @@ class NotesTools:
         if entries:
             places = [(e.source_id, e.folder) for e in entries]
             return Target(SearchScope(collection=text), f"collection {text}", places)
-        from search.refs import confine, split_source
+        from search.refs import confine, has_path, split_source
 
         source_id, rest = split_source(text, self.config.sources)
         candidates = [source_id] if source_id else list(self.config.sources)
@@ -138,7 +137,7 @@ class NotesTools:
             except PathOutsideSources as exc:
                 refused = refused or exc
                 continue
-            if not rel or self._has_path(store, candidate, rel):
+            if not rel or has_path(self.config, store, candidate, rel):
                 found.append(candidate)
         if not found:
             if refused is not None:
@@ -148,14 +147,6 @@ class NotesTools:
         key = nfc(rel)  # index paths are NFC
         label = f"{found[0]}:{key}" if len(found) == 1 else key
         return Target(SearchScope(source_ids=tuple(found), path=key or None), label, [(sid, rel) for sid in found])
-
-    def _has_path(self, store: Store | None, source_id: str, rel: str) -> bool:
-        """On disk (workspace) or in the index: a folder deleted since the last sync can still
-        be re-indexed, which is how its stale entries go."""
-        source = self.config.sources[source_id]
-        if isinstance(source, WorkspaceSource) and os.path.lexists(os.path.join(source.root, rel)):
-            return True
-        return store is not None and source_id in store.sources_with_path(nfc(rel))
 
     def catch_up(self, target: Target) -> list[str]:
         """Index what changed on disk inside the target first, so a note written just before the

@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from indexer.collections import nfc
+from indexer.collections import is_utf8_name, nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
 from indexer.store import Store
@@ -65,6 +65,8 @@ def _check_relative(path: str, shown: str) -> None:
     """Reject what can never name a file inside a source, whichever source it is."""
     if "\0" in path:
         raise PathOutsideSources(f"{shown!r}: a path cannot contain a NUL byte")
+    if not is_utf8_name(path):
+        raise PathOutsideSources(f"{shown!r}: not valid UTF-8, so no indexed file can have this path")
     if path.startswith("/") or _DRIVE.match(path) or "\\" in path:
         raise PathOutsideSources(
             f"{shown!r}: paths are relative to a source root and use '/' (e.g. notes:folder/file.md); "
@@ -200,6 +202,15 @@ def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) 
     except SourceError:
         return False
     return True
+
+
+def has_path(config: Config, store: Store | None, source_id: str, rel: str) -> bool:
+    """Is the confined `rel` a file or folder of the source, on disk (workspace) or in the index?
+    A folder deleted since the last sync still counts: re-indexing it is how its entries go."""
+    source = config.sources[source_id]
+    if isinstance(source, WorkspaceSource) and os.path.lexists(_disk_path(os.fspath(source.root), rel)):
+        return True
+    return store is not None and source_id in store.sources_with_path(nfc(rel))
 
 
 def sources_having(config: Config, store: Store | None, path: str) -> list[str]:

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from indexer.config import EmbeddingConfig, load_config
 from indexer.lock import SyncLock
 from search import cli as cli_module
-from tests.conftest import write
+from tests.conftest import make_config, write
 from tests.fakes import FakeEmbedder
 
 
@@ -301,3 +301,50 @@ def test_lazy_commands_resolve_and_stay_unloaded_until_named() -> None:
         repr(spec.split(":")[0]) for spec in cli_module.LAZY_COMMANDS.values())
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def error_line(result: Result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    return lines[0]
+
+
+def test_query_path_is_normalised_and_must_exist(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("sync").exit_code == 0
+    plain = paths(query_json(run, "port", "--mode", "lex", "--path", "devops"))
+    assert plain and all(p.startswith("devops/") for p in plain)
+    for spelling in ("./devops", "devops/", "devops/.", "notes:devops", "cooking/../devops"):
+        assert paths(query_json(run, "port", "--mode", "lex", "--path", spelling)) == plain, spelling
+    assert paths(query_json(run, "port", "--mode", "lex", "--path", "devops//postgres.md")) == ["devops/postgres.md"]
+    assert "no such file or folder" in error_line(run("query", "port", "--path", "nope/x.md"))
+    assert "no such collection" in error_line(run("query", "port", "--collection", "nope"))
+    assert "UTF-8" in error_line(run("query", "port", "--path", "caf\udce9.md"))
+
+
+def test_source_prefix_narrows_within_source_option(tmp_path: Path, notes: Path, embedders: Embedders) -> None:
+    other = tmp_path / "other"
+    write(other, {"devops/extra.md": "# Extra\n\nport 8080 on the other side\n"})
+    config = make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        return runner.invoke(cli_module.cli, ["--config", str(config), *args], catch_exceptions=False)
+
+    assert run("sync").exit_code == 0
+    both = json.loads(run("query", "port", "--mode", "lex", "--path", "devops", "--json").stdout)
+    assert {r["source"] for r in both["results"]} == {"notes", "other"}
+    narrowed = json.loads(run("query", "port", "--mode", "lex", "--path", "other:devops", "--json").stdout)
+    assert {r["source"] for r in narrowed["results"]} == {"other"}
+    assert "leaves out" in error_line(run("query", "port", "--source", "notes", "--path", "other:devops"))
+    assert "leaves out" in error_line(run("grep", "port", "--source", "notes", "--path", "other:devops"))
+    grep = json.loads(run("grep", "port", "--path", "other:devops", "--json").stdout)
+    assert {hit["source"] for hit in grep["results"]} == {"other"}
+
+
+def test_reindex_refuses_paths_outside_or_missing(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("sync").exit_code == 0
+    assert "no such file or folder" in error_line(run("reindex", "nope/x.md"))
+    assert "absolute" in error_line(run("reindex", "/etc"))
+    ok = run("reindex", "devops", "--json")
+    assert ok.exit_code == 0, ok.output

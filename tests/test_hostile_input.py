@@ -671,7 +671,7 @@ def test_transient_500_is_retried(ws: dict[str, Any], server: OllamaServer) -> N
 
 
 @pytest.mark.parametrize("path", ["../..", "..", "../outside", "notes:../outside", "devops/../../outside",
-                                  "a/..", "./../x"])
+                                  "./../x", "/etc", "notes:/etc"])
 def test_query_path_cannot_leave_the_sources(ws: dict[str, Any], path: str) -> None:
     sync_ok(ws["config"], "--quiet")
     result = cli(ws["config"], "query", SECRET, "--path", path, "--mode", "lex")

@@ -324,3 +324,35 @@ def test_help_names_the_token_env() -> None:
     result = subprocess.run([str(NOTES_SEARCH), "mcp", "--help"], capture_output=True, text=True, timeout=60,
                             env=server_env())
     assert result.returncode == 0 and TOKEN_ENV in result.stdout
+
+
+def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callable[..., object],
+                                              notes: Path) -> None:
+    """Form feeds, vertical tabs and U+2028 are not line breaks for `show`, grep or the chunker."""
+    from search.cli import App
+    from search.mcp_server import NotesTools
+
+    (notes / "odd.md").write_text("one\ntwo \x0c still two\nthree \u2028 still three\nfour\r\nfive\n",
+                                  encoding="utf-8")
+    do_sync()
+    tools = NotesTools(App(str(config_path)))
+    got = tools.get("notes:odd.md:5", None, 10)
+    assert got["text"] == "five" and got["total_lines"] == 5
+    assert tools.get("notes:odd.md", None, 10)["text"].split("\n")[3] == "four"
+    hits = tools.grep("five", "notes:odd.md", False, True)["hits"]
+    assert [h["line"] for h in hits] == [5]
+
+
+def test_grep_is_truncated_only_when_more_lines_exist(config_path: Path, do_sync: Callable[..., object],
+                                                      notes: Path) -> None:
+    from search.cli import App
+    from search.mcp_server import GREP_MAX_HITS, NotesTools
+
+    (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS)), encoding="utf-8")
+    do_sync()
+    tools = NotesTools(App(str(config_path)))
+    exact = tools.grep("zzmark", "notes:many.md", False, True)
+    assert (exact["count"], exact["truncated"], exact["notice"]) == (GREP_MAX_HITS, False, None)
+    (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS + 1)), encoding="utf-8")
+    more = tools.grep("zzmark", "notes:many.md", False, True)
+    assert (more["count"], more["truncated"]) == (GREP_MAX_HITS, True)
