@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -116,13 +117,16 @@ def _invalid(pattern: str, reason: str) -> NotesSearchError:
 # ---- workspace sources ----------------------------------------------------------------------
 
 
-def _workspace_files(source: WorkspaceSource, folder: str) -> list[str]:
-    """Index paths the index would admit, below `folder` ('' = all), sorted.
+def _workspace_files(source: WorkspaceSource, folder: str) -> list[tuple[str, str]]:
+    """(index path, name on disk relative to the root) of the files the index would admit below
+    `folder` ('' = all), sorted by index path. The two differ for names stored NFD (macOS):
+    the tools must open the disk name and report the index path.
 
     The walk itself is narrowed to `folder`, so a --path search does not walk the whole tree.
     """
     walked = dataclasses.replace(source, scope=source.scope.within(nfc(folder))) if folder else source
-    return sorted(rel for rel, _ in workspace.list_files(walked, log=_log))
+    root = os.fspath(source.root)
+    return sorted((rel, os.path.relpath(path, root)) for rel, path in workspace.list_disk_paths(walked, log=_log))
 
 
 def _batches(files: Sequence[str]) -> Iterator[list[str]]:
@@ -138,22 +142,53 @@ def _batches(files: Sequence[str]) -> Iterator[list[str]]:
         yield batch
 
 
-def _rg(rg: str, source: WorkspaceSource, files: Sequence[str], pattern: str, ignore_case: bool,
-        fixed: bool) -> Hits:
-    flags = ["--no-config", "--no-heading", "--with-filename", "--line-number", "--null", "--color=never",
-             "--no-messages", "--sort=path", "--engine=auto"]
-    flags += ["--ignore-case"] if ignore_case else ["--case-sensitive"]
-    if fixed:
-        flags.append("--fixed-strings")
-    for batch in _batches(files):
-        cmd = [rg, *flags, "-e", pattern, "--", *batch]
+# The fallback when `rg` is absent: Python's `re` in a child process, which prints what rg
+# prints (name NUL number : line). A child, because a backtracking pattern can run for ever and
+# only a process can be stopped (GREP_TIMEOUT); argv: i|c, pattern, file names.
+_PYTHON_GREP = r"""
+import re, sys
+matcher = re.compile(sys.argv[2], re.IGNORECASE if sys.argv[1] == "i" else 0)
+out = sys.stdout.buffer
+for name in sys.argv[3:]:
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError:
+        continue
+    if b"\0" in data[:%d]:
+        continue
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    for number, raw in enumerate(lines, 1):
+        if matcher.search(raw.decode("utf-8", "replace").rstrip("\r")):
+            out.write(name.encode("utf-8", "surrogateescape") + b"\0" + str(number).encode() + b":" + raw + b"\n")
+""" % BINARY_PROBE
+
+
+def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pattern: str, ignore_case: bool,
+                  fixed: bool, rg: str | None) -> Hits:
+    """rg (or the Python fallback) over the files, in batches; hits carry index paths."""
+    if rg is not None:
+        flags = ["--no-config", "--no-heading", "--with-filename", "--line-number", "--null", "--color=never",
+                 "--no-messages", "--sort=path", "--engine=auto"]
+        flags += ["--ignore-case"] if ignore_case else ["--case-sensitive"]
+        if fixed:
+            flags.append("--fixed-strings")
+        prefix = [rg, *flags, "-e", pattern, "--"]
+    else:
+        compile_pattern(pattern, ignore_case, fixed)  # an invalid regex is one clear line, here
+        prefix = [sys.executable, "-c", _PYTHON_GREP, "i" if ignore_case else "c",
+                  re.escape(pattern) if fixed else pattern]
+    index_path = {os.fsencode(disk): rel for rel, disk in files}
+    for batch in _batches([disk for _, disk in files]):
         try:
-            for raw in _stream(cmd, source.root):
+            for raw in _stream([*prefix, *batch], source.root):
                 name, sep, rest = raw.partition(b"\0")
                 number, colon, text = rest.partition(b":")
-                if not sep or not colon or not number.isdigit():
+                if not sep or not colon or not number.isdigit() or name not in index_path:
                     continue  # "binary file matches" notes and the like
-                yield GrepHit(source.id, name.decode("utf-8", errors="replace"), int(number), _clip(text), None)
+                yield GrepHit(source.id, index_path[name], int(number), _clip(text), None)
         except _ToolFailed as exc:
             # --no-messages keeps file errors (a note deleted since the walk) silent but still
             # exits 2; whatever rg does print is about the pattern
@@ -167,24 +202,6 @@ def compile_pattern(pattern: str, ignore_case: bool, fixed: bool) -> re.Pattern[
         return re.compile(re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
         raise _invalid(pattern, f"{exc.msg} at position {exc.pos}") from None
-
-
-def _python(source: WorkspaceSource, files: Sequence[str], matcher: re.Pattern[str]) -> Hits:
-    for rel in files:
-        try:
-            with open(os.path.join(source.root, rel), "rb") as f:
-                data = f.read()
-        except OSError:
-            continue  # vanished or unreadable since the walk, as rg --no-messages
-        if b"\0" in data[:BINARY_PROBE]:
-            continue
-        lines = data.split(b"\n")
-        if lines[-1] == b"":
-            lines.pop()  # the final newline ends the last line; it does not start another
-        for number, raw in enumerate(lines, 1):
-            text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            if matcher.search(text):
-                yield GrepHit(source.id, rel, number, _clip(raw), None)
 
 
 # ---- git sources ----------------------------------------------------------------------------
@@ -254,10 +271,7 @@ def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
                  ignore_case: bool, fixed: bool, rg: str | None) -> Hits:
     if isinstance(source, GitSource):
         return _git_grep(source, indexed_rev(store, source), folder, pattern, ignore_case, fixed)
-    files = _workspace_files(source, folder)
-    if rg is not None:
-        return _rg(rg, source, files, pattern, ignore_case, fixed)
-    return _python(source, files, compile_pattern(pattern, ignore_case, fixed))
+    return _search_files(source, _workspace_files(source, folder), pattern, ignore_case, fixed, rg)
 
 
 def grep(

@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -366,7 +368,8 @@ def test_grep_scope_source_path_and_exclude(engine: str, cfg: Config, store: Sto
 def test_grep_rg_survives_a_file_vanishing(cfg: Config, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """rg exits 2 for a file deleted between the walk and the search: not a pattern error."""
     listed = grep_module._workspace_files
-    monkeypatch.setattr(grep_module, "_workspace_files", lambda source, folder: ["gone.md", *listed(source, folder)])
+    monkeypatch.setattr(grep_module, "_workspace_files",
+                        lambda source, folder: [("gone.md", "gone.md"), *listed(source, folder)])
     assert where(grep(cfg, store, "port", source_ids=["other"])) == ["other:devops/postgres.md:3"]
 
 
@@ -462,3 +465,35 @@ def test_write_tocs_and_toc_command(cfg: Config, store: Store, run: Callable[...
     assert [line for line in everything.splitlines() if line.startswith("# ")] == [
         "# Contents of source wiki", "# Contents of source notes", "# Contents of source other"]
     assert run("toc", "--source", "nope").exit_code == 1
+
+
+def test_grep_finds_notes_whose_names_are_nfd_on_disk(engine: str, tmp_path: Path) -> None:
+    """macOS stores names decomposed; the index keeps NFC. grep opens the disk name and reports
+    the index path, as query and show do."""
+    import unicodedata
+
+    config_path = build_world(tmp_path / "w")
+    cfg = load_config(config_path)
+    notes = cfg.sources["notes"].root
+    nfd_name = unicodedata.normalize("NFD", "zálohy-nfd.md")
+    (notes / nfd_name).write_text("# Zálohy\n\nnfdmarker here\n", encoding="utf-8")
+    sync(cfg)
+    with closing(Store.open(cfg.db, readonly=True)) as store:
+        assert where(grep(cfg, store, "nfdmarker")) == ["notes:zálohy-nfd.md:3"]
+        assert where(grep(cfg, store, "nfdmarker", path="zálohy-nfd.md")) == ["notes:zálohy-nfd.md:3"]
+
+
+def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without rg, a catastrophically backtracking regex runs in a child that GREP_TIMEOUT kills:
+    one clear error instead of a search (or an MCP worker) that never returns."""
+    config_path = build_world(tmp_path / "w")
+    cfg = load_config(config_path)
+    (cfg.sources["notes"].root / "redos.md").write_text("a" * 40 + "!\n", encoding="utf-8")
+    bin_dir = tmp_path / "bin-without-rg"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(grep_module, "GREP_TIMEOUT", 1.0)
+    started = time.monotonic()
+    with closing(Store.open(cfg.db, readonly=True)) as store, pytest.raises(NotesSearchError, match="no answer within"):
+        grep(cfg, store, "(a+)+$", source_ids=["notes"], path="redos.md")
+    assert time.monotonic() - started < 30

@@ -64,12 +64,17 @@ def list_files(
     source: WorkspaceSource, *, log: logging.Logger | None = None
 ) -> Iterator[tuple[str, os.stat_result]]:
     """Admitted files as (index path, stat), in walk order. Raises SourceError at call time."""
+    return ((item.rel, item.stat) for item in _listed(source, log))
+
+
+def list_disk_paths(source: WorkspaceSource, *, log: logging.Logger | None = None) -> Iterator[tuple[str, str]]:
+    """Admitted files as (index path, path on disk): they differ when a name is stored NFD."""
+    return ((item.rel, item.path) for item in _listed(source, log))
+
+
+def _listed(source: WorkspaceSource, log: logging.Logger | None) -> Iterator[_Listed]:
     _check_root(source)
-    return (
-        (item.rel, item.stat)
-        for folder in walk_folders(source.root, source.scope, log)
-        for item in _admitted(folder)
-    )
+    return (item for folder in walk_folders(source.root, source.scope, log) for item in _admitted(folder))
 
 
 def scan(
