@@ -273,17 +273,15 @@ class Syncer:
         if embed_budget is not None:
             rechunk = False
         selected = source_ids or list(self.config.sources)
-        if not source_ids:
-            for stale in set(self.store.source_ids()) - set(self.config.sources):
-                log.info("source %s is no longer configured: removing it from the index", stale)
-                self.store.remove_source(stale)
         errored = self.store.errored_sources()
         for source_id in selected:
             source: Source = self.config.source(source_id)
             self.store.ensure_source(source.id, source.kind)
             try:
                 if isinstance(source, GitSource):
-                    result = self.sync_git(source, full or rechunk)
+                    # a tree diff has no notion of one path: `reindex PATH --full` re-reads the
+                    # path in workspace sources and brings git sources to their head as usual
+                    result = self.sync_git(source, (full and path is None) or rechunk)
                 else:
                     result = self.sync_workspace(source, full or rechunk, path)
                 if source.id in errored:
@@ -293,6 +291,12 @@ class Syncer:
                 log.error("source %s: %s", source.id, exc)
                 self.store.set_source_error(source.id, str(exc))
             report.sources.append(result)
+        if not source_ids:
+            # after the configured sources: a source renamed in the config finds its vectors
+            # (by content hash) still there and re-embeds nothing
+            for stale in set(self.store.source_ids()) - set(self.config.sources):
+                log.info("source %s is no longer configured: removing it from the index", stale)
+                self.store.remove_source(stale)
         # a scoped run (catch-up, watcher batch, reindex PATH) leaves the TOC to the next full
         # sync: rebuilding a large source's TOC costs more than the edit itself
         changed_tocs = [

@@ -430,7 +430,7 @@ class Watcher:
 
     def _index(self, targets: set[Target]) -> Batch:
         """One batch: a scoped sync per changed path. What cannot run now is deferred, never dropped."""
-        batch = Batch(targets=collapse(targets))
+        batch = Batch(targets=self._arrivals_first(collapse(targets)))
         if not batch.targets:
             return batch
         started = time.monotonic()
@@ -460,6 +460,15 @@ class Watcher:
             self.stats.last = batch
         log.info("indexed %s: %s", _describe(batch.targets), batch.summary())
         return batch
+
+    def _arrivals_first(self, targets: list[Target]) -> list[Target]:
+        """Paths that exist before paths that are gone: after a rename (`alpha/` -> `zeta/`) the new
+        path is indexed while the old one's vectors are still there to be reused by content hash."""
+        def gone(target: Target) -> bool:
+            source_id, rel = target
+            return not os.path.lexists(os.path.join(self.config.sources[source_id].root, rel))
+
+        return sorted(targets, key=gone)  # stable: otherwise collapse's order
 
     def _defer(self, targets: list[Target], delay: float) -> None:
         self.stats.retries += 1

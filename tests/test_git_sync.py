@@ -476,3 +476,17 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path, caplo
     assert [s.error for s in report.sources] == [None]
     assert [row["path"] for row in index.state()[1]] == ["ok.md"]
     assert "not valid UTF-8" in caplog.text
+
+
+def test_a_path_scoped_full_run_does_not_rebuild_git_sources(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    """`reindex PATH --full` re-reads that path; a git source (no notion of one path in a tree
+    diff) is only brought to its head, not re-chunked file by file."""
+    commit(upstream, {f"n{i}.md": note(f"N{i}", str(i)) for i in range(5)}, time=T0)
+    folder = tmp_path / "folder"
+    write(folder, {"a.md": note("A", "a")})
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}}, {"ws": {"root": str(folder), "paths": ["**"]}})
+    index.sync()
+    report = index.sync(path="a.md", full=True)
+    by_id = {s.source_id: s for s in report.sources}
+    assert by_id["notes"].updated == 0 and by_id["ws"].updated == 1
+    assert index.sync(full=True).sources[0].updated == 5  # an unscoped --full still rebuilds

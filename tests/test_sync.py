@@ -310,3 +310,24 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(
     finally:
         store.close()
     assert "not valid UTF-8" in caplog.text
+
+
+def test_renamed_source_reuses_vectors(tmp_path: Path, notes: Path, embedder: FakeEmbedder) -> None:
+    """Renaming a source in the config re-indexes its files under the new id; the old id's
+    vectors are removed only afterwards, so nothing is embedded again."""
+    config_path = make_config(tmp_path, notes)
+    run_sync(load_config(config_path), embedder_factory=lambda: embedder)
+    before = embedder.texts_embedded
+    config_path.write_text(config_path.read_text(encoding="utf-8").replace("    notes:\n", "    renamed:\n"),
+                           encoding="utf-8")
+    config = load_config(config_path)
+    assert list(config.sources) == ["renamed"]
+    report = run_sync(config, embedder_factory=lambda: embedder)
+    assert report.sources[0].added == len(NOTES)
+    assert embedder.texts_embedded == before
+    store = Store.open(config.db, readonly=True)
+    try:
+        assert store.source_ids() == ["renamed"]
+    finally:
+        store.close()
+    assert_consistent(config)

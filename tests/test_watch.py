@@ -439,3 +439,19 @@ def test_the_watch_command_indexes_and_exits_cleanly_on_sigterm(config_path: Pat
             proc.kill()
     assert "indexed 1 path (notes:cli.md)" in stderr.read_text()
     assert "stopped:" in stderr.read_text()
+
+
+@pytest.mark.parametrize("new_name", ["aaa-kitchen", "zzz-kitchen"])
+def test_renamed_folder_reuses_vectors_whichever_name_sorts_first(
+    config: Config, notes: Path, embedder: FakeEmbedder, new_name: str
+) -> None:
+    """The new path is indexed before the old one is dropped, so its chunks find their vectors
+    by content hash whether the new name sorts before or after the old one."""
+    with watching(config, embedder) as watcher:
+        before = embedder.texts_embedded
+        (notes / "cooking").rename(notes / new_name)
+        wait_for(lambda: {("notes", "cooking"), ("notes", new_name)} <= watcher.pending(), "both paths' events")
+        batch = watcher.flush()
+        assert [rel for _, rel in batch.targets] == [new_name, "cooking"]
+        assert embedder.texts_embedded == before, "moved text must not be embedded again"
+        assert set(known(config)) >= {f"{new_name}/sourdough.md"} and "cooking/sourdough.md" not in known(config)
