@@ -139,12 +139,10 @@ class Syncer:
                     self.store.touch_file(source_id, change.path, change.size, change.mtime)
                     report.touched += 1
                 elif isinstance(change, Skipped):
+                    # a driver that knows the indexed copy is stale (now binary, too large) sends
+                    # a Delete first; a transient failure (unreadable now) keeps the copy
                     report.skipped += 1
                     log.warning("%s:%s: skipped: %s", source_id, change.path, change.reason)
-                    if change.path in known:  # stale content must not stay searchable
-                        self.store.delete_file(source_id, change.path)
-                        known.discard(change.path)
-                        report.deleted += 1
 
     # ---- per source -------------------------------------------------------------------------
 

@@ -331,3 +331,35 @@ def test_renamed_source_reuses_vectors(tmp_path: Path, notes: Path, embedder: Fa
     finally:
         store.close()
     assert_consistent(config)
+
+
+def test_a_transiently_unreadable_file_keeps_its_indexed_copy(
+    do_sync: Sync, config: Config, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EACCES or EIO on one scan is not a deletion: the note stays searchable and is re-read
+    on a later scan (root ignores chmod, so the failure is injected)."""
+    import builtins
+
+    from indexer.sources import workspace as workspace_module
+
+    do_sync()
+    target = notes / "devops" / "postgres.md"
+    later = time.time() + 5
+    os.utime(target, (later, later))  # a stat change makes the scan read it
+
+    def failing_open(file: object, *args: object, **kwargs: object) -> object:
+        if os.fspath(file) == os.fspath(target):  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied")
+        return builtins.open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(workspace_module, "open", failing_open, raising=False)
+    report = do_sync()
+    assert (report.sources[0].skipped, report.sources[0].deleted) == (1, 0)
+    store = Store.open(config.db, readonly=True)
+    try:
+        assert "devops/postgres.md" in {row["path"] for row in store.file_rows()}
+    finally:
+        store.close()
+    monkeypatch.delattr(workspace_module, "open")
+    assert do_sync().sources[0].touched == 1  # readable again: the same content, new stat
+    assert_consistent(config)
