@@ -87,8 +87,9 @@ class Syncer:
 
     # ---- identity -------------------------------------------------------------------------
 
-    def ensure_identity(self) -> tuple[str | None, bool]:
-        """Rebuild the vector space if the config's differs. Returns (why rebuilt, rechunk needed)."""
+    def ensure_identity(self) -> tuple[str | None, set[str]]:
+        """Rebuild the vector space if the config's differs. Returns (why rebuilt, the sources
+        whose files were chunked by another chunker version and must be re-chunked)."""
         meta = self.store.meta()
         rebuilt = None
         if not self.store.has_vector_table() or identity_mismatch(self.config.embedding, meta):
@@ -97,8 +98,11 @@ class Syncer:
                 rebuilt = "embedding space changed (" + "; ".join(mismatch) + "): old vectors dropped"
                 log.warning("%s", rebuilt)
             self.store.reset_vectors(self.config.embedding.dims, self.config.embedding.identity())
-        rechunk = meta.get("chunker_version") != chunker.CHUNKER_VERSION
-        return rebuilt, rechunk
+        # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
+        # the global key is what indexes written before per-source keys hold
+        stale = {source_id for source_id in self.config.sources
+                 if meta.get(f"chunker_version:{source_id}", meta.get("chunker_version")) != chunker.CHUNKER_VERSION}
+        return rebuilt, stale
 
     # ---- applying changes -----------------------------------------------------------------
 
@@ -267,14 +271,15 @@ class Syncer:
             # a catch-up inside a query never starts a rebuild: that is sync's job
             report.embed_notice = "index needs a full sync (embedding identity changed); catch-up skipped"
             return report
-        report.rebuilt, rechunk = self.ensure_identity()
+        report.rebuilt, stale_chunking = self.ensure_identity()
         if embed_budget is not None:
-            rechunk = False
+            stale_chunking = set()  # a bounded catch-up never re-chunks a whole source
         selected = source_ids or list(self.config.sources)
         errored = self.store.errored_sources()
         for source_id in selected:
             source: Source = self.config.source(source_id)
             self.store.ensure_source(source.id, source.kind)
+            rechunk = source.id in stale_chunking
             try:
                 if isinstance(source, GitSource):
                     # a tree diff has no notion of one path: `reindex PATH --full` re-reads the
@@ -305,8 +310,11 @@ class Syncer:
             toc.write_tocs(self.config, self.store, changed_tocs)
         except OSError as exc:  # the TOC is a convenience: a sync never fails over it
             log.warning("cannot write a table of contents under %s: %s", self.config.toc_dir, exc)
-        if rechunk and not source_ids and not report.failed:
-            self.store.set_meta({"chunker_version": chunker.CHUNKER_VERSION})
+        # a path-scoped run re-chunked only that path of a workspace source (git ignores paths)
+        rechunked = {s.source_id for s in report.sources
+                     if not s.error and s.source_id in stale_chunking and (path is None or s.kind == "git")}
+        if rechunked:
+            self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
         deadline = None if embed_budget is None else started + embed_budget
         self.embed_pending(report, deadline)
         report.pending = self.store.count_pending_all()

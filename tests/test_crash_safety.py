@@ -440,7 +440,7 @@ def phase_of(db: Path, expected_files: int) -> str:
         meta = store.meta()
     finally:
         store.close()
-    if counts["files"] < expected_files or "chunker_version" not in meta:
+    if counts["files"] < expected_files or not any(key.startswith("chunker_version") for key in meta):
         return "chunk writing"
     if counts["pending"]:
         return "embedding"

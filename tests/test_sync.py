@@ -363,3 +363,24 @@ def test_a_transiently_unreadable_file_keeps_its_indexed_copy(
     monkeypatch.delattr(workspace_module, "open")
     assert do_sync().sources[0].touched == 1  # readable again: the same content, new stat
     assert_consistent(config)
+
+
+def test_a_new_chunker_version_is_recorded_per_source(
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade, `sync --source`, a hook or the watcher's reconcile re-chunks a source
+    once and records it; it does not re-chunk on every run until a plain `sync`."""
+    from indexer import chunker
+
+    other = tmp_path / "other"
+    write(other, {"a.md": "# A\n\nalpha\n"})
+    config = load_config(make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n"))
+    run_sync(config, embedder_factory=lambda: embedder)
+    monkeypatch.setattr(chunker, "CHUNKER_VERSION", "next")
+    first = run_sync(config, source_ids=["notes"], embedder_factory=lambda: embedder)
+    assert first.sources[0].updated == len(NOTES)
+    again = run_sync(config, source_ids=["notes"], embedder_factory=lambda: embedder)
+    assert again.sources[0].updated == 0
+    rest = run_sync(config, embedder_factory=lambda: embedder)  # only `other` is still stale
+    assert {s.source_id: s.updated for s in rest.sources} == {"notes": 0, "other": 1}
+    assert run_sync(config, embedder_factory=lambda: embedder).sources[1].updated == 0
