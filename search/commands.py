@@ -63,7 +63,7 @@ def _view(config: Config, store: Store | None, source_id: str, ref: Ref) -> dict
 
 @click.command()
 @click.argument("ref", metavar="REF")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per file (a list when several).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one entry per source that has the file.")
 @click.pass_obj
 def show(app: App, ref: str, as_json: bool) -> None:
     """Print a file or a line range: REF is [SOURCE:]PATH[:LINE[:COUNT]].
@@ -88,7 +88,7 @@ def show(app: App, ref: str, as_json: bool) -> None:
         if store is not None:
             store.close()
     if as_json:
-        emit_json(views[0] if len(views) == 1 else views)
+        emit_json({"results": views})  # one shape, however many sources have the path
         return
     for i, view in enumerate(views):
         if len(views) > 1:

@@ -250,8 +250,8 @@ def test_show_whole_file_and_line_ranges(run: Callable[..., Result], cfg: Config
     to_end = run("show", "devops/zalohovani.md:10")  # bare path: only `notes` has it
     assert to_end.stdout.splitlines() == lines[9:]
     data = json.loads(run("show", "notes:devops/zalohovani.md:6:3", "--json").stdout)
-    assert data == {"source": "notes", "path": "devops/zalohovani.md", "rev": None, "start_line": 6,
-                    "end_line": 8, "text": "\n".join(lines[5:8]) + "\n"}
+    assert data["results"] == [{"source": "notes", "path": "devops/zalohovani.md", "rev": None, "start_line": 6,
+                    "end_line": 8, "text": "\n".join(lines[5:8]) + "\n"}]
     past = run("show", "notes:devops/zalohovani.md:999")
     assert past.exit_code == 1 and "past the end" in past.output
 
@@ -265,7 +265,7 @@ def test_show_bare_path_in_several_sources(run: Callable[..., Result]) -> None:
                        "==> other:devops/postgres.md <=="]
     assert "port 5432" in out and "port 6432" in out and "PG in wiki" in out
     data = json.loads(run("show", "devops/postgres.md:1:1", "--json").stdout)
-    assert [(d["source"], d["text"]) for d in data] == [
+    assert [(d["source"], d["text"]) for d in data["results"]] == [
         ("wiki", "# PG in wiki\n"), ("notes", "# PostgreSQL\n"), ("other", "# PostgreSQL elsewhere\n")]
     single = run("show", "notes:devops/postgres.md")
     assert "==>" not in single.stdout
@@ -283,7 +283,7 @@ def test_show_reads_the_mirror_at_the_indexed_rev(tmp_path: Path) -> None:
     result = run("show", "wiki:guide.md")
     assert result.exit_code == 0, result.output
     assert result.stdout == WIKI_V1["guide.md"]
-    data = json.loads(run("show", "wiki:guide.md:3:1", "--json").stdout)
+    [data] = json.loads(run("show", "wiki:guide.md:3:1", "--json").stdout)["results"]
     assert data["rev"] == indexed and data["text"] == "The wiki says version one.\n"
     # after a sync the index and `show` move together
     sync(cfg)
