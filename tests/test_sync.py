@@ -384,3 +384,21 @@ def test_a_new_chunker_version_is_recorded_per_source(
     rest = run_sync(config, embedder_factory=lambda: embedder)  # only `other` is still stale
     assert {s.source_id: s.updated for s in rest.sources} == {"notes": 0, "other": 1}
     assert run_sync(config, embedder_factory=lambda: embedder).sources[1].updated == 0
+
+
+def test_lowering_max_file_bytes_drops_files_now_too_large(tmp_path: Path, notes: Path, embedder: FakeEmbedder) -> None:
+    """The same result as a fresh index: an unchanged file over the new limit leaves the index."""
+    write(notes, {"big.md": "# Big\n\n" + "word " * 400 + "\n"})
+    config_path = make_config(tmp_path, notes)
+    run_sync(load_config(config_path), embedder_factory=lambda: embedder)
+    config_path.write_text(config_path.read_text(encoding="utf-8") + "max_file_bytes: 1000\n", encoding="utf-8")
+    config = load_config(config_path)
+    assert config.max_file_bytes == 1000
+    report = run_sync(config, embedder_factory=lambda: embedder)
+    assert (report.sources[0].deleted, report.sources[0].skipped) == (1, 1)
+    store = Store.open(config.db, readonly=True)
+    try:
+        assert sorted(row["path"] for row in store.file_rows()) == sorted(NOTES)
+    finally:
+        store.close()
+    assert_consistent(config)

@@ -114,7 +114,8 @@ def _scan(
     for item in listed:
         prev = known.get(item.rel)
         st = item.stat
-        if prev is not None and not full and prev.size == st.st_size and prev.mtime == st.st_mtime:
+        # unchanged stat: nothing to read, unless a lowered max_file_bytes now excludes the file
+        if prev is not None and not full and prev.size == st.st_size and prev.mtime == st.st_mtime and st.st_size <= limit:
             continue
         yield from _read(source.id, item, prev, full, limit, collections, log)
     for path in sorted(known.keys() - {item.rel for item in listed}):
