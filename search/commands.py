@@ -153,10 +153,12 @@ def grep(app: App, pattern: str, source_ids: tuple[str, ...], path: str | None, 
 
 @click.command()
 @click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one {source, file, text} per source.")
 @click.pass_obj
-def toc(app: App, source_ids: tuple[str, ...]) -> None:
+def toc(app: App, source_ids: tuple[str, ...], as_json: bool) -> None:
     """Print the table of contents (folder, file, title, tags, headings) and refresh its file."""
     from indexer.toc import render_toc, toc_path, write_toc
+    from search.cli import emit_json
 
     config = app.config
     selected = [config.source(source_id).id for source_id in source_ids] or list(config.sources)
@@ -165,10 +167,16 @@ def toc(app: App, source_ids: tuple[str, ...]) -> None:
         tocs = [(source_id, render_toc(source_id, store.file_rows(source_id))) for source_id in selected]
     finally:
         store.close()
+    results = []
     for i, (source_id, text) in enumerate(tocs):
         path = toc_path(config, source_id)
         try:
             write_toc(path, text)
         except OSError as exc:
             click.echo(f"warning: cannot write {path}: {exc.strerror or exc}", err=True)
-        click.echo(("\n" if i else "") + text, nl=False)
+        if as_json:
+            results.append({"source": source_id, "file": str(path), "text": text})
+        else:
+            click.echo(("\n" if i else "") + text, nl=False)
+    if as_json:
+        emit_json({"results": results})

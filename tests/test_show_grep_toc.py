@@ -465,6 +465,10 @@ def test_write_tocs_and_toc_command(cfg: Config, store: Store, run: Callable[...
     assert [line for line in everything.splitlines() if line.startswith("# ")] == [
         "# Contents of source wiki", "# Contents of source notes", "# Contents of source other"]
     assert run("toc", "--source", "nope").exit_code == 1
+    data = json.loads(run("toc", "--json").stdout)
+    assert [(r["source"], r["file"]) for r in data["results"]] == [
+        (sid, str(toc_path(cfg, sid))) for sid in ("wiki", "notes", "other")]
+    assert data["results"][2]["text"] == toc_path(cfg, "other").read_text(encoding="utf-8")
 
 
 def test_grep_finds_notes_whose_names_are_nfd_on_disk(engine: str, tmp_path: Path) -> None:
