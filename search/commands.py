@@ -71,9 +71,8 @@ def show(app: App, ref: str, as_json: bool) -> None:
     A bare PATH is printed from every source that has it. Files of git sources come from the
     mirror at the indexed commit, the version search results point at.
     """
-    from indexer.errors import SourceError
     from search.cli import emit_json
-    from search.refs import parse_ref, sources_having
+    from search.refs import missing_file, parse_ref, sources_having
 
     config = app.config
     parsed = parse_ref(ref, config.sources)
@@ -81,8 +80,7 @@ def show(app: App, ref: str, as_json: bool) -> None:
     try:
         source_ids = [parsed.source_id] if parsed.source_id else sources_having(config, store, parsed.path)
         if not source_ids:
-            known = ", ".join(config.sources) or "none configured"
-            raise SourceError(f"{parsed.path}: no such file in any source (sources: {known})")
+            raise missing_file(config, store, parsed.path)
         views = [_view(config, store, source_id, parsed) for source_id in source_ids]
     finally:
         if store is not None:

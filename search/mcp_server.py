@@ -268,7 +268,7 @@ class NotesTools:
         }
 
     def get(self, path: str, from_line: int | None, max_lines: int) -> dict[str, Any]:
-        from search.refs import confine, indexed_rev, parse_ref, read_text, sources_having
+        from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having
 
         with self.maybe_store() as store:
             ref = parse_ref(path.strip(), self.config.sources)
@@ -277,7 +277,7 @@ class NotesTools:
             else:
                 having = sources_having(self.config, store, ref.path)
                 if not having:
-                    raise SourceError(f"{ref.path!r}: no such file in any source ({', '.join(self.config.sources)})")
+                    raise missing_file(self.config, store, ref.path)
                 if len(having) > 1:
                     choices = ", ".join(f"{sid}:{ref.path}" for sid in having)
                     raise NotesSearchError(f"{ref.path!r} exists in several sources; name one: {choices}")

@@ -165,6 +165,8 @@ def read_text(config: Config, store: Store | None, source_id: str, path: str) ->
     where = f"{source_id}:{rel}"
     if not rel:
         raise SourceError(f"{source_id}:{path}: names the source root, not a file")
+    if source.scope.may_contain(rel) and has_path(config, store, source_id, rel) and not _in_scope(source, rel):
+        raise SourceError(f"{where}: is a folder, not a file (search it with --path, or list it with toc)")
     if not _in_scope(source, rel):
         raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
     if isinstance(source, GitSource):
@@ -211,6 +213,22 @@ def has_path(config: Config, store: Store | None, source_id: str, rel: str) -> b
     if isinstance(source, WorkspaceSource) and os.path.lexists(_disk_path(os.fspath(source.root), rel)):
         return True
     return store is not None and source_id in store.sources_with_path(nfc(rel))
+
+
+def missing_file(config: Config, store: Store | None, path: str) -> SourceError:
+    """The error for a bare PATH that no source has as a file: say so when it is a folder."""
+    folders = []
+    for source_id in config.sources:
+        try:
+            rel = confine(config, source_id, path)
+        except PathOutsideSources:
+            continue
+        if rel and config.sources[source_id].scope.may_contain(rel) and has_path(config, store, source_id, rel):
+            folders.append(f"{source_id}:{rel}")
+    if folders:
+        return SourceError(f"{path!r} is a folder, not a file ({', '.join(folders)}); "
+                           "search it with --path, or list it with toc")
+    return SourceError(f"{path!r}: no such file in any source ({', '.join(config.sources) or 'none configured'})")
 
 
 def sources_having(config: Config, store: Store | None, path: str) -> list[str]:

@@ -501,3 +501,16 @@ def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: py
     with closing(Store.open(cfg.db, readonly=True)) as store, pytest.raises(NotesSearchError, match="no answer within"):
         grep(cfg, store, "(a+)+$", source_ids=["notes"], path="redos.md")
     assert time.monotonic() - started < 30
+
+
+def test_show_and_get_say_when_a_path_is_a_folder(run: Callable[..., Result], world: Path) -> None:
+    from search.cli import App
+    from search.mcp_server import NotesTools
+
+    for ref in ("devops", "notes:devops", "devops/"):
+        result = run("show", ref)
+        assert result.exit_code == 1 and "is a folder, not a file" in result.stderr, (ref, result.output)
+    assert "no such file" in run("show", "nope/x.md").stderr
+    assert "is a folder" not in run("show", "notes:secret").stderr  # excluded: no hint about it
+    with pytest.raises(NotesSearchError, match="is a folder, not a file"):
+        NotesTools(App(str(world))).get("devops", None, 10)
