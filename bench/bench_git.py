@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pygit2
 import yaml
-from pygit2.enums import FileMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
@@ -36,6 +34,7 @@ from indexer.config import load_config  # noqa: E402
 from indexer.store import Store  # noqa: E402
 from indexer.sync import SyncReport, run_sync  # noqa: E402
 from tests.fakes import FakeEmbedder  # noqa: E402
+from tests.gitutil import commit, init_upstream  # noqa: E402
 
 T0 = 1_600_000_000
 EMBEDDING = {"provider": "ollama", "model": "fake:1", "endpoint": "http://127.0.0.1:9", "dims": 64}
@@ -71,25 +70,16 @@ def note(rng: random.Random, number: int, version: int) -> bytes:
 
 
 class Upstream:
-    """A repository built commit by commit with pygit2 (explicit times, no working tree)."""
+    """A repository built commit by commit (tests.gitutil: explicit times, no working tree)."""
 
     def __init__(self, path: Path) -> None:
-        self.repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
+        self.repo = init_upstream(path)
         self.path = path
         self.time = T0
 
     def commit(self, changes: dict[str, bytes]) -> str:
-        head = None if self.repo.head_is_unborn else self.repo.head.target
-        index = pygit2.Index()
-        if head is not None:
-            index.read_tree(self.repo[head].peel(pygit2.Commit).tree)
-        for path, data in changes.items():
-            index.add(pygit2.IndexEntry(path, self.repo.create_blob(data), FileMode.BLOB))
-        tree = index.write_tree(self.repo)
         self.time += 3600
-        sig = pygit2.Signature("Bench", "bench@example.com", self.time, 0)
-        oid = self.repo.create_commit("refs/heads/main", sig, sig, "change", tree, [head] if head else [])
-        return str(oid)
+        return commit(self.repo, changes, time=self.time)  # type: ignore[arg-type]
 
 
 def build(root: Path, files: int, commits: int, rng: random.Random) -> tuple[Upstream, list[str]]:
@@ -128,10 +118,11 @@ def measure(files: int, commits: int, repeat: int) -> tuple[str, bool]:
             "root": str(root), "embedding": EMBEDDING,
             "sources": {"git": {"notes": {"url": str(upstream.path)}}},
         }))
-        embedder = TimedEmbedder(load_config(config_path).embedding)
+        config = load_config(config_path)
+        embedder = TimedEmbedder(config.embedding)
 
         first = timed_sync(config_path, embedder)
-        store = Store.open(load_config(config_path).db, readonly=True)
+        store = Store.open(config.db, readonly=True)
         counts = store.counts()
         store.close()
 

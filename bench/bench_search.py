@@ -99,7 +99,7 @@ def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
     from indexer.model import FileVersion
     from indexer.store import Store
 
-    def version(i: int, rel: str, text: str) -> FileVersion:
+    def version(rel: str, text: str) -> FileVersion:
         data = text.encode()
         return FileVersion(path=rel, text=text, sha256=hashlib.sha256(data).hexdigest(), size=len(data),
                            mtime=1.0, updated_at=1.0)
@@ -107,12 +107,13 @@ def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
     new = []
     for i in range(900_000, 900_010):  # notes beyond the corpus: new paths, new text
         rel = "incoming/" + note_path(i)
-        new.append((version(i, rel, note_text(i)), parse_markdown(note_text(i), rel)))
+        text = note_text(i)
+        new.append((version(rel, text), parse_markdown(text, rel)))
     existing = []
     for i in range(0, ws.files, max(1, ws.files // 10))[:10]:  # same text again: vectors reused
         rel = note_path(i)
         text = (ws.notes / rel).read_text(encoding="utf-8")
-        existing.append((version(i, rel, text), parse_markdown(text, rel)))
+        existing.append((version(rel, text), parse_markdown(text, rel)))
     rows = []
     store = Store.open(ws.db)
     try:
@@ -134,7 +135,7 @@ def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
     return rows
 
 
-def _scopes(size_files: int):
+def _scopes():
     from indexer.store import SearchScope
 
     area = 7
@@ -162,7 +163,7 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
     embedder = FixedQueryEmbedder(vectors)
     factory = lambda: embedder  # noqa: E731
     reps = 1 if quick or ws.chunks > 50_000 else 3
-    scopes = _scopes(ws.files)
+    scopes = _scopes()
     latency_rows: list[list[object]] = []
     breakdown_rows: list[list[object]] = []
     resident = ResidentVectors(ws.db)
@@ -202,10 +203,10 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
             where, params = scope.where("c")
             return store.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params).fetchall()
 
+        matches = {q: build_fts_query(q) for q in qs}
+        lexq = [q for q in qs if matches[q]]
         for scope_name in ("all", "1% (--path area-07)"):
             scope = scopes[scope_name]
-            matches = {q: build_fts_query(q) for q in qs}
-            lexq = [q for q in qs if matches[q]]
             ids_of = {
                 q: {c for c, _ in store.fts_search(matches[q], depth, scope)} | {c for c, _ in store.vec_search(vectors[q], depth, scope)}
                 for q in lexq
@@ -275,10 +276,7 @@ def bench_cli(ws: Workspace, quick: bool) -> str:
         env.pop(var, None)  # the embedder's own defaults
     qs = queries(10 if quick else 12)
     run_process([CLI, "-c", cfg, "query", qs[0], "--mode", "lex"], env=env)  # warm the page cache
-    lex = []
-    for _ in range(1):
-        for q in qs:
-            lex.append(run_timed([CLI, "-c", cfg, "query", q, "--mode", "lex"], env=env))
+    lex = [run_timed([CLI, "-c", cfg, "query", q, "--mode", "lex"], env=env) for q in qs]
     run_process([CLI, "-c", cfg, "query", qs[0]], env=env)  # model file into the page cache
     n_hyb = 5 if quick else 10
     hyb = [run_timed([CLI, "-c", cfg, "query", q], env=env) for q in qs[:n_hyb]]

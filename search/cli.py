@@ -266,7 +266,7 @@ def make_scope(config: Config, source_ids: tuple[str, ...], collection: str | No
     to that source (it must be among --source when both are given); the path is normalised and
     confined like every other path argument."""
     from indexer.collections import nfc
-    from search.refs import confine, split_source
+    from search.refs import confine_in, split_source
 
     for source_id in source_ids:
         config.source(source_id)
@@ -278,10 +278,8 @@ def make_scope(config: Config, source_ids: tuple[str, ...], collection: str | No
             raise NotesSearchError(f"--path {path!r} is in source {prefix!r}, which --source "
                                    f"{', '.join(source_ids)} leaves out")
         source_ids = (prefix,)
-    rel = ""
     try:
-        for source_id in source_ids or tuple(config.sources):
-            rel = confine(config, source_id, rest)  # the same lexical result in every source
+        rel = confine_in(config, source_ids or tuple(config.sources), rest)
     except PathOutsideSources as exc:
         raise PathOutsideSources(f"--path: {exc}") from None
     return SearchScope(source_ids=tuple(source_ids), collection=collection, path=nfc(rel) or None)
@@ -367,14 +365,12 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
 def reindex(app: App, path: str, full: bool, as_json: bool) -> None:
     """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
     from indexer.sync import run_sync
-    from search.refs import confine, has_path, split_source
+    from search.refs import confine_in, has_path, split_source
 
     config = app.config
     source_id, rest = split_source(path, config.sources)
     source_ids = [source_id] if source_id else list(config.sources)
-    rel = ""
-    for sid in source_ids:
-        rel = confine(config, sid, rest)  # '.' and '' mean the whole source
+    rel = confine_in(config, source_ids, rest)  # '.' and '' mean the whole source
     if rel:
         store = app.open_store(readonly=True) if config.db.exists() else None
         try:

@@ -26,24 +26,17 @@ def _store_if_any(app: App) -> Store | None:
     return app.open_store(readonly=True) if app.config.db.exists() else None
 
 
-def _lines(text: str) -> list[str]:
-    """Lines as rg, git grep and the chunker count them: split at '\\n' only."""
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return lines
-
 
 def _view(config: Config, store: Store | None, source_id: str, ref: Ref) -> dict[str, object]:
     """The JSON shape of `show`: one file, or the requested line range of it."""
     from indexer.config import GitSource
     from indexer.errors import SourceError
-    from search.refs import confine, indexed_rev, read_text
+    from search.refs import confine, indexed_rev, read_text, text_lines
 
     text = read_text(config, store, source_id, ref.path)
     source = config.source(source_id)
     rel = confine(config, source_id, ref.path)
-    lines = _lines(text)
+    lines = text_lines(text)
     start, end = 1, len(lines)
     if ref.line is not None:
         if ref.line > len(lines):

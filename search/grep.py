@@ -126,7 +126,7 @@ def _workspace_files(source: WorkspaceSource, folder: str) -> list[tuple[str, st
     """
     walked = dataclasses.replace(source, scope=source.scope.within(nfc(folder))) if folder else source
     root = os.fspath(source.root)
-    return sorted((rel, os.path.relpath(path, root)) for rel, path in workspace.list_disk_paths(walked, log=_log))
+    return sorted((item.rel, os.path.relpath(item.path, root)) for item in workspace.list_files(walked, log=_log))
 
 
 def _batches(files: Sequence[str]) -> Iterator[list[str]]:
@@ -177,7 +177,7 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
             flags.append("--fixed-strings")
         prefix = [rg, *flags, "-e", pattern, "--"]
     else:
-        compile_pattern(pattern, ignore_case, fixed)  # an invalid regex is one clear line, here
+        _check_pattern(pattern, ignore_case, fixed)  # an invalid regex is one clear line, here
         prefix = [sys.executable, "-c", _PYTHON_GREP, "i" if ignore_case else "c",
                   re.escape(pattern) if fixed else pattern]
     index_path = {os.fsencode(disk): rel for rel, disk in files}
@@ -196,10 +196,10 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
                 raise _invalid(pattern, _one_line(exc.stderr)) from None
 
 
-def compile_pattern(pattern: str, ignore_case: bool, fixed: bool) -> re.Pattern[str]:
-    """The Python fallback's matcher; an invalid regex becomes one clear line."""
+def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
+    """What the Python fallback will compile; an invalid regex becomes one clear line."""
     try:
-        return re.compile(re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0)
+        re.compile(re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
         raise _invalid(pattern, f"{exc.msg} at position {exc.pos}") from None
 

@@ -268,7 +268,7 @@ class NotesTools:
         }
 
     def get(self, path: str, from_line: int | None, max_lines: int) -> dict[str, Any]:
-        from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having
+        from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having, text_lines
 
         with self.maybe_store() as store:
             ref = parse_ref(path.strip(), self.config.sources)
@@ -286,10 +286,7 @@ class NotesTools:
             text = read_text(self.config, store, source_id, rel)
             source = self.config.sources[source_id]
             rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
-        lines = text.split("\n")  # as show, grep and the chunker count lines: at "\n" only
-        if lines[-1] == "":
-            lines.pop()
-        lines = [line.removesuffix("\r") for line in lines]
+        lines = [line.removesuffix("\r") for line in text_lines(text)]
         start = from_line or ref.line or 1
         if ref.count is not None and from_line is None:
             max_lines = min(max_lines, ref.count)

@@ -131,6 +131,15 @@ def confine(config: Config, source_id: str, path: str) -> str:
     return rel
 
 
+def confine_in(config: Config, source_ids: Collection[str], path: str) -> str:
+    """`confine` in each of the sources (the same lexical result everywhere; each workspace
+    source also checks its own symlinks); '' for their roots."""
+    rel = ""
+    for source_id in source_ids:
+        rel = confine(config, source_id, path)
+    return rel
+
+
 def _in_scope(source: Source, rel: str) -> bool:
     """Only files the index could hold are readable: the config's exclude rules keep secrets out."""
     if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
@@ -204,6 +213,14 @@ def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) 
     except SourceError:
         return False
     return True
+
+
+def text_lines(text: str) -> list[str]:
+    """Lines as rg, git grep and the chunker count them: split at '\\n' only."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def has_path(config: Config, store: Store | None, source_id: str, rel: str) -> bool:

@@ -573,7 +573,7 @@ def test_file_deleted_between_scan_and_read(ws: dict[str, Any]) -> None:
         (notes / rel).write_text(GOOD[rel] + "\nedited\n", encoding="utf-8")
     ws["guard"].refresh()
     config = load_config(config_path)
-    listed = [rel for rel, _ in workspace.list_files(config.sources["notes"])]  # type: ignore[arg-type]
+    listed = [item.rel for item in workspace.list_files(config.sources["notes"])]  # type: ignore[arg-type]
     first, victims = listed[0], listed[1::2]
     assert victims
     deleted: list[str] = []

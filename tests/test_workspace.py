@@ -80,7 +80,7 @@ def test_paths_gate_then_include_then_exclude_wins(tmp_path: Path) -> None:
         write(tmp_path, rel)
     src = source(tmp_path, paths=("notes/**",), include=("*.md", "*.txt"), exclude=("notes/drafts/**", "secret.md"))
     assert sorted(upserted(changes(src))) == ["notes/a.md", "notes/b.txt"]
-    assert sorted(path for path, _ in list_files(src)) == ["notes/a.md", "notes/b.txt"]
+    assert sorted(item.rel for item in list_files(src)) == ["notes/a.md", "notes/b.txt"]
 
 
 def test_git_folders_are_never_walked_even_when_paths_admit_them(tmp_path: Path) -> None:
@@ -332,7 +332,7 @@ def test_ten_thousand_unchanged_files_yield_no_changes(tmp_path: Path) -> None:
         for i in range(200):
             os.link(seed, folder / f"note {i}.md")  # hard links: far quicker to create than files
     src = source(tmp_path / "tree")
-    known = {path: KnownFile("-", st.st_size, st.st_mtime) for path, st in list_files(src)}
+    known = {item.rel: KnownFile("-", item.stat.st_size, item.stat.st_mtime) for item in list_files(src)}
     assert len(known) == 10_000
     assert changes(src, known) == []
 

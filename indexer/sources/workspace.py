@@ -34,7 +34,7 @@ _LOG = logging.getLogger("notes_search.workspace")
 
 
 @dataclass(frozen=True)
-class _Listed:
+class ListedFile:
     rel: str  # index path: relative, '/'-separated, NFC
     path: str  # on-disk path to open
     stat: os.stat_result
@@ -47,7 +47,7 @@ def _check_root(source: WorkspaceSource) -> None:
         raise SourceError(f"workspace source {source.id!r}: {source.root} is not a folder")
 
 
-def _admitted(folder: WalkedFolder) -> Iterator[_Listed]:
+def _admitted(folder: WalkedFolder) -> Iterator[ListedFile]:
     """The folder's indexable files, stat'ed now; a vanished one is just absent."""
     drafts_here = folder.rel == "" or folder.is_collection
     for rel, entry in folder.files:
@@ -57,22 +57,11 @@ def _admitted(folder: WalkedFolder) -> Iterator[_Listed]:
             st = entry.stat()
         except OSError:
             continue
-        yield _Listed(rel, entry.path, st)
+        yield ListedFile(rel, entry.path, st)
 
 
-def list_files(
-    source: WorkspaceSource, *, log: logging.Logger | None = None
-) -> Iterator[tuple[str, os.stat_result]]:
-    """Admitted files as (index path, stat), in walk order. Raises SourceError at call time."""
-    return ((item.rel, item.stat) for item in _listed(source, log))
-
-
-def list_disk_paths(source: WorkspaceSource, *, log: logging.Logger | None = None) -> Iterator[tuple[str, str]]:
-    """Admitted files as (index path, path on disk): they differ when a name is stored NFD."""
-    return ((item.rel, item.path) for item in _listed(source, log))
-
-
-def _listed(source: WorkspaceSource, log: logging.Logger | None) -> Iterator[_Listed]:
+def list_files(source: WorkspaceSource, *, log: logging.Logger | None = None) -> Iterator[ListedFile]:
+    """Admitted files (index path, path on disk, stat) in walk order. Raises SourceError at call time."""
     _check_root(source)
     return (item for folder in walk_folders(source.root, source.scope, log) for item in _admitted(folder))
 
@@ -124,7 +113,7 @@ def _scan(
 
 def _read(
     source_id: str,
-    item: _Listed,
+    item: ListedFile,
     prev: KnownFile | None,
     full: bool,
     limit: int,
