@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from click.testing import Result
 
 from indexer.config import Config, load_config
 from indexer.sync import SyncReport, run_sync
@@ -19,6 +22,32 @@ embedding:
   endpoint: http://127.0.0.1:9
   dims: 64
 """
+
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], what: str, timeout: float = 5.0, interval: float = 0.01) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def assert_one_line_error(result: Result, *needles: str) -> str:
+    """Exit 1, no traceback, exactly one line on stderr starting with 'Error:' and naming needles."""
+    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got: {result.stderr!r}"
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
 
 
 def write(root: Path, files: dict[str, str]) -> None:

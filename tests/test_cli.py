@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from indexer.config import EmbeddingConfig, load_config
 from indexer.lock import SyncLock
 from search import cli as cli_module
-from tests.conftest import make_config, write
+from tests.conftest import assert_one_line_error, make_config, write
 from tests.fakes import FakeEmbedder
 
 
@@ -304,10 +304,9 @@ def test_lazy_commands_resolve_and_stay_unloaded_until_named() -> None:
 
 
 def error_line(result: Result) -> str:
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    return lines[0]
+    line = assert_one_line_error(result)
+    assert line.startswith("Error: "), line
+    return line
 
 
 def test_query_path_is_normalised_and_must_exist(run) -> None:  # type: ignore[no-untyped-def]

@@ -40,6 +40,7 @@ from search.engine import search
 from search.querybuild import build_fts_query
 from tests.conftest import make_config, write, NOTES
 from tests.fakes import FakeEmbedder
+from tests.test_chunker import source_lines
 from tests.test_crash_safety import TreeGuard
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
@@ -67,11 +68,6 @@ nested = st.builds(
 )
 
 
-def source_lines(text: str) -> list[str]:
-    lines = text.removeprefix("\ufeff").split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def assert_chunk_invariants(doc: ParsedDocument, text: str, check_coverage: bool) -> None:

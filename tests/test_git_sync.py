@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +92,6 @@ class Index:
         with closing(Store.open(self.config.db, readonly=True)) as store:
             ids = [chunk_id for chunk_id, _ in store.fts_search(f'"{word}"', 50, SearchScope())]
             return {row.path for row in store.chunk_rows(ids).values()}
-
-
-class closing:  # noqa: N801 - reads like contextlib.closing, which lacks the Store type
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __enter__(self) -> Store:
-        return self.store
-
-    def __exit__(self, *exc: object) -> None:
-        self.store.close()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,10 @@ from indexer.embedders import Embedder
 from indexer.lock import SyncLock
 from indexer.store import Store
 from search import cli as cli_module
+from tests.conftest import wait_for as shared_wait_for
 from tests.embed_servers import OllamaServer
 from tests.gitutil import commit, init_upstream
-from tests.test_git_sync import DAY, T0, Index, closing, note, url
+from tests.test_git_sync import DAY, T0, Index, note, url
 
 POLL_SECONDS = 15.0
 WEIRD = "dir with spaces $(touch pwned) `touch pwned2`; 'q\" $HOME"
@@ -53,15 +55,8 @@ def hook_jobs(needle: str) -> list[int]:
     return pids
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = POLL_SECONDS, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
+def wait_for(predicate: Callable[[], Any], what: str) -> Any:
+    return shared_wait_for(predicate, what, timeout=POLL_SECONDS, interval=0.1)
 
 
 @pytest.fixture(autouse=True)

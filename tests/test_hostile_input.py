@@ -43,7 +43,7 @@ from indexer.store import Store
 from indexer.sync import run_sync
 from indexer.embedders import make_embedder
 from search import cli as cli_module
-from tests.conftest import NOTES, write_tree
+from tests.conftest import NOTES, assert_one_line_error, write_tree
 from tests.embed_servers import OllamaServer, closed_port_url
 from tests.gitutil import commit, init_upstream
 from tests.test_crash_safety import (  # noqa: F401 - `untouched` is a fixture
@@ -88,15 +88,6 @@ def cli(config: Path | None, *args: str) -> Result:
     return CliRunner().invoke(cli_module.cli, [*prefix, *args])
 
 
-def assert_one_line_error(result: Result, *needles: str) -> str:
-    """Exit 1, no traceback, exactly one line on stderr starting with 'Error:' and naming needles."""
-    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected one line, got: {result.stderr!r}"
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 

@@ -15,10 +15,10 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from watchdog.events import (
@@ -43,22 +43,10 @@ from indexer.model import KnownFile
 from indexer.store import Store
 from indexer.watch import Debouncer, Watcher, collapse, event_targets
 from search.engine import search
-from tests.conftest import FAKE_EMBEDDING
+from tests.conftest import FAKE_EMBEDDING, wait_for
 from tests.fakes import FakeEmbedder
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_for(check: Callable[[], T], what: str, timeout: float = 5.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def known(config: Config, source_id: str = "notes") -> dict[str, KnownFile]:
