@@ -319,10 +319,10 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     try:
         check_scope_exists(config, store, scope)
         lag = None
-        if scope.path or scope.source_ids:
+        if scope.path or scope.source_ids or path is not None:  # `--path .` scopes every source whole
             from indexer.sync import catch_up
 
-            lag = catch_up(config, scope.source_ids, scope.path, app.embedder)
+            lag = catch_up(config, scope.source_ids, scope.path, None if mode == "lex" else app.embedder)
         response = search(store, config, text, k=k, mode=mode, scope=scope, embedder_factory=app.embedder)
     finally:
         store.close()

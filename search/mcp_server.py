@@ -148,15 +148,16 @@ class NotesTools:
         label = f"{found[0]}:{key}" if len(found) == 1 else key
         return Target(SearchScope(source_ids=tuple(found), path=key or None), label, [(sid, rel) for sid in found])
 
-    def catch_up(self, target: Target) -> list[str]:
+    def catch_up(self, target: Target, embed: bool = True) -> list[str]:
         """Index what changed on disk inside the target first, so a note written just before the
-        search is found by it (seed B §8); bounded, and it never rebuilds."""
+        search is found by it; bounded, and it never rebuilds. `embed=False` (a lexical search)
+        indexes the text only and leaves the vectors to the next sync."""
         from indexer.sync import catch_up
 
         notices = []
         for source_id, place in target.places:
             if isinstance(self.config.sources[source_id], WorkspaceSource):
-                notice = catch_up(self.config, (source_id,), place or None, self.embedder)
+                notice = catch_up(self.config, (source_id,), place or None, self.embedder if embed else None)
                 if notice and notice not in notices:
                     notices.append(notice)
         return notices
@@ -166,7 +167,7 @@ class NotesTools:
     def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
         with self.store() as store:
             target = self.resolve(store, path)
-            lag = self.catch_up(target) if not target.scope.is_all else []
+            lag = self.catch_up(target, embed=mode != "lex") if not target.scope.is_all else []
             response = search(store, self.config, query, k=k, mode=mode, scope=target.scope,
                               embedder_factory=self.embedder, resident=self.resident_vectors())
         data = response.to_json()
