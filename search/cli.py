@@ -169,7 +169,8 @@ def init(app: App, notes_dir: str, source_id: str) -> None:
 def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json: bool) -> None:
     """Bring the index up to date (the cron / hook job).
 
-    Exits 0 at once, silently, when another sync holds the lock.
+    Exits 0 at once when another sync holds the lock: silently, or with --json an object
+    that says `"locked": true`.
     """
     from indexer.sync import run_sync
 
@@ -181,10 +182,12 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
                           embedder_factory=app.embedder, progress=progress)
     finally:
         finish()
-    if report.locked:
+    if report.locked and not as_json:
         return
     if as_json:
         emit_json(_sync_json(report))
+        if report.locked:
+            return
     elif interactive:
         _print_sync_summary(report)
     for failed in report.failed:
@@ -219,7 +222,9 @@ def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], N
 
 
 def _sync_json(report: SyncReport) -> dict[str, object]:
+    """`locked`: another sync held the lock, so nothing was done (every count is zero)."""
     return {
+        "locked": report.locked,
         "changed": report.changed,
         "seconds": report.seconds,
         "embedded": report.embedded,
