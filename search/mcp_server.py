@@ -311,33 +311,38 @@ class NotesTools:
         }
 
     def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
-        from search.grep import grep
+        from search.grep import GrepResult, grep, summary
 
         if not pattern:
             raise NotesSearchError("empty pattern")
-        hits: "list[GrepHit]" = []
+        found = GrepResult()
         with self.maybe_store() as store:
             target = self.resolve(store, path)
-            # everything: one call, which skips sources that cannot be searched yet (never synced)
+            # everything: one call over every source (those that cannot be searched are listed)
             places: list[tuple[tuple[str, ...], str | None]] = [((), None)]
             if not target.scope.is_all:
                 places = [((sid,), place or None) for sid, place in target.places]
             for source_ids, place in places:
                 # one line more than shown: "truncated" only when there really is more
-                hits += grep(self.config, store, pattern, source_ids=source_ids, path=place,
-                             ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS + 1 - len(hits))
-                if len(hits) > GREP_MAX_HITS:
+                found.merge(grep(self.config, store, pattern, source_ids=source_ids, path=place,
+                                 ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS + 1 - len(found)))
+                if len(found) > GREP_MAX_HITS:
                     break
-        truncated = len(hits) > GREP_MAX_HITS
-        hits = hits[:GREP_MAX_HITS]
+        found.check_searched()
+        truncated = len(found) > GREP_MAX_HITS
+        hits: "list[GrepHit]" = found[:GREP_MAX_HITS]
         results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in hits]
+        notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if truncated else []
+        if found.unsearched:
+            notices.append(f"not searched ({len(found.unsearched)}, see unsearched): {summary(found.unsearched)}")
         return {
             "pattern": pattern,
             "scope": target.label,
             "count": len(results),
             "truncated": truncated,
-            "notice": f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern" if truncated else None,
+            "notice": "; ".join(notices) or None,
             "hits": results,
+            "unsearched": [item.to_json() for item in found.unsearched],
         }
 
     def collections(self, prefix: str | None) -> dict[str, Any]:
