@@ -446,7 +446,8 @@ def build_server(tools: NotesTools) -> "MCPServer":
         fixed: Annotated[bool, Field(description="Treat the pattern as a literal string.")] = False,
     ) -> dict[str, Any]:
         """Live exact search over the note files, no index: always current. Best for hostnames,
-        numbers, error codes, tags. Each hit has `ref` (source:path:line) and the matching line."""
+        numbers, error codes, tags. Each hit has `ref` (source:path:line) and the matching line;
+        `unsearched` names any source, folder or file that could not be searched."""
         with _tool_errors():
             return tools.grep(pattern, path, ignore_case, fixed)
 
