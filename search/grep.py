@@ -221,7 +221,7 @@ class _WalkLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg == UNLISTABLE and isinstance(record.args, tuple) and len(record.args) == 2:
-            rel = nfc(os.path.relpath(os.fspath(record.args[0]), self.root)).replace(os.sep, "/")
+            rel = nfc(os.path.relpath(str(record.args[0]), self.root)).replace(os.sep, "/")
             self.problems.folders.append(("" if rel == "." else rel + "/", _reason(str(record.args[1]))))
         _log.handle(record)
 
@@ -236,7 +236,8 @@ def _workspace_files(source: WorkspaceSource, folder: str, problems: _Problems) 
     """
     walked = dataclasses.replace(source, scope=source.scope.within(nfc(folder))) if folder else source
     root = os.fspath(source.root)
-    walk_log = logging.Logger("notes_search.grep.walk")  # private: concurrent greps stay apart
+    # a logger of its own, outside the registry: concurrent greps (MCP threads) stay apart
+    walk_log = logging.Logger("notes_search.grep.walk")  # noqa: LOG001
     walk_log.addHandler(_WalkLog(root, problems))
     return sorted((item.rel, os.path.relpath(item.path, root)) for item in workspace.list_files(walked, log=walk_log))
 
