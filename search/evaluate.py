@@ -32,6 +32,7 @@ from indexer.config import Config
 from indexer.errors import NotesSearchError
 from indexer.store import Store
 from search.engine import MODES, Hit, search
+from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
@@ -363,6 +364,7 @@ def eval_command(app: App, file: Path, modes: tuple[str, ...], as_json: bool) ->
     finally:
         store.close()
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+        echo_json(report.to_json())
     else:
-        click.echo(format_report(report))
+        for line in format_report(report).split("\n"):  # a question's own newline stays escaped
+            echo(line)
