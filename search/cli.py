@@ -19,7 +19,7 @@ from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config,
 from indexer.errors import NotesSearchError, PathOutsideSources
 from indexer.store import SearchScope, Store
 from search.engine import MODES, SearchResponse, search
-from search.terminal import Safe, echo, echo_json, safe_errors, styled
+from search.terminal import Safe, SafeLogFormatter, echo, echo_json, safe_errors, styled
 
 if TYPE_CHECKING:  # heavy imports (numpy, requests, pygit2, markdown-it) load only when a command needs them
     from indexer.embedders import Embedder
@@ -114,7 +114,8 @@ def setup_logging(config: Config) -> None:
     except OSError as exc:
         raise NotesSearchError(f"cannot write log file {config.log}: {exc}") from None
     handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # one record per line, whatever a file name holds: people `tail -f` this file
+    handler.setFormatter(SafeLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
 

@@ -46,8 +46,9 @@ def safe_errors() -> Iterator[None]:
 
 
 class SafeLogFormatter(logging.Formatter):
-    """Log lines for a terminal (watch): a record stays one line whatever the file names hold;
-    a traceback keeps its lines."""
+    """Log lines for a terminal (watch) and the log file (read with `tail -f`): a record stays
+    one line whatever the file names hold, so a name cannot forge a record; a traceback keeps
+    its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         return safe_for_terminal(super().formatMessage(record))

@@ -31,7 +31,7 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.config import EmbeddingConfig
+from indexer.config import EmbeddingConfig, load_config
 from indexer.safe_text import safe_for_terminal, safe_json
 from indexer.toc import toc_path
 from search import cli as cli_module
@@ -247,8 +247,6 @@ def test_toc_lines_stay_one_per_file_on_screen_and_on_disk(hostile, tmp_path: Pa
     assert "## ops/ — collection: ops" in lines
     files = [line for line in lines if line.startswith("- ")]
     assert len(files) == 6  # one line per indexed file: the newline in a name did not add one
-    from indexer.config import load_config
-
     on_disk = toc_path(load_config(tmp_path / "notes-search.yaml"), "notes").read_text(encoding="utf-8")
     assert_terminal_safe(on_disk, "the TOC file")  # people `cat` it
     data = json.loads(run("toc", "--json").stdout)
@@ -408,6 +406,17 @@ def test_watch_log_lines_are_one_line_each(tmp_path: Path, monkeypatch: pytest.M
     assert "indexed notes:x\\x1b[2J\\nfake line.md" in result.stderr
 
 
+def test_log_file_records_stay_one_line(hostile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run, notes = hostile
+    (notes / f"fake\n2026-01-01 ERROR forged{OSC}.md").write_bytes(b"\0binary")
+    assert run("sync").exit_code == 0
+    log = load_config(tmp_path / "notes-search.yaml").log
+    lines = log.read_text(encoding="utf-8").split("\n")
+    assert not any(line.startswith("2026-01-01 ERROR forged") for line in lines)
+    assert any("fake\\n2026-01-01 ERROR forged\\x1b]0;HACKED\\x07.md" in line for line in lines)
+    assert_terminal_safe(log.read_text(encoding="utf-8"), "the log file")
+
+
 def test_no_output_bypasses_the_boundary() -> None:
     """Every print of the CLI goes through search.terminal (echo / styled / echo_json)."""
     repo = Path(__file__).resolve().parent.parent
@@ -435,6 +444,10 @@ file_name = st.lists(st.one_of(st.sampled_from([p for p in PIECES if "\x00" not 
 body = st.one_of(noteish.map(str.encode), st.binary(max_size=200))
 
 
+def safe_name(name: str) -> str:
+    return "notes:" + safe_for_terminal(name)
+
+
 @pytest.fixture(scope="module")
 def fuzz_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("fuzz")
@@ -458,15 +471,21 @@ def test_no_byte_of_a_note_or_its_name_reaches_the_terminal(fuzz_world: Path, mo
     run = make_runner(fuzz_world)
     assert_result_safe(run("sync"))
     ref = f"notes:{name}"
-    for args in (("query", "fuzzmark", "--mode", "lex"), ("show", ref), ("show", f"{ref}:2:3"), ("toc",),
+    for args in (("query", "fuzzmark", "--mode", "lex"), ("show", ref), ("show", f"{ref}:2:3"),
                  ("status", "--offline"), ("status", ref, "--offline"), ("reindex", ref)):
         result = run(*args)
         assert result.exit_code in (0, 1), (args, result.output)
         assert_result_safe(result)
+    toc = run("toc")
+    assert_result_safe(toc)
+    assert sum(line.startswith("- ") for line in toc.stdout.split("\n")) <= 1  # one line per file
     for engine in ("rg", "python") if HAVE_RG else ("python",):
         with monkeypatch.context() as patch:
             use_engine(engine, tmp_path, patch)
-            assert_result_safe(run("grep", "fuzzmark"))
+            grep = run("grep", "fuzzmark")
+        assert_result_safe(grep)
+        hits = [line for line in CLICK_STYLE.sub("", grep.stdout).split("\n") if line]
+        assert all(line.startswith(f"{safe_name(name)}:") for line in hits), (engine, hits)  # one line per hit
     query = run("query", "fuzzmark", "--mode", "lex", "--json")
     assert_terminal_safe(query.stdout)
     if b"\0" not in data:
