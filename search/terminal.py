@@ -41,7 +41,9 @@ def safe_errors() -> Iterator[None]:
     try:
         yield
     except click.ClickException as exc:
-        exc.message = safe_for_terminal(exc.message)
+        # rewritten in place (click types it Final): every subclass formats its line around
+        # `message`, and the usage text a UsageError prints keeps its context
+        exc.message = safe_for_terminal(exc.message)  # type: ignore[misc]
         raise
 
 

@@ -359,11 +359,14 @@ def test_status_sync_hooks_and_init_escape_paths(tmp_path: Path, monkeypatch: py
 def test_eval_report_escapes_questions(hostile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run, _ = hostile
     questions = tmp_path / "q.jsonl"
-    questions.write_text(json.dumps({"question": f"restart {OSC}\nservers", "path": "ops/runbook.md"}) + "\n",
+    # a miss (another file answers first), so the report prints the question and the expected path
+    questions.write_text(json.dumps({"question": f"restart {OSC}\nservers", "path": f"esc{CSI}name.md"}) + "\n",
                          encoding="utf-8")
     result = run("eval", str(questions), "--mode", "lex")
     assert result.exit_code == 0, result.output
     assert_result_safe(result)
+    assert "  [-] restart \\x1b]0;HACKED\\x07\\nservers" in result.stdout.split("\n")  # one line
+    assert "      expected esc\\x1b[2Jname.md (not in top 10); first: notes:ops/runbook.md:1" in result.stdout
     assert_terminal_safe(run("eval", str(questions), "--mode", "lex", "--json").stdout)
 
 
