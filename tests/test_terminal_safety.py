@@ -356,6 +356,35 @@ def test_status_sync_hooks_and_init_escape_paths(tmp_path: Path, monkeypatch: py
     assert "wrote " in init.stdout and "root\\x1b]0;HACKED" in init.stdout
 
 
+def test_git_source_names_and_text_are_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mirror files (git grep -z, blobs at the indexed rev) go through the same boundary."""
+    monkeypatch.setattr(cli_module, "make_embedder", fake_embedder)
+    upstream = tmp_path / "up"
+    upstream.mkdir()
+    git(upstream, "init", "-q", "-b", "main")
+    for name, text in HOSTILE.items():
+        (upstream / name).write_bytes(text.encode())
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "hostile")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    run = make_runner(write_config(tmp_path / "notes-search.yaml", tmp_path, notes,
+                                   f"  git:\n    wiki:\n      url: {json.dumps(str(upstream))}\n"))
+    assert run("sync").exit_code == 0
+    found = run("grep", "hostilemarker", "--source", "wiki")
+    assert_result_safe(found)
+    out = CLICK_STYLE.sub("", found.stdout)
+    assert "wiki:new\\nline.md:3: hostilemarker in a file whose name has a newline" in out.split("\n")
+    assert "wiki:esc\\x1b[2Jname.md:3: hostilemarker in a file whose name has CSI" in out.split("\n")
+    shown = run("show", "wiki:osc.md")
+    assert_result_safe(shown)
+    assert shown.stdout.startswith("# t \\x1b]0;HACKED\\x07\n")
+    for args in (("toc", "--source", "wiki"), ("query", "hostilemarker", "--mode", "lex", "--source", "wiki")):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert_result_safe(result)
+
+
 def test_eval_report_escapes_questions(hostile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run, _ = hostile
     questions = tmp_path / "q.jsonl"
