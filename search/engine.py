@@ -36,10 +36,10 @@ class Hit:
     explain: dict[str, float | int | None] = field(default_factory=dict)
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
-        # `ref` is what an agent hands to `show` / MCP `get` to read on from this hit
-        data = {"ref": f"{self.source}:{self.path}:{self.line}", **asdict(self)}
+        data = asdict(self)
         if not explain:
             data.pop("explain")
+        data["ref"] = f"{self.source}:{self.path}:{self.line}"  # what `show` / MCP `get` take
         return data
 
 

@@ -46,7 +46,7 @@ class GrepHit:
     rev: str | None  # the commit searched, for git sources
 
     def to_json(self) -> dict[str, object]:
-        return {"ref": f"{self.source}:{self.path}:{self.line}", **dataclasses.asdict(self)}
+        return {**dataclasses.asdict(self), "ref": f"{self.source}:{self.path}:{self.line}"}
 
 
 Hits = Generator[GrepHit, None, None]
