@@ -17,10 +17,10 @@ visible escape instead of sending it:
   file for `show`): a name or heading must never start a new line that looks like output.
   In multi-line text a CR that ends a line (CRLF) is kept; any other CR is escaped.
 
-The escape is Python's spelling (`\\n`, `\\r`, `\\x1b`, `\\u202e`); a backslash itself is not
-escaped, so the display is unambiguous about what is control and what is not only in that
-direction, which is all a terminal needs. JSON gets the same characters as `\\uXXXX` escapes,
-which decode to the exact original text.
+The escape is Python's spelling (`\\n`, `\\r`, `\\x1b`, `\\u202e`). A backslash itself is not
+escaped, so a note holding the four characters `\\x1b` looks like one holding ESC: ambiguous to
+the eye, harmless to the terminal, and note text with backslashes (paths, regexes) stays as
+written. JSON gets the same characters as `\\uXXXX` escapes, which decode to the exact text.
 """
 
 from __future__ import annotations
