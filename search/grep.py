@@ -49,7 +49,7 @@ class GrepHit:
     rev: str | None  # the commit searched, for git sources
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "ref": f"{self.source}:{self.path}:{self.line}"}
 
 
 @dataclass(frozen=True)
@@ -136,25 +136,27 @@ def _reason(text: str) -> str:
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
-def _file_errors(stderr: str, names: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
+def _file_errors(stderr: str, names: dict[str, str]) -> tuple[list[tuple[str, str]], str]:
     """Split rg's (or the fallback's) messages into per-file errors, as (index path, reason),
-    and the other lines. A file error reads `[rg: ]NAME: REASON` with NAME one we passed."""
+    and the rest. A file error starts a line as `[rg: ]NAME: REASON`, NAME one we passed (it
+    may hold a newline itself, so names are looked for, not lines split)."""
     errors: list[tuple[str, str]] = []
-    other: list[str] = []
-    for line in stderr.splitlines():
-        text = line.removeprefix("rg: ")
+    spans: list[tuple[int, int]] = []
+    for disk, rel in names.items():
+        marker = disk + ": "
         start = 0
-        while (cut := text.find(": ", start)) != -1:
-            if text[:cut] in names:
-                reason = _reason(text[cut + 2 :])
-                if reason != "no such file or directory":  # deleted since the walk: nothing to search
-                    errors.append((names[text[:cut]], reason))
+        while (at := stderr.find(marker, start)) != -1:
+            if at == 0 or stderr[at - 1] == "\n" or stderr[max(0, at - 4) : at] == "rg: ":
+                end = stderr.find("\n", at + len(marker))
+                end = len(stderr) if end == -1 else end
+                errors.append((rel, _reason(stderr[at + len(marker) : end])))
+                spans.append((at, end))
                 break
-            start = cut + 1
-        else:
-            if line.strip():
-                other.append(line)
-    return errors, other
+            start = at + 1
+    rest = stderr
+    for at, end in sorted(spans, reverse=True):
+        rest = rest[:at] + rest[end:]
+    return errors, "\n".join(ln for ln in rest.splitlines() if ln.strip() and ln.strip() != "rg:")
 
 
 class _ToolFailed(Exception):
@@ -198,6 +200,18 @@ def _stream(cmd: list[str], cwd: Path | None) -> Iterator[bytes]:
             raise NotesSearchError(f"{cmd[0]} gave no answer within {GREP_TIMEOUT:g} s; narrow the pattern or --path")
         err.seek(0)
         raise _ToolFailed(err.read().decode("utf-8", errors="replace"))
+
+
+def _records(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """Whole `name NUL ...` records: rg, git grep -z and the fallback end every record with a
+    newline, so a file name that holds one arrives split over several lines."""
+    pending = b""
+    for raw in lines:
+        if b"\0" not in raw:
+            pending += raw
+            continue
+        yield pending + raw
+        pending = b""
 
 
 def _invalid(pattern: str, reason: str) -> NotesSearchError:
@@ -261,7 +275,7 @@ def _batches(files: Sequence[str]) -> Iterator[list[str]]:
 _PYTHON_GREP = r"""
 import re, sys
 matcher = re.compile(sys.argv[2], re.IGNORECASE if sys.argv[1] == "i" else 0)
-out = sys.stdout.buffer
+out, err = sys.stdout.buffer, sys.stderr.buffer
 failed = False
 for name in sys.argv[3:]:
     try:
@@ -269,7 +283,7 @@ for name in sys.argv[3:]:
             data = f.read()
     except OSError as exc:
         if not isinstance(exc, FileNotFoundError):
-            sys.stderr.write(name + ": " + (exc.strerror or str(exc)) + "\n")
+            err.write(name.encode("utf-8", "surrogateescape") + b": " + (exc.strerror or str(exc)).encode() + b"\n")
             failed = True
         continue
     if b"\0" in data[:%d]:
@@ -303,7 +317,7 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
     by_name = {disk: rel for rel, disk in files}
     for batch in _batches([disk for _, disk in files]):
         try:
-            for raw in _stream([*prefix, *batch], source.root):
+            for raw in _records(_stream([*prefix, *batch], source.root)):
                 name, sep, rest = raw.partition(b"\0")
                 number, colon, text = rest.partition(b":")
                 if not sep or not colon or not number.isdigit() or name not in index_path:
@@ -312,10 +326,11 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
         except _ToolFailed as exc:
             # exit 2: files that could not be read (searched all the same: the rest is
             # complete), or a pattern error, which comes before any file is read
-            unreadable, other = _file_errors(exc.stderr, by_name)
-            if not unreadable and other:
+            failed, other = _file_errors(exc.stderr, by_name)
+            if other and not failed:
                 raise _invalid(pattern, _one_line(exc.stderr)) from None
-            problems.files += unreadable
+            # a file deleted since the walk has nothing left to search: not a miss
+            problems.files += [(rel, reason) for rel, reason in failed if reason != "no such file or directory"]
 
 
 def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
@@ -377,7 +392,7 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
 def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits:
     prefix = rev.encode() + b":"
     scope = source.scope.within(folder)
-    for raw in _stream(cmd, None):
+    for raw in _records(_stream(cmd, None)):
         name, _, rest = raw.partition(b"\0")
         number, _, text = rest.partition(b"\0")
         path = name.removeprefix(prefix).decode("utf-8", errors="replace")
