@@ -21,7 +21,7 @@ from pathlib import Path
 from indexer.config import Config, EmbeddingConfig
 
 OUTAGE_WINDOW = 45.0  # seconds a failed embedder is left alone by searches
-STATE_FILE = "embedder-outage.json"  # next to the index database
+STATE_FILE = ".embedder-outage.json"  # next to the index, like the sync lock
 
 
 def _key(embedding: EmbeddingConfig) -> str:
