@@ -15,8 +15,8 @@ import click
 
 from typing import TYPE_CHECKING
 
-from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, load_config
-from indexer.errors import NotesSearchError, PathOutsideSources
+from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, load_config, selection_warnings
+from indexer.errors import ConfigError, NotesSearchError, PathOutsideSources
 from indexer.store import SearchScope, Store
 from search.engine import MODES, SearchResponse, search
 
@@ -71,9 +71,15 @@ def make_embedder(config: EmbeddingConfig) -> Embedder:
     return build(config)
 
 
+# Commands that write the index: only these create the db's and the log's folders. The others
+# read; when they fail (no index yet, a bad argument) they leave nothing behind.
+WRITING_COMMANDS = frozenset({"sync", "reindex", "watch", "mcp", "hooks"})
+
+
 @dataclass
 class App:
     config_option: str | None
+    writes: bool = True
     _config: Config | None = None
     _embedder: Embedder | None = None
 
@@ -81,7 +87,7 @@ class App:
     def config(self) -> Config:
         if self._config is None:
             self._config = load_config(find_config(self.config_option))
-            setup_logging(self._config)
+            setup_logging(self._config, create=self.writes)
         return self._config
 
     def embedder(self) -> Embedder:
@@ -94,8 +100,10 @@ class App:
         return Store.open(self.config.db, readonly=readonly)
 
 
-def setup_logging(config: Config) -> None:
-    """Log to the config's log file; nothing goes to the terminal from here (cron stays silent)."""
+def setup_logging(config: Config, create: bool = True) -> None:
+    """Log to the config's log file; nothing goes to the terminal from here (cron stays silent).
+    Without `create` (a read-only command) the log is used only if its folder exists and the
+    file can be opened: reading the index must not need, or make, a writable log."""
     root = logging.getLogger("notes_search")
     if any(getattr(h, "notes_search_file", None) == str(config.log) for h in root.handlers):
         return
@@ -103,11 +111,16 @@ def setup_logging(config: Config) -> None:
         if getattr(handler, "notes_search_file", None):
             root.removeHandler(handler)
             handler.close()
+    if not create and not config.log.parent.is_dir():
+        return
     try:
-        config.log.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            config.log.parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(config.log, encoding="utf-8")
     except OSError as exc:
-        raise NotesSearchError(f"cannot write log file {config.log}: {exc}") from None
+        if not create:
+            return
+        raise ConfigError(f"cannot write log file {config.log} (`log:` in the config): {exc.strerror or exc}") from None
     handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
@@ -127,7 +140,7 @@ def emit_json(data: object) -> None:
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """Hybrid (BM25 + vector) search over markdown notes in git repositories and folders."""
-    ctx.obj = App(config_path)
+    ctx.obj = App(config_path, writes=ctx.invoked_subcommand in WRITING_COMMANDS)
 
 
 pass_app = click.make_pass_decorator(App)
@@ -174,6 +187,10 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
     from indexer.sync import run_sync
 
     config = app.config
+    for warning in selection_warnings(config):
+        log.warning("%s", warning)
+        if not quiet:
+            click.echo(f"warning: {warning}", err=True)
     interactive = stderr_is_terminal() and not quiet and not as_json
     progress, finish = _progress_printer() if interactive else (None, lambda: None)
     try:
