@@ -37,8 +37,11 @@ class SyncLock:
                     os.close(fd)
                     return False
                 time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass  # the pid is for people looking at the file; the flock alone is the lock (disk full)
         self._fd = fd
         return True
 

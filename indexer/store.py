@@ -138,9 +138,13 @@ STORAGE_ERRORS = (apsw.FullError, apsw.ReadOnlyError, apsw.IOError, apsw.Corrupt
                   apsw.CantOpenError, apsw.PermissionsError)
 
 
-def storage_error(path: Path, exc: apsw.Error) -> StoreError:
+def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreError:
     """One line naming the index file and what went wrong with it."""
-    if isinstance(exc, apsw.FullError):
+    if reading and isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError)):
+        # a WAL database is read through its -shm/-wal files, created next to it on first use
+        problem = (f"cannot be read by this user ({exc}): SQLite keeps {path.name}-shm and -wal next "
+                   "to the index, so its folder must be writable for this user")
+    elif isinstance(exc, apsw.FullError):
         problem = "the disk is full (free some space, then run `notes-search sync` again)"
     elif isinstance(exc, apsw.ReadOnlyError):
         problem = "it is read-only for this user (a sync needs write access to it and to its folder)"
@@ -280,7 +284,7 @@ class Store:
             raise
         except apsw.Error as exc:
             conn.close()
-            raise storage_error(path, exc) from None
+            raise storage_error(path, exc, reading=readonly) from None
         return store
 
     def close(self) -> None:
