@@ -165,8 +165,12 @@ def init(app: App, notes_dir: str, source_id: str) -> None:
         relative = notes_root.resolve().relative_to(target.resolve().parent)
     except ValueError:
         relative = notes_root.resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))), encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
+            file.write(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
     click.echo(f"wrote {target}; next: notes-search -c {target} sync")
 
 

@@ -348,3 +348,15 @@ def test_config_numbers_are_bounded() -> None:
             parse_config(text, "c.yaml")
     with pytest.raises(ConfigError, match="^c.yaml: embedding.timeout: "):
         parse_config(base + ", timeout: .nan}\n", "c.yaml")
+
+
+def test_init_into_a_folder_that_is_not_writable_is_one_line(as_user: list[str], shared: Path) -> None:
+    locked = shared / "locked"
+    locked.mkdir(mode=0o555)
+    locked.chmod(0o555)
+    notes_in(shared)
+    for target in (locked / "notes-search.yaml", locked / "sub" / "notes-search.yaml"):
+        proc = subprocess.run([*as_user, sys.executable, "-c", RUN_CLI, "--config", str(target), "init", "notes"],
+                              capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=shared,
+                              stdin=subprocess.DEVNULL)
+        assert_one_line(proc, str(target), "Permission denied")
