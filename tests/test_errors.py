@@ -146,6 +146,12 @@ def test_read_only_index_is_one_line(as_user: list[str], shared: Path) -> None:
         (shared / "db" / name).chmod(0o666)
     (shared / "db" / "index.sqlite").chmod(0o444)
     assert_one_line(run_as(as_user, config, "sync"), str(shared / "db" / "index.sqlite"), "read-only")
+    # a scoped query still answers from what is indexed; its catch-up says why it could not run
+    scoped = run_as(as_user, config, "query", "restic", "--source", "notes", "--mode", "lex", "--json")
+    assert scoped.returncode == 0, scoped.stderr
+    answer = json.loads(scoped.stdout)
+    assert answer["results"][0]["path"] == "a.md"
+    assert "could not be updated" in answer["notice"] and "read-only" in answer["notice"]
     # reading a WAL index needs its folder writable (for -shm): said as such, not a traceback
     for extra in (shared / "db").glob("index.sqlite-*"):
         extra.unlink()
