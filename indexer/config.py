@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -24,6 +23,7 @@ MAX_DIMS = 8192  # sqlite-vec's limit on a vector column
 MAX_BATCH = 4096
 MAX_RETRIES = 20
 MAX_TIMEOUT = 86_400.0
+MAX_KEEP_ALIVE = 10 * 365 * 86_400.0  # -1 (for ever) is the usual value; infinity is not JSON
 LOCAL_MODEL = "multilingual-e5-small"
 PROVIDERS = ("local", "ollama", "openai")
 
@@ -241,18 +241,15 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     if local and dims != 384:
         raise c.fail("embedding.dims", f"{LOCAL_MODEL} has 384 dimensions, got {dims}")
     keep_alive = raw.get("keep_alive", -1)
-    if (isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str))
-            or (isinstance(keep_alive, float) and not math.isfinite(keep_alive))
-            or (isinstance(keep_alive, int) and abs(keep_alive) > MAX_TIMEOUT * 365)):
-        raise c.fail("embedding.keep_alive", f"expected a number (or a duration like '24h'), got {keep_alive!r}")
     if isinstance(keep_alive, str):
         try:
             keep_alive = float(keep_alive) if "." in keep_alive else int(keep_alive)
         except ValueError:
             pass  # a duration string such as "24h" is valid for Ollama as is
-        else:
-            if not math.isfinite(keep_alive) or abs(keep_alive) > MAX_TIMEOUT * 365:
-                raise c.fail("embedding.keep_alive", f"expected a finite number of seconds, got {raw['keep_alive']!r}")
+    if (isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str))
+            or (not isinstance(keep_alive, str) and not abs(keep_alive) <= MAX_KEEP_ALIVE)):  # NaN too
+        raise c.fail("embedding.keep_alive", f"expected a number of seconds up to {MAX_KEEP_ALIVE:g} "
+                                             f"(or a duration like '24h'), got {raw['keep_alive']!r}")
     default_q, default_p = ("query: ", "passage: ") if local else ("", "")
     query_prefix = raw.get("query_prefix", default_q)
     passage_prefix = raw.get("passage_prefix", default_p)
