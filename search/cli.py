@@ -116,6 +116,10 @@ def setup_logging(config: Config, create: bool = True) -> None:
         if getattr(handler, "notes_search_file", None):
             root.removeHandler(handler)
             handler.close()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        # without a log file, records go nowhere: Python's last-resort handler would print them
+        # on stderr, where the command already says what matters in its own words
+        root.addHandler(logging.NullHandler())
     if not create and not config.log.parent.is_dir():
         return
     try:
