@@ -392,7 +392,7 @@ def run(quick: bool) -> str:
     speed_rows, accuracy_rows = [], []
     rounds = 3 if quick else 10
     candidates = CANDIDATES + [
-        Candidate("chosen: indexer.language.detect_language", "py3langid", "py3langid", "import indexer.language as l; l.detect_language('x')", _chosen)
+        Candidate("chosen: indexer.language.detect_language", "py3langid", "py3langid", "import indexer.language as l; l.detect_language('jak obnovit zálohu databáze')", _chosen)
     ]
     for cand in candidates:
         if importlib.util.find_spec(cand.module) is None:

@@ -109,6 +109,8 @@ MIN_LETTERS = 8
 # The winner's probability among the candidate languages; below it the text is ambiguous
 # (measured in bench/bench_langid.py, see bench/EVAL.md).
 MIN_CONFIDENCE = 0.4
+# Slovak wins over Czech only by more than this factor when no letter only Slovak has is there.
+CZECH_TIE = 0.5
 # Both scripts at least this share of the letters: mixed text (a Russian note quoting English
 # sentences, or the reverse), whatever the detector would say.
 MIXED_SCRIPT_SHARE = 0.25
@@ -117,7 +119,7 @@ MIXED_SCRIPT_SHARE = 0.25
 WINDOW_CHARS = 100
 
 _CZECH_ONLY = frozenset("řůěŘŮĚ")
-_SLOVAK_ONLY = frozenset("ľĺŕôĽĹŔÔ")
+_SLOVAK_ONLY = frozenset("ľĺŕôäĽĹŔÔÄ")
 # query syntax words, not language: "backup OR restore"
 _QUERY_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 _CYRILLIC = re.compile("[\u0400-\u052f]")
@@ -141,24 +143,24 @@ def _identifier() -> LanguageIdentifier:
     return _identifier_instance
 
 
-def _classify(sample: str) -> str:
-    """The supported language `sample` is written in, or UNKNOWN."""
-    language, probability = _identifier().classify(sample)
+def _classify(sample: str, alphabet: set[str]) -> str:
+    """The supported language `sample` is written in, or UNKNOWN; `alphabet`: the text's letters."""
+    identifier = _identifier()
+    language, probability = identifier.classify(sample)
+    czech, slovak = bool(alphabet & _CZECH_ONLY), bool(alphabet & _SLOVAK_ONLY)
+    if language == "cs" and slovak and not czech:
+        language = "sk"
+    elif language == "sk" and czech and not slovak:
+        language = "cs"
+    elif language == "sk" and not slovak:
+        # Czech and Slovak share most n-grams: without a letter only Slovak has, a near tie goes
+        # to Czech (the language these notes are far more likely to be in)
+        scores = dict(identifier.rank(sample))
+        if scores.get("cs", 0.0) >= CZECH_TIE * probability:
+            language, probability = "cs", probability + scores["cs"]
     if language not in SUPPORTED_LANGUAGES or probability < MIN_CONFIDENCE:
         return UNKNOWN
     return str(language)
-
-
-def _czech_or_slovak(language: str, letters: set[str]) -> str:
-    """ř, ů and ě are Czech only; ľ, ĺ, ŕ and ô Slovak only: surer than n-grams on short text."""
-    if language not in ("cs", "sk"):
-        return language
-    czech, slovak = bool(letters & _CZECH_ONLY), bool(letters & _SLOVAK_ONLY)
-    if czech and not slovak:
-        return "cs"
-    if slovak and not czech:
-        return "sk"
-    return language
 
 
 def _leading(words: list[str]) -> list[str]:
@@ -172,8 +174,8 @@ def _leading(words: list[str]) -> list[str]:
 
 
 def _detect_words(head: list[str], tail: list[str]) -> str:
-    """The language of a text's words: `head` from its start, `tail` (maybe empty) from its end;
-    when both are there they must agree."""
+    """The language of a text's words: `head` from its start, `tail` (maybe empty) from its end.
+    A text longer than two windows is read at its start and at its end, which must agree."""
     sample = " ".join(head + tail)
     letters = len(sample) - len(head) - len(tail) + 1
     if len(head) + len(tail) < MIN_WORDS or letters < MIN_LETTERS:
@@ -182,17 +184,14 @@ def _detect_words(head: list[str], tail: list[str]) -> str:
     if MIXED_SCRIPT_SHARE <= cyrillic / letters <= 1 - MIXED_SCRIPT_SHARE:
         return UNKNOWN
     alphabet = set(sample)
-    window = _leading(head)
-    language = _czech_or_slovak(_classify(" ".join(window)), alphabet)
+    if len(sample) <= 2 * WINDOW_CHARS:
+        return _classify(sample, alphabet)
+    words = head + tail
+    language = _classify(" ".join(_leading(words)), alphabet)
     if language == UNKNOWN:
         return UNKNOWN
-    if not tail and len(window) < len(head):
-        tail = head[len(window):]
-    if tail:
-        ending = _leading(tail[::-1])[::-1]
-        if _czech_or_slovak(_classify(" ".join(ending)), alphabet) != language:
-            return UNKNOWN
-    return language
+    ending = " ".join(_leading(words[::-1])[::-1])
+    return language if _classify(ending, alphabet) == language else UNKNOWN
 
 
 def detect_language(text: str) -> str:

@@ -420,12 +420,14 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
     click.echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
     if emb["reindex_needed"]:
         click.echo("reindex needed: " + "; ".join(emb["reindex_needed"]))
+    click.echo(f"languages: {_languages_line(data['languages'])}")
     for s in data["sources"]:
         name = s["id"] + (f":{s['path']}" if s.get("path") else "")
         click.echo(
             f"{name:<20} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
             f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}"
         )
+        click.echo(f"    languages: {_languages_line(s['languages'])}")
         lag = s.get("lag") or {}
         if s["kind"] == "git":
             rev = (s["indexed_rev"] or "none")[:12]
@@ -437,6 +439,11 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
             click.echo("    lags: the index is behind; run `notes-search sync`")
         if s.get("error"):
             click.echo(f"    error: {s['error']}")
+
+
+def _languages_line(languages: dict[str, int]) -> str:
+    """Chunks per language, e.g. "en 120, cs 40, unknown 3"."""
+    return ", ".join(f"{language} {count}" for language, count in languages.items()) or "no chunks"
 
 
 def main() -> None:

@@ -347,3 +347,19 @@ def test_reindex_refuses_paths_outside_or_missing(run) -> None:  # type: ignore[
     assert "absolute" in error_line(run("reindex", "/etc"))
     ok = run("reindex", "devops", "--json")
     assert ok.exit_code == 0, ok.output
+
+
+def test_status_shows_chunks_per_language(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = json.loads(run("status", "--json").stdout)
+    (source,) = data["sources"]
+    assert sum(source["languages"].values()) == source["chunks"]
+    assert data["languages"] == source["languages"]
+    assert source["languages"].get("ru", 0) >= 1 and source["languages"].get("cs", 0) >= 1
+    counts = list(source["languages"].values())
+    assert counts == sorted(counts, reverse=True)  # largest first
+    travel = json.loads(run("status", "notes:travel", "--json").stdout)
+    assert travel["languages"] == travel["sources"][0]["languages"] == {"ru": travel["sources"][0]["chunks"]}
+    human = run("status").stdout
+    expected = ", ".join(f"{lang} {n}" for lang, n in data["languages"].items())
+    assert f"languages: {expected}" in human and f"    languages: {expected}" in human
