@@ -138,7 +138,9 @@ def _identifier() -> LanguageIdentifier:
                 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
                 identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-                identifier.set_languages(list(SUPPORTED_LANGUAGES + OTHER_LANGUAGES))
+                # a model without one of the others simply loses that guard, never the detector
+                known = set(identifier.labels)
+                identifier.set_languages([code for code in SUPPORTED_LANGUAGES + OTHER_LANGUAGES if code in known])
                 _identifier_instance = identifier
     return _identifier_instance
 
