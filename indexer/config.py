@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from indexer import neutral
 from indexer.errors import ConfigError
 from indexer.globs import Scope
 
@@ -30,6 +31,7 @@ class EmbeddingConfig:
     timeout: float = 60.0
     retries: int = 3
     api_key_env: str = "OPENAI_API_KEY"
+    language_neutral: bool = True  # store vectors with each language's offset removed (indexer.neutral)
 
     def identity(self) -> dict[str, str]:
         """What must match between the index and the config for vectors to be comparable."""
@@ -39,15 +41,23 @@ class EmbeddingConfig:
             "query_prefix": self.query_prefix,
             "passage_prefix": self.passage_prefix,
             "normalized": "1",
+            VECTOR_SPACE_KEY: neutral.definition(self.language_neutral),
         }
 
 
+VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's output
+
+
 def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str]:
-    """Human descriptions of every identity key where the index and the config disagree."""
+    """Human descriptions of every identity key where the index and the config disagree.
+
+    An index written before the vector space was recorded holds raw vectors and no language
+    statistics, which is also a valid neutral space (no offsets yet): it is adopted as it is
+    (sync records the key) rather than re-embedded."""
     return [
         f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
         for key, value in config.identity().items()
-        if meta.get(key) != value
+        if meta.get(key) != value and not (key == VECTOR_SPACE_KEY and key not in meta)
     ]
 
 
@@ -101,7 +111,7 @@ class Config:
 TOP_KEYS = {"root", "db", "log", "embedding", "sources", "max_file_bytes"}
 EMBEDDING_KEYS = {
     "provider", "model", "endpoint", "dims", "batch", "keep_alive",
-    "query_prefix", "passage_prefix", "timeout", "retries", "api_key_env",
+    "query_prefix", "passage_prefix", "timeout", "retries", "api_key_env", "language_neutral",
 }
 GIT_KEYS = {"url", "mirror", "branch", "paths", "include", "exclude"}
 WORKSPACE_KEYS = {"root", "paths", "include", "exclude"}
@@ -224,6 +234,9 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
             raise c.fail(f"embedding.{name}", f"expected a string, got {value!r}")
     if local and (query_prefix, passage_prefix) != ("query: ", "passage: "):
         raise c.fail("embedding.query_prefix", "the local e5 model uses 'query: ' / 'passage: ' and adds them itself")
+    language_neutral = raw.get("language_neutral", True)
+    if not isinstance(language_neutral, bool):
+        raise c.fail("embedding.language_neutral", f"expected true or false, got {language_neutral!r}")
     return EmbeddingConfig(
         provider=provider,
         model=model,
@@ -236,6 +249,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         timeout=c.number(raw.get("timeout", 60.0), "embedding.timeout"),
         retries=c.integer(raw.get("retries", 3), "embedding.retries", minimum=0),
         api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
+        language_neutral=language_neutral,
     )
 
 

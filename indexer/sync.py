@@ -103,7 +103,7 @@ class Syncer:
                 log.warning("%s", rebuilt)
             # a new space starts without language statistics: they are estimated from its vectors
             self.store.reset_vectors(
-                self.config.embedding.dims, {**self.config.embedding.identity(), neutral.STATS_KEY: ""}
+                self.config.embedding.dims, {**self.config.embedding.identity(), neutral.STATS_KEY: "", neutral.SUMMARY_KEY: ""}
             )
         elif config_space := self._adopt_unrecorded_space(meta):
             self.store.set_meta(config_space)
@@ -118,7 +118,8 @@ class Syncer:
         statistics: a valid space of either kind. Record it instead of re-embedding."""
         if VECTOR_SPACE_KEY in meta:
             return {}
-        return {VECTOR_SPACE_KEY: self.config.embedding.identity()[VECTOR_SPACE_KEY], neutral.STATS_KEY: ""}
+        return {VECTOR_SPACE_KEY: self.config.embedding.identity()[VECTOR_SPACE_KEY], neutral.STATS_KEY: "",
+                neutral.SUMMARY_KEY: ""}
 
     # ---- applying changes -----------------------------------------------------------------
 
@@ -234,26 +235,6 @@ class Syncer:
 
     # ---- embeddings -------------------------------------------------------------------------
 
-    def backfill_languages(self) -> int:
-        """Detect the language of chunks written before chunks had one (an index from an older
-        version), once, in batches that each commit: an interrupted run resumes. Returns how many."""
-        state = self.store.language_backfill()
-        if state is None:
-            return 0
-        upto, after = state
-        done = 0
-        while True:
-            rows = self.store.chunks_for_language_backfill(after, upto, LANGUAGE_BACKFILL_BATCH)
-            finished = len(rows) < LANGUAGE_BACKFILL_BATCH
-            after = upto if finished else rows[-1][0]
-            detected = [(chunk_id, language.chunk_language(text)) for chunk_id, text in rows]
-            self.store.store_backfilled_languages(detected, upto, after)
-            done += len(rows)
-            if finished:
-                break
-        log.info("detected the language of %d chunks indexed before languages were kept", done)
-        return done
-
     def embed_pending(self, report: SyncReport, deadline: float | None = None) -> None:
         total = self.store.count_pending_all()
         if total == 0:
@@ -308,6 +289,8 @@ class Syncer:
         description of what changed, or None."""
         if not self.config.embedding.language_neutral or not self.store.has_vector_table():
             return None
+        if self.store.language_backfill() is not None:
+            return None  # languages still being detected: statistics would file chunks as unknown
         model = self.config.embedding.model
         old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
@@ -327,8 +310,8 @@ class Syncer:
             if not neutral.same_offsets(old, new):  # a one-language index moves nothing
                 for ids, languages, matrix in self._vector_pages():
                     self.store.rewrite_vectors(ids, new.neutralise(old.restore(matrix, languages), languages))
-            self.store.write_meta({neutral.STATS_KEY: new.to_json()})
-        summary = new.summary()
+            summary = new.summary()
+            self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
         log.info("language statistics re-estimated: %s", summary)
         return summary
 
@@ -356,7 +339,7 @@ class Syncer:
         if embed_budget is not None:
             stale_chunking = set()  # a bounded catch-up never re-chunks a whole source
         else:
-            self.backfill_languages()
+            backfill_languages(self.store)
         selected = source_ids or list(self.config.sources)
         errored = self.store.errored_sources()
         for source_id in selected:
@@ -409,6 +392,27 @@ class Syncer:
             log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+
+def backfill_languages(store: Store) -> int:
+    """Detect the language of chunks written before chunks had one (an index from an older
+    version), once, in batches that each commit: an interrupted run resumes. Returns how many."""
+    state = store.language_backfill()
+    if state is None:
+        return 0
+    upto, after = state
+    done = 0
+    while True:
+        rows = store.chunks_for_language_backfill(after, upto, LANGUAGE_BACKFILL_BATCH)
+        finished = len(rows) < LANGUAGE_BACKFILL_BATCH
+        after = upto if finished else rows[-1][0]
+        detected = [(chunk_id, language.chunk_language(text)) for chunk_id, text in rows]
+        store.store_backfilled_languages(detected, upto, after)
+        done += len(rows)
+        if finished:
+            break
+    log.info("detected the language of %d chunks indexed before languages were kept", done)
+    return done
 
 
 def _chain(first: Iterable[Change], then: Iterable[Change]) -> Iterator[Change]:

@@ -339,6 +339,11 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
 def _print_hits(response: SearchResponse, explain: bool) -> None:
     if response.notice:
         click.echo(f"notice: {response.notice}", err=True)
+    if explain and response.query_language is not None:
+        click.echo(
+            f"query language {response.query_language}; vectors {response.vector_space}; "
+            f"{response.keyword_blind} candidates in other languages scored without keywords"
+        )
     if not response.results:
         click.echo("no results", err=True)
         return
@@ -347,7 +352,11 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
         click.echo(f"{click.style(where, fg='magenta')}  {click.style(hit.breadcrumb, bold=True)}  {hit.score:.4f}")
         if explain:
             e = hit.explain
-            click.echo(f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}")
+            blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
+            click.echo(
+                f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}"
+                f"  language {e.get('language') or '-'}{blind}"
+            )
         lines = [ln for ln in hit.text.splitlines() if ln.strip()][:4]
         for line in lines:
             click.echo("    " + (line if len(line) <= 160 else line[:157] + "..."))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import SearchScope, Store
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from search.resident import ResidentVectors
 
 MODES = ("hybrid", "lex", "vec")
+UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
 MIN_DEPTH = 50  # candidates taken from each half before fusion
 
@@ -33,7 +35,7 @@ class Hit:
     score: float
     text: str
     rev: str | None
-    explain: dict[str, float | int | None] = field(default_factory=dict)
+    explain: dict[str, float | int | str | None] = field(default_factory=dict)
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
         data = asdict(self)
@@ -49,23 +51,59 @@ class SearchResponse:
     degraded: bool = False
     notice: str | None = None
     results: list[Hit] = field(default_factory=list)
+    # what --explain reports about the whole query: its detected language (None in lex mode,
+    # which never detects it), the index's language statistics, and how many candidates were
+    # scored without the keyword half because it cannot match their language
+    query_language: str | None = None
+    vector_space: str | None = None
+    keyword_blind: int = 0
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "query": self.query,
             "mode": self.mode,
             "degraded": self.degraded,
             "notice": self.notice,
             "results": [hit.to_json(explain) for hit in self.results],
         }
+        if explain:
+            data["explain"] = {
+                "query_language": self.query_language,
+                "vector_space": self.vector_space,
+                "keyword_blind": self.keyword_blind,
+            }
+        return data
 
 
-def check_identity(config: Config, store: Store) -> None:
-    """Refuse vector search when the index holds another embedding space than the config's."""
-    mismatch = identity_mismatch(config.embedding, store.meta())
+def check_identity(config: Config, store: Store) -> dict[str, str]:
+    """Refuse vector search when the index holds another embedding space than the config's.
+    Returns the index's meta."""
+    meta = store.meta()
+    mismatch = identity_mismatch(config.embedding, meta)
     if mismatch or not store.has_vector_table():
         detail = "; ".join(mismatch) or "the index has no vectors yet"
         raise ReindexNeeded(f"reindex needed: {detail}. Run `notes-search sync` to rebuild the vectors")
+    return meta
+
+
+def describe_vector_space(config: Config, meta: dict[str, str]) -> str:
+    """How the stored vectors relate to the embedder's, for --explain."""
+    if not config.embedding.language_neutral:
+        return "raw"
+    return "language-neutral: " + (meta.get(neutral.SUMMARY_KEY) or "no language statistics yet")
+
+
+def keyword_blind(
+    query_language: str | None, lexical_ids: set[int], candidates: set[int], languages: dict[int, str]
+) -> dict[int, tuple[str, ...]]:
+    """Candidates the keyword half could not have found: written in another (detected)
+    language than the (detected) query. Nothing is blind to a query of unknown language."""
+    if not query_language or query_language == UNKNOWN:
+        return {}
+    return {
+        cid: ("bm25",) for cid in candidates - lexical_ids
+        if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)
+    }
 
 
 def search(
@@ -90,7 +128,11 @@ def search(
     depth = max(MIN_DEPTH, 3 * k)
     with store.snapshot():
         if mode != "lex":
-            check_identity(config, store)
+            meta = check_identity(config, store)
+            response.vector_space = describe_vector_space(config, meta)
+            from indexer.language import detect_query_language  # the model is loaded for vectors anyway
+
+            response.query_language = detect_query_language(query)
         lexical: list[tuple[int, float]] = []
         if mode != "vec":
             match = build_fts_query(query)
@@ -110,9 +152,13 @@ def search(
                         f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
                         "they can only match by keywords"
                     )
-        rows = store.chunk_rows({cid for cid, _ in lexical} | {cid for cid, _ in vector})
+        candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
+        rows = store.chunk_rows(candidates)
+        languages = store.chunk_languages(candidates) if mode != "lex" else {}
     recency = {cid: row.updated_at for cid, row in rows.items()}
-    fused = rrf({"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]}, recency=recency)
+    blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages) if mode == "hybrid" else {}
+    response.keyword_blind = len(blind)
+    fused = rrf({"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]}, recency=recency, blind=blind)
     bm25 = dict(lexical)
     distance = dict(vector)
     for item in fused[:k]:
@@ -135,6 +181,8 @@ def search(
                     "vec_rank": item.ranks.get("vec"),
                     "distance": round(distance[item.chunk_id], 4) if item.chunk_id in distance else None,
                     "rrf": round(item.score, 6),
+                    "language": languages.get(item.chunk_id),
+                    "keyword_blind": item.chunk_id in blind,
                 },
             )
         )
