@@ -430,10 +430,129 @@ def run(quick: bool) -> str:
     ])
 
 
+# ---- cost inside the index ---------------------------------------------------------------------
+
+
+def _synthetic_docs(n_files: int) -> list[tuple[object, object]]:
+    from bench.common import note_mtime, note_path, note_text
+    from indexer.model import FileVersion
+    from indexer.store import content_hash
+
+    docs = []
+    for i in range(n_files):
+        text = note_text(i)
+        file = FileVersion(path=note_path(i), text=text, sha256=content_hash(text), size=len(text.encode()),
+                           mtime=note_mtime(i), updated_at=note_mtime(i))
+        docs.append((file, parse_markdown(text, file.path)))
+    return docs
+
+
+def _write_all(docs: list[tuple[object, object]], language_of: Callable[[str], str] | None) -> tuple[float, int]:
+    """Seconds to write every file (transactions of 200 files, as sync does) into a fresh index."""
+    import shutil
+    import tempfile
+
+    from indexer.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-"))
+    try:
+        store = Store.open(tmp / "index.sqlite")
+        store.ensure_source("notes", "workspace")
+        start = time.perf_counter()
+        for first in range(0, len(docs), 200):
+            with store.transaction():
+                for file, doc in docs[first : first + 200]:
+                    store.write_file("notes", file, doc, language_of)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - start
+        chunks = store.counts()["chunks"]
+        store.close()
+        return seconds, chunks
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_cost(quick: bool) -> str:
+    """write_file throughput with and without detection, alternating runs on the same documents;
+    and a rewrite of the same files, where every language is reused by content hash."""
+    from indexer.language import chunk_language
+
+    chunk_language("jak obnovit zálohu databáze")  # the model load is paid once per process, not here
+    docs = _synthetic_docs(300 if quick else 1000)
+    runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
+    chunks = 0
+    for _ in range(3 if quick else 5):
+        for name, language_of in (("without detection", None), ("with detection", chunk_language)):
+            seconds, chunks = _write_all(docs, language_of)
+            runs[name].append(chunks / seconds)
+    texts = [chunk.text for _, doc in docs for chunk in doc.chunks]  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    for text in texts:
+        chunk_language(text)
+    per_chunk = (time.perf_counter() - start) / len(texts) * 1e6
+    base = statistics.median(runs["without detection"])
+    rows = [[name, len(values), f"{statistics.median(values):,.0f}", f"{min(values):,.0f}", f"{max(values):,.0f}",
+             f"{statistics.median(values) / base - 1:+.1%}"] for name, values in runs.items()]
+    return "\n".join([
+        f"### Cost in the write path ({len(docs)} synthetic notes, {chunks} chunks, fresh DB per run)\n",
+        md_table(["Store.write_file", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+        "",
+        f"chunk_language alone: {per_chunk:.0f} µs per chunk (median chunk {statistics.median(len(t) for t in texts):.0f} chars).",
+    ])
+
+
+def migration_cost(quick: bool) -> str:
+    """An index from before the language column: the migration, then the backfill sync runs."""
+    import shutil
+    import tempfile
+
+    import apsw
+
+    from indexer import sync as sync_module
+    from indexer.store import Store
+
+    n_files = 2000 if quick else 20000  # ~5 chunks per note
+    docs = _synthetic_docs(n_files)
+    tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-mig-"))
+    try:
+        db = tmp / "index.sqlite"
+        store = Store.open(db)
+        store.ensure_source("notes", "workspace")
+        for first in range(0, len(docs), 500):
+            with store.transaction():
+                for file, doc in docs[first : first + 500]:
+                    store.write_file("notes", file, doc)  # type: ignore[arg-type]
+        chunks = store.counts()["chunks"]
+        store.close()
+        conn = apsw.Connection(str(db))
+        conn.execute("ALTER TABLE chunks DROP COLUMN language; PRAGMA user_version = 3")
+        conn.close()
+        start = time.perf_counter()
+        store = Store.open(db)
+        migrate = time.perf_counter() - start
+        start = time.perf_counter()
+        done = sync_module.backfill_languages(store)
+        backfill = time.perf_counter() - start
+        store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return "\n".join([
+        f"### An index from before languages ({chunks:,} chunks)\n",
+        md_table(["step", "seconds", "chunks/s"], [
+            ["migration (ALTER TABLE ADD COLUMN, no row rewritten)", f"{migrate:.3f}", ""],
+            [f"backfill in the next sync ({done:,} chunks, batches of {sync_module.LANGUAGE_BACKFILL_BATCH})",
+             f"{backfill:.1f}", f"{done / backfill:,.0f}"],
+        ]),
+    ])
+
+
 def main() -> None:
     parser = arg_parser(__doc__, "fewer samples and repetitions")
     args = parser.parse_args()
     print(run(args.quick))
+    print()
+    print(write_cost(args.quick))
+    print()
+    print(migration_cost(args.quick))
 
 
 if __name__ == "__main__":

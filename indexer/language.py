@@ -116,7 +116,7 @@ CZECH_TIE = 0.5
 MIXED_SCRIPT_SHARE = 0.25
 # The detector reads about this many characters of words from the start of a long text and as
 # many from its end: its cost grows with the length, and two ends that disagree mean mixed text.
-WINDOW_CHARS = 100
+WINDOW_CHARS = 64
 
 _CZECH_ONLY = frozenset("řůěŘŮĚ")
 _SLOVAK_ONLY = frozenset("ľĺŕôäĽĹŔÔÄ")
