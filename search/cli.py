@@ -342,7 +342,8 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
     if explain and response.query_language is not None:
         click.echo(
             f"query language {response.query_language}; vectors {response.vector_space}; "
-            f"{response.keyword_blind} candidates in other languages scored without keywords"
+            f"{response.keyword_blind} candidates in other languages scored without keywords; "
+            f"keyword weight {response.keyword_weight:g}"
         )
     if not response.results:
         click.echo("no results", err=True)

@@ -10,7 +10,7 @@ from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import SearchScope, Store
-from search.fusion import rrf
+from search.fusion import match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
@@ -23,6 +23,7 @@ MODES = ("hybrid", "lex", "vec")
 UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
 MIN_DEPTH = 50  # candidates taken from each half before fusion
+COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in mixed languages
 
 
 @dataclass
@@ -57,6 +58,7 @@ class SearchResponse:
     query_language: str | None = None
     vector_space: str | None = None
     keyword_blind: int = 0
+    keyword_weight: float = 1.0
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
         data: dict[str, object] = {
@@ -71,6 +73,7 @@ class SearchResponse:
                 "query_language": self.query_language,
                 "vector_space": self.vector_space,
                 "keyword_blind": self.keyword_blind,
+                "keyword_weight": self.keyword_weight,
             }
         return data
 
@@ -134,6 +137,7 @@ def search(
 
             response.query_language = detect_query_language(query)
         lexical: list[tuple[int, float]] = []
+        match = None
         if mode != "vec":
             match = build_fts_query(query)
             if match is not None:
@@ -158,7 +162,22 @@ def search(
     recency = {cid: row.updated_at for cid, row in rows.items()}
     blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages) if mode == "hybrid" else {}
     response.keyword_blind = len(blind)
-    fused = rrf({"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]}, recency=recency, blind=blind)
+    weights = {}
+    if blind:
+        # notes in other languages are in play: the keyword half answers from the query's
+        # language only, so it counts as much as its best hit covers the query's terms (not at
+        # all when it found nothing: then no candidate is scaled up for being out of its reach)
+        terms = match_terms(match) if match is not None else []
+        coverage = max(
+            (term_coverage(terms, f"{rows[cid].breadcrumb}\n{rows[cid].text}") for cid, _ in lexical[:COVERAGE_HITS] if cid in rows),
+            default=0.0,
+        )
+        weights["bm25"] = round(coverage**2, 4)
+        response.keyword_weight = weights["bm25"]
+    fused = rrf(
+        {"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]},
+        recency=recency, blind=blind, weights=weights,
+    )
     bm25 = dict(lexical)
     distance = dict(vector)
     for item in fused[:k]:
