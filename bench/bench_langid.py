@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -312,7 +311,7 @@ def _chosen() -> Callable[[str], str]:
 
 
 CANDIDATES = [
-    Candidate("py3langid (97 languages)", "py3langid", "py3langid",
+    Candidate("py3langid (all 142 labels)", "py3langid", "py3langid",
               "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
               "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)", lambda: _py3langid(False)),
     Candidate("py3langid, set_languages(6)", "py3langid", "py3langid",

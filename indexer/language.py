@@ -100,7 +100,7 @@ def language_words(text: str) -> list[str]:
 # The detector chooses among the supported languages and these others, the likeliest to be
 # mistaken for one of them (pl, sl, hr next to cs and sk; bg, be next to ru and uk; a few large
 # Latin-script ones) plus py3langid's "zxx" (no linguistic content). One of them winning means
-# UNKNOWN. Measured against all 97 languages (bench/EVAL.md): as safe on other languages, more
+# UNKNOWN. Measured against the full model (bench/EVAL.md): as safe on other languages, more
 # often right on three-word English and Russian queries, and a smaller set is faster.
 OTHER_LANGUAGES: tuple[str, ...] = ("pl", "sl", "hr", "bg", "be", "fr", "es", "it", "nl", "hu", "zxx")
 # Below these a text says too little: "lvconvert --merge" keeps one word, "Ctrl+Shift+I" none.
@@ -143,6 +143,11 @@ def _identifier() -> LanguageIdentifier:
                 identifier.set_languages([code for code in SUPPORTED_LANGUAGES + OTHER_LANGUAGES if code in known])
                 _identifier_instance = identifier
     return _identifier_instance
+
+
+def preload() -> None:
+    """Load the model now (a long-running server pays the ~0.5 s at start, not on a query)."""
+    _identifier()
 
 
 def _classify(sample: str, alphabet: set[str]) -> str:
