@@ -108,6 +108,18 @@ def test_modes_and_explain(run) -> None:  # type: ignore[no-untyped-def]
         assert (explain["vec_rank"] is not None) == (mode != "lex")
 
 
+def test_explain_names_the_query_language_and_the_vector_space(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = query_json(run, "jak zálohovat databázi na serveru", "--explain")
+    assert data["explain"]["query_language"] == "cs"
+    assert data["explain"]["vector_space"].startswith("language-neutral")
+    assert all("language" in hit["explain"] for hit in data["results"])
+    assert "explain" not in query_json(run, "jak zálohovat databázi na serveru")
+    text = run("query", "jak zálohovat databázi na serveru", "--explain").output
+    assert "query language cs; vectors language-neutral" in text
+    assert query_json(run, "zálohovat", "--mode", "lex", "--explain")["explain"]["query_language"] is None
+
+
 def test_k_limits_results(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     assert len(query_json(run, "a", "-k", "1", "--mode", "vec")["results"]) == 1

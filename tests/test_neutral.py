@@ -15,7 +15,9 @@ from indexer.language import chunk_language
 from indexer.neutral import DEFAULT, INDEX, LanguageStats, NeutralSpace
 from indexer.store import SearchScope, Store
 from indexer.sync import run_sync
-from search.fusion import rrf
+from search.engine import keyword_blind
+from search.fusion import match_terms, rrf, term_coverage
+from search.querybuild import build_fts_query
 from search.resident import ResidentVectors
 from tests.conftest import write
 from tests.fakes import FakeEmbedder
@@ -308,3 +310,19 @@ def test_keyword_blind_candidates_are_scored_over_the_vector_list() -> None:
     seen = rrf({"bm25": lexical, "vec": vector}, blind={1: ("bm25",)})
     assert [(f.chunk_id, f.score) for f in seen] == [(f.chunk_id, f.score) for f in plain]
     assert rrf({"bm25": lexical, "vec": vector}, blind={}) == plain
+
+
+def test_keyword_coverage_follows_the_fts_terms() -> None:
+    terms = match_terms(build_fts_query("zálohování databáze db-01.lan") or "")
+    assert len(terms) == 3
+    assert term_coverage(terms, "Zalohovani a databaze bezi na db-01.lan") == 1.0  # folded, prefixes
+    assert term_coverage(terms, "Zálohy databází") == pytest.approx(1 / 3)  # "zaloh" stem is longer
+    assert term_coverage(terms, "nothing in common") == 0.0
+    assert term_coverage([], "text") == 0.0
+
+
+def test_only_candidates_in_another_known_language_are_keyword_blind() -> None:
+    languages = {1: "en", 2: "cs", 3: "unknown", 4: "en"}
+    assert keyword_blind("cs", {4}, {1, 2, 3, 4}, languages) == {1: ("bm25",)}
+    assert keyword_blind("unknown", set(), {1, 2, 3, 4}, languages) == {}
+    assert keyword_blind(None, set(), {1, 2}, languages) == {}
