@@ -307,6 +307,7 @@ class Syncer:
                     sums[lang] = sums.get(lang, 0) + raw[rows].sum(axis=0, dtype=np.float64)
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
+            new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
             if not neutral.same_offsets(old, new):  # a one-language index moves nothing
                 for ids, languages, matrix in self._vector_pages():
                     self.store.rewrite_vectors(ids, new.neutralise(old.restore(matrix, languages), languages))
