@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # `python bench/bench_langid.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import REPO, arg_parser, md_table  # noqa: E402
+from bench.common import REPO, arg_parser, md_table, report  # noqa: E402
 from indexer.chunker import parse_markdown  # noqa: E402
 from indexer.language import SUPPORTED_LANGUAGES, UNKNOWN, language_words, prose_for_language  # noqa: E402
 
@@ -380,7 +380,7 @@ def confusion(detect: Callable[[str], str], samples: list[Sample], lang: str, ot
     return f"{wrong}/{len(pool)}"
 
 
-def run(quick: bool) -> str:
+def candidates(quick: bool) -> str:
     samples = load_samples(quick)
     by_kind = {kind: [s for s in samples if s.kind == kind] for kind in ("short", "chunk")}
     short_texts = [s.text for s in by_kind["short"] if 25 <= len(s.text) <= 60][:100]
@@ -416,7 +416,7 @@ def run(quick: bool) -> str:
     origins = sorted({(s.lang, s.kind, s.origin) for s in samples})
     origin_lines = ", ".join(f"{lang} {kind}: {origin}" for lang, kind, origin in origins)
     return "\n".join([
-        "### Language identification candidates (bench/bench_langid.py)\n",
+        "### Candidates\n",
         f"Load = import + model load in a fresh interpreter (s, median). Latency per text (µs, median): "
         f"short = {len(short_texts)} texts of 25-60 chars, chunk = {len(chunk_texts)} texts cut to 1,000 chars.\n",
         md_table(["candidate", "installed MiB (own files)", "load s", "short µs", "chunk µs"], speed_rows),
@@ -544,14 +544,16 @@ def migration_cost(quick: bool) -> str:
     ])
 
 
+def run(quick: bool, with_machine: bool) -> str:
+    """The run_all convention."""
+    sections = (("candidates", candidates), ("write path", write_cost), ("older index", migration_cost))
+    return report("Language identification (bench/bench_langid.py)", "langid", sections, quick, with_machine)
+
+
 def main() -> None:
-    parser = arg_parser(__doc__, "fewer samples and repetitions")
+    parser = arg_parser(__doc__, "fewer samples and repetitions, a 12k-chunk older index instead of 118k")
     args = parser.parse_args()
-    print(run(args.quick))
-    print()
-    print(write_cost(args.quick))
-    print()
-    print(migration_cost(args.quick))
+    print(run(args.quick, not args.no_machine))
 
 
 if __name__ == "__main__":
