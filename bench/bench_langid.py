@@ -499,6 +499,49 @@ def write_cost(quick: bool) -> str:
     ])
 
 
+def sync_cost(quick: bool) -> str:
+    """A whole first `run_sync` of a synthetic workspace (walk, read, parse, write, fake 384-d
+    embedder, vectors), with detection and with it replaced by a constant, alternating."""
+    import shutil
+    import tempfile
+
+    from bench.common import fake_embedder_factory, notes_corpus, write_config
+    from indexer import language
+    from indexer.config import load_config
+    from indexer.sync import run_sync
+
+    workspace = notes_corpus("langid-sync-300" if quick else "langid-sync-1000", files=300 if quick else 1000,
+                             log=lambda line: None)
+    real = language.chunk_language
+    language.chunk_language("jak obnovit zálohu databáze")
+    runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
+    chunks = 0
+    try:
+        for _ in range(3 if quick else 5):
+            for name in runs:
+                language.chunk_language = real if name == "with detection" else (lambda text: language.UNKNOWN)
+                tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-sync-"))
+                try:
+                    config = load_config(write_config(workspace.root, db=tmp / "index.sqlite", log=tmp / "sync.log",
+                                                      path=tmp / "config.yaml"))
+                    start = time.perf_counter()
+                    report = run_sync(config, embedder_factory=fake_embedder_factory(config))
+                    seconds = time.perf_counter() - start
+                    chunks = report.embedded
+                    runs[name].append(chunks / seconds)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        language.chunk_language = real
+    base = statistics.median(runs["without detection"])
+    rows = [[name, len(values), f"{statistics.median(values):,.0f}", f"{min(values):,.0f}", f"{max(values):,.0f}",
+             f"{statistics.median(values) / base - 1:+.1%}"] for name, values in runs.items()]
+    return "\n".join([
+        f"### Cost in a whole first sync ({workspace.files} synthetic notes, {chunks} chunks, fake embedder)\n",
+        md_table(["run_sync", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+    ])
+
+
 def migration_cost(quick: bool) -> str:
     """An index from before the language column: the migration, then the backfill sync runs."""
     import shutil
@@ -546,7 +589,8 @@ def migration_cost(quick: bool) -> str:
 
 def run(quick: bool, with_machine: bool) -> str:
     """The run_all convention."""
-    sections = (("candidates", candidates), ("write path", write_cost), ("older index", migration_cost))
+    sections = (("candidates", candidates), ("write path", write_cost), ("sync", sync_cost),
+                ("older index", migration_cost))
     return report("Language identification (bench/bench_langid.py)", "langid", sections, quick, with_machine)
 
 
