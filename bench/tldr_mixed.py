@@ -50,7 +50,7 @@ class Page:
 
 
 def _stable(name: str, salt: str) -> int:
-    return int(hashlib.sha256(f"{salt}:{name}".encode("utf-8")).hexdigest()[:12], 16)
+    return int(hashlib.sha256(f"{salt}:{name}".encode()).hexdigest()[:12], 16)
 
 
 def read_pages(lang: str, root: Path = TLDR_ROOT) -> dict[str, Page]:

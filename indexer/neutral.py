@@ -54,7 +54,7 @@ DEFAULT = "default"
 
 @dataclass(frozen=True)
 class LanguageStats:
-    mean: "np.ndarray"  # the mean raw (unit) passage vector of the language
+    mean: np.ndarray  # the mean raw (unit) passage vector of the language
     chunks: int  # chunks of this language in the index when the statistics were estimated
     origin: str  # INDEX (estimated from those chunks) or DEFAULT (shipped for the model)
 

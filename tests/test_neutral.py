@@ -48,7 +48,7 @@ def estimated(vectors: dict[str, np.ndarray]) -> NeutralSpace:
 
 
 def test_a_shared_language_offset_is_removed() -> None:
-    english, czech = biased(range(0, 6), 30), biased(range(6, 12), 31)
+    english, czech = biased(range(6), 30), biased(range(6, 12), 31)
     space = estimated({"en": english, "cs": czech})
     passages = np.vstack([english, czech])
     languages = ["en"] * 6 + ["cs"] * 6
@@ -65,7 +65,7 @@ def test_a_shared_language_offset_is_removed() -> None:
 
 
 def test_same_language_order_is_kept() -> None:
-    english, czech = biased(range(0, 6), 30), biased(range(6, 12), 31)
+    english, czech = biased(range(6), 30), biased(range(6, 12), 31)
     space = estimated({"en": english, "cs": czech})
     moved = space.neutralise(english, ["en"] * 6)
     rng = np.random.default_rng(7)
@@ -91,7 +91,7 @@ def test_restore_inverts_neutralise_and_leaves_zero_and_unknown_vectors() -> Non
 
 
 def test_one_language_moves_nothing_and_defaults_sit_next_to_the_index_language() -> None:
-    english = biased(range(0, 6), 30)
+    english = biased(range(6), 30)
     alone = estimated({"en": english})
     assert alone.offsets() == {}
     assert np.array_equal(alone.neutralise(english, ["en"] * 6), english)
@@ -209,7 +209,7 @@ def test_sync_estimates_statistics_and_stores_neutral_vectors_everywhere(
     store = Store.open(config.db, readonly=True)
     try:
         space = NeutralSpace.from_json(store.meta()[neutral.STATS_KEY])
-        ids, languages, raw = raw_vectors(store, biased_embedder)
+        _, languages, raw = raw_vectors(store, biased_embedder)
         assert np.allclose(stored(store), space.neutralise(raw, languages), atol=1e-5)
         # vec0, the exact scoped path and the resident copy give the same neighbours
         query = biased_embedder.embed_query("záloha serveru restic snímky")
@@ -240,7 +240,7 @@ def test_statistics_stay_frozen_until_the_language_doubles_and_stay_consistent(
     with closing(Store.open(config.db, readonly=True)) as store:
         assert store.meta()[neutral.STATS_KEY] == first
         space = NeutralSpace.from_json(first)
-        ids, languages, raw = raw_vectors(store, biased_embedder)
+        _, languages, raw = raw_vectors(store, biased_embedder)
         assert np.allclose(stored(store), space.neutralise(raw, languages), atol=1e-5)
     bilingual_notes(notes, neutral.MIN_CHUNKS, start=neutral.MIN_CHUNKS + 5)  # more than doubled
     texts = biased_embedder.texts_embedded
@@ -249,7 +249,7 @@ def test_statistics_stay_frozen_until_the_language_doubles_and_stay_consistent(
     with closing(Store.open(config.db, readonly=True)) as store:
         renewed = NeutralSpace.from_json(store.meta()[neutral.STATS_KEY])
         assert renewed.languages["en"].chunks > neutral.MIN_CHUNKS * 2
-        ids, languages, raw = raw_vectors(store, biased_embedder)
+        _, languages, raw = raw_vectors(store, biased_embedder)
         assert np.allclose(stored(store), renewed.neutralise(raw, languages), atol=1e-5)
 
 
@@ -264,7 +264,7 @@ def test_copied_text_reuses_its_neutral_vector(
     assert biased_embedder.texts_embedded == texts_before  # nothing embedded: reused by hash
     with closing(Store.open(config.db, readonly=True)) as store:
         space = NeutralSpace.from_json(store.meta()[neutral.STATS_KEY])
-        ids, languages, raw = raw_vectors(store, biased_embedder)
+        _, languages, raw = raw_vectors(store, biased_embedder)
         assert np.allclose(stored(store), space.neutralise(raw, languages), atol=1e-5)
 
 
@@ -292,7 +292,7 @@ def test_an_unrecorded_index_is_adopted_and_a_changed_definition_rebuilds(
     assert report.rebuilt is not None and "vector_space" in report.rebuilt
     assert biased_embedder.texts_embedded > texts
     with closing(Store.open(config.db, readonly=True)) as store:
-        ids, languages, fresh = raw_vectors(store, biased_embedder)
+        _, _, fresh = raw_vectors(store, biased_embedder)
         assert np.allclose(stored(store), fresh, atol=1e-6)  # raw space: the embedder's own vectors
 
 
