@@ -10,7 +10,7 @@ from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, ReindexNeeded
 from indexer.store import SearchScope, Store
-from search.fusion import match_terms, rrf, term_coverage
+from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
@@ -110,6 +110,14 @@ def keyword_blind(
     }
 
 
+def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], texts: list[str]) -> bool:
+    """Whether the keyword half's best hits hold a language-less term of the query (`5432`,
+    `db-01.lan`): such a term is the strongest evidence there is, in any language, so those
+    hits must not be outweighed by meaning-only hits in other languages."""
+    exact = exact_value_terms(terms)
+    return bool(exact) and any(term_coverage(exact, text) > 0 for text in texts)
+
+
 def search(
     store: Store,
     config: Config,
@@ -161,18 +169,18 @@ def search(
         rows = store.chunk_rows(candidates)
         languages = store.chunk_languages(candidates) if mode != "lex" else {}
     recency = {cid: row.updated_at for cid, row in rows.items()}
-    blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages) if mode == "hybrid" else {}
+    terms = match_terms(match) if match is not None else []
+    top_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical[:COVERAGE_HITS] if cid in rows]
+    blind = {}
+    if mode == "hybrid" and not found_exact_value(terms, top_lexical):
+        blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages)
     response.keyword_blind = len(blind)
     weights = {}
     if blind:
         # notes in other languages are in play: the keyword half answers from the query's
         # language only, so it counts as much as its best hit covers the query's terms (not at
         # all when it found nothing: then no candidate is scaled up for being out of its reach)
-        terms = match_terms(match) if match is not None else []
-        coverage = max(
-            (term_coverage(terms, f"{rows[cid].breadcrumb}\n{rows[cid].text}") for cid, _ in lexical[:COVERAGE_HITS] if cid in rows),
-            default=0.0,
-        )
+        coverage = max((term_coverage(terms, text) for text in top_lexical), default=0.0)
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
     fused = rrf(

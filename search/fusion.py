@@ -94,3 +94,12 @@ def term_coverage(terms: Sequence[tuple[tuple[str, ...], bool]], text: str) -> f
         last = len(words) - 1
         found += all(has(w, (prefix and i == last) or len(words) > 1) for i, w in enumerate(words))
     return found / len(terms)
+
+
+def exact_value_terms(terms: Sequence[tuple[tuple[str, ...], bool]]) -> list[tuple[tuple[str, ...], bool]]:
+    """The query's terms that belong to no language: numbers, versions, hostnames, ports, ids
+    (a term with a digit, or words the query joined by punctuation: `5432`, `db-01.lan`,
+    `51820/udp`). They match a note in any language, so keywords are not blind across languages
+    when such a term is found."""
+    return [(words, prefix) for words, prefix in terms if len(words) > 1 or any(ch.isdigit() for w in words for ch in w)]
+

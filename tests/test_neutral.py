@@ -326,3 +326,48 @@ def test_only_candidates_in_another_known_language_are_keyword_blind() -> None:
     assert keyword_blind("cs", {4}, {1, 2, 3, 4}, languages) == {1: ("bm25",)}
     assert keyword_blind("unknown", set(), {1, 2, 3, 4}, languages) == {}
     assert keyword_blind(None, set(), {1, 2}, languages) == {}
+
+
+def test_a_language_less_term_keeps_keywords_in_charge(config: Config, notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Czech question naming port 5432 finds the Czech note that holds 5432 first, although
+    many English notes are near in meaning: a number matches in every language, so the keyword
+    half is not blind across languages and is not down-weighted."""
+    import search.engine as engine
+
+    write(notes, {
+        "db.md": "# Databázový server\n\nPostgreSQL běží na stroji db-01 a poslouchá na portu 5432.\n",
+        **{
+            f"en/topic{i}.md": f"# Server notes {i}\n\nThe server listens on a port and access is allowed from the LAN, topic {i}.\n"
+            for i in range(12)
+        },
+    })
+    question = "Na jakém portu poslouchá databázový server a odkud je povolený přístup 5432?"
+
+    class MeaningEmbedder(FakeEmbedder):
+        """The English notes mean exactly what the question asks (a real model would put them
+        near); everything else keeps its bag-of-words vector."""
+
+        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+            vectors = super().embed_batch(texts, is_query=is_query)
+            for row, text in enumerate(texts):
+                if "Server notes" in text:
+                    vectors[row] = super().embed_batch([question], is_query=True)[0]
+            return vectors
+
+    embedder = MeaningEmbedder(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+
+    def first_hit() -> str:
+        store = Store.open(config.db, readonly=True)
+        try:
+            response = engine.search(store, config, question, k=5, embedder_factory=lambda: embedder)
+        finally:
+            store.close()
+        assert response.query_language == "cs"
+        return response.results[0].path
+
+    assert first_hit() == "db.md"
+    assert engine.found_exact_value(match_terms(build_fts_query(question) or ""), ["... na portu 5432 ..."])
+    assert not engine.found_exact_value(match_terms(build_fts_query("na jakém portu") or ""), ["na portu 5432"])
+    monkeypatch.setattr(engine, "found_exact_value", lambda terms, texts: False)  # the rule this test guards
+    assert first_hit() != "db.md"
