@@ -42,6 +42,8 @@ class WalkedFolder:
     path: str  # on-disk path (names as the filesystem spells them, maybe not NFC)
     files: tuple[tuple[str, os.DirEntry[str]], ...]  # (index path, entry), sorted by name
     is_collection: bool  # holds a `_meta.yaml` (whether or not the scope admits that file)
+    # why the folder could not be listed (permissions, I/O); its files are then unknown, not gone
+    unreadable: str | None = None
 
 
 def nfc(name: str) -> str:
@@ -93,7 +95,9 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            log.warning("cannot list folder %s: %s", path, exc.strerror or exc)
+            reason = exc.strerror or str(exc)
+            log.warning("cannot list folder %s: %s", path, reason)
+            yield WalkedFolder(rel, path, (), False, reason)
             continue
         files: list[tuple[str, os.DirEntry[str]]] = []
         subdirs: list[tuple[str, str]] = []
