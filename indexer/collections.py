@@ -71,7 +71,8 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
     `.git` folders are never entered. A symlink is followed only if its resolved target stays
     inside the resolved root. Each real folder is entered once (keyed by device and inode), so
     symlink loops end; symlinked folders are walked after all real ones, so a folder reachable
-    both ways is listed under its real path.
+    both ways is listed under its real path. A folder that cannot be listed is yielded with
+    `unreadable` set and no files.
     """
     log = log or _LOG
     real_root = os.path.realpath(root)
@@ -94,10 +95,11 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            log.warning("cannot list folder %s: %s", path, reason)
-            yield WalkedFolder(rel, path, (), False, reason)
+            if entries:
+                # listing needs read permission, opening what is listed needs search permission
+                os.stat(os.path.join(path, "."))
+        except OSError as exc:  # not logged here: the caller knows what it keeps instead
+            yield WalkedFolder(rel, path, (), False, exc.strerror or str(exc))
             continue
         files: list[tuple[str, os.DirEntry[str]]] = []
         subdirs: list[tuple[str, str]] = []

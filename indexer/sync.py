@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
+# The collections walk repeats the scan's walk, whose findings the scan has already logged.
+_REWALK = logging.getLogger("notes_search.sync.rewalk")
+_REWALK.propagate = False
+_REWALK.addHandler(logging.NullHandler())
 
 WRITE_BATCH_FILES = 200
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -184,7 +188,7 @@ class Syncer:
         """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
         can appear or change without any note changing. Writes only when something differs.
         Collections inside folders that cannot be read now are kept, like their files."""
-        found = find_collections(source.id, source.root, source.scope, log)
+        found = find_collections(source.id, source.root, source.scope, _REWALK)
         found += [
             Collection(name, description, tags, source.id, folder)
             for name, folder, description, tags in self.store.collection_rows(source.id)

@@ -246,15 +246,17 @@ def _is_mirror(repo: pygit2.Repository) -> bool:
         return False
 
 
-def _check_replaceable(source: GitSource) -> bool:
-    """May a clone take the mirror path? True if something is there to be replaced (a broken
-    mirror, an empty folder), False if nothing is; refuses anything that does not look like one."""
+def _broken_mirror(source: GitSource) -> bool:
+    """What is at the mirror path when it does not open as a repository: True for a broken
+    mirror, False for nothing or an empty folder; refuses anything that does not look like one."""
     path = source.mirror
     if not path.exists() and not path.is_symlink():
         return False
     if path.is_dir() and not path.is_symlink():
         names = {n for n in os.listdir(path) if not n.endswith(".lock")}
-        if not names or (names <= _GIT_DIR_ENTRIES and names & {"HEAD", "objects", "refs"}):
+        if not names:
+            return False
+        if names <= _GIT_DIR_ENTRIES and names & {"HEAD", "objects", "refs"}:
             return True
     raise _error(source, "mirror", f"{path} exists but is not a bare git mirror; "
                                    "refusing to replace it (move it away or change `mirror:`)")
@@ -268,12 +270,9 @@ def _leftovers(path: Path) -> list[Path]:
 def _clone(source: GitSource) -> None:
     """clone --mirror into a temporary sibling, then rename it into place: an interrupted clone
     leaves no half-filled mirror behind, and a mirror being replaced stays until the new one is
-    complete (a killed re-clone leaves it in place plus a temporary folder the next clone removes)."""
+    complete (a killed re-clone leaves it in place plus a temporary folder the next sync removes)."""
     path = source.mirror
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a clone killed earlier (we hold the sync lock, so none is running) left its temp copy
-    for leftover in _leftovers(path):
-        shutil.rmtree(leftover, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
     try:
         _run_git(source, ["-c", "core.hooksPath=/dev/null", "clone", "--mirror", "--no-local",
@@ -380,9 +379,12 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
     local = _local_path(source.url)
     if local is not None and local.resolve() == source.mirror.resolve():
         raise _error(source, "mirror", "the mirror path is the upstream repository itself")
+    # a re-clone killed after its clone or its swap left a full copy behind (we hold the lock)
+    for leftover in _leftovers(source.mirror):
+        shutil.rmtree(leftover, ignore_errors=True)
     repo = _open(source.mirror)
     if repo is None:
-        if _check_replaceable(source):
+        if _broken_mirror(source):
             return reclone(source, "not a valid git repository"), "not a valid git repository"
         _clone(source)  # clone --mirror sets HEAD to the remote's default branch
         return _branch_head(source, _mirror(source)), None
@@ -398,6 +400,7 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
         damage = _damage(source, exc)
         if damage is None:
             raise
+        repo.free()  # open packs are shared by path: the clone's must not be served from these
         return reclone(source, damage), damage
     # fetch never moves HEAD: follow a remote whose default branch changed
     if default_ref is not None and default_ref in repo.references \
@@ -407,6 +410,7 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
     if _commit(repo, head) is None:
         # refs survived but objects did not (a fetch that had nothing to update cannot notice)
         damage = f"commit {head} cannot be read"
+        repo.free()
         return reclone(source, damage), damage
     return head, None
 
@@ -431,11 +435,15 @@ def mirror_damage(source: GitSource) -> str | None:
 
 
 @contextlib.contextmanager
-def _reading(source: GitSource) -> Iterator[None]:
-    """Objects that cannot be read (corrupt pack, missing object) mean a damaged mirror."""
+def _reading(source: GitSource) -> Iterator[pygit2.Repository]:
+    """The mirror, opened for one operation. Objects that cannot be read (a corrupt pack, a
+    missing object) mean a damaged mirror; its handles are released at once, because libgit2
+    shares open pack files by path and would serve the damaged pack to a re-cloned mirror."""
+    repo = _mirror(source)
     try:
-        yield
+        yield repo
     except pygit2.GitError as exc:
+        repo.free()
         raise MirrorDamaged(_message(source, "mirror", f"{source.mirror} is damaged: {exc}"), str(exc)) from None
 
 
@@ -475,12 +483,11 @@ def _commit(repo: pygit2.Repository, rev: str | pygit2.Oid) -> pygit2.Commit | N
 def is_ancestor(source: GitSource, old_rev: str, new_rev: str) -> bool:
     """May the index move from old_rev to new_rev incrementally? False after a force-push that
     rewrote old_rev away, or when old_rev is no longer in the mirror."""
-    repo = _mirror(source)
-    new = _commit(repo, new_rev)
-    if new is None:
-        raise _error(source, "mirror", f"revision {new_rev} not found in {source.mirror}")
-    old = _commit(repo, old_rev)
-    with _reading(source):
+    with _reading(source) as repo:
+        new = _commit(repo, new_rev)
+        if new is None:
+            raise _error(source, "mirror", f"revision {new_rev} not found in {source.mirror}")
+        old = _commit(repo, old_rev)
         return old is not None and (old.id == new.id or repo.descendant_of(new.id, old.id))
 
 
@@ -508,11 +515,10 @@ def _entries(tree: pygit2.Tree, scope: Scope, prefix: str = "") -> Iterator[tupl
 
 def tree_paths(source: GitSource, rev: str) -> set[str]:
     """Admitted regular files of `rev`: in the full contract, everything else indexed goes."""
-    repo = _mirror(source)
-    commit = _commit(repo, rev)
-    if commit is None:
-        raise _error(source, "mirror", f"revision {rev} not found in {source.mirror}")
-    with _reading(source):
+    with _reading(source) as repo:
+        commit = _commit(repo, rev)
+        if commit is None:
+            raise _error(source, "mirror", f"revision {rev} not found in {source.mirror}")
         return {path for path, _, mode in _entries(commit.tree, source.scope) if mode in _BLOB_MODES}
 
 
@@ -608,12 +614,13 @@ def changes(
 ) -> Iterator[Change]:
     """What to apply to the index to move it from old_rev to new_rev (contract: module doc).
     Objects that cannot be read raise MirrorDamaged."""
-    with _reading(source):
-        yield from _changes(source, old_rev, new_rev, full, max_file_bytes)
+    with _reading(source) as repo:
+        yield from _changes(source, repo, old_rev, new_rev, full, max_file_bytes)
 
 
-def _changes(source: GitSource, old_rev: str | None, new_rev: str, full: bool, max_file_bytes: int) -> Iterator[Change]:
-    repo = _mirror(source)
+def _changes(
+    source: GitSource, repo: pygit2.Repository, old_rev: str | None, new_rev: str, full: bool, max_file_bytes: int,
+) -> Iterator[Change]:
     new = _commit(repo, new_rev)
     if new is None:
         raise _error(source, "diff", f"revision {new_rev} not found in {source.mirror}")
@@ -656,17 +663,16 @@ def _changes(source: GitSource, old_rev: str | None, new_rev: str, full: bool, m
 
 def read_blob(source: GitSource, rev: str, path: str) -> bytes:
     """A file's bytes at `rev`, straight from the object database (for `show`)."""
-    repo = _mirror(source)
-    commit = _commit(repo, rev)
-    if commit is None:
-        raise _error(source, "read", f"revision {rev} not found in {source.mirror}")
-    try:
-        entry = commit.tree[path]
-    except KeyError:
-        raise _error(source, "read", f"{path} not found at {rev}") from None
-    if entry.filemode not in _BLOB_MODES:
-        raise _error(source, "read", f"{path} at {rev} is not a regular file")
-    with _reading(source):
+    with _reading(source) as repo:
+        commit = _commit(repo, rev)
+        if commit is None:
+            raise _error(source, "read", f"revision {rev} not found in {source.mirror}")
+        try:
+            entry = commit.tree[path]
+        except KeyError:
+            raise _error(source, "read", f"{path} not found at {rev}") from None
+        if entry.filemode not in _BLOB_MODES:
+            raise _error(source, "read", f"{path} at {rev} is not a regular file")
         blob = repo.get(entry.id)
         if blob is None:
             raise pygit2.GitError(f"object {entry.id} ({path}) is missing")

@@ -49,7 +49,7 @@ def _check_root(source: WorkspaceSource, indexed: int = 0, *, accept_empty: bool
     """
     where = f"workspace source {source.id!r}"
     if not source.root.exists():
-        raise SourceError(f"{where}: folder {source.root} does not exist")
+        raise SourceError(f"{where}: folder {source.root} does not exist; its index is kept")
     if not source.root.is_dir():
         raise SourceError(f"{where}: {source.root} is not a folder")
     try:
@@ -87,7 +87,14 @@ def _admitted(folder: WalkedFolder, unreadable: list[tuple[str, str]] | None = N
 def list_files(source: WorkspaceSource, *, log: logging.Logger | None = None) -> Iterator[ListedFile]:
     """Admitted files (index path, path on disk, stat) in walk order. Raises SourceError at call time."""
     _check_root(source)
-    return (item for folder in walk_folders(source.root, source.scope, log) for item in _admitted(folder))
+    return _listed(source, log or _LOG)
+
+
+def _listed(source: WorkspaceSource, log: logging.Logger) -> Iterator[ListedFile]:
+    for folder in walk_folders(source.root, source.scope, log):
+        if folder.unreadable is not None:
+            log.warning("cannot list folder %s: %s", folder.path, folder.unreadable)
+        yield from _admitted(folder)
 
 
 def scan(
