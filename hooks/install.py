@@ -35,6 +35,7 @@ import click
 from indexer.config import Config, GitSource
 from indexer.errors import NotesSearchError
 from indexer.lock import SyncLock
+from search.terminal import echo
 
 if TYPE_CHECKING:  # the CLI imports this module at start: heavy modules load only when used
     import pygit2
@@ -301,10 +302,10 @@ def install(app: _App, source_ids: tuple[str, ...], upstream: bool) -> None:
     A hook file that notes-search did not write is never replaced.
     """
     for path in install_hooks(app.config, source_ids, upstream=upstream):
-        click.echo(f"installed {path}")
+        echo(f"installed {path}")
         override = hooks_path_override(path.parent.parent)
         if override:
-            click.echo(f"warning: core.hooksPath is set ({override}): git runs hooks from there, "
+            echo(f"warning: core.hooksPath is set ({override}): git runs hooks from there, "
                        f"not {path.parent}", err=True)
 
 

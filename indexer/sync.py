@@ -46,6 +46,7 @@ class SourceReport:
     deleted: int = 0
     touched: int = 0
     skipped: int = 0
+    skips: list[tuple[str, str]] = field(default_factory=list)  # (path, why), for `reindex PATH`
     rev: str | None = None
     error: str | None = None
     unreadable: list[str] = field(default_factory=list)  # folders whose indexed files were kept
@@ -132,6 +133,7 @@ class Syncer:
                 except Exception as exc:  # noqa: BLE001 - one bad file must not stop the sync
                     log.warning("%s:%s: skipped, chunker failed: %s", source_id, change.file.path, exc)
                     report.skipped += 1
+                    report.skips.append((change.file.path, f"chunker failed: {exc}"))
         with self.store.transaction():
             for file, doc in parsed:
                 self.store.write_file(source_id, file, doc)
@@ -152,6 +154,7 @@ class Syncer:
                     # a driver that knows the indexed copy is stale (now binary, too large) sends
                     # a Delete first; a transient failure (unreadable now) keeps the copy
                     report.skipped += 1
+                    report.skips.append((change.path, change.reason))
                     log.warning("%s:%s: skipped: %s", source_id, change.path, change.reason)
 
     # ---- per source -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from indexer.config import Config
+from indexer.safe_text import safe_for_terminal
 from indexer.store import Store
 
 MAX_HEADINGS = 12  # per file line; the rest is summarised as "…"
@@ -22,8 +23,9 @@ MAX_FIELD_CHARS = 120  # one title, tag or heading
 
 
 def _clean(value: object) -> str:
-    """One line of bounded length, whatever the front matter held."""
-    text = " ".join(str(value).split())
+    """One line of bounded length, whatever the front matter held; people `cat` this file, so
+    a control character in a heading is shown, never sent."""
+    text = safe_for_terminal(" ".join(str(value).split()))
     return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 1] + "…"
 
 
@@ -34,7 +36,7 @@ def _strings(value: object) -> list[str]:
 
 
 def _file_line(row: Mapping[str, object]) -> str:
-    path = str(row["path"])
+    path = safe_for_terminal(str(row["path"]))  # a newline in a file name must not end its line
     title = _clean(row.get("title") or "")
     line = f"- {path} — {title}" if title else f"- {path}"
     tags = _strings(row.get("tags"))
@@ -53,7 +55,7 @@ def _file_line(row: Mapping[str, object]) -> str:
 
 
 def _folder_heading(folder: str, rows: Sequence[Mapping[str, object]]) -> str:
-    heading = f"## {folder}/" if folder else "## (top level)"
+    heading = f"## {safe_for_terminal(folder)}/" if folder else "## (top level)"
     collections = {row.get("collection") for row in rows}
     if len(collections) == 1 and (name := collections.pop()):
         heading += f" — collection: {_clean(name)}"

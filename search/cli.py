@@ -19,6 +19,7 @@ from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config,
 from indexer.errors import NotesSearchError, PathOutsideSources
 from indexer.store import SearchScope, Store
 from search.engine import MODES, SearchResponse, search
+from search.terminal import Safe, SafeLogFormatter, echo, echo_json, safe_errors, styled
 
 if TYPE_CHECKING:  # heavy imports (numpy, requests, pygit2, markdown-it) load only when a command needs them
     from indexer.embedders import Embedder
@@ -59,6 +60,10 @@ class CliGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        with safe_errors():  # outermost: every error line, however mapped below, is escaped
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except NotesSearchError as exc:
@@ -109,13 +114,14 @@ def setup_logging(config: Config) -> None:
     except OSError as exc:
         raise NotesSearchError(f"cannot write log file {config.log}: {exc}") from None
     handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # one record per line, whatever a file name holds: people `tail -f` this file
+    handler.setFormatter(SafeLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
 
 
 def emit_json(data: object) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    echo_json(data)
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -154,7 +160,7 @@ def init(app: App, notes_dir: str, source_id: str) -> None:
         relative = notes_root.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))), encoding="utf-8")
-    click.echo(f"wrote {target}; next: notes-search -c {target} sync")
+    echo(f"wrote {target}; next: notes-search -c {target} sync")
 
 
 # ---- sync ----------------------------------------------------------------------------------
@@ -188,9 +194,9 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
     elif interactive:
         _print_sync_summary(report)
     for failed in report.failed:
-        click.echo(f"error: source {failed.source_id}: {failed.error}", err=True)
+        echo(f"error: source {failed.source_id}: {failed.error}", err=True)
     if report.embed_notice and not quiet and not as_json:
-        click.echo(f"warning: {report.embed_notice}", err=True)
+        echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
         sys.exit(1)
 
@@ -208,12 +214,12 @@ def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], N
         if stage == "files" and done % 50:
             return
         text = f"{stage}: {done}/{total}" if total else f"{stage}: {done}"
-        click.echo(f"\r{text:<40}", nl=False, err=True)
+        echo(Safe("\r"), f"{text:<40}", nl=False, err=True)
         state["shown"] = True
 
     def finish() -> None:
         if state["shown"]:
-            click.echo("\r" + " " * 40 + "\r", nl=False, err=True)
+            echo(Safe("\r" + " " * 40 + "\r"), nl=False, err=True)
 
     return show, finish
 
@@ -230,7 +236,8 @@ def _sync_json(report: SyncReport) -> dict[str, object]:
         "sources": [
             {"id": s.source_id, "kind": s.kind, "added": s.added, "updated": s.updated, "deleted": s.deleted,
              "touched": s.touched, "skipped": s.skipped, "rev": s.rev, "error": s.error,
-             "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable], "recloned": s.recloned}
+             "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable], "recloned": s.recloned,
+             "skips": [{"path": path, "reason": reason} for path, reason in s.skips]}
             for s in report.sources
         ],
     }
@@ -238,22 +245,22 @@ def _sync_json(report: SyncReport) -> dict[str, object]:
 
 def _print_sync_summary(report: SyncReport) -> None:
     if report.rebuilt:
-        click.echo(report.rebuilt, err=True)
+        echo(report.rebuilt, err=True)
     for s in report.sources:
         if s.recloned:
-            click.echo(f"{s.source_id}: the mirror was damaged ({s.recloned}) and was cloned again", err=True)
+            echo(f"{s.source_id}: the mirror was damaged ({s.recloned}) and was cloned again", err=True)
         for folder in s.unreadable:
-            click.echo(f"{s.source_id}: cannot read {folder or '.'}/, its indexed files are kept", err=True)
+            echo(f"{s.source_id}: cannot read {folder or '.'}/, its indexed files are kept", err=True)
         if s.error:
             continue
         if s.changed or s.skipped:
-            click.echo(f"{s.source_id}: +{s.added} ~{s.updated} -{s.deleted}" + (f", {s.skipped} skipped" if s.skipped else ""), err=True)
+            echo(f"{s.source_id}: +{s.added} ~{s.updated} -{s.deleted}" + (f", {s.skipped} skipped" if s.skipped else ""), err=True)
         else:
-            click.echo(f"{s.source_id}: up to date", err=True)
+            echo(f"{s.source_id}: up to date", err=True)
     if report.embedded or report.pending:
-        click.echo(f"embedded {report.embedded} chunks, {report.pending} pending ({report.seconds:.1f}s)", err=True)
+        echo(f"embedded {report.embedded} chunks, {report.pending} pending ({report.seconds:.1f}s)", err=True)
     for line in report.coverage:
-        click.echo(f"coverage: {line}", err=True)
+        echo(f"coverage: {line}", err=True)
 
 
 # ---- query ---------------------------------------------------------------------------------
@@ -336,30 +343,32 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     if as_json:
         emit_json(response.to_json(explain=explain))
         if response.notice and response.degraded:
-            click.echo(f"notice: {response.notice}", err=True)
+            echo(f"notice: {response.notice}", err=True)
         return
     _print_hits(response, explain)
 
 
 def _print_hits(response: SearchResponse, explain: bool) -> None:
     if response.notice:
-        click.echo(f"notice: {response.notice}", err=True)
+        echo(f"notice: {response.notice}", err=True)
     if not response.results:
-        click.echo("no results", err=True)
+        echo("no results", err=True)
         return
     for hit in response.results:
         where = f"{hit.source}:{hit.path}:{hit.line}"
-        click.echo(f"{click.style(where, fg='magenta')}  {click.style(hit.breadcrumb, bold=True)}  {hit.score:.4f}")
+        echo(styled(where, fg="magenta"), "  ", styled(hit.breadcrumb, bold=True), f"  {hit.score:.4f}")
         if explain:
             e = hit.explain
-            click.echo(f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}")
+            echo(f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}")
         lines = [ln for ln in hit.text.splitlines() if ln.strip()][:4]
         for line in lines:
-            click.echo("    " + (line if len(line) <= 160 else line[:157] + "..."))
-        click.echo()
+            echo("    " + (line if len(line) <= 160 else line[:157] + "..."))
+        echo()
 
 
 # ---- reindex -------------------------------------------------------------------------------
+
+MAX_SKIPS_SHOWN = 20  # per source; a folder of attachments must not flood the terminal
 
 
 @cli.command()
@@ -370,7 +379,7 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
 def reindex(app: App, path: str, full: bool, as_json: bool) -> None:
     """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
     from indexer.sync import run_sync
-    from search.refs import confine_in, has_path, split_source
+    from search.refs import confine_in, excluded_file, has_path, split_source
 
     config = app.config
     source_id, rest = split_source(path, config.sources)
@@ -389,14 +398,22 @@ def reindex(app: App, path: str, full: bool, as_json: bool) -> None:
                       embedder_factory=app.embedder, lock_timeout=30.0)
     if report.locked:
         raise click.ClickException("another sync held the lock for 30 s; try again")
+    for s in report.sources:  # the walk never sees an excluded file: say why nothing happened
+        if rel and not s.error and excluded_file(config, s.source_id, rel):
+            s.skipped += 1
+            s.skips.append((rel, "excluded by the config (paths/include/exclude)"))
     if as_json:
         emit_json(_sync_json(report))
     else:
         for s in report.sources:
             state = f"error: {s.error}" if s.error else f"+{s.added} ~{s.updated} -{s.deleted}"
-            click.echo(f"{s.source_id}: {state}")
+            echo(f"{s.source_id}: {state}" + (f", {s.skipped} skipped" if s.skipped else ""))
+            for skipped_path, reason in s.skips[:MAX_SKIPS_SHOWN]:
+                echo(f"    skipped {skipped_path}: {reason}")
+            if len(s.skips) > MAX_SKIPS_SHOWN:
+                echo(f"    ... and {len(s.skips) - MAX_SKIPS_SHOWN} more skipped (the log lists them)")
         if report.embed_notice:
-            click.echo(f"warning: {report.embed_notice}", err=True)
+            echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
         sys.exit(1)
 
@@ -420,18 +437,18 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
     if as_json:
         emit_json(data)
         return
-    click.echo(f"index: {data['db']}")
+    echo(f"index: {data['db']}")
     running = data.get("sync_running")
     if running is not None:
         pid = f" (pid {running['pid']})" if running.get("pid") else ""
-        click.echo(f"sync running{pid}: the counts below may change until it finishes")
+        echo(f"sync running{pid}: the counts below may change until it finishes")
     emb = data["embedding"]
-    click.echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
+    echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
     if emb["reindex_needed"]:
-        click.echo("reindex needed: " + "; ".join(emb["reindex_needed"]))
+        echo("reindex needed: " + "; ".join(emb["reindex_needed"]))
     for s in data["sources"]:
         name = s["id"] + (f":{s['path']}" if s.get("path") else "")
-        click.echo(
+        echo(
             f"{name:<20} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
             f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}"
         )
@@ -439,22 +456,22 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
         if s["kind"] == "git":
             rev = (s["indexed_rev"] or "none")[:12]
             remote = (lag.get("remote_head") or lag.get("mirror_head") or "?")[:12]
-            click.echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
+            echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
             if lag.get("remote_error"):
-                click.echo(f"    remote: {lag['remote_error']}")
+                echo(f"    remote: {lag['remote_error']}")
             if lag.get("mirror_damaged"):
-                click.echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
+                echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
         if s.get("incomplete"):
             what = "still running" if running is not None else "did not finish"
-            click.echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
+            echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
         if lag.get("unreadable"):
-            click.echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
+            echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
         if lag.get("lags"):
-            click.echo("    lags: the index is behind; run `notes-search sync`")
+            echo("    lags: the index is behind; run `notes-search sync`")
         if s.get("error"):
-            click.echo(f"    error: {s['error']}")
+            echo(f"    error: {s['error']}")
         elif lag.get("error"):
-            click.echo(f"    cannot check: {lag['error']}")
+            echo(f"    cannot check: {lag['error']}")
 
 
 def main() -> None:

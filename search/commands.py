@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from indexer.errors import NotesSearchError
+from search.terminal import echo, styled
 
 if TYPE_CHECKING:
     from indexer.config import Config
@@ -83,14 +84,15 @@ def show(app: App, ref: str, as_json: bool) -> None:
         return
     for i, view in enumerate(views):
         if len(views) > 1:
-            click.echo(("\n" if i else "") + f"==> {view['source']}:{view['path']} <==")
-        text = str(view["text"])
-        click.echo(text, nl=not text.endswith("\n"))
+            if i:
+                echo()
+            echo(f"==> {view['source']}:{view['path']} <==")
+        text = str(view["text"])  # its lines stay lines; a CR inside one cannot overwrite it
+        echo(text, nl=not text.endswith("\n"), multiline=True)
 
 
 def _print_hit(hit: GrepHit) -> None:
-    where = click.style(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta")
-    click.echo(f"{where} {hit.text}")
+    echo(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), f" {hit.text}")
 
 
 @click.command()
@@ -137,9 +139,9 @@ def grep(app: App, pattern: str, source_ids: tuple[str, ...], path: str | None, 
         for hit in hits:
             _print_hit(hit)
         if not hits:
-            click.echo("no matches", err=True)
+            echo("no matches", err=True)
     if truncated:
-        click.echo(f"notice: stopped after {max_count} matches (--max-count)", err=True)
+        echo(f"notice: stopped after {max_count} matches (--max-count)", err=True)
 
 
 @click.command()
@@ -164,10 +166,10 @@ def toc(app: App, source_ids: tuple[str, ...], as_json: bool) -> None:
         try:
             write_toc(path, text)
         except OSError as exc:
-            click.echo(f"warning: cannot write {path}: {exc.strerror or exc}", err=True)
+            echo(f"warning: cannot write {path}: {exc.strerror or exc}", err=True)
         if as_json:
             results.append({"source": source_id, "file": str(path), "text": text})
         else:
-            click.echo(("\n" if i else "") + text, nl=False)
+            echo(("\n" if i else "") + text, nl=False, multiline=True)
     if as_json:
         emit_json({"results": results})

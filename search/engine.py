@@ -39,6 +39,7 @@ class Hit:
         data = asdict(self)
         if not explain:
             data.pop("explain")
+        data["ref"] = f"{self.source}:{self.path}:{self.line}"  # what `show` / MCP `get` take
         return data
 
 

@@ -32,6 +32,7 @@ from indexer.config import Config
 from indexer.errors import NotesSearchError
 from indexer.store import Store
 from search.engine import MODES, Hit, search
+from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
@@ -308,8 +309,9 @@ def run_eval(
 # ---- output ----------------------------------------------------------------------------------
 
 
-def format_report(report: EvalReport) -> str:
-    """A plain-text table per mode and kind, then the misses (expected not ranked first)."""
+def report_lines(report: EvalReport) -> list[str]:
+    """A plain-text table per mode and kind, then the misses (expected not ranked first); one
+    item per printed line, so a newline inside a question is escaped, not a line break."""
     kinds = report.kinds()
     counts = ", ".join(f"{kind} {sum(q.kind == kind for q in report.questions)}" for kind in kinds)
     lines = [f"{len(report.questions)} questions" + (f" ({counts})" if counts else "") + f", top {DEPTH} per mode", ""]
@@ -336,7 +338,7 @@ def format_report(report: EvalReport) -> str:
             first = _where(o.first) if o.first else "no results"
             lines.append(f"  [{o.question.kind or '-'}] {o.question.text}")
             lines.append(f"      expected {o.question.target} ({rank}); first: {first}")
-    return "\n".join(lines)
+    return lines
 
 
 @click.command("eval")
@@ -363,6 +365,7 @@ def eval_command(app: App, file: Path, modes: tuple[str, ...], as_json: bool) ->
     finally:
         store.close()
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+        echo_json(report.to_json())
     else:
-        click.echo(format_report(report))
+        for line in report_lines(report):
+            echo(line)

@@ -46,7 +46,7 @@ class GrepHit:
     rev: str | None  # the commit searched, for git sources
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "ref": f"{self.source}:{self.path}:{self.line}"}
 
 
 Hits = Generator[GrepHit, None, None]
@@ -108,6 +108,18 @@ def _stream(cmd: list[str], cwd: Path | None) -> Iterator[bytes]:
             raise NotesSearchError(f"{cmd[0]} gave no answer within {GREP_TIMEOUT:g} s; narrow the pattern or --path")
         err.seek(0)
         raise _ToolFailed(err.read().decode("utf-8", errors="replace"))
+
+
+def _records(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """Whole `name NUL ...` records: rg, git grep -z and the fallback end every record with a
+    newline, so a file name that holds one arrives split over several lines."""
+    pending = b""
+    for raw in lines:
+        if b"\0" not in raw:
+            pending += raw
+            continue
+        yield pending + raw
+        pending = b""
 
 
 def _invalid(pattern: str, reason: str) -> NotesSearchError:
@@ -183,7 +195,7 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
     index_path = {os.fsencode(disk): rel for rel, disk in files}
     for batch in _batches([disk for _, disk in files]):
         try:
-            for raw in _stream([*prefix, *batch], source.root):
+            for raw in _records(_stream([*prefix, *batch], source.root)):
                 name, sep, rest = raw.partition(b"\0")
                 number, colon, text = rest.partition(b":")
                 if not sep or not colon or not number.isdigit() or name not in index_path:
@@ -255,7 +267,7 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
 def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits:
     prefix = rev.encode() + b":"
     scope = source.scope.within(folder)
-    for raw in _stream(cmd, None):
+    for raw in _records(_stream(cmd, None)):
         name, _, rest = raw.partition(b"\0")
         number, _, text = rest.partition(b"\0")
         path = name.removeprefix(prefix).decode("utf-8", errors="replace")

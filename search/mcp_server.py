@@ -522,8 +522,10 @@ def _bearer_matches(header: str | None, token: str) -> bool:
 def serve_http(server: "MCPServer", host: str, port: int, token: str | None) -> None:
     import uvicorn
 
+    from search.terminal import echo
+
     app = HttpGuard(server.streamable_http_app(host=host), token)
-    click.echo(f"notes-search MCP (streamable HTTP) on http://{_url_host(host)}:{port}/mcp", err=True)
+    echo(f"notes-search MCP (streamable HTTP) on http://{_url_host(host)}:{port}/mcp", err=True)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
 
 

@@ -21,7 +21,7 @@ from indexer.store import Store
 
 BINARY_PROBE = 8192  # as the workspace driver: a NUL byte in this prefix marks a binary file
 
-_LINE_TAIL = re.compile(r":([0-9]+)(?::([0-9]+))?\Z")
+_LINE_TAIL = re.compile(r":(-?[0-9]+)(?::(-?[0-9]+))?\Z")  # signed, so ':-1' is a bad line, not a file name
 _DRIVE = re.compile(r"[A-Za-z]:(?:[\\/]|\Z)")
 
 
@@ -53,8 +53,12 @@ def parse_ref(text: str, source_ids: Collection[str]) -> Ref:
         rest = rest[: tail.start()]
         line = int(tail[1])
         count = int(tail[2]) if tail[2] is not None else None
-        if line < 1 or (count is not None and count < 1):
-            raise NotesSearchError(f"{text!r}: line numbers start at 1 and a line count must be at least 1")
+        if line < 1:
+            raise NotesSearchError(f"{text!r}: line {line} does not exist: lines are numbered from 1 "
+                                   "([SOURCE:]PATH[:LINE[:COUNT]])")
+        if count is not None and count < 1:
+            raise NotesSearchError(f"{text!r}: a line count must be at least 1, not {count} "
+                                   "([SOURCE:]PATH[:LINE[:COUNT]])")
     _check_relative(rest, text)
     if all(part in ("", ".") for part in rest.split("/")):
         raise NotesSearchError(f"{text!r}: no file path (expected [SOURCE:]PATH[:LINE[:COUNT]])")
@@ -221,6 +225,15 @@ def text_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return lines
+
+
+def excluded_file(config: Config, source_id: str, rel: str) -> bool:
+    """Is the confined `rel` a file on disk that the source's paths/include/exclude (or `.git`)
+    keep out of the index? A re-index of it does nothing, and the user should learn why."""
+    source = config.sources[source_id]
+    if not rel or not isinstance(source, WorkspaceSource) or _in_scope(source, rel):
+        return False
+    return os.path.isfile(_real_inside(source, rel))
 
 
 def has_path(config: Config, store: Store | None, source_id: str, rel: str) -> bool:

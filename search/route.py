@@ -25,6 +25,7 @@ import click
 from indexer.errors import EmbedderError
 from indexer.store import Store
 from search.fusion import rrf
+from search.terminal import echo, echo_json, styled
 
 if TYPE_CHECKING:  # numpy and the embedders load only when a route is computed
     import numpy as np
@@ -299,19 +300,19 @@ def collections_command(app: App, prefix: str | None, as_json: bool) -> None:
     """List collections (folders with _meta.yaml) as `name — description`."""
     view = collections_view(_entries(app), prefix)
     if as_json:
-        click.echo(json.dumps(view, ensure_ascii=False, indent=2))
+        echo_json(view)
         return
     if not view["count"]:
-        click.echo(NO_COLLECTIONS, err=True)
+        echo(NO_COLLECTIONS, err=True)
         return
     if view["layout"] == "flat":
         for item in view["collections"]:  # type: ignore[attr-defined]
-            click.echo(_line(item))
+            echo(_line(item))
         return
     for group in view["groups"]:  # type: ignore[attr-defined]
-        click.echo(click.style(f"{group['prefix']}/ ({group['count']})", bold=True))
+        echo(styled(f"{group['prefix']}/ ({group['count']})", bold=True))
         for item in group["collections"]:
-            click.echo("  " + _line(item))
+            echo("  " + _line(item))
 
 
 def _line(item: dict[str, object]) -> str:
@@ -327,9 +328,9 @@ def route_command(app: App, text: str, k: int, as_json: bool) -> None:
     """Pick the collections a question most likely belongs to (then: query --collection NAME)."""
     response = Router(app.embedder).route(_entries(app), text, k)
     if as_json:
-        click.echo(json.dumps(response.to_json(), ensure_ascii=False, indent=2))
+        echo_json(response.to_json())
         return
     if response.notice:
-        click.echo(f"notice: {response.notice}", err=True)
+        echo(f"notice: {response.notice}", err=True)
     for hit in response.results:
-        click.echo(f"{hit.score:.4f}  {hit.entry.line}")
+        echo(f"{hit.score:.4f}  {hit.entry.line}")

@@ -37,13 +37,14 @@ def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> N
     from watchdog.observers.polling import PollingObserver
 
     from indexer.watch import Watcher
+    from search.terminal import SafeLogFormatter, echo
 
     watcher = Watcher(
         app.config, app.embedder, debounce=debounce, reconcile_every=reconcile_every,
         observer_factory=PollingObserver if polling else Observer,
     )
     stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    stderr.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.getLogger("notes_search").addHandler(stderr)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -57,6 +58,6 @@ def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> N
             signal.signal(sig, handler)
         logging.getLogger("notes_search").removeHandler(stderr)
     s = watcher.stats
-    click.echo(f"stopped: {s.batches} batches, {s.reconciles} reconciles, {s.restarts} observer restarts", err=True)
+    echo(f"stopped: {s.batches} batches, {s.reconciles} reconciles, {s.restarts} observer restarts", err=True)
     if watcher.failure or not stop.is_set():
         raise click.ClickException(watcher.failure or "the watcher stopped unexpectedly")

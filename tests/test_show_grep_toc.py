@@ -411,7 +411,8 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
     assert human.stdout == "wiki:ops/runbook.md:3: Restart db-01 with care.\n"
     data = json.loads(run("grep", "port", "--json", "--source", "other").stdout)
     assert data == {"pattern": "port", "truncated": False, "results": [
-        {"source": "other", "path": "devops/postgres.md", "line": 3, "text": "port 6432 via pgbouncer", "rev": None}]}
+        {"source": "other", "path": "devops/postgres.md", "line": 3, "text": "port 6432 via pgbouncer", "rev": None,
+         "ref": "other:devops/postgres.md:3"}]}
     capped = run("grep", "e", "--max-count", "2", "--json")
     body = json.loads(capped.stdout)
     assert len(body["results"]) == 2 and body["truncated"] is True and "--max-count" in capped.stderr

@@ -1,0 +1,62 @@
+"""The CLI's output boundary: every human-readable line goes through `echo`, every error
+through `safe_errors`, every JSON document through `echo_json`, so text from the notes (and
+file names) never reaches the terminal as a control character. See indexer.safe_text."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from indexer.safe_text import safe_for_terminal, safe_json
+
+
+class Safe(str):
+    """Text already fit for the terminal: our own styling, or a control we send on purpose."""
+
+
+def styled(text: str, **style: Any) -> Safe:
+    """`click.style` of the escaped text: the style's own escape codes are the only ones left."""
+    return Safe(click.style(safe_for_terminal(text), **style))
+
+
+def echo(*parts: str, err: bool = False, nl: bool = True, multiline: bool = False) -> None:
+    """Print the parts as one line (several only with `multiline`), escaping all but `Safe` parts."""
+    click.echo("".join(part if isinstance(part, Safe) else safe_for_terminal(part, multiline=multiline)
+                       for part in parts), err=err, nl=nl)
+
+
+def echo_json(data: object) -> None:
+    """One JSON document: exact data, with no raw control character in the printed text."""
+    click.echo(safe_json(json.dumps(data, ensure_ascii=False, indent=2)))
+
+
+@contextmanager
+def safe_errors() -> Iterator[None]:
+    """`Error: ...` lines quote file names and refs: escape them (one line) like other output."""
+    try:
+        yield
+    except click.ClickException as exc:
+        # rewritten in place (click types it Final): every subclass formats its line around
+        # `message`, and the usage text a UsageError prints keeps its context
+        exc.message = safe_for_terminal(exc.message)  # type: ignore[misc]
+        raise
+
+
+class SafeLogFormatter(logging.Formatter):
+    """Log lines for a terminal (watch) and the log file (read with `tail -f`): a record stays
+    one line whatever the file names hold, so a name cannot forge a record; a traceback keeps
+    its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return safe_for_terminal(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return safe_for_terminal(super().formatException(ei), multiline=True)
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return safe_for_terminal(super().formatStack(stack_info), multiline=True)

@@ -1,0 +1,44 @@
+"""CLI and MCP outputs of a recorded set of commands stay byte-identical (see tests/golden.py)."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+from tests.golden import CLI_COMMANDS, MCP_CALLS, golden_files, record
+
+RERECORD = "re-record with `PYTHONPATH=. .venv/bin/python -m tests.golden --update`"
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return record(tmp_path_factory.mktemp("golden"))
+
+
+def test_every_recorded_command_has_a_golden_file() -> None:
+    expected = {f"cli-{name}" for name, _ in CLI_COMMANDS} | {f"mcp-{name}" for name, _, _ in MCP_CALLS}
+    expected |= {"mcp-initialize", "mcp-tools"}
+    assert set(golden_files()) == expected, RERECORD
+
+
+def test_outputs_match_the_recording(outputs: dict[str, str]) -> None:
+    golden = golden_files()
+    diffs = []
+    for name in sorted(golden):
+        if outputs.get(name) != golden[name]:
+            diff = difflib.unified_diff(
+                golden[name].splitlines(keepends=True),
+                outputs.get(name, "").splitlines(keepends=True),
+                fromfile=f"golden/{name}.txt",
+                tofile="now",
+            )
+            diffs.append("".join(diff))
+    assert not diffs, f"outputs changed; if intended, {RERECORD} and review the diff:\n" + "\n".join(diffs)[:20000]
+
+
+def test_recording_is_deterministic(outputs: dict[str, str], tmp_path: Path) -> None:
+    """Two workspaces built apart give the same outputs: nothing unnormalised leaks in."""
+    again = record(tmp_path)
+    assert again == outputs
