@@ -29,7 +29,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -92,7 +91,7 @@ def unprivileged() -> list[str]:
         locked = Path(tmp, "locked")
         locked.mkdir(mode=0)
         probe = subprocess.run([*prefix, PYTHON, "-c", f"import os; os.listdir({str(locked)!r})"],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, check=False)
         locked.chmod(0o700)
     if "PermissionError" not in probe.stderr:
         pytest.skip(f"setpriv cannot drop root's file capabilities here: {probe.stderr.strip()[-200:]}")
@@ -102,7 +101,7 @@ def unprivileged() -> list[str]:
 def ns(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess (under `prefix`)."""
     return subprocess.run([*prefix, NOTES_SEARCH, "--config", str(config), *args], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def synced(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -226,7 +225,7 @@ def test_watcher_and_catch_up_keep_an_unreadable_folder(tmp_path: Path, unprivil
     (notes / "sub").chmod(0)
     try:
         proc = subprocess.run([*unprivileged, PYTHON, "-c", WATCH_AND_CATCH_UP, str(config)], env=subprocess_env(),
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, check=False)
     finally:
         (notes / "sub").chmod(0o755)
     assert proc.returncode == 0, proc.stderr
@@ -385,7 +384,7 @@ def test_a_damaged_mirror_is_cloned_again_and_indexed_like_a_fresh_one(
 def test_a_damaged_mirror_with_the_remote_unreachable_is_left_alone(
     tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
 ) -> None:
-    url, repo = upstream
+    url, _ = upstream
     config, mirror = git_home(tmp_path, url)
     synced([], config)
     before = comparable(config)
@@ -412,7 +411,7 @@ class _RefsOnlyHandler(BaseHTTPRequestHandler):
 
     repo = ""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         refs = subprocess.run(["git", "upload-pack", "--stateless-rpc", "--advertise-refs", self.repo],
                               capture_output=True, check=True).stdout
         head = b"# service=git-upload-pack\n"
@@ -423,7 +422,7 @@ class _RefsOnlyHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.send_error(500, "upstream dropped the transfer")
 
     def log_message(self, *args: object) -> None:
@@ -486,7 +485,7 @@ def test_status_says_when_a_sync_is_running(tmp_path: Path) -> None:
 
 def kill_sync_at(config: Path, kill_point: str) -> None:
     proc = subprocess.run([PYTHON, "-c", KILL_DRIVER, kill_point, "--config", str(config), "sync", "--quiet"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == -signal.SIGKILL, f"kill point {kill_point} never reached: {proc.stderr[-2000:]}"
 
 
@@ -495,7 +494,7 @@ def test_a_killed_first_sync_leaves_the_index_marked_incomplete(
     tmp_path: Path, kind: str, upstream: tuple[Path, pygit2.Repository]
 ) -> None:
     if kind == "workspace":
-        notes, config = workspace_home(tmp_path)
+        _, config = workspace_home(tmp_path)
     else:
         config, _ = git_home(tmp_path, upstream[0])
     kill_sync_at(config, "call@indexer.store:Store.mark_synced@1")  # every file written, not yet marked

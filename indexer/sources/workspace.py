@@ -24,7 +24,16 @@ from indexer.collections import (
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
 from indexer.globs import Scope
-from indexer.model import Change, Delete, FileVersion, KnownFile, Skipped, Touch, Unlisted, Upsert
+from indexer.model import (
+    Change,
+    Delete,
+    FileVersion,
+    KnownFile,
+    Skipped,
+    Touch,
+    Unlisted,
+    Upsert,
+)
 
 INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (seed B §3 rule 4)
 BINARY_PROBE = 8192  # a NUL byte within this prefix marks a file as binary
