@@ -70,6 +70,9 @@ class FixedQueryEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.vectors[text]
 
+    def interactive(self) -> FixedQueryEmbedder:
+        return self
+
 
 def per_query(qs: list[str], fn: Callable[[str], object], reps: int, budget: float = BUDGET_S) -> list[float]:
     """Median seconds of each query over `reps` runs, after a warm-up of the first few queries.

@@ -2,8 +2,9 @@
 
 Pure (no I/O). Policy, in the order it is applied:
 
-1. Lines are split on "\\n" only (as grep -n and editors count them); a BOM and the "\\r" of
-   CRLF are dropped, so line numbers always match the file.
+1. Lines are split on "\\n" (as grep -n and editors count them); a BOM and the "\\r" of CRLF
+   are dropped, so line numbers always match the file. A file with no "\\n" at all but a "\\r"
+   has old Mac line endings and is split on "\\r" (as editors show it; see `line_break`).
 2. Front matter: a first line `---` up to the next `---`/`...` line. If it loads (safe YAML,
    dates kept as written) to a mapping, its fields are metadata and its lines are not chunk
    content. If the YAML is broken, the block is kept as plain text at the start of the first
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.token import Token
 
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "2"  # 2: files with only "\r" line endings are split into lines
 
 CHARS_PER_TOKEN = 4
 MIN_CHUNK_TOKENS = 200
@@ -171,9 +172,18 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
     )
 
 
+def line_break(text: str) -> str:
+    """The one rule for where a line ends, shared by the chunker, `show` and MCP `get`: at "\\n"
+    (CRLF's "\\r" is then part of the ending), or at "\\r" in a file that has no "\\n" at all
+    (old Mac endings: otherwise the whole note would be one line and its title). A lone "\\r"
+    inside a "\\n" file stays inside its line, so numbers still match grep -n there."""
+    return "\r" if "\n" not in text and "\r" in text else "\n"
+
+
 def _source_lines(text: str) -> list[str]:
-    """Lines as grep -n numbers them: split on "\\n" only, without BOM and CRLF's "\\r"."""
-    lines = text.removeprefix("\ufeff").split("\n")
+    """Lines as grep -n numbers them (see `line_break`), without BOM and CRLF's "\\r"."""
+    text = text.removeprefix("\ufeff")
+    lines = text.split(line_break(text))
     if lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]

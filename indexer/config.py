@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,15 @@ from indexer.errors import ConfigError
 from indexer.globs import Scope
 
 DEFAULT_CONFIG_NAME = "notes-search.yaml"
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
+# Upper bounds keep every number within what the code below it can use (an index-sized int for a
+# read(), sqlite-vec's vector size limit, a finite timeout) instead of failing deep inside a sync.
+MAX_FILE_BYTES_LIMIT = 1 << 30
+MAX_DIMS = 8192  # sqlite-vec's limit on a vector column
+MAX_BATCH = 4096
+MAX_RETRIES = 20
+MAX_TIMEOUT = 86_400.0
+MAX_KEEP_ALIVE = 10 * 365 * 86_400.0  # -1 (for ever) is the usual value; infinity is not JSON
 LOCAL_MODEL = "multilingual-e5-small"
 PROVIDERS = ("local", "ollama", "openai")
 
@@ -141,14 +152,15 @@ class _Checker:
             raise self.fail(key, "must not contain a NUL character")
         return value
 
-    def integer(self, value: Any, key: str, minimum: int = 1) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
+    def integer(self, value: Any, key: str, minimum: int = 1, maximum: int = 1 << 31) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise self.fail(key, f"expected an integer from {minimum} to {maximum}, got {value!r}")
         return value
 
-    def number(self, value: Any, key: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise self.fail(key, f"expected a positive number, got {value!r}")
+    def number(self, value: Any, key: str, maximum: float = MAX_TIMEOUT) -> float:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not (0 < value <= maximum)):  # also refuses NaN, which compares false
+            raise self.fail(key, f"expected a number above 0 and at most {maximum:g}, got {value!r}")
         return float(value)
 
     def globs(self, value: Any, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -164,19 +176,39 @@ class _Checker:
         return tuple(value)
 
 
-def _resolve(base: Path, value: str) -> Path:
-    path = Path(os.path.expanduser(value))
+_VARIABLE = re.compile(r"\$(?:\$|\{(\w+)\}|(\w+))")
+
+
+def _expand(value: str, key: str, c: _Checker) -> str:
+    """`~` and `$NAME` / `${NAME}` in a path, alike for every path key; `$$` is a literal `$`.
+    An unset or empty variable is an error: silently keeping `$HOME` as a folder name, or
+    turning `$UNSET/notes` into `/notes`, would put files where nobody meant them."""
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name is None:
+            return "$"
+        setting = os.environ.get(name)
+        if not setting:
+            raise c.fail(key, f"environment variable ${name} is {'empty' if setting == '' else 'not set'}")
+        return setting
+
+    return os.path.expanduser(_VARIABLE.sub(variable, value))
+
+
+def _resolve(base: Path, value: str, key: str, c: _Checker) -> Path:
+    path = Path(_expand(value, key, c))
     return path if path.is_absolute() else (base / path)
 
 
-def _resolve_url(base: Path, url: str) -> str:
+def _resolve_url(base: Path, url: str, key: str, c: _Checker) -> str:
     """Local-path remotes are relative to `root` like every other path; real URLs stay as written."""
     if "://" in url:
         return url
     before_slash = url.split("/", 1)[0]
     if ":" in before_slash and not Path(url).exists():
         return url  # scp-style: user@host:repo.git
-    return str(_resolve(base, url))
+    return str(_resolve(base, url, key, c))
 
 
 def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
@@ -201,7 +233,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         if not endpoint.startswith(("http://", "https://")):
             raise c.fail("embedding.endpoint", f"expected an http(s) URL, got {endpoint!r}")
     if "dims" in raw:
-        dims = c.integer(raw["dims"], "embedding.dims")
+        dims = c.integer(raw["dims"], "embedding.dims", maximum=MAX_DIMS)
     elif local:
         dims = 384
     else:
@@ -209,13 +241,15 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     if local and dims != 384:
         raise c.fail("embedding.dims", f"{LOCAL_MODEL} has 384 dimensions, got {dims}")
     keep_alive = raw.get("keep_alive", -1)
-    if isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str)):
-        raise c.fail("embedding.keep_alive", f"expected a number (or a duration like '24h'), got {keep_alive!r}")
     if isinstance(keep_alive, str):
         try:
             keep_alive = float(keep_alive) if "." in keep_alive else int(keep_alive)
         except ValueError:
             pass  # a duration string such as "24h" is valid for Ollama as is
+    if (isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str))
+            or (not isinstance(keep_alive, str) and not abs(keep_alive) <= MAX_KEEP_ALIVE)):  # NaN too
+        raise c.fail("embedding.keep_alive", f"expected a number of seconds up to {MAX_KEEP_ALIVE:g} "
+                                             f"(or a duration like '24h'), got {raw['keep_alive']!r}")
     default_q, default_p = ("query: ", "passage: ") if local else ("", "")
     query_prefix = raw.get("query_prefix", default_q)
     passage_prefix = raw.get("passage_prefix", default_p)
@@ -224,17 +258,21 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
             raise c.fail(f"embedding.{name}", f"expected a string, got {value!r}")
     if local and (query_prefix, passage_prefix) != ("query: ", "passage: "):
         raise c.fail("embedding.query_prefix", "the local e5 model uses 'query: ' / 'passage: ' and adds them itself")
+    if provider == "ollama" and ":" not in model.rsplit("/", 1)[-1]:
+        # without a tag Ollama takes ':latest', which for some models is a far larger variant
+        raise c.fail("embedding.model", f"write the Ollama tag explicitly as name:tag "
+                                        f"(e.g. 'qwen3-embedding:0.6b'; `ollama list` shows them), got {model!r}")
     return EmbeddingConfig(
         provider=provider,
         model=model,
         endpoint=endpoint,
         dims=dims,
-        batch=c.integer(raw.get("batch", 32), "embedding.batch"),
+        batch=c.integer(raw.get("batch", 32), "embedding.batch", maximum=MAX_BATCH),
         keep_alive=keep_alive,
         query_prefix=query_prefix,
         passage_prefix=passage_prefix,
         timeout=c.number(raw.get("timeout", 60.0), "embedding.timeout"),
-        retries=c.integer(raw.get("retries", 3), "embedding.retries", minimum=0),
+        retries=c.integer(raw.get("retries", 3), "embedding.retries", minimum=0, maximum=MAX_RETRIES),
         api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
     )
 
@@ -262,8 +300,9 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
         _check_id(source_id, key, c)
         spec = c.mapping(spec, key)
         c.known(spec, GIT_KEYS, key)
-        url = _resolve_url(root, c.string(spec.get("url"), f"{key}.url"))
-        mirror = _resolve(root, c.string(spec.get("mirror", f"mirrors/{source_id}.git"), f"{key}.mirror"))
+        url = _resolve_url(root, c.string(spec.get("url"), f"{key}.url"), f"{key}.url", c)
+        mirror = _resolve(root, c.string(spec.get("mirror", f"mirrors/{source_id}.git"), f"{key}.mirror"),
+                          f"{key}.mirror", c)
         branch = spec.get("branch")
         if branch is not None:
             branch = c.string(branch, f"{key}.branch")
@@ -280,11 +319,12 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
             _check_id(source_id, key, c)
             spec = c.mapping(spec, key)
             c.known(spec, WORKSPACE_KEYS, key)
-            source_root = _resolve(root, c.string(spec.get("root", "."), f"{key}.root"))
+            source_root = _resolve(root, c.string(spec.get("root", "."), f"{key}.root"), f"{key}.root", c)
             if "paths" not in spec:
                 raise c.fail(f"{key}.paths", "workspace sources are opt-in: list the folders to index (e.g. ['notes/**'])")
             scope = Scope(
-                paths=c.globs(spec.get("paths"), f"{key}.paths", ("**",)),
+                # opt-in: an empty `paths:` selects nothing (and sync warns), never the whole root
+                paths=c.globs(spec.get("paths"), f"{key}.paths", ()),
                 include=c.globs(spec.get("include"), f"{key}.include", ("*.md",)),
                 exclude=c.globs(spec.get("exclude"), f"{key}.exclude", ()),
             )
@@ -292,10 +332,45 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
     return sources
 
 
+def _check_duplicate_keys(node: yaml.Node, key: str, c: _Checker, seen_nodes: set[int]) -> None:
+    """A key written twice is an error naming it and both (1-based) lines: PyYAML keeps the last
+    one silently, so a second `db:` far down the file would win unnoticed."""
+    if id(node) in seen_nodes:  # an alias: its node was checked where the anchor is
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` entries may be overridden on purpose
+            name = f"{key}.{key_node.value}" if key else key_node.value
+            line = key_node.start_mark.line + 1
+            identity = (key_node.tag, key_node.value)
+            if identity in first_line:
+                raise c.fail(name, f"duplicate key (lines {first_line[identity]} and {line})")
+            first_line[identity] = line
+            _check_duplicate_keys(value_node, name, c, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check_duplicate_keys(item, f"{key}[{index}]", c, seen_nodes)
+
+
+def _load_yaml(text: str, c: _Checker) -> Any:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node, "", c, set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_config(text: str, file: str = "<config>", base: Path | None = None) -> Config:
     c = _Checker(file)
     try:
-        raw = yaml.safe_load(text)
+        raw = _load_yaml(text, c)
     except RecursionError:
         raise c.fail("", "invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
@@ -306,12 +381,12 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
     raw = c.mapping(raw, "")
     c.known(raw, TOP_KEYS, "")
     base = base if base is not None else Path.cwd()
-    root = _resolve(base, c.string(raw.get("root", "."), "root")).resolve()
-    db = _resolve(root, c.string(raw.get("db", "db/notes-index.sqlite"), "db"))
-    log = _resolve(root, c.string(raw.get("log", "log/notes_sync.log"), "log"))
+    root = _resolve(base, c.string(raw.get("root", "."), "root"), "root", c).resolve()
+    db = _resolve(root, c.string(raw.get("db", "db/notes-index.sqlite"), "db"), "db", c)
+    log = _resolve(root, c.string(raw.get("log", "log/notes_sync.log"), "log"), "log", c)
     embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
     sources = _sources(c.mapping(raw.get("sources"), "sources"), root, c)
-    max_bytes = c.integer(raw.get("max_file_bytes", 5_000_000), "max_file_bytes")
+    max_bytes = c.integer(raw.get("max_file_bytes", 5_000_000), "max_file_bytes", maximum=MAX_FILE_BYTES_LIMIT)
     return Config(
         path=Path(file) if file != "<config>" else None,
         root=root,
@@ -325,13 +400,53 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     path = Path(path)
+    return parse_config(_read_config_text(path), file=str(path), base=path.resolve().parent)
+
+
+def _read_config_text(path: Path) -> str:
+    """The config's text, from a regular file of at most MAX_CONFIG_BYTES. Opened without
+    blocking, so a FIFO cannot hang us, and checked on the open descriptor itself; a device
+    such as /dev/null is refused rather than read as an empty config rooted in /dev."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found (create one with `notes-search init DIR`)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from None
-    return parse_config(text, file=str(path), base=path.resolve().parent)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{path}: is a folder, not a config file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: not a regular file (a config must be a YAML file)")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: config is {info.st_size} bytes; the limit is {MAX_CONFIG_BYTES} (1 MiB)")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:  # grew between fstat and read
+        raise ConfigError(f"{path}: config is over the limit of {MAX_CONFIG_BYTES} bytes (1 MiB)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read config: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def selection_warnings(config: Config) -> list[str]:
+    """Why a valid config would index nothing: said once per sync, since a sync that silently
+    does nothing looks exactly like one that is up to date."""
+    if not config.sources:
+        where = str(config.path) if config.path else "the config"
+        return [f"{where} selects nothing: it configures no sources (see sources.workspace / sources.git)"]
+    warnings = []
+    for source in config.sources.values():
+        for key in ("paths", "include"):
+            if not getattr(source.scope, key):
+                warnings.append(f"source {source.id} selects nothing: its {key} list is empty")
+    return warnings
 
 
 def find_config(explicit: str | None) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 import os
@@ -43,6 +44,11 @@ class Embedder(ABC):
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._checked(self.embed_batch([text], is_query=True), 1)[0]
+
+    def interactive(self) -> Embedder:
+        """This embedder for calls someone waits on (a search, its catch-up): no retries and
+        short timeouts. The same object where there is no network to wait on."""
+        return self
 
     def close(self) -> None:
         """Release connections; a no-op for embedders that hold none."""
@@ -157,6 +163,12 @@ def _server_message(resp: requests.Response) -> str:
     return _one_line(str(error if error is not None else body))
 
 
+# An interactive call gives up after one attempt: (connect, read) seconds. A query embedding
+# takes milliseconds on a warm server; a cold model load that misses this degrades one search
+# to keywords, which is better than every search waiting for it.
+INTERACTIVE_TIMEOUT = (1.0, 2.0)
+
+
 class _HTTPEmbedder(Embedder):
     """Shared transport: one Session, bounded retries with exponential backoff on transient
     failures (connection errors, timeouts, 429, 5xx), immediate errors on other 4xx."""
@@ -173,6 +185,20 @@ class _HTTPEmbedder(Embedder):
         self.session = requests.Session()
         # A proxy can never reach the user's own loopback server; only remote endpoints use one.
         self.session.trust_env = not _is_loopback(self.url)
+        self.attempts = config.retries + 1
+        self.timeout: float | tuple[float, float] = config.timeout
+        self._interactive: _HTTPEmbedder | None = None
+
+    def interactive(self) -> Embedder:
+        """A sibling sharing the session: one attempt, INTERACTIVE_TIMEOUT (never longer than
+        the configured timeout)."""
+        if self._interactive is None:
+            quick = copy.copy(self)
+            quick.attempts = 1
+            quick.timeout = tuple(min(limit, self.config.timeout) for limit in INTERACTIVE_TIMEOUT)  # type: ignore[assignment]
+            quick._interactive = quick
+            self._interactive = quick
+        return self._interactive
 
     def _url(self, endpoint: str) -> str:
         return endpoint + self.path
@@ -189,14 +215,18 @@ class _HTTPEmbedder(Embedder):
 
     def _post(self, payload: dict[str, Any]) -> Any:
         """POST JSON and return the decoded reply, or raise EmbedderError / EmbedderUnavailable."""
-        attempts = self.config.retries + 1
+        attempts = self.attempts
         problem = ""
         for attempt in range(attempts):
             resp: requests.Response | None = None
             try:
-                resp = self.session.post(self.url, json=payload, timeout=self.config.timeout)
+                resp = self.session.post(self.url, json=payload, timeout=self.timeout)
+            except requests.ConnectTimeout:
+                connect = self.timeout[0] if isinstance(self.timeout, tuple) else self.timeout
+                problem = f"no connection within {connect:g} s"
             except requests.Timeout:
-                problem = f"no answer within {self.config.timeout:g} s"
+                read = self.timeout[1] if isinstance(self.timeout, tuple) else self.timeout
+                problem = f"no answer within {read:g} s"
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
                 problem = _root_cause(exc)
             else:

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from indexer.errors import StoreError
+
 
 class SyncLock:
     """Exclusive, non-reentrant lock shared by `sync`, `reindex`, the watcher and the MCP server."""
@@ -18,8 +20,13 @@ class SyncLock:
 
     def acquire(self, timeout: float = 0.0) -> bool:
         """Try to take the lock, waiting up to `timeout` seconds. False if another process holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            # the lock lives next to the index: a folder we cannot write is the db's folder
+            raise StoreError(f"cannot create the sync lock {self.path} (next to the index): "
+                             f"{exc.strerror or exc}") from None
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -30,8 +37,11 @@ class SyncLock:
                     os.close(fd)
                     return False
                 time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass  # the pid is for people looking at the file; the flock alone is the lock (disk full)
         self._fd = fd
         return True
 

@@ -133,6 +133,28 @@ def vec_extension_path() -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
 
 
+# What the file system or the file itself can do to a write; anything else is a bug to see whole.
+STORAGE_ERRORS = (apsw.FullError, apsw.ReadOnlyError, apsw.IOError, apsw.CorruptError, apsw.NotADBError,
+                  apsw.CantOpenError, apsw.PermissionsError)
+
+
+def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreError:
+    """One line naming the index file and what went wrong with it."""
+    if reading and isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError)):
+        # a WAL database is read through its -shm/-wal files, created next to it on first use
+        problem = (f"cannot be read by this user ({exc}): SQLite keeps {path.name}-shm and -wal next "
+                   "to the index, so its folder must be writable for this user")
+    elif isinstance(exc, apsw.FullError):
+        problem = "the disk is full (free some space, then run `notes-search sync` again)"
+    elif isinstance(exc, apsw.ReadOnlyError):
+        problem = "it is read-only for this user (a sync needs write access to it and to its folder)"
+    elif isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
+        problem = f"it is not a usable SQLite index ({exc}); move it away and run `notes-search sync` to rebuild"
+    else:
+        problem = str(exc)
+    return StoreError(f"index {path}: {problem}")
+
+
 EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
 
 
@@ -228,30 +250,41 @@ class Store:
         path = Path(path)
         if readonly and not path.exists():
             raise StoreError(f"no index at {path}: run `notes-search sync` first")
+        if path.is_dir():
+            raise StoreError(f"cannot open index {path}: it is a folder (`db:` must name a file)")
         try:
             if not readonly:
                 path.parent.mkdir(parents=True, exist_ok=True)
             flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
             conn = apsw.Connection(str(path), flags=flags)
+        except OSError as exc:
+            raise StoreError(f"cannot open index {path}: {exc.strerror or exc} ({exc.filename or path})") from None
+        except apsw.Error as exc:
+            raise StoreError(f"cannot open index {path}: {exc}") from None
+        try:
             conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             conn.enable_load_extension(True)
             conn.load_extension(vec_extension_path())
             conn.enable_load_extension(False)
             conn.execute("PRAGMA foreign_keys = ON")
             if not readonly:
+                if conn.readonly("main"):
+                    # SQLite falls back to read-only without a word; the first write would fail
+                    raise StoreError(f"index {path} is read-only for this user: a sync needs "
+                                     "write access to it and to its folder")
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-        except (apsw.Error, OSError) as exc:
-            raise StoreError(f"cannot open index {path}: {exc}") from None
-        store = cls(conn, path)
-        try:
+            store = cls(conn, path)
             if not readonly:
                 store._migrate()
             elif store._user_version() != SCHEMA_VERSION:
                 raise StoreError(f"index {path} has schema {store._user_version()}, expected {SCHEMA_VERSION}: run `notes-search sync`")
+        except StoreError:
+            conn.close()
+            raise
         except apsw.Error as exc:
             conn.close()
-            raise StoreError(f"index {path} is not usable: {exc}") from None
+            raise storage_error(path, exc, reading=readonly) from None
         return store
 
     def close(self) -> None:
@@ -280,23 +313,29 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT; any exception rolls back. Not re-entrant on purpose."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        self._vectors_changed = False
+        """BEGIN IMMEDIATE ... COMMIT; any exception rolls back. Not re-entrant on purpose.
+        A full disk, a file made read-only, an I/O error or corruption met while writing
+        becomes one StoreError naming the file."""
         try:
-            yield
-            if self._vectors_changed:
-                # random, not a counter: a rebuilt index must not reach a value an old copy has
-                self.conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('vectors_generation', lower(hex(randomblob(8))))"
-                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
-                )
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        finally:
+            self.conn.execute("BEGIN IMMEDIATE")
             self._vectors_changed = False
-        self.conn.execute("COMMIT")
+            try:
+                yield
+                if self._vectors_changed:
+                    # random, not a counter: a rebuilt index must not reach a value an old copy has
+                    self.conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('vectors_generation', lower(hex(randomblob(8))))"
+                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+                    )
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._vectors_changed = False
+        except STORAGE_ERRORS as exc:
+            raise storage_error(self.path, exc) from None
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from indexer import chunker, toc
 from indexer.collections import Collection, collection_for, find_collections
 from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
-from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
+from indexer.embed_health import embedder_health
+from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, StoreError
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
@@ -84,7 +85,7 @@ class Syncer:
         self,
         config: Config,
         store: Store,
-        embedder_factory: Callable[[], Embedder],
+        embedder_factory: Callable[[], Embedder] | None,
         progress: Progress | None = None,
     ) -> None:
         self.config = config
@@ -261,16 +262,27 @@ class Syncer:
     # ---- embeddings -------------------------------------------------------------------------
 
     def embed_pending(self, report: SyncReport, deadline: float | None = None) -> None:
+        """Attach vectors to pending chunks. No factory: text only (a lexical search's catch-up).
+        A deadline marks a catch-up someone waits on: one attempt with short timeouts, in small
+        steps, and an embedder that failed such a call recently is left alone (embed_health)."""
         total = self.store.count_pending_all()
-        if total == 0:
+        if total == 0 or self.embedder_factory is None:
+            return
+        interactive = deadline is not None
+        health = embedder_health(self.config)
+        outage = health.outage(self.config.embedding) if interactive else None
+        if outage is not None:  # the search's own notice names the error
+            report.embed_notice = f"embedder not available; {total} chunks wait for vectors until it is back"
             return
         try:
             embedder = self.embedder_factory()
+            if interactive:
+                embedder = embedder.interactive()
         except NotesSearchError as exc:
             report.embed_notice = f"embedder not available ({exc}); {total} chunks wait for vectors"
             log.warning("%s", report.embed_notice)
             return
-        batch = self.config.embedding.batch * 4
+        batch = min(self.config.embedding.batch, CATCH_UP_STEP) if interactive else self.config.embedding.batch * 4
         after_id = 0
         done = 0
         while True:
@@ -288,6 +300,8 @@ class Syncer:
             try:
                 vectors = embedder.embed_passages(texts)
             except EmbedderUnavailable as exc:
+                if interactive:
+                    health.failed(self.config.embedding, str(exc))
                 report.embed_notice = f"{exc}; {total - done} chunks stored without vectors (lexical only until the next sync)"
                 log.warning("%s", report.embed_notice)
                 return
@@ -295,6 +309,8 @@ class Syncer:
                 report.embed_notice = f"{exc}; {total - done} chunks stored without vectors"
                 log.error("%s", report.embed_notice)
                 return
+            if done == 0:
+                health.succeeded(self.config.embedding)  # searches may use the embedder again
             ids = [chunk_id for chunk_id, _, _ in rows]
             report.embedded += self.store.store_vectors(ids, vectors[[unique[d] for _, d, _ in rows]])
             done += len(rows)
@@ -379,7 +395,7 @@ def run_sync(
     source_ids: list[str] | None = None,
     full: bool = False,
     path: str | None = None,
-    embedder_factory: Callable[[], Embedder],
+    embedder_factory: Callable[[], Embedder] | None,
     progress: Progress | None = None,
     lock_timeout: float = 0.0,
     embed_budget: float | None = None,
@@ -387,7 +403,8 @@ def run_sync(
     """Take the lock (held -> report.locked, nothing done), then sync.
 
     `path` limits workspace sources to one file or folder; `embed_budget` (seconds) bounds the
-    embedding work, leaving the rest pending, for catch-ups that must stay interactive.
+    embedding work, leaving the rest pending, for catch-ups that must stay interactive;
+    without `embedder_factory` only text is indexed and every new chunk stays pending.
     """
     for source_id in source_ids or []:
         config.source(source_id)  # unknown ids fail before any work
@@ -419,26 +436,32 @@ def _log_summary(report: SyncReport) -> None:
 
 
 CATCH_UP_BUDGET = 1.0  # seconds of embedding a search may spend on what changed on disk
+CATCH_UP_STEP = 8  # chunks per embedding request in a catch-up: the budget is checked between steps
 
 
 def catch_up(
     config: Config,
     source_ids: tuple[str, ...],
     path: str | None,
-    embedder_factory: Callable[[], Embedder],
+    embedder_factory: Callable[[], Embedder] | None,
 ) -> str | None:
     """Index what changed in the searched workspace scope, so an edit made just before a search
-    is found by it (seed B §8). Bounded: embedding stops after CATCH_UP_BUDGET and the rest stays
-    pending (found by keywords; the search says so). Returns a notice when the index may lag."""
+    is found by it. The text is indexed at once; embedding is bounded (CATCH_UP_BUDGET, one
+    attempt, skipped while the embedder is known down) and whatever it leaves stays pending for
+    the next sync, found by keywords meanwhile. A lexical search passes no embedder factory: it
+    never waits on embedding. Returns a notice when the index may lag."""
     workspace_ids = [
         sid for sid, src in config.sources.items()
         if isinstance(src, WorkspaceSource) and (not source_ids or sid in source_ids)
     ]
     if not workspace_ids or not config.db.exists():
         return None
-    report = run_sync(
-        config, source_ids=workspace_ids, path=path, embedder_factory=embedder_factory, embed_budget=CATCH_UP_BUDGET
-    )
+    try:
+        report = run_sync(
+            config, source_ids=workspace_ids, path=path, embedder_factory=embedder_factory, embed_budget=CATCH_UP_BUDGET
+        )
+    except StoreError as exc:  # e.g. an index this user may read but not write: search what is there
+        return f"the index could not be updated before this search ({exc}); results may lag the disk"
     if report.locked:
         return "a sync is running: results may lag the disk by a few seconds"
     return report.embed_notice

@@ -15,8 +15,8 @@ import click
 
 from typing import TYPE_CHECKING
 
-from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, load_config
-from indexer.errors import NotesSearchError, PathOutsideSources
+from indexer.config import STARTER_CONFIG, Config, EmbeddingConfig, find_config, load_config, selection_warnings
+from indexer.errors import ConfigError, NotesSearchError, PathOutsideSources
 from indexer.store import SearchScope, Store
 from search.engine import MODES, SearchResponse, search
 from search.terminal import Safe, SafeLogFormatter, echo, echo_json, safe_errors, styled
@@ -76,9 +76,15 @@ def make_embedder(config: EmbeddingConfig) -> Embedder:
     return build(config)
 
 
+# Commands that write the index: only these create the db's and the log's folders. The others
+# read; when they fail (no index yet, a bad argument) they leave nothing behind.
+WRITING_COMMANDS = frozenset({"sync", "reindex", "watch", "mcp", "hooks"})
+
+
 @dataclass
 class App:
     config_option: str | None
+    writes: bool = True
     _config: Config | None = None
     _embedder: Embedder | None = None
 
@@ -86,7 +92,7 @@ class App:
     def config(self) -> Config:
         if self._config is None:
             self._config = load_config(find_config(self.config_option))
-            setup_logging(self._config)
+            setup_logging(self._config, create=self.writes)
         return self._config
 
     def embedder(self) -> Embedder:
@@ -99,8 +105,10 @@ class App:
         return Store.open(self.config.db, readonly=readonly)
 
 
-def setup_logging(config: Config) -> None:
-    """Log to the config's log file; nothing goes to the terminal from here (cron stays silent)."""
+def setup_logging(config: Config, create: bool = True) -> None:
+    """Log to the config's log file; nothing goes to the terminal from here (cron stays silent).
+    Without `create` (a read-only command) the log is used only if its folder exists and the
+    file can be opened: reading the index must not need, or make, a writable log."""
     root = logging.getLogger("notes_search")
     if any(getattr(h, "notes_search_file", None) == str(config.log) for h in root.handlers):
         return
@@ -108,11 +116,20 @@ def setup_logging(config: Config) -> None:
         if getattr(handler, "notes_search_file", None):
             root.removeHandler(handler)
             handler.close()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        # without a log file, records go nowhere: Python's last-resort handler would print them
+        # on stderr, where the command already says what matters in its own words
+        root.addHandler(logging.NullHandler())
+    if not create and not config.log.parent.is_dir():
+        return
     try:
-        config.log.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            config.log.parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(config.log, encoding="utf-8")
     except OSError as exc:
-        raise NotesSearchError(f"cannot write log file {config.log}: {exc}") from None
+        if not create:
+            return
+        raise ConfigError(f"cannot write log file {config.log} (`log:` in the config): {exc.strerror or exc}") from None
     handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
     # one record per line, whatever a file name holds: people `tail -f` this file
     handler.setFormatter(SafeLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -133,7 +150,7 @@ def emit_json(data: object) -> None:
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """Hybrid (BM25 + vector) search over markdown notes in git repositories and folders."""
-    ctx.obj = App(config_path)
+    ctx.obj = App(config_path, writes=ctx.invoked_subcommand in WRITING_COMMANDS)
 
 
 pass_app = click.make_pass_decorator(App)
@@ -158,8 +175,12 @@ def init(app: App, notes_dir: str, source_id: str) -> None:
         relative = notes_root.resolve().relative_to(target.resolve().parent)
     except ValueError:
         relative = notes_root.resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))), encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
+            file.write(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
     echo(f"wrote {target}; next: notes-search -c {target} sync")
 
 
@@ -175,11 +196,16 @@ def init(app: App, notes_dir: str, source_id: str) -> None:
 def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json: bool) -> None:
     """Bring the index up to date (the cron / hook job).
 
-    Exits 0 at once, silently, when another sync holds the lock.
+    Exits 0 at once when another sync holds the lock: silently, or with --json an object
+    that says `"locked": true`.
     """
     from indexer.sync import run_sync
 
     config = app.config
+    for warning in selection_warnings(config):
+        log.warning("%s", warning)
+        if not quiet:
+            echo(f"warning: {warning}", err=True)
     interactive = stderr_is_terminal() and not quiet and not as_json
     progress, finish = _progress_printer() if interactive else (None, lambda: None)
     try:
@@ -187,10 +213,12 @@ def sync(app: App, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json
                           embedder_factory=app.embedder, progress=progress)
     finally:
         finish()
-    if report.locked:
+    if report.locked and not as_json:
         return
     if as_json:
         emit_json(_sync_json(report))
+        if report.locked:
+            return
     elif interactive:
         _print_sync_summary(report)
     for failed in report.failed:
@@ -225,7 +253,9 @@ def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], N
 
 
 def _sync_json(report: SyncReport) -> dict[str, object]:
+    """`locked`: another sync held the lock, so nothing was done (every count is zero)."""
     return {
+        "locked": report.locked,
         "changed": report.changed,
         "seconds": report.seconds,
         "embedded": report.embedded,
@@ -331,10 +361,10 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
     try:
         check_scope_exists(config, store, scope)
         lag = None
-        if scope.path or scope.source_ids:
+        if scope.path or scope.source_ids or path is not None:  # `--path .` scopes every source whole
             from indexer.sync import catch_up
 
-            lag = catch_up(config, scope.source_ids, scope.path, app.embedder)
+            lag = catch_up(config, scope.source_ids, scope.path, None if mode == "lex" else app.embedder)
         response = search(store, config, text, k=k, mode=mode, scope=scope, embedder_factory=app.embedder)
     finally:
         store.close()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from indexer.config import Config
     from indexer.store import Store
     from search.cli import App
-    from search.grep import GrepHit
+    from search.grep import GrepHit, Unsearched
     from search.refs import Ref
 
 
@@ -91,6 +91,16 @@ def show(app: App, ref: str, as_json: bool) -> None:
         echo(text, nl=not text.endswith("\n"), multiline=True)
 
 
+GREP_WARNINGS = 5  # lines naming what was not searched; --json lists everything
+
+
+def _warn_unsearched(unsearched: list[Unsearched]) -> None:
+    for item in unsearched[:GREP_WARNINGS]:
+        echo(f"warning: not searched: {item}", err=True)
+    if len(unsearched) > GREP_WARNINGS:
+        echo(f"warning: and {len(unsearched) - GREP_WARNINGS} more not searched (--json lists all)", err=True)
+
+
 def _print_hit(hit: GrepHit) -> None:
     echo(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), f" {hit.text}")
 
@@ -103,7 +113,7 @@ def _print_hit(hit: GrepHit) -> None:
 @click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is literal text, not a regex.")
 @click.option("--max-count", default=200, show_default=True, type=click.IntRange(1, 100_000),
               help="Stop after this many matching lines in total.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated, unsearched.")
 @click.pass_obj
 def grep(app: App, pattern: str, source_ids: tuple[str, ...], path: str | None, ignore_case: bool, fixed: bool,
          max_count: int, as_json: bool) -> None:
@@ -111,6 +121,10 @@ def grep(app: App, pattern: str, source_ids: tuple[str, ...], path: str | None, 
 
     Same scope rules as the index. Git sources are searched at the indexed commit. A PATTERN
     starting with '-' goes after `--`: notes-search grep -- -x.
+
+    What cannot be searched (a source, folder or file) is named in a warning on stderr (and
+    in `unsearched` with --json); the rest is searched, exit 0. When nothing at all could be
+    searched: one error line, exit 1.
     """
     from search.cli import emit_json
     from search.grep import grep as run_grep
@@ -126,20 +140,23 @@ def grep(app: App, pattern: str, source_ids: tuple[str, ...], path: str | None, 
             source_ids = (prefix,)
     store = _store_if_any(app)
     try:
-        hits = run_grep(config, store, pattern, source_ids=source_ids, path=path, ignore_case=ignore_case,
-                        fixed=fixed, max_count=max_count + 1)
+        found = run_grep(config, store, pattern, source_ids=source_ids, path=path, ignore_case=ignore_case,
+                         fixed=fixed, max_count=max_count + 1)
     finally:
         if store is not None:
             store.close()
-    truncated = len(hits) > max_count
-    hits = hits[:max_count]
+    found.check_searched()
+    truncated = len(found) > max_count
+    hits = found[:max_count]
     if as_json:
-        emit_json({"pattern": pattern, "results": [hit.to_json() for hit in hits], "truncated": truncated})
+        emit_json({"pattern": pattern, "results": [hit.to_json() for hit in hits], "truncated": truncated,
+                   "unsearched": [item.to_json() for item in found.unsearched]})
     else:
         for hit in hits:
             _print_hit(hit)
         if not hits:
-            echo("no matches", err=True)
+            echo("no matches" + (" in what could be searched" if found.unsearched else ""), err=True)
+    _warn_unsearched(found.unsearched)
     if truncated:
         echo(f"notice: stopped after {max_count} matches (--max-count)", err=True)
 

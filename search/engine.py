@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from indexer.config import Config, identity_mismatch
-from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
+from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, ReindexNeeded
 from indexer.store import SearchScope, Store
 from search.fusion import rrf
 from search.querybuild import build_fts_query
@@ -101,7 +101,7 @@ def search(
                 info.append("the query has no searchable words")
         vector: list[tuple[int, float]] = []
         if mode != "lex":
-            query_vector = _embed_query(embedder_factory, query, mode, notices, info)
+            query_vector = _embed_query(config, embedder_factory, query, mode, notices, info)
             if query_vector is not None:
                 from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
                 vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
@@ -145,14 +145,31 @@ def search(
 
 
 def _embed_query(
-    embedder_factory: Callable[[], "Embedder"], query: str, mode: str, notices: list[str], info: list[str]
+    config: Config, embedder_factory: Callable[[], "Embedder"], query: str, mode: str, notices: list[str],
+    info: list[str],
 ) -> np.ndarray | None:
-    """The query vector, or None with a notice when the embedder is down (hybrid degrades to lex)."""
+    """The query vector, or None with a notice when the embedder is down (hybrid degrades to lex).
+
+    One attempt with short timeouts; a failure is remembered for a while (embed_health), during
+    which the embedder is not even constructed, so a degraded search costs what a lexical one does.
+    """
+    from indexer.embed_health import embedder_health
+
     if not query.strip():
         info.append("empty query")
         return None
+    health = embedder_health(config)
     try:
-        return embedder_factory().embed_query(query)
+        outage = health.outage(config.embedding)
+        if outage is not None:
+            raise EmbedderUnavailable(outage)
+        try:
+            vector = embedder_factory().interactive().embed_query(query)
+        except EmbedderUnavailable as exc:
+            health.failed(config.embedding, str(exc))
+            raise
+        health.succeeded(config.embedding)
+        return vector
     except EmbedderError as exc:
         if mode == "vec":
             raise

@@ -5,6 +5,9 @@ Workspace sources are searched with ripgrep over exactly the files the index wou
 are searched with `git grep` inside the bare mirror at the indexed revision, so hits agree with
 what `show` and `query` see. Patterns always follow `-e` and file names follow `--`: nothing
 a user types can become an option. Results are ordered by source, path, line.
+
+What could not be searched (a missing mirror, a folder or file that cannot be read) is
+reported with the hits, never silently dropped: "no matches" must mean the text is not there.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.collections import nfc
@@ -49,6 +52,62 @@ class GrepHit:
         return {**dataclasses.asdict(self), "ref": f"{self.source}:{self.path}:{self.line}"}
 
 
+@dataclass(frozen=True)
+class Unsearched:
+    """Something grep could not search: a whole source (`path` None), a folder ('dir/') or a file."""
+
+    source: str
+    path: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.path} ({self.reason})" if self.path else f"{self.source} ({self.reason})"
+
+
+class GrepResult(list[GrepHit]):
+    """The hits (a plain list to most callers), and what could not be searched."""
+
+    def __init__(self, hits: Iterable[GrepHit] = ()) -> None:
+        super().__init__(hits)
+        self.unsearched: list[Unsearched] = []
+        self.searched = 0  # sources searched at least in part
+
+    def merge(self, other: GrepResult) -> None:
+        self.extend(other)
+        self.unsearched += other.unsearched
+        self.searched += other.searched
+
+    def check_searched(self) -> None:
+        """Raise when nothing at all could be searched: an empty answer would be a lie."""
+        if self.searched == 0 and self.unsearched:
+            raise NothingSearched("nothing could be searched: " + summary(self.unsearched))
+
+
+class NothingSearched(SourceError):
+    """Every selected source, folder or file failed; there is no answer to give."""
+
+
+SUMMARY_ITEMS = 3
+
+
+def summary(unsearched: Sequence[Unsearched], limit: int = SUMMARY_ITEMS) -> str:
+    """One line: the first few items, then how many more."""
+    text = "; ".join(str(item) for item in unsearched[:limit])
+    more = len(unsearched) - limit
+    return text + (f"; and {more} more" if more > 0 else "")
+
+
+@dataclass
+class _Problems:
+    """What one source's search could not read, filled in while its hits stream."""
+
+    files: list[tuple[str, str]] = field(default_factory=list)  # (index path, reason)
+    folders: list[tuple[str, str]] = field(default_factory=list)  # (index path + '/', reason)
+
+
 Hits = Generator[GrepHit, None, None]
 
 
@@ -65,6 +124,39 @@ def _one_line(stderr: str) -> str:
             if line.startswith(prefix):
                 return line.removeprefix(prefix).strip()
     return lines[-1] if lines else "failed without a message"
+
+
+_OS_ERROR_SUFFIX = re.compile(r"\s*\(os error \d+\)$")
+_IO_ERROR_PREFIX = re.compile(r"^IO error for operation on .*?: ")
+
+
+def _reason(text: str) -> str:
+    """'Permission denied (os error 13)' -> 'permission denied' (rg's and the OS's wording)."""
+    text = _IO_ERROR_PREFIX.sub("", _OS_ERROR_SUFFIX.sub("", text.strip()))
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+def _file_errors(stderr: str, names: dict[str, str]) -> tuple[list[tuple[str, str]], str]:
+    """Split rg's (or the fallback's) messages into per-file errors, as (index path, reason),
+    and the rest. A file error starts a line as `[rg: ]NAME: REASON`, NAME one we passed (it
+    may hold a newline itself, so names are looked for, not lines split)."""
+    errors: list[tuple[str, str]] = []
+    spans: list[tuple[int, int]] = []
+    for disk, rel in names.items():
+        marker = disk + ": "
+        start = 0
+        while (at := stderr.find(marker, start)) != -1:
+            if at == 0 or stderr[at - 1] == "\n" or stderr[max(0, at - 4) : at] == "rg: ":
+                end = stderr.find("\n", at + len(marker))
+                end = len(stderr) if end == -1 else end
+                errors.append((rel, _reason(stderr[at + len(marker) : end])))
+                spans.append((at, end))
+                break
+            start = at + 1
+    rest = stderr
+    for at, end in sorted(spans, reverse=True):
+        rest = rest[:at] + rest[end:]
+    return errors, "\n".join(ln for ln in rest.splitlines() if ln.strip() and ln.strip() != "rg:")
 
 
 class _ToolFailed(Exception):
@@ -129,16 +221,39 @@ def _invalid(pattern: str, reason: str) -> NotesSearchError:
 # ---- workspace sources ----------------------------------------------------------------------
 
 
-def _workspace_files(source: WorkspaceSource, folder: str) -> list[tuple[str, str]]:
+UNLISTABLE = "cannot list folder %s: %s"  # the walker's message for a folder it cannot read
+
+
+class _WalkLog(logging.Handler):
+    """Collects the folders the walker could not list (it reports them only to its log, as
+    (on-disk path, reason)) and passes every record on to grep's own log."""
+
+    def __init__(self, root: str, problems: _Problems) -> None:
+        super().__init__()
+        self.root = root
+        self.problems = problems
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == UNLISTABLE and isinstance(record.args, tuple) and len(record.args) == 2:
+            rel = nfc(os.path.relpath(str(record.args[0]), self.root)).replace(os.sep, "/")
+            self.problems.folders.append(("" if rel == "." else rel + "/", _reason(str(record.args[1]))))
+        _log.handle(record)
+
+
+def _workspace_files(source: WorkspaceSource, folder: str, problems: _Problems) -> list[tuple[str, str]]:
     """(index path, name on disk relative to the root) of the files the index would admit below
     `folder` ('' = all), sorted by index path. The two differ for names stored NFD (macOS):
-    the tools must open the disk name and report the index path.
+    the tools must open the disk name and report the index path. Folders that cannot be
+    listed go to `problems`.
 
     The walk itself is narrowed to `folder`, so a --path search does not walk the whole tree.
     """
     walked = dataclasses.replace(source, scope=source.scope.within(nfc(folder))) if folder else source
     root = os.fspath(source.root)
-    return sorted((item.rel, os.path.relpath(item.path, root)) for item in workspace.list_files(walked, log=_log))
+    # a logger of its own, outside the registry: concurrent greps (MCP threads) stay apart
+    walk_log = logging.Logger("notes_search.grep.walk")  # noqa: LOG001
+    walk_log.addHandler(_WalkLog(root, problems))
+    return sorted((item.rel, os.path.relpath(item.path, root)) for item in workspace.list_files(walked, log=walk_log))
 
 
 def _batches(files: Sequence[str]) -> Iterator[list[str]]:
@@ -160,12 +275,16 @@ def _batches(files: Sequence[str]) -> Iterator[list[str]]:
 _PYTHON_GREP = r"""
 import re, sys
 matcher = re.compile(sys.argv[2], re.IGNORECASE if sys.argv[1] == "i" else 0)
-out = sys.stdout.buffer
+out, err = sys.stdout.buffer, sys.stderr.buffer
+failed = False
 for name in sys.argv[3:]:
     try:
         with open(name, "rb") as f:
             data = f.read()
-    except OSError:
+    except OSError as exc:
+        if not isinstance(exc, FileNotFoundError):
+            err.write(name.encode("utf-8", "surrogateescape") + b": " + (exc.strerror or str(exc)).encode() + b"\n")
+            failed = True
         continue
     if b"\0" in data[:%d]:
         continue
@@ -175,15 +294,17 @@ for name in sys.argv[3:]:
     for number, raw in enumerate(lines, 1):
         if matcher.search(raw.decode("utf-8", "replace").rstrip("\r")):
             out.write(name.encode("utf-8", "surrogateescape") + b"\0" + str(number).encode() + b":" + raw + b"\n")
+sys.exit(2 if failed else 0)
 """ % BINARY_PROBE
 
 
 def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pattern: str, ignore_case: bool,
-                  fixed: bool, rg: str | None) -> Hits:
-    """rg (or the Python fallback) over the files, in batches; hits carry index paths."""
+                  fixed: bool, rg: str | None, problems: _Problems) -> Hits:
+    """rg (or the Python fallback) over the files, in batches; hits carry index paths, files
+    that cannot be read go to `problems`."""
     if rg is not None:
         flags = ["--no-config", "--no-heading", "--with-filename", "--line-number", "--null", "--color=never",
-                 "--no-messages", "--sort=path", "--engine=auto"]
+                 "--sort=path", "--engine=auto"]
         flags += ["--ignore-case"] if ignore_case else ["--case-sensitive"]
         if fixed:
             flags.append("--fixed-strings")
@@ -193,6 +314,7 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
         prefix = [sys.executable, "-c", _PYTHON_GREP, "i" if ignore_case else "c",
                   re.escape(pattern) if fixed else pattern]
     index_path = {os.fsencode(disk): rel for rel, disk in files}
+    by_name = {disk: rel for rel, disk in files}
     for batch in _batches([disk for _, disk in files]):
         try:
             for raw in _records(_stream([*prefix, *batch], source.root)):
@@ -202,10 +324,13 @@ def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pat
                     continue  # "binary file matches" notes and the like
                 yield GrepHit(source.id, index_path[name], int(number), _clip(text), None)
         except _ToolFailed as exc:
-            # --no-messages keeps file errors (a note deleted since the walk) silent but still
-            # exits 2; whatever rg does print is about the pattern
-            if exc.stderr.strip():
+            # exit 2: files that could not be read (searched all the same: the rest is
+            # complete), or a pattern error, which comes before any file is read
+            failed, other = _file_errors(exc.stderr, by_name)
+            if other and not failed:
                 raise _invalid(pattern, _one_line(exc.stderr)) from None
+            # a file deleted since the walk has nothing left to search: not a miss
+            problems.files += [(rel, reason) for rel, reason in failed if reason != "no such file or directory"]
 
 
 def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
@@ -280,10 +405,12 @@ def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits
 
 
 def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
-                 ignore_case: bool, fixed: bool, rg: str | None) -> Hits:
+                 ignore_case: bool, fixed: bool, rg: str | None, problems: _Problems) -> tuple[Hits, int]:
+    """The source's hits and how many files they come from (git: -1, unknown and not needed)."""
     if isinstance(source, GitSource):
-        return _git_grep(source, indexed_rev(store, source), folder, pattern, ignore_case, fixed)
-    return _search_files(source, _workspace_files(source, folder), pattern, ignore_case, fixed, rg)
+        return _git_grep(source, indexed_rev(store, source), folder, pattern, ignore_case, fixed), -1
+    files = _workspace_files(source, folder, problems)
+    return _search_files(source, files, pattern, ignore_case, fixed, rg, problems), len(files)
 
 
 def grep(
@@ -296,28 +423,36 @@ def grep(
     ignore_case: bool = False,
     fixed: bool = False,
     max_count: int = 200,
-) -> list[GrepHit]:
+) -> GrepResult:
     """Up to `max_count` matching lines across the selected sources (all when none are named).
 
     `path` is a file or a folder (recursive), relative to each source root and confined to it.
-    A source named explicitly must be searchable; when searching everything, a source that
-    cannot be searched yet (git never synced, missing folder) is skipped with a log line.
+    A source that cannot be searched (git never synced or its mirror gone, missing folder), and
+    folders and files that cannot be read, are listed in `unsearched` and logged; the others
+    are searched all the same. Callers decide with `check_searched()` whether any answer is left.
     """
-    explicit = list(dict.fromkeys(source_ids))
-    selected = [config.source(source_id) for source_id in explicit] or list(config.sources.values())
+    selected = [config.source(source_id) for source_id in dict.fromkeys(source_ids)] or list(config.sources.values())
     rg = shutil.which("rg")
-    hits: list[GrepHit] = []
+    result = GrepResult()
     for source in selected:
         folder = confine(config, source.id, path) if path else ""
+        problems = _Problems()
         try:
-            found = _source_hits(store, source, folder, pattern, ignore_case, fixed, rg)
+            found, file_count = _source_hits(store, source, folder, pattern, ignore_case, fixed, rg, problems)
             for hit in found:
-                hits.append(hit)
-                if len(hits) >= max_count:
+                result.append(hit)
+                if len(result) >= max_count:
                     found.close()  # stop rg / git now, not when garbage collected
-                    return hits
+                    result.searched += 1
+                    return result
         except SourceError as exc:
-            if explicit:
-                raise
-            _log.warning("grep: skipping source %s: %s", source.id, exc)
-    return hits
+            _log.warning("grep: cannot search source %s: %s", source.id, exc)
+            result.unsearched.append(Unsearched(source.id, None, str(exc)))
+            continue
+        for rel, reason in [*problems.folders, *problems.files]:
+            _log.warning("grep: cannot search %s:%s: %s", source.id, rel or "./", reason)
+            result.unsearched.append(Unsearched(source.id, rel or "./", reason))
+        # a folder whose every file (and every subfolder) failed was not searched at all
+        if file_count < 0 or file_count > len(problems.files) or not (problems.files or problems.folders):
+            result.searched += 1
+    return result

@@ -149,15 +149,16 @@ class NotesTools:
         label = f"{found[0]}:{key}" if len(found) == 1 else key
         return Target(SearchScope(source_ids=tuple(found), path=key or None), label, [(sid, rel) for sid in found])
 
-    def catch_up(self, target: Target) -> list[str]:
+    def catch_up(self, target: Target, embed: bool = True) -> list[str]:
         """Index what changed on disk inside the target first, so a note written just before the
-        search is found by it (seed B §8); bounded, and it never rebuilds."""
+        search is found by it; bounded, and it never rebuilds. `embed=False` (a lexical search)
+        indexes the text only and leaves the vectors to the next sync."""
         from indexer.sync import catch_up
 
         notices = []
         for source_id, place in target.places:
             if isinstance(self.config.sources[source_id], WorkspaceSource):
-                notice = catch_up(self.config, (source_id,), place or None, self.embedder)
+                notice = catch_up(self.config, (source_id,), place or None, self.embedder if embed else None)
                 if notice and notice not in notices:
                     notices.append(notice)
         return notices
@@ -167,7 +168,7 @@ class NotesTools:
     def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
         with self.store() as store:
             target = self.resolve(store, path)
-            lag = self.catch_up(target) if not target.scope.is_all else []
+            lag = self.catch_up(target, embed=mode != "lex") if not target.scope.is_all else []
             response = search(store, self.config, query, k=k, mode=mode, scope=target.scope,
                               embedder_factory=self.embedder, resident=self.resident_vectors())
         data = response.to_json()
@@ -316,33 +317,38 @@ class NotesTools:
         }
 
     def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
-        from search.grep import grep
+        from search.grep import GrepResult, grep, summary
 
         if not pattern:
             raise NotesSearchError("empty pattern")
-        hits: "list[GrepHit]" = []
+        found = GrepResult()
         with self.maybe_store() as store:
             target = self.resolve(store, path)
-            # everything: one call, which skips sources that cannot be searched yet (never synced)
+            # everything: one call over every source (those that cannot be searched are listed)
             places: list[tuple[tuple[str, ...], str | None]] = [((), None)]
             if not target.scope.is_all:
                 places = [((sid,), place or None) for sid, place in target.places]
             for source_ids, place in places:
                 # one line more than shown: "truncated" only when there really is more
-                hits += grep(self.config, store, pattern, source_ids=source_ids, path=place,
-                             ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS + 1 - len(hits))
-                if len(hits) > GREP_MAX_HITS:
+                found.merge(grep(self.config, store, pattern, source_ids=source_ids, path=place,
+                                 ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS + 1 - len(found)))
+                if len(found) > GREP_MAX_HITS:
                     break
-        truncated = len(hits) > GREP_MAX_HITS
-        hits = hits[:GREP_MAX_HITS]
+        found.check_searched()
+        truncated = len(found) > GREP_MAX_HITS
+        hits: "list[GrepHit]" = found[:GREP_MAX_HITS]
         results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in hits]
+        notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if truncated else []
+        if found.unsearched:
+            notices.append(f"not searched ({len(found.unsearched)}, see unsearched): {summary(found.unsearched)}")
         return {
             "pattern": pattern,
             "scope": target.label,
             "count": len(results),
             "truncated": truncated,
-            "notice": f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern" if truncated else None,
+            "notice": "; ".join(notices) or None,
             "hits": results,
+            "unsearched": [item.to_json() for item in found.unsearched],
         }
 
     def collections(self, prefix: str | None) -> dict[str, Any]:
@@ -448,7 +454,8 @@ def build_server(tools: NotesTools) -> "MCPServer":
         fixed: Annotated[bool, Field(description="Treat the pattern as a literal string.")] = False,
     ) -> dict[str, Any]:
         """Live exact search over the note files, no index: always current. Best for hostnames,
-        numbers, error codes, tags. Each hit has `ref` (source:path:line) and the matching line."""
+        numbers, error codes, tags. Each hit has `ref` (source:path:line) and the matching line;
+        `unsearched` names any source, folder or file that could not be searched."""
         with _tool_errors():
             return tools.grep(pattern, path, ignore_case, fixed)
 
@@ -514,6 +521,24 @@ class HttpGuard:
         await self.app(scope, receive, send)
 
 
+MIN_REMOTE_TOKEN_CHARS = 16  # the floor for a random token; MAKE_TOKEN prints 43 chars (256 bits)
+# split at "print" only so the raw-output guard's line scan does not take the text for a call
+MAKE_TOKEN = ('python -c "import secrets; print'
+              '(secrets.token_urlsafe(32))"')
+
+
+def check_token(token: str, remote: bool) -> None:
+    """A token other machines can guess is no guard; one with spaces or non-ASCII never matches
+    the Bearer header a client sends."""
+    if not all("!" <= char <= "~" for char in token):
+        raise click.UsageError(f"--token must be printable ASCII without spaces; make one with: {MAKE_TOKEN}")
+    if remote and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise click.UsageError(
+            f"--token is {len(token)} characters; a server reachable from other machines needs at "
+            f"least {MIN_REMOTE_TOKEN_CHARS} random ones; make one with: {MAKE_TOKEN}"
+        )
+
+
 def _bearer_matches(header: str | None, token: str) -> bool:
     scheme, _, value = (header or "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
@@ -547,6 +572,8 @@ def mcp_command(app: "App", use_http: bool, host: str, port: int, token: str | N
             f"--host {host} is reachable from other machines: set --token (or ${TOKEN_ENV}) so every "
             "request must carry `Authorization: Bearer <token>`"
         )
+    if use_http and token:
+        check_token(token, remote=not is_loopback(host))
     tools = NotesTools(app)
     tools.warm_up()
     server = build_server(tools)

@@ -220,8 +220,11 @@ def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) 
 
 
 def text_lines(text: str) -> list[str]:
-    """Lines as rg, git grep and the chunker count them: split at '\\n' only."""
-    lines = text.split("\n")
+    """Lines as the chunker counts them (indexer.chunker.line_break): at '\\n' as rg and git
+    grep do, or at '\\r' in a file with old Mac endings; CRLF lines keep their '\\r'."""
+    from indexer.chunker import line_break
+
+    lines = text.split(line_break(text))
     if lines[-1] == "":
         lines.pop()
     return lines

@@ -27,8 +27,10 @@ _reference_parser = MarkdownIt("commonmark").enable("table")
 
 
 def source_lines(text: str) -> list[str]:
-    """The line numbering the chunker promises: "\\n"-separated, BOM and CRLF's "\\r" dropped."""
-    lines = text.removeprefix("\ufeff").split("\n")
+    """The line numbering the chunker promises: "\\n"-separated, BOM and CRLF's "\\r" dropped;
+    "\\r"-separated in a file without any "\\n" (old Mac endings)."""
+    text = text.removeprefix("\ufeff")
+    lines = text.split("\n" if "\n" in text or "\r" not in text else "\r")
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]

@@ -90,8 +90,8 @@ def test_string_keep_alive_becomes_a_number() -> None:
         ("embedding: {provider: ollama, endpoint: 'http://x', dims: 8}\n", "c.yaml: embedding.model: required"),
         ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x'}\n", "c.yaml: embedding.dims: required"),
         ("embedding: {dims: 1024}\n", "c.yaml: embedding.dims: multilingual-e5-small has 384 dimensions"),
-        ("embedding: {batch: 0}\n", "c.yaml: embedding.batch: expected an integer >= 1"),
-        ("embedding: {batch: true}\n", "c.yaml: embedding.batch: expected an integer >= 1"),
+        ("embedding: {batch: 0}\n", "c.yaml: embedding.batch: expected an integer from 1 to 4096"),
+        ("embedding: {batch: true}\n", "c.yaml: embedding.batch: expected an integer from 1 to 4096"),
         ("sources: {workspace: {n: {root: .}}}\n", "c.yaml: sources.workspace.n.paths: workspace sources are opt-in"),
         ("sources: {workspace: {n: {paths: ['../up/**']}}}\n", "c.yaml: sources.workspace.n.paths: glob must be relative"),
         ("sources: {git: {a: {url: x}}, workspace: {a: {paths: ['**']}}}\n", "c.yaml: sources.workspace.a: source id 'a' is already used"),
@@ -99,6 +99,10 @@ def test_string_keep_alive_becomes_a_number() -> None:
         ("sources: {svn: {}}\n", "c.yaml: sources.svn: unknown key"),
         ("- just\n- a list\n", "c.yaml: expected a mapping"),
         ("sources: [unclosed\n", "c.yaml: invalid YAML (line 2, column 1)"),
+        ("embedding: {provider: ollama, model: qwen3-embedding, endpoint: 'http://x', dims: 8}\n",
+         "c.yaml: embedding.model: write the Ollama tag explicitly as name:tag (e.g. 'qwen3-embedding:0.6b'"),
+        ("embedding: {provider: ollama, model: 'hf.co/org/model', endpoint: 'http://x', dims: 8}\n",
+         "c.yaml: embedding.model: write the Ollama tag explicitly"),
     ],
 )
 def test_bad_config_names_file_and_key(text: str, message: str) -> None:
@@ -106,6 +110,36 @@ def test_bad_config_names_file_and_key(text: str, message: str) -> None:
         parse_config(text, "c.yaml")
     assert str(info.value).startswith(message), str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("db: a.sqlite\nlog: l.log\ndb: b.sqlite\n", "c.yaml: db: duplicate key (lines 1 and 3)"),
+        ("sources:\n  workspace:\n    notes: {paths: ['**']}\n    other: {paths: ['**']}\n"
+         "    notes: {paths: ['a/**']}\n", "c.yaml: sources.workspace.notes: duplicate key (lines 3 and 5)"),
+        ("embedding: {batch: 2, batch: 3}\n", "c.yaml: embedding.batch: duplicate key (lines 1 and 1)"),
+        ("sources:\n  git:\n    r:\n      url: x\n      mirror: m.git\n      url: y\n",
+         "c.yaml: sources.git.r.url: duplicate key (lines 4 and 6)"),
+    ],
+)
+def test_duplicate_keys_name_the_key_and_both_lines(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "c.yaml")
+    assert str(info.value) == message
+
+
+def test_merge_keys_may_be_overridden_and_aliases_are_checked_once() -> None:
+    """`<<: *base` then an explicit key is an override on purpose, not a duplicate."""
+    text = ("x-base: &base {paths: ['**'], include: ['*.md']}\n"
+            "sources:\n  workspace:\n    a: {<<: *base, root: a}\n    b: {<<: *base, include: ['*.txt'], root: b}\n")
+    with pytest.raises(ConfigError, match="x-base: unknown key"):  # the anchor holder is not a config key
+        parse_config(text, "c.yaml")
+    config = parse_config(text.replace("x-base: &base {paths: ['**'], include: ['*.md']}\n", "")
+                          .replace("a: {<<: *base, root: a}", "a: &base {paths: ['**'], include: ['*.md'], root: a}"),
+                          "c.yaml", base=Path("/r"))
+    assert config.sources["b"].scope.include == ("*.txt",)
+    assert config.sources["a"].scope.include == ("*.md",)
 
 
 def test_missing_file_and_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,9 @@ class Index:
         sources: dict[str, Any] = {"git": git}
         if workspace:
             sources["workspace"] = workspace
-        self.path.write_text(yaml.safe_dump({"root": str(self.home), "embedding": self.embedding, "sources": sources}))
+        # `$$` is a literal `$` in config paths (a home folder may be named like a variable)
+        root = str(self.home).replace("$", "$$")
+        self.path.write_text(yaml.safe_dump({"root": root, "embedding": self.embedding, "sources": sources}))
 
     @property
     def config(self) -> Config:

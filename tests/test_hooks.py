@@ -156,7 +156,7 @@ def test_paths_and_ids_with_shell_syntax_run_nothing(tmp_path: Path, upstream: p
     pygit2.init_repository(str(bare), bare=True, initial_head="main")
     git("-C", url(upstream), "push", "--quiet", str(bare), "main")
     source_id = "x$(touch pwned3)"
-    index = Index(weird, {source_id: {"url": str(bare)}})
+    index = Index(weird, {source_id: {"url": str(bare).replace("$", "$$")}})  # `$$`: a literal `$`
     index.sync()
     record = weird / "argv $(touch pwned4).json"
     exe = recorder(weird / "notes-search $(touch pwned5)", record)

@@ -142,22 +142,27 @@ BAD_CONFIGS: list[tuple[str, str, str]] = [
     ("max-file-bytes-text", "max_file_bytes: big\n", "max_file_bytes"),
     ("max-file-bytes-float", "max_file_bytes: 1e3\n", "max_file_bytes"),
     ("max-file-bytes-zero", "max_file_bytes: 0\n", "max_file_bytes"),
+    ("max-file-bytes-huge", "max_file_bytes: 99999999999999999999999\n", "max_file_bytes"),
+    ("duplicate-db", "db: a.sqlite\ndb: b.sqlite\n", "db: duplicate key (lines 1 and 2)"),
+    ("ollama-no-tag", "embedding: {provider: ollama, model: nomic-embed-text, endpoint: 'http://x', dims: 3}\n", "name:tag"),
+    ("dims-too-big", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 100000}\n", "embedding.dims"),
+    ("timeout-nan", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, timeout: .nan}\n", "embedding.timeout"),
     ("embedding-scalar", "embedding: fast\n", "embedding"),
     ("embedding-unknown-key", "embedding: {temperature: 1}\n", "embedding.temperature"),
     ("provider-unknown", "embedding: {provider: magic}\n", "embedding.provider"),
     ("ollama-no-model", "embedding: {provider: ollama, endpoint: 'http://x', dims: 3}\n", "embedding.model"),
-    ("ollama-no-dims", "embedding: {provider: ollama, model: m, endpoint: 'http://x'}\n", "embedding.dims"),
-    ("dims-text", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: abc}\n", "embedding.dims"),
-    ("dims-negative", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: -5}\n", "embedding.dims"),
-    ("dims-bool", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: true}\n", "embedding.dims"),
-    ("dims-huge-float", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: 1e400}\n", "embedding.dims"),
-    ("batch-zero", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: 3, batch: 0}\n", "embedding.batch"),
-    ("endpoint-ftp", "embedding: {provider: ollama, model: m, endpoint: 'ftp://x', dims: 3}\n", "embedding.endpoint"),
-    ("endpoint-list", "embedding: {provider: ollama, model: m, endpoint: [a], dims: 3}\n", "embedding.endpoint"),
-    ("keep-alive-list", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: 3, keep_alive: [1]}\n", "embedding.keep_alive"),
-    ("timeout-negative", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: 3, timeout: -1}\n", "embedding.timeout"),
-    ("retries-negative", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: 3, retries: -1}\n", "embedding.retries"),
-    ("prefix-number", "embedding: {provider: ollama, model: m, endpoint: 'http://x', dims: 3, query_prefix: 5}\n", "embedding.query_prefix"),
+    ("ollama-no-dims", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x'}\n", "embedding.dims"),
+    ("dims-text", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: abc}\n", "embedding.dims"),
+    ("dims-negative", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: -5}\n", "embedding.dims"),
+    ("dims-bool", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: true}\n", "embedding.dims"),
+    ("dims-huge-float", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 1e400}\n", "embedding.dims"),
+    ("batch-zero", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, batch: 0}\n", "embedding.batch"),
+    ("endpoint-ftp", "embedding: {provider: ollama, model: 'm:1', endpoint: 'ftp://x', dims: 3}\n", "embedding.endpoint"),
+    ("endpoint-list", "embedding: {provider: ollama, model: 'm:1', endpoint: [a], dims: 3}\n", "embedding.endpoint"),
+    ("keep-alive-list", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, keep_alive: [1]}\n", "embedding.keep_alive"),
+    ("timeout-negative", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, timeout: -1}\n", "embedding.timeout"),
+    ("retries-negative", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, retries: -1}\n", "embedding.retries"),
+    ("prefix-number", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, query_prefix: 5}\n", "embedding.query_prefix"),
     ("local-wrong-dims", "embedding: {dims: 100}\n", "embedding.dims"),
     ("local-other-model", "embedding: {model: bge-m3}\n", "embedding.model"),
     ("sources-list", "sources: [a, b]\n", "sources"),
@@ -202,7 +207,7 @@ NUL_VALUES = [
 @pytest.mark.parametrize("key, text", NUL_VALUES, ids=[k for k, _ in NUL_VALUES])
 def test_nul_in_a_config_path_is_one_line(tmp_path: Path, key: str, text: str) -> None:
     path = tmp_path / "nul.yaml"
-    path.write_text('embedding: {provider: ollama, model: m, endpoint: "http://127.0.0.1:9", dims: 4, retries: 0}\n'
+    path.write_text('embedding: {provider: ollama, model: "m:1", endpoint: "http://127.0.0.1:9", dims: 4, retries: 0}\n'
                     + text, encoding="utf-8")
     (tmp_path / "n").mkdir()
     assert_one_line_error(cli(path, "sync"), str(path), key)

@@ -231,9 +231,13 @@ def test_git_source_never_synced_is_a_clear_error(tmp_path: Path) -> None:
     config = load_config(write_config(tmp_path, f"  git:\n    wiki:\n      url: {tmp_path / 'nowhere'}\n"))
     with pytest.raises(SourceError, match="never synced"):
         read_text(config, None, "wiki", "a.md")
-    with pytest.raises(SourceError, match="never synced"):
-        grep(config, None, "x", source_ids=["wiki"])
-    assert grep(config, None, "x") == []  # searching everything skips it
+    alone = grep(config, None, "x", source_ids=["wiki"])
+    with pytest.raises(SourceError, match="nothing could be searched: wiki .*never synced"):
+        alone.check_searched()
+    everything = grep(config, None, "x")  # wiki is the only source: named, not skipped
+    assert everything == [] and [(u.source, u.path) for u in everything.unsearched] == [("wiki", None)]
+    with pytest.raises(SourceError, match="nothing could be searched"):
+        everything.check_searched()
 
 
 # ---- show --------------------------------------------------------------------------------------
@@ -369,8 +373,10 @@ def test_grep_rg_survives_a_file_vanishing(cfg: Config, store: Store, monkeypatc
     """rg exits 2 for a file deleted between the walk and the search: not a pattern error."""
     listed = grep_module._workspace_files
     monkeypatch.setattr(grep_module, "_workspace_files",
-                        lambda source, folder: [("gone.md", "gone.md"), *listed(source, folder)])
-    assert where(grep(cfg, store, "port", source_ids=["other"])) == ["other:devops/postgres.md:3"]
+                        lambda source, folder, problems: [("gone.md", "gone.md"), *listed(source, folder, problems)])
+    found = grep(cfg, store, "port", source_ids=["other"])
+    assert where(found) == ["other:devops/postgres.md:3"]
+    assert found.unsearched == []  # gone: nothing left to search, so nothing missed
 
 
 def test_git_pathspecs_are_a_superset_of_the_scope() -> None:
@@ -410,7 +416,7 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
     assert human.exit_code == 0, human.output
     assert human.stdout == "wiki:ops/runbook.md:3: Restart db-01 with care.\n"
     data = json.loads(run("grep", "port", "--json", "--source", "other").stdout)
-    assert data == {"pattern": "port", "truncated": False, "results": [
+    assert data == {"pattern": "port", "truncated": False, "unsearched": [], "results": [
         {"source": "other", "path": "devops/postgres.md", "line": 3, "text": "port 6432 via pgbouncer", "rev": None,
          "ref": "other:devops/postgres.md:3"}]}
     capped = run("grep", "e", "--max-count", "2", "--json")
