@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import gc
 import glob
 import hashlib
 import logging
@@ -280,6 +281,10 @@ def _clone(source: GitSource) -> None:
                  timeout=TRANSFER_TIMEOUT, what="clone --mirror")
         if path.is_dir() and not path.is_symlink():
             _carry_hooks(source, path, tmp)
+            # libgit2 shares open pack files by path, and the new pack may bear the old one's
+            # name: repositories closed but not yet collected (pygit2 keeps them in reference
+            # cycles) must let go of the old packs before anything opens the new mirror
+            gc.collect()
             _swap(tmp, path)  # tmp now holds the old mirror
         else:
             os.replace(tmp, path)
@@ -444,6 +449,7 @@ def _reading(source: GitSource) -> Iterator[pygit2.Repository]:
         yield repo
     except pygit2.GitError as exc:
         repo.free()
+        gc.collect()  # and closed ones (in reference cycles): a long-lived process reads a re-clone
         raise MirrorDamaged(_message(source, "mirror", f"{source.mirror} is damaged: {exc}"), str(exc)) from None
 
 
