@@ -49,6 +49,7 @@ from indexer.errors import SourceError
 from indexer.globs import Scope
 from indexer.lock import SyncLock
 from indexer.sources import git
+from indexer.sync import run_sync
 from search import cli as cli_module
 from tests.conftest import write_tree
 from tests.embed_servers import closed_port_url
@@ -529,3 +530,23 @@ def test_each_skip_is_logged_once_per_sync(tmp_path: Path, upstream: tuple[Path,
     for name in ("nul.md", "latin1.md", "huge.md", "_meta.yaml", "blob.md", "link.md"):
         hits = [line for line in log if name in line]
         assert len(hits) == 1, f"{name} logged {len(hits)} times: {hits}"
+
+
+def test_a_long_lived_process_reads_the_reclone_not_the_damaged_pack(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
+) -> None:
+    """libgit2 shares open packs by path and the re-cloned pack has the damaged one's name: an
+    MCP server or watcher that syncs in process must not go on reading the old one."""
+    url, repo = upstream
+    config_path, mirror = git_home(tmp_path, url)
+    config = load_config(config_path)
+    assert not run_sync(config, embedder_factory=None).failed
+    source = config.sources["repo"]
+    assert isinstance(source, GitSource)
+    rev = git.mirror_head(source)
+    assert rev is not None
+    texts = {path: git.read_blob(source, rev, path) for path in sorted(git.tree_paths(source, rev))}
+    damage_one_blob(mirror)
+    report = run_sync(config, full=True, embedder_factory=None)
+    assert not report.failed and report.sources[0].recloned, report
+    assert {path: git.read_blob(source, rev, path) for path in texts} == texts
