@@ -537,7 +537,7 @@ def test_a_long_lived_process_reads_the_reclone_not_the_damaged_pack(
 ) -> None:
     """libgit2 shares open packs by path and the re-cloned pack has the damaged one's name: an
     MCP server or watcher that syncs in process must not go on reading the old one."""
-    url, repo = upstream
+    url, _ = upstream
     config_path, mirror = git_home(tmp_path, url)
     config = load_config(config_path)
     assert not run_sync(config, embedder_factory=None).failed
