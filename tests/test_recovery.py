@@ -550,3 +550,19 @@ def test_a_long_lived_process_reads_the_reclone_not_the_damaged_pack(
     report = run_sync(config, full=True, embedder_factory=None)
     assert not report.failed and report.sources[0].recloned, report
     assert {path: git.read_blob(source, rev, path) for path in texts} == texts
+
+
+@pytest.mark.parametrize("exchange", ["renameat2", "two-renames"])
+def test_swap_puts_the_new_folder_in_place_and_the_old_one_aside(
+    tmp_path: Path, exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if exchange == "two-renames":  # a kernel or libc without RENAME_EXCHANGE
+        def no_libc(*args: object, **kwargs: object) -> None:
+            raise OSError("no renameat2")
+        monkeypatch.setattr(git.ctypes, "CDLL", no_libc)
+    old, new = tmp_path / "repo.git", tmp_path / ".repo.git.x.clone"
+    write_tree(old, {"HEAD": "old\n"})
+    write_tree(new, {"HEAD": "new\n"})
+    git._swap(new, old)
+    assert (old / "HEAD").read_text() == "new\n" and (new / "HEAD").read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.git.x.clone", "repo.git"]
