@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # `python bench/run_all.py`
 from bench.common import REPO, cache_root, child_env, loadavg, machine_table  # noqa: E402
 
 FIRST = ("foundation", "search")
-QUALITY = ("beir", "corpora")  # bench/NAME.py: same convention, run after the latency benchmarks
+QUALITY = ("beir", "crosslingual", "corpora")  # bench/NAME.py: same convention, run after the latency benchmarks
 
 
 def discover() -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from indexer import neutral
 from indexer.errors import ConfigError
 from indexer.globs import Scope
 
@@ -41,6 +42,7 @@ class EmbeddingConfig:
     timeout: float = 60.0
     retries: int = 3
     api_key_env: str = "OPENAI_API_KEY"
+    language_neutral: bool = True  # store vectors with each language's offset removed (indexer.neutral)
 
     def identity(self) -> dict[str, str]:
         """What must match between the index and the config for vectors to be comparable."""
@@ -50,15 +52,23 @@ class EmbeddingConfig:
             "query_prefix": self.query_prefix,
             "passage_prefix": self.passage_prefix,
             "normalized": "1",
+            VECTOR_SPACE_KEY: neutral.definition(self.language_neutral),
         }
 
 
+VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's output
+
+
 def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str]:
-    """Human descriptions of every identity key where the index and the config disagree."""
+    """Human descriptions of every identity key where the index and the config disagree.
+
+    An index written before the vector space was recorded holds raw vectors and no language
+    statistics, which is also a valid neutral space (no offsets yet): it is adopted as it is
+    (sync records the key) rather than re-embedded."""
     return [
         f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
         for key, value in config.identity().items()
-        if meta.get(key) != value
+        if meta.get(key) != value and not (key == VECTOR_SPACE_KEY and key not in meta)
     ]
 
 
@@ -112,7 +122,7 @@ class Config:
 TOP_KEYS = {"root", "db", "log", "embedding", "sources", "max_file_bytes"}
 EMBEDDING_KEYS = {
     "provider", "model", "endpoint", "dims", "batch", "keep_alive",
-    "query_prefix", "passage_prefix", "timeout", "retries", "api_key_env",
+    "query_prefix", "passage_prefix", "timeout", "retries", "api_key_env", "language_neutral",
 }
 GIT_KEYS = {"url", "mirror", "branch", "paths", "include", "exclude"}
 WORKSPACE_KEYS = {"root", "paths", "include", "exclude"}
@@ -262,6 +272,9 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         # without a tag Ollama takes ':latest', which for some models is a far larger variant
         raise c.fail("embedding.model", f"write the Ollama tag explicitly as name:tag "
                                         f"(e.g. 'qwen3-embedding:0.6b'; `ollama list` shows them), got {model!r}")
+    language_neutral = raw.get("language_neutral", True)
+    if not isinstance(language_neutral, bool):
+        raise c.fail("embedding.language_neutral", f"expected true or false, got {language_neutral!r}")
     return EmbeddingConfig(
         provider=provider,
         model=model,
@@ -274,6 +287,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         timeout=c.number(raw.get("timeout", 60.0), "embedding.timeout"),
         retries=c.integer(raw.get("retries", 3), "embedding.retries", minimum=0, maximum=MAX_RETRIES),
         api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
+        language_neutral=language_neutral,
     )
 
 

@@ -14,7 +14,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -122,6 +122,11 @@ MIGRATIONS: list[str] = [
       embedding BLOB NOT NULL  -- float32, L2-normalised, as in vec_chunks
     );
     """,
+    # the natural language of a chunk's prose (ISO 639-1 code or 'unknown'); adding a column with
+    # a constant default rewrites no row, and the next sync detects the existing chunks' languages
+    """
+    ALTER TABLE chunks ADD COLUMN language TEXT NOT NULL DEFAULT 'unknown';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -156,6 +161,9 @@ def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreEr
 
 
 EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
+# meta key "<last chunk id written before chunks had a language>:<last id detected so far>":
+# present while the chunks of an index older than the language column still wait for detection
+LANGUAGE_BACKFILL_KEY = "language_backfill"
 
 
 def utc_now() -> str:
@@ -310,6 +318,10 @@ class Store:
                         "INSERT INTO chunk_vectors(id, embedding) SELECT v.rowid, v.embedding FROM vec_chunks v"
                         " JOIN chunks c ON c.id = v.rowid"
                     )
+                if number == 3:
+                    upto = self.conn.execute("SELECT MAX(id) FROM chunks").fetchone()[0]
+                    if upto is not None:
+                        self._set_meta({LANGUAGE_BACKFILL_KEY: f"{upto}:0"})
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -357,6 +369,10 @@ class Store:
                 "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
+
+    def write_meta(self, values: dict[str, str]) -> None:
+        """`set_meta` for a caller already inside `transaction()`."""
+        self._set_meta(values)
 
     def set_meta(self, values: dict[str, str]) -> None:
         with self.transaction():
@@ -473,15 +489,20 @@ class Store:
             "UPDATE files SET size = ?, mtime = ? WHERE source_id = ? AND path = ?", (size, mtime, source_id, path)
         )
 
-    def write_file(self, source_id: str, file: FileVersion, doc: ParsedDocument) -> int:
+    def write_file(
+        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
+    ) -> int:
         """Replace a file's chunks; reuse stored vectors for unchanged text. Returns chunks left pending.
 
         Call inside `transaction()`. Vectors are looked up by content hash across the whole index
         before anything is deleted, so for a rename callers write the new path first and delete
-        the old one after: moved text is never embedded again.
+        the old one after: moved text is never embedded again. `language_of(chunk text)` names a
+        chunk's language; a language already detected for the same text is reused instead
+        (without it every chunk is 'unknown').
         """
         hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
         reusable = self._vectors_by_hash(set(hashes))
+        known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
         self.delete_file(source_id, file.path)
         self.conn.execute(
             """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
@@ -497,13 +518,15 @@ class Store:
         pending = 0
         for chunk, digest in zip(doc.chunks, hashes):
             vector = reusable.get(digest)
+            chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
+            known_languages[digest] = chunk_language
             self.conn.execute(
                 """INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
-                                      content_hash, embedded_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                      content_hash, embedded_at, language)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (
                     source_id, file.path, chunk.idx, chunk.breadcrumb, chunk.text, chunk.start_line,
-                    chunk.end_line, digest, now if vector is not None else None,
+                    chunk.end_line, digest, now if vector is not None else None, chunk_language,
                 ),
             )
             if vector is not None:
@@ -530,6 +553,23 @@ class Store:
                 row = self.conn.execute("SELECT embedding FROM chunk_vectors WHERE id = ?", (chunk_id,)).fetchone()
                 if row is not None:
                     found[digest] = row[0]
+        return found
+
+    def _languages_by_hash(self, hashes: set[str]) -> dict[str, str]:
+        """Languages already detected for these texts ('unknown' is not reused: it may be a chunk
+        written before languages were detected)."""
+        found: dict[str, str] = {}
+        ordered = sorted(hashes)
+        for start in range(0, len(ordered), 500):
+            part = ordered[start : start + 500]
+            marks = ",".join("?" * len(part))
+            found.update(
+                self.conn.execute(
+                    f"""SELECT content_hash, MIN(language) FROM chunks
+                        WHERE content_hash IN ({marks}) AND language != 'unknown' GROUP BY content_hash""",
+                    part,
+                ).fetchall()
+            )
         return found
 
     def _insert_vector(self, chunk_id: int, blob: bytes) -> None:
@@ -651,6 +691,39 @@ class Store:
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_generation'").fetchone()
         return str(row[0]) if row else ""
 
+    def vectors_by_language(self, after_id: int, limit: int) -> tuple[list[int], list[str], np.ndarray]:
+        """One page of stored vectors after `after_id`, by id: (ids, chunk languages, matrix).
+        A chunk whose language was never detected counts as "unknown"."""
+        import numpy as np
+
+        rows = self.conn.execute(
+            """SELECT v.id, COALESCE(c.language, 'unknown'), v.embedding FROM chunk_vectors v
+               JOIN chunks c ON c.id = v.id WHERE v.id > ? ORDER BY v.id LIMIT ?""",
+            (after_id, limit),
+        ).fetchall()
+        if not rows:
+            return [], [], np.empty((0, 0), np.float32)
+        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+        return [int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix
+
+    def vector_language_counts(self) -> dict[str, int]:
+        """Chunks that have a vector, per chunk language ("unknown" when undetected)."""
+        rows = self.conn.execute(
+            """SELECT COALESCE(language, 'unknown'), COUNT(*) FROM chunks
+               WHERE embedded_at IS NOT NULL GROUP BY 1"""
+        )
+        return {str(lang): int(count) for lang, count in rows}
+
+    def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+        """Replace stored vectors in place (both copies). Call inside `transaction()`."""
+        import numpy as np
+
+        for chunk_id, vector in zip(ids, vectors):
+            blob = np.asarray(vector, dtype=np.float32).tobytes()
+            self.conn.execute("UPDATE vec_chunks SET embedding = ? WHERE rowid = ?", (blob, chunk_id))
+            self.conn.execute("UPDATE chunk_vectors SET embedding = ? WHERE id = ?", (blob, chunk_id))
+        self._vectors_changed = True
+
     def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids ascending, a writable float32 matrix with one row per vector)."""
         import numpy as np
@@ -686,6 +759,63 @@ class Store:
         return int(
             self.conn.execute(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params).fetchone()[0]
         )
+
+    # ---- languages ---------------------------------------------------------------------------
+
+    def language_backfill(self) -> tuple[int, int] | None:
+        """(last chunk id that predates the language column, last id detected so far), or None
+        when every chunk's language was detected when it was written."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (LANGUAGE_BACKFILL_KEY,)).fetchone()
+        if row is None:
+            return None
+        upto, _, after = str(row[0]).partition(":")
+        return int(upto), int(after or 0)
+
+    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[tuple[int, str]]:
+        """(id, text) of chunks older than the language column, after `after_id`, by id."""
+        return self.conn.execute(
+            "SELECT id, text FROM chunks WHERE id > ? AND id <= ? ORDER BY id LIMIT ?", (after_id, upto_id, limit)
+        ).fetchall()
+
+    def store_backfilled_languages(self, languages: Sequence[tuple[int, str]], upto_id: int, done_upto: int) -> None:
+        """Set detected languages of old chunks and record the progress (`done_upto` = last id
+        looked at); once it reaches `upto_id` the backfill is over. One transaction, so an
+        interrupted backfill resumes where it stopped."""
+        with self.transaction():
+            self.conn.executemany(
+                "UPDATE chunks SET language = ? WHERE id = ? AND language IS NOT ?",
+                [(language, chunk_id, language) for chunk_id, language in languages],
+            )
+            if done_upto >= upto_id:
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (LANGUAGE_BACKFILL_KEY,))
+            else:
+                self._set_meta({LANGUAGE_BACKFILL_KEY: f"{upto_id}:{done_upto}"})
+
+    def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
+        """Chunks per language for each source (inside `scope`, if given): {source: {language: n}},
+        languages by count, largest first."""
+        where, params = (scope or SearchScope()).where("c")
+        rows = self.conn.execute(
+            f"""SELECT c.source_id, c.language, COUNT(*) AS n FROM chunks c WHERE {where}
+                GROUP BY c.source_id, c.language ORDER BY c.source_id, n DESC, c.language""",
+            params,
+        )
+        out: dict[str, dict[str, int]] = {}
+        for source_id, language, count in rows:
+            out.setdefault(str(source_id), {})[str(language)] = int(count)
+        return out
+
+    def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
+        """Chunk id -> language, for `ids` or for every chunk."""
+        if ids is None:
+            return dict(self.conn.execute("SELECT id, language FROM chunks").fetchall())
+        ordered = list(ids)
+        found: dict[int, str] = {}
+        for start in range(0, len(ordered), 500):
+            part = ordered[start : start + 500]
+            marks = ",".join("?" * len(part))
+            found.update(self.conn.execute(f"SELECT id, language FROM chunks WHERE id IN ({marks})", part).fetchall())
+        return found
 
     # ---- status and checks -----------------------------------------------------------------
 
@@ -752,7 +882,7 @@ class Store:
         """Everything that defines the index content, id-independent: for equality tests."""
         return self.conn.execute(
             """SELECT source_id, path, chunk_idx, breadcrumb, text, start_line, end_line, content_hash,
-                      embedded_at IS NOT NULL FROM chunks ORDER BY source_id, path, chunk_idx"""
+                      embedded_at IS NOT NULL, language FROM chunks ORDER BY source_id, path, chunk_idx"""
         ).fetchall()
 
     def sources_with_file(self, path: str) -> list[str]:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from indexer import chunker, toc
+from indexer import chunker, language, neutral, toc
 from indexer.collections import Collection, collection_for, find_collections
-from indexer.config import Config, GitSource, Source, WorkspaceSource, identity_mismatch
+from indexer.config import VECTOR_SPACE_KEY, Config, GitSource, Source, WorkspaceSource, identity_mismatch
 from indexer.embed_health import embedder_health
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, StoreError
 from indexer.lock import SyncLock
@@ -26,6 +26,8 @@ from indexer.sources import workspace
 from indexer.store import Store
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
@@ -35,6 +37,7 @@ _REWALK.propagate = False
 _REWALK.addHandler(logging.NullHandler())
 
 WRITE_BATCH_FILES = 200
+LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -66,6 +69,7 @@ class SyncReport:
     pending: int = 0
     embed_notice: str | None = None
     rebuilt: str | None = None  # why vectors were dropped, when they were
+    neutral: str | None = None  # the language statistics, when this run re-estimated them
     coverage: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -105,12 +109,25 @@ class Syncer:
             if self.store.has_vector_table() and meta.get("embedding_model") is not None:
                 rebuilt = "embedding space changed (" + "; ".join(mismatch) + "): old vectors dropped"
                 log.warning("%s", rebuilt)
-            self.store.reset_vectors(self.config.embedding.dims, self.config.embedding.identity())
+            # a new space starts without language statistics: they are estimated from its vectors
+            self.store.reset_vectors(
+                self.config.embedding.dims, {**self.config.embedding.identity(), neutral.STATS_KEY: "", neutral.SUMMARY_KEY: ""}
+            )
+        elif config_space := self._adopt_unrecorded_space(meta):
+            self.store.set_meta(config_space)
         # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
         # the global key is what indexes written before per-source keys hold
         stale = {source_id for source_id in self.config.sources
                  if meta.get(f"chunker_version:{source_id}", meta.get("chunker_version")) != chunker.CHUNKER_VERSION}
         return rebuilt, stale
+
+    def _adopt_unrecorded_space(self, meta: dict[str, str]) -> dict[str, str]:
+        """An index written before the vector space was recorded holds raw vectors and no
+        statistics: a valid space of either kind. Record it instead of re-embedding."""
+        if VECTOR_SPACE_KEY in meta:
+            return {}
+        return {VECTOR_SPACE_KEY: self.config.embedding.identity()[VECTOR_SPACE_KEY], neutral.STATS_KEY: "",
+                neutral.SUMMARY_KEY: ""}
 
     # ---- applying changes -----------------------------------------------------------------
 
@@ -137,7 +154,7 @@ class Syncer:
                     report.skips.append((change.file.path, f"chunker failed: {exc}"))
         with self.store.transaction():
             for file, doc in parsed:
-                self.store.write_file(source_id, file, doc)
+                self.store.write_file(source_id, file, doc, language.chunk_language)
                 if file.path in known:
                     report.updated += 1
                 else:
@@ -283,6 +300,7 @@ class Syncer:
             log.warning("%s", report.embed_notice)
             return
         batch = min(self.config.embedding.batch, CATCH_UP_STEP) if interactive else self.config.embedding.batch * 4
+        space = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         after_id = 0
         done = 0
         while True:
@@ -312,11 +330,58 @@ class Syncer:
             if done == 0:
                 health.succeeded(self.config.embedding)  # searches may use the embedder again
             ids = [chunk_id for chunk_id, _, _ in rows]
-            report.embedded += self.store.store_vectors(ids, vectors[[unique[d] for _, d, _ in rows]])
+            vectors = vectors[[unique[d] for _, d, _ in rows]]
+            if self.config.embedding.language_neutral:
+                languages = self.store.chunk_languages(ids)
+                vectors = space.neutralise(vectors, [languages.get(i, neutral.UNKNOWN) for i in ids])
+            report.embedded += self.store.store_vectors(ids, vectors)
             done += len(rows)
             self.progress("embed", done, total)
             if deadline is not None and time.monotonic() >= deadline:
                 return
+
+    def refresh_neutral_space(self) -> str | None:
+        """Re-estimate the language statistics when the bounded-drift rule says they are stale
+        (indexer.neutral) and move every stored vector into the new space, in one transaction,
+        without the model: stored vectors are restored to raw and neutralised again. Returns a
+        description of what changed, or None."""
+        if not self.config.embedding.language_neutral or not self.store.has_vector_table():
+            return None
+        if self.store.language_backfill() is not None:
+            return None  # languages still being detected: statistics would file chunks as unknown
+        model = self.config.embedding.model
+        old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
+        if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
+            return None
+        import numpy as np
+
+        sums: dict[str, np.ndarray] = {}
+        counts: dict[str, int] = {}
+        with self.store.transaction():  # one state: readers see the old space or the new one
+            for ids, languages, matrix in self._vector_pages():
+                raw = old.restore(matrix, languages)
+                for lang in set(languages):
+                    rows = np.fromiter((l == lang for l in languages), dtype=bool, count=len(languages))
+                    sums[lang] = sums.get(lang, 0) + raw[rows].sum(axis=0, dtype=np.float64)
+                    counts[lang] = counts.get(lang, 0) + int(rows.sum())
+            new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
+            new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
+            if not neutral.same_offsets(old, new):  # a one-language index moves nothing
+                for ids, languages, matrix in self._vector_pages():
+                    self.store.rewrite_vectors(ids, new.neutralise(old.restore(matrix, languages), languages))
+            summary = new.summary()
+            self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
+        log.info("language statistics re-estimated: %s", summary)
+        return summary
+
+    def _vector_pages(self, page: int = 2000) -> Iterator[tuple[list[int], list[str], np.ndarray]]:
+        after_id = 0
+        while True:
+            ids, languages, matrix = self.store.vectors_by_language(after_id, page)
+            if not ids:
+                return
+            after_id = ids[-1]
+            yield ids, languages, matrix
 
     # ---- the run ----------------------------------------------------------------------------
 
@@ -332,6 +397,8 @@ class Syncer:
         report.rebuilt, stale_chunking = self.ensure_identity()
         if embed_budget is not None:
             stale_chunking = set()  # a bounded catch-up never re-chunks a whole source
+        else:
+            backfill_languages(self.store)
         selected = source_ids or list(self.config.sources)
         errored = self.store.errored_sources()
         for source_id in selected:
@@ -375,6 +442,8 @@ class Syncer:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
         deadline = None if embed_budget is None else started + embed_budget
         self.embed_pending(report, deadline)
+        if embed_budget is None:  # a bounded catch-up never rewrites the whole vector space
+            report.neutral = self.refresh_neutral_space()
         report.pending = self.store.count_pending_all()
         if path is None and embed_budget is None:
             report.coverage = workspace.coverage_report(self.config)
@@ -382,6 +451,27 @@ class Syncer:
             log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+
+def backfill_languages(store: Store) -> int:
+    """Detect the language of chunks written before chunks had one (an index from an older
+    version), once, in batches that each commit: an interrupted run resumes. Returns how many."""
+    state = store.language_backfill()
+    if state is None:
+        return 0
+    upto, after = state
+    done = 0
+    while True:
+        rows = store.chunks_for_language_backfill(after, upto, LANGUAGE_BACKFILL_BATCH)
+        finished = len(rows) < LANGUAGE_BACKFILL_BATCH
+        after = upto if finished else rows[-1][0]
+        detected = [(chunk_id, language.chunk_language(text)) for chunk_id, text in rows]
+        store.store_backfilled_languages(detected, upto, after)
+        done += len(rows)
+        if finished:
+            break
+    log.info("detected the language of %d chunks indexed before languages were kept", done)
+    return done
 
 
 def _chain(first: Iterable[Change], then: Iterable[Change]) -> Iterator[Change]:

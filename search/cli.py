@@ -381,6 +381,12 @@ def query(app: App, text: str, k: int, mode: str, source_ids: tuple[str, ...], c
 def _print_hits(response: SearchResponse, explain: bool) -> None:
     if response.notice:
         echo(f"notice: {response.notice}", err=True)
+    if explain and response.query_language is not None:
+        echo(
+            f"query language {response.query_language}; vectors {response.vector_space}; "
+            f"{response.keyword_blind} candidates in other languages scored without keywords; "
+            f"keyword weight {response.keyword_weight:g}"
+        )
     if not response.results:
         echo("no results", err=True)
         return
@@ -389,7 +395,11 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
         echo(styled(where, fg="magenta"), "  ", styled(hit.breadcrumb, bold=True), f"  {hit.score:.4f}")
         if explain:
             e = hit.explain
-            echo(f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}")
+            blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
+            echo(
+                f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}"
+                f"  language {e.get('language') or '-'}{blind}"
+            )
         lines = [ln for ln in hit.text.splitlines() if ln.strip()][:4]
         for line in lines:
             echo("    " + (line if len(line) <= 160 else line[:157] + "..."))
@@ -476,12 +486,14 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
     echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
     if emb["reindex_needed"]:
         echo("reindex needed: " + "; ".join(emb["reindex_needed"]))
+    echo(f"languages: {_languages_line(data['languages'])}")
     for s in data["sources"]:
         name = s["id"] + (f":{s['path']}" if s.get("path") else "")
         echo(
             f"{name:<20} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
             f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}"
         )
+        echo(f"    languages: {_languages_line(s['languages'])}")
         lag = s.get("lag") or {}
         if s["kind"] == "git":
             rev = (s["indexed_rev"] or "none")[:12]
@@ -502,6 +514,11 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
             echo(f"    error: {s['error']}")
         elif lag.get("error"):
             echo(f"    cannot check: {lag['error']}")
+
+
+def _languages_line(languages: dict[str, int]) -> str:
+    """Chunks per language, e.g. "en 120, cs 40, unknown 3"."""
+    return ", ".join(f"{language} {count}" for language, count in languages.items()) or "no chunks"
 
 
 def main() -> None:

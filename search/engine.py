@@ -6,10 +6,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, ReindexNeeded
 from indexer.store import SearchScope, Store
-from search.fusion import rrf
+from search.fusion import match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
@@ -19,8 +20,10 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from search.resident import ResidentVectors
 
 MODES = ("hybrid", "lex", "vec")
+UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
 MIN_DEPTH = 50  # candidates taken from each half before fusion
+COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in mixed languages
 
 
 @dataclass
@@ -33,7 +36,7 @@ class Hit:
     score: float
     text: str
     rev: str | None
-    explain: dict[str, float | int | None] = field(default_factory=dict)
+    explain: dict[str, float | int | str | None] = field(default_factory=dict)
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
         data = asdict(self)
@@ -50,23 +53,61 @@ class SearchResponse:
     degraded: bool = False
     notice: str | None = None
     results: list[Hit] = field(default_factory=list)
+    # what --explain reports about the whole query: its detected language (None in lex mode,
+    # which never detects it), the index's language statistics, and how many candidates were
+    # scored without the keyword half because it cannot match their language
+    query_language: str | None = None
+    vector_space: str | None = None
+    keyword_blind: int = 0
+    keyword_weight: float = 1.0
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "query": self.query,
             "mode": self.mode,
             "degraded": self.degraded,
             "notice": self.notice,
             "results": [hit.to_json(explain) for hit in self.results],
         }
+        if explain:
+            data["explain"] = {
+                "query_language": self.query_language,
+                "vector_space": self.vector_space,
+                "keyword_blind": self.keyword_blind,
+                "keyword_weight": self.keyword_weight,
+            }
+        return data
 
 
-def check_identity(config: Config, store: Store) -> None:
-    """Refuse vector search when the index holds another embedding space than the config's."""
-    mismatch = identity_mismatch(config.embedding, store.meta())
+def check_identity(config: Config, store: Store) -> dict[str, str]:
+    """Refuse vector search when the index holds another embedding space than the config's.
+    Returns the index's meta."""
+    meta = store.meta()
+    mismatch = identity_mismatch(config.embedding, meta)
     if mismatch or not store.has_vector_table():
         detail = "; ".join(mismatch) or "the index has no vectors yet"
         raise ReindexNeeded(f"reindex needed: {detail}. Run `notes-search sync` to rebuild the vectors")
+    return meta
+
+
+def describe_vector_space(config: Config, meta: dict[str, str]) -> str:
+    """How the stored vectors relate to the embedder's, for --explain."""
+    if not config.embedding.language_neutral:
+        return "raw"
+    return "language-neutral: " + (meta.get(neutral.SUMMARY_KEY) or "no language statistics yet")
+
+
+def keyword_blind(
+    query_language: str | None, lexical_ids: set[int], candidates: set[int], languages: dict[int, str]
+) -> dict[int, tuple[str, ...]]:
+    """Candidates the keyword half could not have found: written in another (detected)
+    language than the (detected) query. Nothing is blind to a query of unknown language."""
+    if not query_language or query_language == UNKNOWN:
+        return {}
+    return {
+        cid: ("bm25",) for cid in candidates - lexical_ids
+        if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)
+    }
 
 
 def search(
@@ -91,8 +132,13 @@ def search(
     depth = max(MIN_DEPTH, 3 * k)
     with store.snapshot():
         if mode != "lex":
-            check_identity(config, store)
+            meta = check_identity(config, store)
+            response.vector_space = describe_vector_space(config, meta)
+            from indexer.language import detect_query_language  # the model is loaded for vectors anyway
+
+            response.query_language = detect_query_language(query)
         lexical: list[tuple[int, float]] = []
+        match = None
         if mode != "vec":
             match = build_fts_query(query)
             if match is not None:
@@ -111,9 +157,28 @@ def search(
                         f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
                         "they can only match by keywords"
                     )
-        rows = store.chunk_rows({cid for cid, _ in lexical} | {cid for cid, _ in vector})
+        candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
+        rows = store.chunk_rows(candidates)
+        languages = store.chunk_languages(candidates) if mode != "lex" else {}
     recency = {cid: row.updated_at for cid, row in rows.items()}
-    fused = rrf({"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]}, recency=recency)
+    blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages) if mode == "hybrid" else {}
+    response.keyword_blind = len(blind)
+    weights = {}
+    if blind:
+        # notes in other languages are in play: the keyword half answers from the query's
+        # language only, so it counts as much as its best hit covers the query's terms (not at
+        # all when it found nothing: then no candidate is scaled up for being out of its reach)
+        terms = match_terms(match) if match is not None else []
+        coverage = max(
+            (term_coverage(terms, f"{rows[cid].breadcrumb}\n{rows[cid].text}") for cid, _ in lexical[:COVERAGE_HITS] if cid in rows),
+            default=0.0,
+        )
+        weights["bm25"] = round(coverage**2, 4)
+        response.keyword_weight = weights["bm25"]
+    fused = rrf(
+        {"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]},
+        recency=recency, blind=blind, weights=weights,
+    )
     bm25 = dict(lexical)
     distance = dict(vector)
     for item in fused[:k]:
@@ -136,6 +201,8 @@ def search(
                     "vec_rank": item.ranks.get("vec"),
                     "distance": round(distance[item.chunk_id], 4) if item.chunk_id in distance else None,
                     "rrf": round(item.score, 6),
+                    "language": languages.get(item.chunk_id),
+                    "keyword_blind": item.chunk_id in blind,
                 },
             )
         )

@@ -15,7 +15,7 @@ import ipaddress
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -61,6 +61,15 @@ class Target:
     scope: SearchScope
     label: str  # said back to the caller, e.g. "all sources", "collection devops", "notes:devops"
     places: list[tuple[str, str]] = field(default_factory=list)  # (source id, folder or file; '' = root)
+
+
+def _language_totals(per_source: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Chunks per language over several sources, largest first."""
+    totals: dict[str, int] = {}
+    for languages in per_source:
+        for language, count in languages.items():
+            totals[language] = totals.get(language, 0) + count
+    return dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
 
 
 class NotesTools:
@@ -187,6 +196,7 @@ class NotesTools:
             meta = store.meta()
             totals = {s.source_id: s for s in store.source_stats()}
             counts = store.scope_stats(target.scope) if path else {}
+            languages = store.language_counts(target.scope if path else None)
             sources = []
             for source_id, place in target.places:
                 source = self.config.sources[source_id]
@@ -206,6 +216,7 @@ class NotesTools:
                                  pending=stats.pending if stats else 0)
                 # files written but no whole sync finished: a first sync was killed (or still runs)
                 entry["incomplete"] = bool(stats and stats.files and stats.last_sync_at is None)
+                entry["languages"] = languages.get(source_id, {})
                 try:
                     entry["lag"] = self._lag(store, source_id, place)
                 except NotesSearchError as exc:  # one unreadable source must not hide the others
@@ -224,6 +235,7 @@ class NotesTools:
                 "dims": self.config.embedding.dims,
                 "reindex_needed": mismatch or None,
             },
+            "languages": _language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
             "sources": sources,
         }
 

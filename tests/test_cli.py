@@ -109,6 +109,18 @@ def test_modes_and_explain(run) -> None:  # type: ignore[no-untyped-def]
         assert (explain["vec_rank"] is not None) == (mode != "lex")
 
 
+def test_explain_names_the_query_language_and_the_vector_space(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = query_json(run, "jak zálohovat databázi na serveru", "--explain")
+    assert data["explain"]["query_language"] == "cs"
+    assert data["explain"]["vector_space"].startswith("language-neutral")
+    assert all("language" in hit["explain"] for hit in data["results"])
+    assert "explain" not in query_json(run, "jak zálohovat databázi na serveru")
+    text = run("query", "jak zálohovat databázi na serveru", "--explain").output
+    assert "query language cs; vectors language-neutral" in text
+    assert query_json(run, "zálohovat", "--mode", "lex", "--explain")["explain"]["query_language"] is None
+
+
 def test_k_limits_results(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     assert len(query_json(run, "a", "-k", "1", "--mode", "vec")["results"]) == 1
@@ -348,3 +360,19 @@ def test_reindex_refuses_paths_outside_or_missing(run) -> None:  # type: ignore[
     assert "absolute" in error_line(run("reindex", "/etc"))
     ok = run("reindex", "devops", "--json")
     assert ok.exit_code == 0, ok.output
+
+
+def test_status_shows_chunks_per_language(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    data = json.loads(run("status", "--json").stdout)
+    (source,) = data["sources"]
+    assert sum(source["languages"].values()) == source["chunks"]
+    assert data["languages"] == source["languages"]
+    assert source["languages"].get("ru", 0) >= 1 and source["languages"].get("cs", 0) >= 1
+    counts = list(source["languages"].values())
+    assert counts == sorted(counts, reverse=True)  # largest first
+    travel = json.loads(run("status", "notes:travel", "--json").stdout)
+    assert travel["languages"] == travel["sources"][0]["languages"] == {"ru": travel["sources"][0]["chunks"]}
+    human = run("status").stdout
+    expected = ", ".join(f"{lang} {n}" for lang, n in data["languages"].items())
+    assert f"languages: {expected}" in human and f"    languages: {expected}" in human

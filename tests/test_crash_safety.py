@@ -46,9 +46,11 @@ import numpy as np
 import pytest
 import yaml
 
+from indexer import neutral
 from indexer.config import load_config
 from indexer.embedders import make_embedder
 from indexer.lock import SyncLock
+from indexer.neutral import NeutralSpace
 from indexer.store import Store
 from indexer.sync import SyncReport, run_sync
 from search.engine import search
@@ -235,6 +237,9 @@ def sync_in_process(config_path: Path, **kwargs: Any) -> SyncReport:
         embedder.close()
 
 
+NEUTRAL_KEYS = (neutral.STATS_KEY, neutral.SUMMARY_KEY)
+
+
 def index_state(db: Path) -> dict[str, Any]:
     """Everything an index holds, id- and timestamp-independent."""
     store = Store.open(db, readonly=True)
@@ -245,8 +250,11 @@ def index_state(db: Path) -> dict[str, Any]:
             "collections": store.conn.execute(
                 "SELECT source_id, name, folder, description, tags FROM collections ORDER BY 1, 2").fetchall(),
             "sources": store.conn.execute("SELECT source_id, kind, indexed_rev FROM sources ORDER BY 1").fetchall(),
-            # vectors_generation counts committed vector changes: a history, not content
-            "meta": {k: v for k, v in store.meta().items() if k != "vectors_generation"},
+            # vectors_generation counts committed vector changes: a history, not content; so do
+            # the language statistics' chunk counts and means (frozen until a language doubles),
+            # but which languages they move is content (none in a one-language corpus)
+            "meta": {k: v for k, v in store.meta().items() if k not in ("vectors_generation", *NEUTRAL_KEYS)},
+            "languages_moved": sorted(NeutralSpace.from_json(store.meta().get(neutral.STATS_KEY)).offsets()),
         }
     finally:
         store.close()

@@ -316,5 +316,6 @@ def test_run_all_runs_every_benchmark() -> None:
     from bench.run_all import BENCHES, module
 
     assert BENCHES[:2] == ["foundation", "search"]
-    assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-2:] == ["beir", "corpora"]
+    assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-3:] == ["beir", "crosslingual", "corpora"]
     assert module("beir") == "bench.beir" and module("git") == "bench.bench_git"
+    assert module("crosslingual") == "bench.crosslingual"

@@ -150,6 +150,8 @@ async def exercise_every_tool(session: ClientSession) -> None:
     assert status["sources"][0]["files"] > 20 and status["sources"][0]["lag"]["lags"] is False
     part = await call(session, "status", path="notes:devops")
     assert 0 < part["sources"][0]["files"] < status["sources"][0]["files"]
+    assert sum(status["languages"].values()) == status["sources"][0]["chunks"]  # chunks per language
+    assert sum(part["languages"].values()) == part["sources"][0]["chunks"] < status["sources"][0]["chunks"]
 
     reindexed = await call(session, "reindex", path="devops", full=True)
     assert reindexed["sources"][0]["updated"] > 0

@@ -79,3 +79,34 @@ def test_vectors_are_384_d_and_normalised(indexed: Config) -> None:
     vector = embedder.embed_query("zálohování")
     assert vector.shape == (384,)
     assert abs(float((vector**2).sum()) - 1.0) < 1e-4
+
+
+CROSS_LINGUAL = [
+    # a Czech question, an English note
+    ("kolik vody dát do kváskového chleba, aby nebyl těsto lepivé", "cooking/sourdough.md"),
+    # a Russian question, a Czech note
+    ("как проявлять чёрно-белую плёнку дома", "hobbies/film-vyvolavani.md"),
+]
+
+
+@pytest.mark.parametrize(("question", "expected"), CROSS_LINGUAL)
+def test_a_question_finds_the_note_written_in_another_language(indexed: Config, question: str, expected: str) -> None:
+    for mode in ("vec", "hybrid"):
+        response = ask(indexed, question, mode)
+        assert response.query_language != "unknown"
+        assert response.vector_space is not None and response.vector_space.startswith("language-neutral")
+        assert expected in [hit.path for hit in response.results], (mode, [h.path for h in response.results])
+
+
+def test_neutral_vectors_keep_an_exact_token_winning_lexically(indexed: Config) -> None:
+    """Language statistics came from the shipped defaults (each language has few chunks here),
+    and an exact token in a note of another language than most still wins in hybrid."""
+    store = Store.open(indexed.db, readonly=True)
+    try:
+        summary = store.meta()["neutral_summary"]
+    finally:
+        store.close()
+    assert "cs:default" in summary and "ru:default" in summary and "en:default" in summary
+    for token, expected in (("Perner", "cooking/sourdough.md"), ("majoránka", "cooking/bramboraky.md")):
+        top = ask(indexed, token, "hybrid", k=1).results[0]
+        assert top.path == expected, (token, top.path)

