@@ -42,6 +42,8 @@ class WalkedFolder:
     path: str  # on-disk path (names as the filesystem spells them, maybe not NFC)
     files: tuple[tuple[str, os.DirEntry[str]], ...]  # (index path, entry), sorted by name
     is_collection: bool  # holds a `_meta.yaml` (whether or not the scope admits that file)
+    # why the folder could not be listed (permissions, I/O); its files are then unknown, not gone
+    unreadable: str | None = None
 
 
 def nfc(name: str) -> str:
@@ -69,17 +71,19 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
     `.git` folders are never entered. A symlink is followed only if its resolved target stays
     inside the resolved root. Each real folder is entered once (keyed by device and inode), so
     symlink loops end; symlinked folders are walked after all real ones, so a folder reachable
-    both ways is listed under its real path.
+    both ways is listed under its real path. A folder that cannot be listed is yielded with
+    `unreadable` set and no files.
     """
     log = log or _LOG
     real_root = os.path.realpath(root)
     root_stat = os.stat(root)
     visited = {(root_stat.st_dev, root_stat.st_ino)}
-    stack: list[tuple[str, str]] = [("", os.fspath(root))]
+    # (rel, path, whether the folder's mode bits leave search permission in doubt)
+    stack: list[tuple[str, str, bool]] = [("", os.fspath(root), True)]
     linked: list[tuple[str, str]] = []
     while stack or linked:
         if stack:
-            rel, path = stack.pop()
+            rel, path, doubtful = stack.pop()
         else:
             rel, path = linked.pop(0)
             try:
@@ -89,15 +93,20 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             if (st.st_dev, st.st_ino) in visited:
                 continue
             visited.add((st.st_dev, st.st_ino))
+            doubtful = _may_lack_search(st)
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            log.warning("cannot list folder %s: %s", path, exc.strerror or exc)
+            if entries and doubtful:
+                # listing needs read permission, opening what is listed needs search permission
+                os.stat(os.path.join(path, "."))
+        except OSError as exc:  # not logged here: the caller knows what it keeps instead
+            yield WalkedFolder(rel, path, (), False, exc.strerror or str(exc))
             continue
         files: list[tuple[str, os.DirEntry[str]]] = []
-        subdirs: list[tuple[str, str]] = []
+        subdirs: list[tuple[str, str, bool]] = []
         is_collection = False
+        unsearchable: str | None = None
         for entry in entries:
             if not is_utf8_name(entry.name):
                 # an index path must be text: a name that is not UTF-8 can never be stored
@@ -131,13 +140,24 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
                 continue
             try:
                 st = entry.stat()
-            except OSError:
+            except FileNotFoundError:
                 continue
+            except OSError as exc:  # search permission denied after all (an ACL): nothing here opens
+                unsearchable = exc.strerror or str(exc)
+                break
             if (st.st_dev, st.st_ino) not in visited:
                 visited.add((st.st_dev, st.st_ino))
-                subdirs.append((child, entry.path))
+                subdirs.append((child, entry.path, _may_lack_search(st)))
+        if unsearchable is not None:
+            yield WalkedFolder(rel, path, (), False, unsearchable)
+            continue
         yield WalkedFolder(rel, path, tuple(files), is_collection)
         stack.extend(reversed(subdirs))
+
+
+def _may_lack_search(st: os.stat_result) -> bool:
+    """Folders with every execute bit set are searchable in practice; others get probed."""
+    return st.st_mode & 0o111 != 0o111
 
 
 def _read_meta(path: str, where: str, log: logging.Logger) -> dict[str, Any]:

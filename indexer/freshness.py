@@ -15,7 +15,7 @@ from typing import Any
 
 from indexer.config import GitSource, WorkspaceSource
 from indexer.errors import SourceError
-from indexer.model import Delete, Upsert
+from indexer.model import Delete, Skipped, Unlisted, Upsert
 from indexer.sources import git as git_source
 from indexer.sources import workspace
 from indexer.store import Store
@@ -47,22 +47,30 @@ def git_freshness(source: GitSource, store: Store, *, check_remote: bool) -> dic
         "mirror_head": mirror,
         "remote_head": remote_head,
         "remote_error": remote_error,
+        # a damaged mirror is cloned again by the next sync (once the remote answers)
+        "mirror_damaged": git_source.mirror_damage(source),
         "lags": None if head is None else head != indexed_rev,
     }
 
 
 def workspace_freshness(source: WorkspaceSource, store: Store, place: str, max_file_bytes: int) -> dict[str, Any]:
     """A workspace source, or the file or folder `place` inside it: {"lags", "changed", "deleted",
-    "paths"} (counts of files added or edited and of files gone; the first LAG_LIST paths).
-    Touches (same content, new mtime) and files that are never indexable do not count."""
+    "paths", "unreadable"} (counts of files added or edited and of files gone; the first LAG_LIST
+    paths; folders (with a trailing '/') and files that cannot be read now, whose indexed copies
+    are kept). Touches (same content, new mtime) and files that are never indexable do not count."""
     scanned = dataclasses.replace(source, scope=source.scope.within(place)) if place else source
     changed: list[str] = []
     deleted: list[str] = []
+    unreadable: list[str] = []
     known = store.known_files(source.id, under=place or None)
     for change in workspace.scan(scanned, known, max_file_bytes=max_file_bytes, log=_SILENT):
         if isinstance(change, Upsert):
             changed.append(change.file.path)
         elif isinstance(change, Delete):
             deleted.append(change.path)
+        elif isinstance(change, Unlisted):
+            unreadable.append(f"{change.path}/" if change.path else "./")
+        elif isinstance(change, Skipped) and change.reason.startswith("unreadable"):
+            unreadable.append(change.path)
     return {"lags": bool(changed or deleted), "changed": len(changed), "deleted": len(deleted),
-            "paths": (changed + deleted)[:LAG_LIST]}
+            "paths": (changed + deleted)[:LAG_LIST], "unreadable": unreadable[:LAG_LIST]}

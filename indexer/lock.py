@@ -56,3 +56,26 @@ class SyncLock:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+
+
+def holder(path: Path) -> int | None:
+    """The pid of the process holding the lock at `path` now (0 if it has not written its pid
+    yet), or None when nobody does. Never creates the file or its folder.
+
+    A shared lock is taken for an instant to probe: a sync that tries the lock in that instant
+    finds it busy and exits as if another sync ran, which the next cron tick makes good.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # no lock file: no sync ever ran here
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode("ascii", "replace").strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -71,7 +71,17 @@ class Skipped:
     reason: str
 
 
-Change = Upsert | Delete | Touch | Skipped
+@dataclass(frozen=True)
+class Unlisted:
+    """A folder the driver could not list (permissions, I/O): the index keeps what it holds below
+    it (`kept` files) instead of taking its files for deleted; a later scan picks it up again."""
+
+    path: str  # '' for the source root
+    reason: str
+    kept: int
+
+
+Change = Upsert | Delete | Touch | Skipped | Unlisted
 
 
 @dataclass(frozen=True)

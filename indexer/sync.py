@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from indexer import chunker, language, neutral, toc
-from indexer.collections import collection_for, find_collections
+from indexer.collections import Collection, collection_for, find_collections
 from indexer.config import VECTOR_SPACE_KEY, Config, GitSource, Source, WorkspaceSource, identity_mismatch
 from indexer.embed_health import embedder_health
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, StoreError
 from indexer.lock import SyncLock
-from indexer.model import Change, Delete, Skipped, Touch, Upsert
+from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
 from indexer.store import Store
 
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
+# The collections walk repeats the scan's walk, whose findings the scan has already logged.
+_REWALK = logging.getLogger("notes_search.sync.rewalk")
+_REWALK.propagate = False
+_REWALK.addHandler(logging.NullHandler())
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
@@ -49,6 +53,8 @@ class SourceReport:
     skips: list[tuple[str, str]] = field(default_factory=list)  # (path, why), for `reindex PATH`
     rev: str | None = None
     error: str | None = None
+    unreadable: list[str] = field(default_factory=list)  # folders whose indexed files were kept
+    recloned: str | None = None  # why a damaged git mirror was cloned again
 
     @property
     def changed(self) -> bool:
@@ -174,21 +180,41 @@ class Syncer:
     def sync_workspace(self, source: WorkspaceSource, full: bool, path: str | None = None) -> SourceReport:
         report = SourceReport(source.id, source.kind)
         known_files = self.store.known_files(source.id, under=path)
+        # last_sync_at is set only once a whole walk finished: until then `status` calls the
+        # index incomplete (a killed first sync), whatever a scoped run indexed meanwhile
+        never_synced = self.store.source_state(source.id)[1] is None
         if path:
             # a scoped re-index: walk and compare only below `path`
             source = dataclasses.replace(source, scope=source.scope.within(path))
         changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
-        self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
+        self.apply(source.id, self._counting(self._noting_unlisted(changes, report), "files"), report, set(known_files))
         if not path:
-            self._refresh_collections(source)
-        if report.changed or full:
+            self._refresh_collections(source, report.unreadable)
+        if (report.changed or full or never_synced) and not (path and never_synced):
             self.store.mark_synced(source.id)
         return report
 
-    def _refresh_collections(self, source: WorkspaceSource) -> None:
+    @staticmethod
+    def _noting_unlisted(changes: Iterable[Change], report: SourceReport) -> Iterator[Change]:
+        """Folders the scan could not list go to the report and the log, not to the store."""
+        for change in changes:
+            if isinstance(change, Unlisted):
+                report.unreadable.append(change.path)
+                log.warning("%s:%s/: cannot read the folder (%s); keeping its %d indexed files until it can be read",
+                            report.source_id, change.path or ".", change.reason, change.kept)
+            else:
+                yield change
+
+    def _refresh_collections(self, source: WorkspaceSource, unreadable: list[str]) -> None:
         """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
-        can appear or change without any note changing. Writes only when something differs."""
-        found = find_collections(source.id, source.root, source.scope, log)
+        can appear or change without any note changing. Writes only when something differs.
+        Collections inside folders that cannot be read now are kept, like their files."""
+        found = find_collections(source.id, source.root, source.scope, _REWALK)
+        found += [
+            Collection(name, description, tags, source.id, folder)
+            for name, folder, description, tags in self.store.collection_rows(source.id)
+            if any(not blocked or folder == blocked or folder.startswith(blocked + "/") for blocked in unreadable)
+        ]
         rows = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
         if rows == self.store.collection_rows(source.id):
             return
@@ -199,6 +225,19 @@ class Syncer:
 
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
         from indexer.sources import git as git_source  # pygit2 loads only when a git source syncs
+
+        try:
+            return self._sync_git(source, full)
+        except git_source.MirrorDamaged as exc:
+            # objects a fetch never reads (blobs) turned out broken while indexing: clone again
+            # and index as after a force-push (indexed_rev has not moved, so nothing is lost)
+            git_source.reclone(source, exc.reason)
+            report = self._sync_git(source, full)
+            report.recloned = exc.reason
+            return report
+
+    def _sync_git(self, source: GitSource, full: bool) -> SourceReport:
+        from indexer.sources import git as git_source
 
         report = SourceReport(source.id, source.kind)
         indexed_rev, _ = self.store.source_state(source.id)
@@ -212,14 +251,14 @@ class Syncer:
         if remote == indexed_rev and not full and git_source.mirror_head(source) == indexed_rev:
             report.rev = indexed_rev
             return report  # the common cron tick: no fetch, no write
-        head = git_source.sync_mirror(source)
+        head, report.recloned = git_source.update_mirror(source)
         report.rev = head
         if head == indexed_rev and not full:
             return report
         known_files = self.store.known_files(source.id)
         incremental = not full and indexed_rev is not None and git_source.is_ancestor(source, indexed_rev, head)
         changes: Iterator[Change] = git_source.changes(
-            source, indexed_rev if incremental else None, head, max_file_bytes=self.config.max_file_bytes, log=log
+            source, indexed_rev if incremental else None, head, max_file_bytes=self.config.max_file_bytes
         )
         if not incremental:
             # full contract: every admitted file is upserted; whatever else the index holds goes

@@ -266,6 +266,7 @@ def _sync_json(report: SyncReport) -> dict[str, object]:
         "sources": [
             {"id": s.source_id, "kind": s.kind, "added": s.added, "updated": s.updated, "deleted": s.deleted,
              "touched": s.touched, "skipped": s.skipped, "rev": s.rev, "error": s.error,
+             "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable], "recloned": s.recloned,
              "skips": [{"path": path, "reason": reason} for path, reason in s.skips]}
             for s in report.sources
         ],
@@ -276,6 +277,10 @@ def _print_sync_summary(report: SyncReport) -> None:
     if report.rebuilt:
         echo(report.rebuilt, err=True)
     for s in report.sources:
+        if s.recloned:
+            echo(f"{s.source_id}: the mirror was damaged ({s.recloned}) and was cloned again", err=True)
+        for folder in s.unreadable:
+            echo(f"{s.source_id}: cannot read {folder or '.'}/, its indexed files are kept", err=True)
         if s.error:
             continue
         if s.changed or s.skipped:
@@ -473,6 +478,10 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
         emit_json(data)
         return
     echo(f"index: {data['db']}")
+    running = data.get("sync_running")
+    if running is not None:
+        pid = f" (pid {running['pid']})" if running.get("pid") else ""
+        echo(f"sync running{pid}: the counts below may change until it finishes")
     emb = data["embedding"]
     echo(f"embedding: {emb['provider']} {emb['model']} ({emb['dims']} d)")
     if emb["reindex_needed"]:
@@ -492,10 +501,19 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
             echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
             if lag.get("remote_error"):
                 echo(f"    remote: {lag['remote_error']}")
+            if lag.get("mirror_damaged"):
+                echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
+        if s.get("incomplete"):
+            what = "still running" if running is not None else "did not finish"
+            echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
+        if lag.get("unreadable"):
+            echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
         if lag.get("lags"):
             echo("    lags: the index is behind; run `notes-search sync`")
         if s.get("error"):
             echo(f"    error: {s['error']}")
+        elif lag.get("error"):
+            echo(f"    cannot check: {lag['error']}")
 
 
 def _languages_line(languages: dict[str, int]) -> str:

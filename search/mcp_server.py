@@ -25,6 +25,7 @@ import click
 from indexer.collections import nfc
 from indexer.config import GitSource, WorkspaceSource, identity_mismatch
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
+from indexer.lock import holder as lock_holder
 from indexer.store import SearchScope, Store
 from search.engine import search
 from search.route import NO_COLLECTIONS, ROUTE_K, Router, collections_view, load_entries
@@ -213,6 +214,8 @@ class NotesTools:
                 else:
                     entry.update(files=stats.files if stats else 0, chunks=stats.chunks if stats else 0,
                                  pending=stats.pending if stats else 0)
+                # files written but no whole sync finished: a first sync was killed (or still runs)
+                entry["incomplete"] = bool(stats and stats.files and stats.last_sync_at is None)
                 entry["languages"] = languages.get(source_id, {})
                 try:
                     entry["lag"] = self._lag(store, source_id, place)
@@ -220,9 +223,12 @@ class NotesTools:
                     entry["lag"] = {"lags": None, "error": str(exc)}
                 sources.append(entry)
         mismatch = identity_mismatch(self.config.embedding, meta)
+        running = lock_holder(self.config.lock_path)
         return {
             "scope": target.label,
             "db": str(self.config.db),
+            # a sync (or reindex, watcher batch) holds the lock now: counts are still moving
+            "sync_running": None if running is None else {"pid": running or None},
             "embedding": {
                 "provider": self.config.embedding.provider,
                 "model": self.config.embedding.model,
@@ -418,7 +424,9 @@ def build_server(tools: NotesTools) -> "MCPServer":
     @server.tool(name="status", annotations=read_only)
     def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:
         """What is indexed (files, chunks, chunks waiting for vectors), when it was last synced,
-        and whether the index lags the disk (changed/deleted files) or the git mirror."""
+        and whether the index lags the disk (changed/deleted files) or the git mirror. Also says
+        when a sync is running, when a first sync never finished (`incomplete`), and what cannot
+        be read now (`lag.unreadable`, whose indexed copies are kept)."""
         with _tool_errors():
             return tools.status(path)
 

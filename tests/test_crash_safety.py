@@ -793,6 +793,50 @@ def test_kill_during_mirror_clone_leaves_no_temporary_clone(
     assert leftovers == [], f"temporary clones left behind: {leftovers}"
 
 
+def damage_pack(mirror: Path) -> None:
+    """Flip bytes all through the mirror's pack: nothing in it inflates any more."""
+    [pack] = (mirror / "objects" / "pack").glob("*.pack")
+    pack.chmod(0o644)
+    data = bytearray(pack.read_bytes())
+    for offset in range(200, len(data) - 100, 50):
+        data[offset] ^= 0xFF
+    pack.write_bytes(bytes(data))
+
+
+def without_fetch_head(digest: dict[str, tuple[object, ...]]) -> dict[str, tuple[object, ...]]:
+    """A failing fetch rewrites FETCH_HEAD itself; everything else must stay as it was."""
+    return {k: v for k, v in digest.items() if k != "FETCH_HEAD"}
+
+
+@pytest.mark.parametrize("kill_point", [
+    "call@indexer.sources.git:_carry_hooks@1",  # the new clone is complete, not yet swapped in
+    "call@shutil:rmtree@1",                     # swapped in, the old mirror not yet removed
+])
+def test_kill_during_reclone_of_a_damaged_mirror_converges(
+    kill_point: str, tmp_path: Path, upstream: Path, server: OllamaServer, git_reference: dict[str, Any]
+) -> None:
+    home = tmp_path / "home"
+    config_path = write_config(home, server.url, git_url=upstream)
+    sync_in_process(config_path)
+    mirror = home / "mirrors" / "repo.git"
+    damage_pack(mirror)
+    damaged = without_fetch_head(tree_digest(mirror))
+    proc = subprocess.run(sync_command(config_path, "--full", kill_point=kill_point), env=subprocess_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, f"kill point {kill_point} was never reached: {proc.stderr[-2000:]}"
+    temporary = [p for p in mirror.parent.iterdir() if p.name.endswith(".clone")]
+    assert len(temporary) == 1, "the kill point missed the re-clone"
+    if kill_point.startswith("call@indexer"):
+        assert without_fetch_head(tree_digest(mirror)) == damaged, "the old mirror was replaced before the new one was complete"
+    else:
+        assert without_fetch_head(tree_digest(temporary[0])) == damaged, "the swapped-out folder is not the old mirror"
+    check_after_kill(config_path, git_reference["vectors"])
+    sync_in_process(config_path, full=True)  # meets the damage again (or not) and cleans up
+    assert sorted(p.name for p in mirror.parent.iterdir()) == ["repo.git"], "temporary folders left behind"
+    rerun_and_compare(config_path, git_reference["db"])
+    wait_for_strays(str(home))
+
+
 # ------------------------------------------------------------------------------------- summary
 
 

@@ -390,13 +390,14 @@ def test_freshness_of_git_sources(tmp_path: Path, upstream: pygit2.Repository) -
     index.sync()
     state = freshness(index)
     assert state["notes"] == {"kind": "git", "indexed_rev": rev1, "mirror_head": rev1, "remote_head": rev1,
-                              "remote_error": None, "lags": False}
+                              "remote_error": None, "mirror_damaged": None, "lags": False}
     gone = state["gone"]
     assert gone["lags"] is None and gone["remote_head"] is None and "ls-remote" in gone["remote_error"]
 
     rev2 = commit(upstream, {"b.md": note("B", "b")}, time=T0 + DAY)
     assert freshness(index)["notes"] == {"kind": "git", "indexed_rev": rev1, "mirror_head": rev1,
-                                               "remote_head": rev2, "remote_error": None, "lags": True}
+                                               "remote_head": rev2, "remote_error": None, "mirror_damaged": None,
+                                               "lags": True}
     assert freshness(index, check_remote=False)["notes"]["lags"] is False  # the mirror is all it knows
     subprocess.run(["git", "--git-dir", str(index.mirror()), "fetch", "--quiet"], check=True)
     assert freshness(index, check_remote=False)["notes"]["lags"] is True

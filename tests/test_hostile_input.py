@@ -429,7 +429,7 @@ def test_200mb_note_is_skipped_without_reading_it(ws: dict[str, Any], clean_good
     print(f"\npeak RSS of a sync next to a 200 MB note: {peak_mb:.0f} MB")
     assert peak_mb < 150, f"the sync read the big file into memory (peak {peak_mb:.0f} MB)"
     assert "huge.md" not in indexed_paths(ws["config"])
-    assert re.search(r"huge\.md: too large", log_text(ws["config"])), "no log line for the skipped file"
+    assert re.search(r"huge\.md: skipped: too large", log_text(ws["config"])), "no log line for the skipped file"
     assert good_rows(load_config(ws["config"]).db) == clean_good
     after = big.stat()
     assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
@@ -488,7 +488,7 @@ def test_hostile_files_are_indexed_or_skipped_with_a_log_line(ws: dict[str, Any]
     assert {p.removeprefix("hostile/") for p in paths if p.startswith("hostile/")} == INDEXED_HOSTILE
     log = log_text(ws["config"])
     for name in SKIPPED_HOSTILE:
-        assert re.search(rf"hostile/{re.escape(name)}: (binary|too large|not UTF-8)", log), f"no log line for {name}"
+        assert re.search(rf"hostile/{re.escape(name)}: skipped: (binary|too large|not UTF-8)", log), f"no log line for {name}"
     assert_consistent(load_config(ws["config"]).db)
     assert good_rows(load_config(ws["config"]).db) == clean_good
     for marker in ("deepestlistitem", "deepestquote", "bracketword", "crlfmarker", "heading2999", "bombbody",

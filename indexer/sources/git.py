@@ -22,8 +22,12 @@ Mirror
     comes from the config, the mirror's `origin` is not consulted). Our fetch passes
     `-c core.hooksPath=/dev/null` so the mirror's reference-transaction hook does not start a
     second sync while we index in process. Nothing is ever written upstream and no working tree
-    is checked out. A mirror that is not a valid repository (or whose branch points at missing
-    objects) is deleted and cloned again, but only if it looks like a git directory or is empty;
+    is checked out. A mirror that is not a valid repository, or is damaged (a fetch that fails
+    on corrupt or missing objects while the remote answers, or objects that cannot be read while
+    indexing: MirrorDamaged), is cloned again into a temporary sibling that is swapped in by a
+    rename only once complete, so the old mirror stays usable until then; hooks installed in it
+    are carried over. A failure that may be the network (the remote does not answer) never
+    causes a clone. Only a folder that looks like a git directory or is empty is replaced;
     anything else (a folder with other files, a working tree, a bare repository that is not a
     mirror) raises SourceError and is left untouched.
 
@@ -42,12 +46,16 @@ Change contract of `changes(source, old_rev, new_rev)`
       vectors can be reused by content hash.
     - A file whose new content cannot be indexed (binary, invalid UTF-8, too large) yields
       Delete(path) then Skipped(path, reason): no stale text survives, whatever the caller does
-      with Skipped. Symlinks and submodules are never indexed: Skipped plus a log line.
+      with Skipped. Symlinks and submodules are never indexed: Skipped (the caller logs it).
     - Scope is applied to both sides: a file moved out of scope is a Delete, into scope an Upsert.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import gc
 import glob
 import hashlib
 import logging
@@ -93,14 +101,43 @@ _GIT_DIR_ENTRIES = frozenset({
 })
 
 
+# Lines git prints when the objects of the repository it works on are broken. Lines from the
+# other side ("remote: ...") never count: those are the remote's own trouble.
+_DAMAGE_MARKERS = (
+    "inflate:", "is corrupt", "corrupt loose", "bad object", "unable to read", "checksum mismatch",
+    "did not send all necessary objects", "missing blob", "missing tree", "missing commit",
+    "broken link", "unable to unpack", "packfile", "invalid sha1 pointer",
+)
+
+
+class MirrorDamaged(SourceError):
+    """The mirror's own files are broken (a corrupt pack, missing objects): a fresh clone fixes it."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class GitFailed(SourceError):
+    """A git command failed; `stderr` is everything it said, for telling damage from the network."""
+
+    def __init__(self, message: str, stderr: str = "") -> None:
+        super().__init__(message)
+        self.stderr = stderr
+
+
 # ---------------------------------------------------------------------------------- network
 
 
 def _error(source: GitSource, what: str, reason: str) -> SourceError:
     """One line naming the source and url; an embedded password never reaches a log."""
+    return SourceError(_message(source, what, reason))
+
+
+def _message(source: GitSource, what: str, reason: str) -> str:
     line = " ".join(f"git source {source.id!r} ({source.url}): {what}: {reason}".split())
     password = urlsplit(source.url).password if "://" in source.url else None
-    return SourceError(line.replace(password, "***") if password else line)
+    return line.replace(password, "***") if password else line
 
 
 def _reason(stderr: str, returncode: int) -> str:
@@ -138,7 +175,7 @@ def _run_git(source: GitSource, args: list[str], *, timeout: float, what: str) -
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
     if returncode != 0:
-        raise _error(source, what, _reason(stderr, returncode))
+        raise GitFailed(_message(source, what, _reason(stderr, returncode)), stderr)
     return stdout
 
 
@@ -210,70 +247,210 @@ def _is_mirror(repo: pygit2.Repository) -> bool:
         return False
 
 
-def _clear_for_clone(source: GitSource) -> None:
-    """Remove a broken mirror; refuse to touch anything that does not look like one."""
+def _broken_mirror(source: GitSource) -> bool:
+    """What is at the mirror path when it does not open as a repository: True for a broken
+    mirror, False for nothing or an empty folder; refuses anything that does not look like one."""
     path = source.mirror
     if not path.exists() and not path.is_symlink():
-        return
+        return False
     if path.is_dir() and not path.is_symlink():
         names = {n for n in os.listdir(path) if not n.endswith(".lock")}
         if not names:
-            shutil.rmtree(path)
-            return
+            return False
         if names <= _GIT_DIR_ENTRIES and names & {"HEAD", "objects", "refs"}:
-            shutil.rmtree(path)
-            return
+            return True
     raise _error(source, "mirror", f"{path} exists but is not a bare git mirror; "
                                    "refusing to replace it (move it away or change `mirror:`)")
 
 
+def _leftovers(path: Path) -> list[Path]:
+    """Temporary siblings of a mirror (a clone in progress or an old mirror being removed)."""
+    return list(path.parent.glob(f".{glob.escape(path.name)}.*.clone"))
+
+
 def _clone(source: GitSource) -> None:
-    """clone --mirror into a temporary sibling, then rename: an interrupted clone leaves no
-    half-filled mirror behind."""
+    """clone --mirror into a temporary sibling, then rename it into place: an interrupted clone
+    leaves no half-filled mirror behind, and a mirror being replaced stays until the new one is
+    complete (a killed re-clone leaves it in place plus a temporary folder the next sync removes)."""
     path = source.mirror
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a clone killed earlier (we hold the sync lock, so none is running) left its temp copy
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.clone"):
-        shutil.rmtree(leftover, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
     try:
         _run_git(source, ["-c", "core.hooksPath=/dev/null", "clone", "--mirror", "--no-local",
                           "--quiet", "--", source.url, str(tmp)],
                  timeout=TRANSFER_TIMEOUT, what="clone --mirror")
-        os.replace(tmp, path)
-    except BaseException:
+        if path.is_dir() and not path.is_symlink():
+            _carry_hooks(source, path, tmp)
+            # libgit2 shares open pack files by path, and the new pack may bear the old one's
+            # name: repositories closed but not yet collected (pygit2 keeps them in reference
+            # cycles) must let go of the old packs before anything opens the new mirror
+            gc.collect()
+            _swap(tmp, path)  # tmp now holds the old mirror
+        else:
+            os.replace(tmp, path)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+
+def _carry_hooks(source: GitSource, old: Path, new: Path) -> None:
+    """Hooks installed in the mirror being replaced (`hooks install`) keep working in the new one."""
+    try:
+        entries = [e for e in os.scandir(old / "hooks")
+                   if not e.name.endswith(".sample") and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            shutil.copy2(entry.path, new / "hooks" / entry.name)
+        except OSError as exc:
+            _log.warning("git source %s: cannot carry hook %s into the new mirror: %s", source.id, entry.name, exc)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _swap(new: Path, path: Path) -> None:
+    """Put folder `new` at `path` and the folder that was at `path` at `new`. Atomic where the
+    kernel exchanges names (Linux renameat2); elsewhere two renames, and a kill between them
+    leaves no mirror at `path`, which the next sync simply clones."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        renameat2 = None
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+            raise OSError(code, os.strerror(code), str(path))
+    aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
+    os.rename(path, aside)  # onto an empty folder: allowed
+    os.rename(new, path)
+    os.rename(aside, new)
+
+
+def _local_damage(source: GitSource) -> str | None:
+    """What a connectivity check finds broken in the mirror (commits and trees), or None."""
+    try:
+        _run_git(source, ["--git-dir", str(source.mirror), "fsck", "--connectivity-only", "--no-dangling",
+                          "--no-progress"], timeout=TRANSFER_TIMEOUT, what="fsck")
+    except GitFailed as exc:
+        return _reason(exc.stderr, 1)
+    return None
+
+
+def _damage(source: GitSource, failed: GitFailed) -> str | None:
+    """Why a failed fetch means a broken mirror, or None if it may be the remote or the network.
+
+    Only when the remote answers an ls-remote now is the mirror suspected: an unreachable
+    remote must never cost a clone (which would fail anyway).
+    """
+    try:
+        _run_git(source, ["ls-remote", "--", source.url, "HEAD"], timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+    except SourceError:
+        return None
+    found = _local_damage(source)
+    if found is not None:
+        return found
+    for line in failed.stderr.splitlines():
+        line = line.strip()
+        if not line.lower().startswith("remote:") and any(m in line.lower() for m in _DAMAGE_MARKERS):
+            return line
+    return None
+
+
+def reclone(source: GitSource, reason: str) -> str:
+    """Replace a damaged mirror with a fresh clone (the old one stays until the new is complete);
+    returns the branch head in it. A clone that fails keeps the old mirror and says both why."""
+    _log.warning("git source %s: mirror %s is damaged (%s): cloning it again", source.id, source.mirror, reason)
+    try:
+        _clone(source)
+    except GitFailed as exc:
+        raise _error(source, "mirror", f"{source.mirror} is damaged ({reason}) and cloning it again failed: "
+                                       f"{_reason(exc.stderr, 1)}") from None
+    _log.info("git source %s: mirror %s cloned again", source.id, source.mirror)
+    return _branch_head(source, _mirror(source))
 
 
 def sync_mirror(source: GitSource) -> str:
     """Create or refresh the mirror and return the commit of the selected branch in it."""
+    return update_mirror(source)[0]
+
+
+def update_mirror(source: GitSource) -> tuple[str, str | None]:
+    """Create or refresh the mirror: (commit of the selected branch, why the mirror had to be
+    cloned again, or None). A first clone is not a re-clone."""
     local = _local_path(source.url)
     if local is not None and local.resolve() == source.mirror.resolve():
         raise _error(source, "mirror", "the mirror path is the upstream repository itself")
+    # a re-clone killed after its clone or its swap left a full copy behind (we hold the lock)
+    for leftover in _leftovers(source.mirror):
+        shutil.rmtree(leftover, ignore_errors=True)
     repo = _open(source.mirror)
     if repo is None:
-        _clear_for_clone(source)
-    else:
-        if not _is_mirror(repo):
-            raise _error(source, "mirror", f"{source.mirror} is a bare repository but not a mirror "
-                                           "(remote.origin.mirror unset); refusing to overwrite its refs")
-        default_ref = None if source.branch else _remote_branch(source)[0]
+        if _broken_mirror(source):
+            return reclone(source, "not a valid git repository"), "not a valid git repository"
+        _clone(source)  # clone --mirror sets HEAD to the remote's default branch
+        return _branch_head(source, _mirror(source)), None
+    if not _is_mirror(repo):
+        raise _error(source, "mirror", f"{source.mirror} is a bare repository but not a mirror "
+                                       "(remote.origin.mirror unset); refusing to overwrite its refs")
+    default_ref = None if source.branch else _remote_branch(source)[0]
+    try:
         _run_git(source, ["--git-dir", str(source.mirror), "-c", "core.hooksPath=/dev/null",
                           "fetch", "--quiet", "--prune", "--force", "--", source.url, "+refs/*:refs/*"],
                  timeout=TRANSFER_TIMEOUT, what="fetch")
-        # fetch never moves HEAD: follow a remote whose default branch changed
-        if default_ref is not None and default_ref in repo.references \
-                and repo.references["HEAD"].target != default_ref:
-            repo.set_head(default_ref)
-        head = _branch_head(source, repo)
-        if _commit(repo, head) is not None:
-            return head
+    except GitFailed as exc:
+        damage = _damage(source, exc)
+        if damage is None:
+            raise
+        repo.free()  # open packs are shared by path: the clone's must not be served from these
+        return reclone(source, damage), damage
+    # fetch never moves HEAD: follow a remote whose default branch changed
+    if default_ref is not None and default_ref in repo.references \
+            and repo.references["HEAD"].target != default_ref:
+        repo.set_head(default_ref)
+    head = _branch_head(source, repo)
+    if _commit(repo, head) is None:
         # refs survived but objects did not (a fetch that had nothing to update cannot notice)
-        _log.warning("git source %s: mirror %s lacks commit %s; cloning it again", source.id, source.mirror, head)
-        shutil.rmtree(source.mirror)
-    _clone(source)  # clone --mirror sets HEAD to the remote's default branch
-    return _branch_head(source, _mirror(source))
+        damage = f"commit {head} cannot be read"
+        repo.free()
+        return reclone(source, damage), damage
+    return head, None
+
+
+def mirror_damage(source: GitSource) -> str | None:
+    """A cheap look for damage (`status`): the mirror opens and its head commit and root tree
+    read. None when they do or when there is no mirror yet; deeper damage shows when indexing."""
+    path = source.mirror
+    repo = _open(path)
+    if repo is None:
+        return None if not path.exists() else "not a valid git repository"
+    try:
+        commit = _commit(repo, _branch_head(source, repo))
+        if commit is None:
+            return "its head commit cannot be read"
+        len(commit.tree)
+    except SourceError:
+        return None  # a branch the next fetch brings
+    except pygit2.GitError as exc:
+        return str(exc)
+    return None
+
+
+@contextlib.contextmanager
+def _reading(source: GitSource) -> Iterator[pygit2.Repository]:
+    """The mirror, opened for one operation. Objects that cannot be read (a corrupt pack, a
+    missing object) mean a damaged mirror; its handles are released at once, because libgit2
+    shares open pack files by path and would serve the damaged pack to a re-cloned mirror."""
+    repo = _mirror(source)
+    try:
+        yield repo
+    except pygit2.GitError as exc:
+        repo.free()
+        gc.collect()  # and closed ones (in reference cycles): a long-lived process reads a re-clone
+        raise MirrorDamaged(_message(source, "mirror", f"{source.mirror} is damaged: {exc}"), str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------ local
@@ -312,12 +489,12 @@ def _commit(repo: pygit2.Repository, rev: str | pygit2.Oid) -> pygit2.Commit | N
 def is_ancestor(source: GitSource, old_rev: str, new_rev: str) -> bool:
     """May the index move from old_rev to new_rev incrementally? False after a force-push that
     rewrote old_rev away, or when old_rev is no longer in the mirror."""
-    repo = _mirror(source)
-    new = _commit(repo, new_rev)
-    if new is None:
-        raise _error(source, "mirror", f"revision {new_rev} not found in {source.mirror}")
-    old = _commit(repo, old_rev)
-    return old is not None and (old.id == new.id or repo.descendant_of(new.id, old.id))
+    with _reading(source) as repo:
+        new = _commit(repo, new_rev)
+        if new is None:
+            raise _error(source, "mirror", f"revision {new_rev} not found in {source.mirror}")
+        old = _commit(repo, old_rev)
+        return old is not None and (old.id == new.id or repo.descendant_of(new.id, old.id))
 
 
 def _relevant(scope: Scope, path: str, mode: int) -> bool:
@@ -344,11 +521,11 @@ def _entries(tree: pygit2.Tree, scope: Scope, prefix: str = "") -> Iterator[tupl
 
 def tree_paths(source: GitSource, rev: str) -> set[str]:
     """Admitted regular files of `rev`: in the full contract, everything else indexed goes."""
-    repo = _mirror(source)
-    commit = _commit(repo, rev)
-    if commit is None:
-        raise _error(source, "mirror", f"revision {rev} not found in {source.mirror}")
-    return {path for path, _, mode in _entries(commit.tree, source.scope) if mode in _BLOB_MODES}
+    with _reading(source) as repo:
+        commit = _commit(repo, rev)
+        if commit is None:
+            raise _error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        return {path for path, _, mode in _entries(commit.tree, source.scope) if mode in _BLOB_MODES}
 
 
 def _blob_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
@@ -413,7 +590,10 @@ def _read(repo: pygit2.Repository, path: str, oid: pygit2.Oid, updated_at: float
     _, size = repo.odb.read_header(oid)
     if size > max_file_bytes:
         return f"too large ({size} bytes > {max_file_bytes})"
-    data = repo[oid].data
+    blob = repo.get(oid)
+    if blob is None:
+        raise pygit2.GitError(f"object {oid} ({path}) is missing")
+    data = blob.data
     if b"\0" in data:
         return "binary"
     try:
@@ -437,11 +617,16 @@ def changes(
     *,
     full: bool = False,
     max_file_bytes: int = 5_000_000,
-    log: logging.Logger | None = None,
 ) -> Iterator[Change]:
-    """What to apply to the index to move it from old_rev to new_rev (contract: module doc)."""
-    log = log or _log
-    repo = _mirror(source)
+    """What to apply to the index to move it from old_rev to new_rev (contract: module doc).
+    Objects that cannot be read raise MirrorDamaged."""
+    with _reading(source) as repo:
+        yield from _changes(source, repo, old_rev, new_rev, full, max_file_bytes)
+
+
+def _changes(
+    source: GitSource, repo: pygit2.Repository, old_rev: str | None, new_rev: str, full: bool, max_file_bytes: int,
+) -> Iterator[Change]:
     new = _commit(repo, new_rev)
     if new is None:
         raise _error(source, "diff", f"revision {new_rev} not found in {source.mirror}")
@@ -477,7 +662,6 @@ def changes(
     for path, _, mode in arrivals:
         if mode not in _BLOB_MODES:
             kind = "submodule" if mode == FileMode.COMMIT else "symlink"
-            log.info("git source %s: skipped %s %s (not followed)", source.id, kind, path)
             yield Skipped(path, f"{kind} (not followed)")
     for path in departures:
         yield Delete(path)
@@ -485,14 +669,17 @@ def changes(
 
 def read_blob(source: GitSource, rev: str, path: str) -> bytes:
     """A file's bytes at `rev`, straight from the object database (for `show`)."""
-    repo = _mirror(source)
-    commit = _commit(repo, rev)
-    if commit is None:
-        raise _error(source, "read", f"revision {rev} not found in {source.mirror}")
-    try:
-        entry = commit.tree[path]
-    except KeyError:
-        raise _error(source, "read", f"{path} not found at {rev}") from None
-    if entry.filemode not in _BLOB_MODES:
-        raise _error(source, "read", f"{path} at {rev} is not a regular file")
-    return repo[entry.id].data
+    with _reading(source) as repo:
+        commit = _commit(repo, rev)
+        if commit is None:
+            raise _error(source, "read", f"revision {rev} not found in {source.mirror}")
+        try:
+            entry = commit.tree[path]
+        except KeyError:
+            raise _error(source, "read", f"{path} not found at {rev}") from None
+        if entry.filemode not in _BLOB_MODES:
+            raise _error(source, "read", f"{path} at {rev} is not a regular file")
+        blob = repo.get(entry.id)
+        if blob is None:
+            raise pygit2.GitError(f"object {entry.id} ({path}) is missing")
+        return blob.data

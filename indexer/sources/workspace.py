@@ -24,7 +24,16 @@ from indexer.collections import (
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
 from indexer.globs import Scope
-from indexer.model import Change, Delete, FileVersion, KnownFile, Skipped, Touch, Upsert
+from indexer.model import (
+    Change,
+    Delete,
+    FileVersion,
+    KnownFile,
+    Skipped,
+    Touch,
+    Unlisted,
+    Upsert,
+)
 
 INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (seed B §3 rule 4)
 BINARY_PROBE = 8192  # a NUL byte within this prefix marks a file as binary
@@ -40,22 +49,46 @@ class ListedFile:
     stat: os.stat_result
 
 
-def _check_root(source: WorkspaceSource) -> None:
+def _check_root(source: WorkspaceSource, indexed: int = 0, *, accept_empty: bool = True) -> None:
+    """Refuse to scan a root that is gone, unreadable or (with files indexed from it) empty.
+
+    Each of these looks like "every note was deleted" to a walk, and each is more often a
+    drive that is not mounted or a permission slip: the source fails with one line and its
+    index stays as it was.
+    """
+    where = f"workspace source {source.id!r}"
     if not source.root.exists():
-        raise SourceError(f"workspace source {source.id!r}: folder {source.root} does not exist")
+        raise SourceError(f"{where}: folder {source.root} does not exist; its index is kept")
     if not source.root.is_dir():
-        raise SourceError(f"workspace source {source.id!r}: {source.root} is not a folder")
+        raise SourceError(f"{where}: {source.root} is not a folder")
+    try:
+        with os.scandir(source.root) as it:
+            empty = next(it, None) is None
+    except OSError as exc:
+        raise SourceError(f"{where}: cannot read folder {source.root}: {exc.strerror or exc}; "
+                          "its index is kept") from None
+    if empty and indexed and not accept_empty:
+        raise SourceError(
+            f"{where}: folder {source.root} is empty but {indexed} indexed files came from it "
+            "(a drive not mounted?); its index is kept. If the notes were removed on purpose, "
+            "run `notes-search sync --full`"
+        )
 
 
-def _admitted(folder: WalkedFolder) -> Iterator[ListedFile]:
-    """The folder's indexable files, stat'ed now; a vanished one is just absent."""
+def _admitted(folder: WalkedFolder, unreadable: list[tuple[str, str]] | None = None) -> Iterator[ListedFile]:
+    """The folder's indexable files, stat'ed now; a vanished one is just absent, and one that
+    cannot be stat'ed (a folder without search permission) goes to `unreadable`."""
     drafts_here = folder.rel == "" or folder.is_collection
     for rel, entry in folder.files:
         if entry.name == META_FILE or (entry.name == INBOX and drafts_here):
             continue
         try:
             st = entry.stat()
-        except OSError:
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((rel, f"unreadable: {exc.strerror or exc}"))
             continue
         yield ListedFile(rel, entry.path, st)
 
@@ -63,7 +96,14 @@ def _admitted(folder: WalkedFolder) -> Iterator[ListedFile]:
 def list_files(source: WorkspaceSource, *, log: logging.Logger | None = None) -> Iterator[ListedFile]:
     """Admitted files (index path, path on disk, stat) in walk order. Raises SourceError at call time."""
     _check_root(source)
-    return (item for folder in walk_folders(source.root, source.scope, log) for item in _admitted(folder))
+    return _listed(source, log or _LOG)
+
+
+def _listed(source: WorkspaceSource, log: logging.Logger) -> Iterator[ListedFile]:
+    for folder in walk_folders(source.root, source.scope, log):
+        if folder.unreadable is not None:
+            log.warning("cannot list folder %s: %s", folder.path, folder.unreadable)
+        yield from _admitted(folder)
 
 
 def scan(
@@ -81,10 +121,13 @@ def scan(
     re-chunks). Vanished paths yield Delete; a rename is Delete + Upsert. Content that cannot be
     indexed (binary, not UTF-8, too large) yields Skipped, preceded by Delete when the store
     holds an older, now stale copy; an unreadable file yields Skipped alone (a transient error
-    should not drop the index's copy). No single file stops the scan. A missing root raises
-    SourceError at call time, not on first iteration.
+    should not drop the index's copy). A folder that cannot be listed yields Unlisted first, and
+    nothing indexed below it is deleted. No single file stops the scan. Skips are not logged
+    here (the consumer logs each once); folders that cannot be listed are. A missing,
+    unreadable or (unless `full`) suddenly empty root raises SourceError at call time, not on
+    first iteration.
     """
-    _check_root(source)
+    _check_root(source, len(known), accept_empty=full)
     return _scan(source, known, full, max_file_bytes, log or _LOG)
 
 
@@ -99,30 +142,40 @@ def _scan(
     # Upsert, and the Delete pass needs the complete set of present paths.
     folders = list(walk_folders(source.root, source.scope, log))
     collections = load_collections(source.id, folders, log)
-    listed = [item for folder in folders for item in _admitted(folder)]
+    unstatable: list[tuple[str, str]] = []
+    listed = [item for folder in folders for item in _admitted(folder, unstatable)]
+    # what could not be listed is unknown, not gone: the index keeps its copy until it is readable
+    blocked = [folder for folder in folders if folder.unreadable is not None]
+    for folder in blocked:
+        yield Unlisted(folder.rel, folder.unreadable or "", sum(1 for path in known if _below(path, folder.rel)))
     for item in listed:
         prev = known.get(item.rel)
         st = item.stat
         # unchanged stat: nothing to read, unless a lowered max_file_bytes now excludes the file
         if prev is not None and not full and prev.size == st.st_size and prev.mtime == st.st_mtime and st.st_size <= limit:
             continue
-        yield from _read(source.id, item, prev, full, limit, collections, log)
-    for path in sorted(known.keys() - {item.rel for item in listed}):
-        yield Delete(path)
+        yield from _read(item, prev, full, limit, collections)
+    for rel, reason in unstatable:
+        yield Skipped(rel, reason)
+    present = {item.rel for item in listed} | {rel for rel, _ in unstatable}
+    for path in sorted(known.keys() - present):
+        if not any(_below(path, folder.rel) for folder in blocked):
+            yield Delete(path)
+
+
+def _below(path: str, folder: str) -> bool:
+    return folder == "" or path.startswith(folder + "/")
 
 
 def _read(
-    source_id: str,
     item: ListedFile,
     prev: KnownFile | None,
     full: bool,
     limit: int,
     collections: Sequence[Collection],
-    log: logging.Logger,
 ) -> Iterator[Change]:
-    where = f"{source_id}:{item.rel}"
     if item.stat.st_size > limit:
-        yield from _unindexable(item.rel, prev, f"too large ({item.stat.st_size} bytes > limit {limit})", where, log)
+        yield from _unindexable(item.rel, prev, f"too large ({item.stat.st_size} bytes > limit {limit})")
         return
     try:
         with open(item.path, "rb") as f:
@@ -138,12 +191,10 @@ def _read(
         return
     except OSError as exc:
         # transient (permissions, I/O): keep whatever the index holds, retry on a later scan
-        reason = f"unreadable: {exc.strerror or exc}"
-        log.warning("skipping %s: %s", where, reason)
-        yield Skipped(item.rel, reason)
+        yield Skipped(item.rel, f"unreadable: {exc.strerror or exc}")
         return
     if len(data) > limit:
-        yield from _unindexable(item.rel, prev, f"too large (> {limit} bytes limit)", where, log)
+        yield from _unindexable(item.rel, prev, f"too large (> {limit} bytes limit)")
         return
     sha = hashlib.sha256(data).hexdigest()
     if prev is not None and not full and sha == prev.sha256:
@@ -151,7 +202,7 @@ def _read(
         return
     text = _decode(data)
     if text is None:
-        yield from _unindexable(item.rel, prev, "binary or not UTF-8", where, log)
+        yield from _unindexable(item.rel, prev, "binary or not UTF-8")
         return
     yield Upsert(
         FileVersion(
@@ -166,11 +217,8 @@ def _read(
     )
 
 
-def _unindexable(
-    path: str, prev: KnownFile | None, reason: str, where: str, log: logging.Logger
-) -> Iterator[Change]:
+def _unindexable(path: str, prev: KnownFile | None, reason: str) -> Iterator[Change]:
     """Skip a file whose content cannot be indexed; if it was indexed before, that copy is stale."""
-    log.warning("skipping %s: %s", where, reason)
     if prev is not None:
         yield Delete(path)
     yield Skipped(path, reason)
