@@ -23,6 +23,7 @@ MODES = ("hybrid", "lex", "vec")
 UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
 MIN_DEPTH = 50  # candidates taken from each half before fusion
+RARE_EXACT_HITS = 3  # at most this many keyword hits hold a language-less term that decides the fusion
 COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in mixed languages
 
 
@@ -110,12 +111,16 @@ def keyword_blind(
     }
 
 
-def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], texts: list[str]) -> bool:
-    """Whether the keyword half's best hits hold a language-less term of the query (`5432`,
-    `db-01.lan`): such a term is the strongest evidence there is, in any language, so those
-    hits must not be outweighed by meaning-only hits in other languages."""
-    exact = exact_value_terms(terms)
-    return bool(exact) and any(term_coverage(exact, text) > 0 for text in texts)
+def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]) -> bool:
+    """Whether the keyword half's best hits (`top`) hold a rare language-less term of the query
+    (`5432`, `db-01.lan`): a term found in few of its hits (`every`) singles the note out in any
+    language, so meaning-only hits in other languages must not outweigh it. A common one (a
+    year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
+    for term in exact_value_terms(terms):
+        if any(term_coverage([term], text) for text in top):
+            if sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS:
+                return True
+    return False
 
 
 def search(
@@ -172,7 +177,8 @@ def search(
     terms = match_terms(match) if match is not None else []
     top_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical[:COVERAGE_HITS] if cid in rows]
     blind = {}
-    if mode == "hybrid" and not found_exact_value(terms, top_lexical):
+    every_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical if cid in rows]
+    if mode == "hybrid" and not found_exact_value(terms, top_lexical, every_lexical):
         blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages)
     response.keyword_blind = len(blind)
     weights = {}

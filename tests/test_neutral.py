@@ -367,7 +367,9 @@ def test_a_language_less_term_keeps_keywords_in_charge(config: Config, notes: Pa
         return response.results[0].path
 
     assert first_hit() == "db.md"
-    assert engine.found_exact_value(match_terms(build_fts_query(question) or ""), ["... na portu 5432 ..."])
-    assert not engine.found_exact_value(match_terms(build_fts_query("na jakém portu") or ""), ["na portu 5432"])
-    monkeypatch.setattr(engine, "found_exact_value", lambda terms, texts: False)  # the rule this test guards
+    terms = match_terms(build_fts_query(question) or "")
+    assert engine.found_exact_value(terms, ["na portu 5432"], ["na portu 5432", "port 80"])
+    assert not engine.found_exact_value(terms, ["na portu 5432"], ["5432"] * (engine.RARE_EXACT_HITS + 1))  # common
+    assert not engine.found_exact_value(match_terms(build_fts_query("na jakém portu") or ""), ["na portu 5432"], [])
+    monkeypatch.setattr(engine, "found_exact_value", lambda terms, top, every: False)  # the rule this test guards
     assert first_hit() != "db.md"
