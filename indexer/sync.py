@@ -43,10 +43,6 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
-# The collections walk repeats the scan's walk, whose findings the scan has already logged.
-_REWALK = logging.getLogger("notes_search.sync.rewalk")
-_REWALK.propagate = False
-_REWALK.addHandler(logging.NullHandler())
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
@@ -221,7 +217,11 @@ class Syncer:
         """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
         can appear or change without any note changing. Writes only when something differs.
         Collections inside folders that cannot be read now are kept, like their files."""
-        found = find_collections(source.id, source.root, source.scope, _REWALK)
+        # the collections walk repeats the scan's walk, whose findings the scan has already logged:
+        # a logger that drops them, never registered with `logging` (nothing configured at import)
+        rewalk = logging.Logger("notes_search.sync.rewalk")  # noqa: LOG001 - unregistered on purpose
+        rewalk.addHandler(logging.NullHandler())
+        found = find_collections(source.id, source.root, source.scope, rewalk)
         stored = self.store.collection_rows(source.id)
         found += [
             CollectionFolder(row.name, row.description, row.tags, source.id, row.folder)

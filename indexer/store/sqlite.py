@@ -1,8 +1,8 @@
-"""The SQLite backend of the index: every SQL statement the store runs (the schema itself is in
-`indexer.store.schema`).
+"""The SQLite backend of the index: every SQL statement the store runs (the schema and its
+migrations are in `indexer.store.schema`).
 
-The tables: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content,
-kept in step by triggers), `vec_chunks` (sqlite-vec, rowid = chunks.id; brute-force KNN over
+The tables: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content, kept in step by
+triggers), `vec_chunks` (sqlite-vec, rowid = chunks.id; brute-force KNN over
 everything) and `chunk_vectors` (the same vectors as plain BLOBs keyed by chunk id: exact search
 inside a small scope by index lookups instead of a scan of all vectors, and cheap reuse of a
 vector by content hash; a foreign key keeps it in step with `chunks`). vec0 is not a
@@ -41,12 +41,7 @@ from indexer.store.rows import (
     VectorMatrix,
     VectorPage,
 )
-from indexer.store.schema import (
-    LANGUAGE_BACKFILL_KEY,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    set_meta,
-)
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, set_meta
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -61,6 +56,7 @@ SCOPED_EXACT_MAX = 20_000  # up to this many chunks in scope, score them directl
 # them; bm25() in the select list scores only the rows that pass (measured at 100k chunks, p50:
 # 19 -> 4 ms for a 1 % scope, and 18 -> 11 ms unscoped).
 BM25 = "bm25(chunks_fts, 2.0, 1.0)"
+
 
 def vec_extension_path() -> str:
     """sqlite-vec's loadable library, found without importing the package (it pulls in numpy)."""
