@@ -712,14 +712,14 @@ MCP_ESCAPES = ["../outside/secret.md", "notes:../outside/secret.md", "/etc/passw
 def test_mcp_tool_paths_cannot_leave_the_sources(ws: dict[str, Any], path: str) -> None:
     """Every MCP tool that takes a path (search, status, reindex, get, grep) refuses escapes."""
     from indexer.errors import NotesSearchError
-    from search.cli import App
+    from search.service import NotesService
     from search.mcp_server import NotesTools
 
     os.symlink(ws["outside"] / "secret.md", ws["notes"] / "leak.md")
     os.symlink(ws["outside"] / "sub", ws["notes"] / "leakdir")
     ws["guard"].refresh()
     sync_ok(ws["config"], "--quiet")
-    tools = NotesTools(App(str(ws["config"])))
+    tools = NotesTools(NotesService.from_config_file(str(ws["config"])))
     calls = {
         "search": lambda: tools.search(SECRET, path, 5, "lex"),
         "status": lambda: tools.status(path),
