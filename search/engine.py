@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
-from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, ReindexNeeded
-from indexer.store import SearchScope, Store
+from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
+from indexer.store import IndexReader, RankedChunk, SearchScope
 from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
 
@@ -80,7 +80,7 @@ class SearchResponse:
         return data
 
 
-def check_identity(config: Config, store: Store) -> dict[str, str]:
+def check_identity(config: Config, store: IndexReader) -> dict[str, str]:
     """Refuse vector search when the index holds another embedding space than the config's.
     Returns the index's meta."""
     meta = store.meta()
@@ -117,21 +117,22 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
     language, so meaning-only hits in other languages must not outweigh it. A common one (a
     year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
     for term in exact_value_terms(terms):
-        if any(term_coverage([term], text) for text in top):
-            if sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS:
-                return True
+        if any(term_coverage([term], text) for text in top) and (
+            sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS
+        ):
+            return True
     return False
 
 
 def search(
-    store: Store,
+    store: IndexReader,
     config: Config,
     query: str,
     *,
     k: int = 8,
     mode: str = "hybrid",
     scope: SearchScope = SearchScope(),
-    embedder_factory: Callable[[], "Embedder"],
+    embedder_factory: Callable[[], Embedder],
     resident: ResidentVectors | None = None,
 ) -> SearchResponse:
     """`resident`: an in-memory copy of the vectors kept by a long-lived caller; when current, it
@@ -150,7 +151,7 @@ def search(
             from indexer.language import detect_query_language  # the model is loaded for vectors anyway
 
             response.query_language = detect_query_language(query)
-        lexical: list[tuple[int, float]] = []
+        lexical: list[RankedChunk] = []
         match = None
         if mode != "vec":
             match = build_fts_query(query)
@@ -158,7 +159,7 @@ def search(
                 lexical = store.fts_search(match, depth, scope)
             elif mode == "lex":
                 info.append("the query has no searchable words")
-        vector: list[tuple[int, float]] = []
+        vector: list[RankedChunk] = []
         if mode != "lex":
             query_vector = _embed_query(config, embedder_factory, query, mode, notices, info)
             if query_vector is not None and config.embedding.language_neutral and response.query_language != UNKNOWN:
@@ -231,7 +232,7 @@ def search(
 
 
 def _embed_query(
-    config: Config, embedder_factory: Callable[[], "Embedder"], query: str, mode: str, notices: list[str],
+    config: Config, embedder_factory: Callable[[], Embedder], query: str, mode: str, notices: list[str],
     info: list[str],
 ) -> np.ndarray | None:
     """The query vector, or None with a notice when the embedder is down (hybrid degrades to lex).
@@ -239,23 +240,13 @@ def _embed_query(
     One attempt with short timeouts; a failure is remembered for a while (embed_health), during
     which the embedder is not even constructed, so a degraded search costs what a lexical one does.
     """
-    from indexer.embed_health import embedder_health
+    from indexer.embed_health import guarded
 
     if not query.strip():
         info.append("empty query")
         return None
-    health = embedder_health(config)
     try:
-        outage = health.outage(config.embedding)
-        if outage is not None:
-            raise EmbedderUnavailable(outage)
-        try:
-            vector = embedder_factory().interactive().embed_query(query)
-        except EmbedderUnavailable as exc:
-            health.failed(config.embedding, str(exc))
-            raise
-        health.succeeded(config.embedding)
-        return vector
+        return guarded(config, lambda: embedder_factory().interactive().embed_query(query))
     except EmbedderError as exc:
         if mode == "vec":
             raise

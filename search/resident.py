@@ -13,14 +13,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.store.rows import RankedChunk
+
 if TYPE_CHECKING:
-    from indexer.store import Store
+    from indexer.store import IndexReader
 
 log = logging.getLogger("notes_search.resident")
 RELOAD_INTERVAL_S = 5.0  # at most one load per interval: a watcher can commit every second
@@ -34,18 +37,23 @@ class _Copy:
 
 
 class ResidentVectors:
-    """Exact cosine KNN over an in-memory copy of the vectors of the index at `db`; thread-safe."""
+    """Exact cosine KNN over an in-memory copy of the vectors of the index at `db`; thread-safe.
+    `open_reader` opens a reader of that index for a load (default: the SQLite store at `db`,
+    read-only); another backend passes its own."""
 
-    def __init__(self, db: Path, *, min_interval: float = RELOAD_INTERVAL_S) -> None:
+    def __init__(
+        self, db: Path, *, min_interval: float = RELOAD_INTERVAL_S, open_reader: Callable[[], IndexReader] | None = None
+    ) -> None:
         self.db = Path(db)
         self.min_interval = min_interval
+        self._open_reader = open_reader or self._open_sqlite
         self._copy: _Copy | None = None
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._not_before = 0.0  # time.monotonic() before which no new load starts
 
-    def knn(self, store: Store, vector: np.ndarray, k: int) -> list[tuple[int, float]] | None:
-        """(chunk id, cosine distance) nearest first, as `Store.vec_search` returns for the whole
+    def knn(self, store: IndexReader, vector: np.ndarray, k: int) -> list[RankedChunk] | None:
+        """Chunks by cosine distance, nearest first, as `IndexReader.vec_search` returns for the whole
         index; None when the copy is not current (a reload is started). Call inside the store's
         snapshot, so the generation read here is the one the rest of the search sees."""
         copy = self._copy
@@ -60,7 +68,7 @@ class ResidentVectors:
         k = min(k, len(copy.ids))
         top = np.argpartition(-similarity, k - 1)[:k]
         top = top[np.lexsort((copy.ids[top], -similarity[top]))]  # nearest first, ties by id
-        return [(int(copy.ids[i]), float(1.0 - similarity[i])) for i in top]
+        return [RankedChunk(int(copy.ids[i]), float(1.0 - similarity[i])) for i in top]
 
     def reload_in_background(self) -> None:
         """Start loading the current vectors, unless a load is running or started too recently."""
@@ -84,11 +92,14 @@ class ResidentVectors:
         copy = self._copy
         return 0 if copy is None else copy.unit.nbytes + copy.ids.nbytes
 
-    def _load(self) -> None:
+    def _open_sqlite(self) -> IndexReader:
         from indexer.store import Store
 
+        return Store.open(self.db, readonly=True)
+
+    def _load(self) -> None:
         try:
-            store = Store.open(self.db, readonly=True)
+            store = self._open_reader()
             try:
                 with store.snapshot():  # the generation and the vectors of one committed state
                     generation = store.vectors_generation()

@@ -1,4 +1,4 @@
-"""Workspace source driver (SPEC §3): walk a folder, compare stat, hash only on a mismatch.
+"""Workspace source driver: walk a folder, compare stat, hash only on a mismatch.
 
 Drivers never touch the database: the store hands over what it knows (`KnownFile` per path)
 and applies the changes yielded here. Nothing is ever written to the source folder.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from indexer.collections import (
     META_FILE,
-    Collection,
+    CollectionFolder,
     WalkedFolder,
     collection_for,
     load_collections,
@@ -23,6 +23,7 @@ from indexer.collections import (
 )
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
+from indexer.filetext import looks_binary
 from indexer.globs import Scope
 from indexer.model import (
     Change,
@@ -35,8 +36,7 @@ from indexer.model import (
     Upsert,
 )
 
-INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (seed B §3 rule 4)
-BINARY_PROBE = 8192  # a NUL byte within this prefix marks a file as binary
+INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (unsorted, half-written notes would crowd the results)
 COVERAGE_CAP = 1000  # the coverage report stops counting here ("≥1000")
 
 _LOG = logging.getLogger("notes_search.workspace")
@@ -172,7 +172,7 @@ def _read(
     prev: KnownFile | None,
     full: bool,
     limit: int,
-    collections: Sequence[Collection],
+    collections: Sequence[CollectionFolder],
 ) -> Iterator[Change]:
     if item.stat.st_size > limit:
         yield from _unindexable(item.rel, prev, f"too large ({item.stat.st_size} bytes > limit {limit})")
@@ -226,7 +226,7 @@ def _unindexable(path: str, prev: KnownFile | None, reason: str) -> Iterator[Cha
 
 def _decode(data: bytes) -> str | None:
     """Strict UTF-8 without a BOM, line endings untouched; None for binary or other encodings."""
-    if b"\x00" in data[:BINARY_PROBE]:
+    if looks_binary(data):
         return None
     try:
         return data.decode("utf-8-sig")
@@ -235,7 +235,7 @@ def _decode(data: bytes) -> str | None:
 
 
 def coverage_report(config: Config) -> list[str]:
-    """Top-level workspace folders holding markdown that no workspace source indexes (SPEC §3).
+    """Top-level workspace folders holding markdown that no workspace source indexes.
 
     Turns "silently missing" into a log line. A folder counts as covered as soon as one `.md`
     below it is admitted by some workspace source (nested source roots included). Hidden
