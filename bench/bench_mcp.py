@@ -42,25 +42,10 @@ if __package__ in (None, ""):  # `python bench/bench_mcp.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import (  # noqa: E402
-    CLI,
-    REPO,
-    Stats,
-    Workspace,
-    arg_parser,
-    cache_root,
-    child_env,
-    eprint,
-    fake_embedder_factory,
-    md_table,
-    ms,
-    queries,
-    report,
-    store_built_workspace,
-    synced_workspace,
-    verdict,
-    write_config,
-)
+from bench.corpus_text import queries
+from bench.machine import CLI, REPO, cache_root, child_env
+from bench.report import Stats, arg_parser, eprint, md_table, ms, report, verdict
+from bench.workspaces import Workspace, fake_embedder_factory, store_built_workspace, synced_workspace, write_config
 
 MCP_TARGET_MS = 50.0
 WATCH_TARGET_MS = 1000.0
@@ -265,7 +250,7 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
     service = NotesService.from_config_file(str(ws.config_path))
     tools = NotesTools(service)
     server = build_server(service)
-    fm = server._tool_manager.get_tool("search").fn_metadata  # noqa: SLF001 - benchmark only
+    fm = server._tool_manager.get_tool("search").fn_metadata
     config = service.config
     embedder = service.embedder()
     for i in range(WARMUP):
@@ -289,15 +274,15 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
         for q in qs:
             if time.perf_counter() > deadline:
                 break  # a slow machine: fewer queries (the n column), every part alike
-            timed("embed", lambda: embedder.embed_query(q))
+            timed("embed", lambda q=q: embedder.embed_query(q))
             timed("open", lambda: Store.open(config.db, readonly=True).close())
             for scope_name, target in targets.items():
                 for mode in ("hybrid", "lex"):
-                    timed(f"engine {mode} {scope_name}", lambda: search(
+                    timed(f"engine {mode} {scope_name}", lambda q=q, mode=mode, target=target: search(
                         store, config, q, k=K, mode=mode, scope=target.scope, embedder_factory=lambda: fixed))
             timed("catch-up scan", lambda: service.catch_up(service.resolve(SCOPE, store), embed=True))
             for scope_name, path in (("all", None), (SCOPE, SCOPE)):
-                data = timed(f"tool {scope_name}", lambda: tools.search(q, path, K, "hybrid"))
+                data = timed(f"tool {scope_name}", lambda q=q, path=path: tools.search(q, path, K, "hybrid"))
                 args = {"query": q, "k": K, "mode": "hybrid"} | ({"path": path} if path else {})
                 c = time.process_time()
                 t = time.perf_counter()
@@ -305,10 +290,10 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
                 out[f"sdk {scope_name}"].append(time.perf_counter() - t)
                 out[f"cpu sdk {scope_name}"].append(time.process_time() - c)
                 if path is None:
-                    converted = timed("convert", lambda: fm.convert_result(data))
-                    wire = timed("wire", lambda: converted.model_dump_json(by_alias=True, exclude_none=True))
-                    timed("parse", lambda: CallToolResult.model_validate_json(wire))
-                    timed("json.dumps", lambda: json.dumps(data, ensure_ascii=False))
+                    converted = timed("convert", lambda data=data: fm.convert_result(data))
+                    wire = timed("wire", lambda converted=converted: converted.model_dump_json(by_alias=True, exclude_none=True))
+                    timed("parse", lambda wire=wire: CallToolResult.model_validate_json(wire))
+                    timed("json.dumps", lambda data=data: json.dumps(data, ensure_ascii=False))
 
     try:
         anyio.run(series)
