@@ -17,19 +17,22 @@ from typing import TYPE_CHECKING
 
 from indexer.config import Config, EmbeddingConfig, find_config, load_config
 from indexer.store import Store
-from search.service import indexing, lookup, reading, scope, searching, status
-from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
-from search.service.lookup import CollectionsView, GrepOutcome, TocFile
-from search.service.reading import FileView, LineWindow
-from search.service.scope import Target
-from search.service.searching import SearchOutcome
-from search.service.status import StatusReport
 
-if TYPE_CHECKING:  # numpy and requests (embedder, resident vectors) load only when a method needs them
+if TYPE_CHECKING:
     from indexer.embedders import Embedder
     from search.evaluate import EvalReport
     from search.resident import ResidentVectors
-    from search.route import RouteResponse, Router
+    from search.route import Router, RouteResponse
+    from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
+    from search.service.lookup import CollectionsView, GrepOutcome, TocFile
+    from search.service.reading import FileView, LineWindow
+    from search.service.scope import Target
+    from search.service.searching import SearchOutcome
+    from search.service.status import StatusReport
+
+# Every command builds the service, so each operation's module is imported when the operation
+# runs: the cron no-op `sync` loads no search engine, a lexical `query` no indexer, and only
+# the commands that need them pay for numpy and requests (embedder, resident vectors).
 
 
 def build_embedder(config: EmbeddingConfig) -> Embedder:
@@ -122,16 +125,20 @@ class NotesService:
     # ---- scope --------------------------------------------------------------------------------
 
     def resolve(self, path: str | None, store: Store | None) -> Target:
-        return scope.resolve_path(self.config, store, path)
+        from search.service.scope import resolve_path
+
+        return resolve_path(self.config, store, path)
 
     def scope_from_options(
         self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: Store | None = None
     ) -> Target:
         """The CLI's --source/--collection/--path; with a store, also checked to name something
         (`search` checks a target it is given itself, in its own connection)."""
-        target = scope.resolve_options(self.config, source_ids, collection, path)
+        from search.service.scope import check_scope_exists, resolve_options
+
+        target = resolve_options(self.config, source_ids, collection, path)
         if store is not None:
-            scope.check_scope_exists(self.config, store, target.scope)
+            check_scope_exists(self.config, store, target.scope)
         return target
 
     # ---- searching ----------------------------------------------------------------------------
@@ -146,7 +153,9 @@ class NotesService:
         mode: str,
         resident: bool = False,
     ) -> SearchOutcome:
-        return searching.search(self, query, target=target, path=path, k=k, mode=mode, resident=resident)
+        from search.service.searching import search
+
+        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident)
 
     # ---- indexing -----------------------------------------------------------------------------
 
@@ -158,40 +167,62 @@ class NotesService:
         progress: Progress | None,
         on_warning: Callable[[str], None] | None = None,
     ) -> SyncOutcome:
-        return indexing.sync(self, source_ids, full=full, progress=progress, on_warning=on_warning)
+        from search.service.indexing import sync
+
+        return sync(self, source_ids, full=full, progress=progress, on_warning=on_warning)
 
     def reindex(self, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
-        return indexing.reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources)
+        from search.service.indexing import reindex
+
+        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources)
 
     def catch_up(self, target: Target, *, embed: bool) -> list[str]:
-        return indexing.catch_up(self, target, embed=embed)
+        from search.service.indexing import catch_up
+
+        return catch_up(self, target, embed=embed)
 
     # ---- status -------------------------------------------------------------------------------
 
     def status(self, path: str | None) -> StatusReport:
-        return status.status(self, path)
+        from search.service.status import status
+
+        return status(self, path)
 
     # ---- reading ------------------------------------------------------------------------------
 
     def show(self, ref: str) -> list[FileView]:
-        return reading.show(self, ref)
+        from search.service.reading import show
+
+        return show(self, ref)
 
     def get(self, ref: str, from_line: int | None, max_lines: int) -> LineWindow:
-        return reading.get(self, ref, from_line, max_lines)
+        from search.service.reading import get
+
+        return get(self, ref, from_line, max_lines)
 
     # ---- lookup -------------------------------------------------------------------------------
 
     def grep(self, pattern: str, *, target: Target, ignore_case: bool, fixed: bool, max_count: int) -> GrepOutcome:
-        return lookup.grep(self, pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
+        from search.service.lookup import grep
+
+        return grep(self, pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
 
     def toc(self, source_ids: tuple[str, ...]) -> list[TocFile]:
-        return lookup.toc(self, source_ids)
+        from search.service.lookup import toc
+
+        return toc(self, source_ids)
 
     def collections(self, prefix: str | None) -> CollectionsView:
-        return lookup.collections(self, prefix)
+        from search.service.lookup import collections
+
+        return collections(self, prefix)
 
     def route(self, question: str, k: int) -> RouteResponse:
-        return lookup.route(self, question, k)
+        from search.service.lookup import route
+
+        return route(self, question, k)
 
     def evaluate(self, file: Path, modes: tuple[str, ...]) -> EvalReport:
-        return lookup.evaluate(self, file, modes)
+        from search.service.lookup import evaluate
+
+        return evaluate(self, file, modes)

@@ -8,16 +8,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from indexer.collections import nfc
 from indexer.config import GitSource, WorkspaceSource, selection_warnings
 from indexer.errors import NotesSearchError
-from indexer.collections import nfc
 from indexer.store import SearchScope
-from indexer.sync import SourceReport, SyncReport, run_sync
-from indexer.sync import catch_up as catch_up_place
-from search.refs import excluded_file, split_source
 from search.service.scope import Place, Target, confined_places, scope_label
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # indexer.sync loads the chunker and the drivers: imported by the functions that run it
+    from indexer.sync import SourceReport, SyncReport
     from search.service import NotesService
 
 log = logging.getLogger("notes_search")
@@ -97,6 +95,8 @@ def sync(
 ) -> SyncOutcome:
     """A sync of the selected sources (None: all). The config's selection warnings are logged
     and handed to `on_warning` before the sync starts (a person sees them before the progress)."""
+    from indexer.sync import run_sync
+
     warnings = tuple(selection_warnings(service.config))
     for warning in warnings:
         log.warning("%s", warning)
@@ -112,6 +112,9 @@ def reindex(service: NotesService, path: str, *, full: bool, lock_wait: float, w
     [SOURCE:]PATH, '.' is every source whole, and one run covers every source that has the
     path, as one sync would. Otherwise (the MCP tool) PATH may also be a collection or a source
     id, "everything" is refused, and each place is one run."""
+    from indexer.sync import run_sync
+    from search.refs import excluded_file, split_source
+
     config = service.config
     with service.reading_if_indexed() as store:
         if whole_sources:
@@ -159,6 +162,8 @@ def catch_up(service: NotesService, target: Target, *, embed: bool) -> list[str]
     its own (a collection spans folders); equal notices are said once. `embed=False` (a lexical
     search) indexes the text only and leaves the vectors to the next sync: it never waits on
     the embedder."""
+    from indexer.sync import catch_up as catch_up_place
+
     notices: list[str] = []
     for place in target.places:
         if isinstance(service.config.sources[place.source_id], WorkspaceSource):

@@ -15,8 +15,9 @@ from indexer.collections import nfc
 from indexer.config import Config
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
 from indexer.store import IndexReader, SearchScope
-from search.refs import confine, confine_in, has_path, split_source
-from search.route import load_entries
+
+# search.refs (pygit2 behind git reads) and search.route load only when a path or collection is named:
+# a whole-index query needs neither.
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection
     """A `SOURCE:` prefix on a path narrows to that source; with --source it must be among them.
     Returns the source ids and the rest of the path. The user's text is quoted with repr, so
     that whatever it holds is shown escaped."""
+    from search.refs import split_source
+
     prefix, rest = split_source(path, sources)
     if prefix is None:
         return source_ids, rest
@@ -57,6 +60,8 @@ def confined_places(
 ) -> tuple[list[str], str, PathOutsideSources | None]:
     """The candidates that admit `rest` (confined, and the path is on disk or in the index),
     the confined path, and the first refusal (raised by the caller when nobody admits it)."""
+    from search.refs import confine, has_path
+
     found: list[str] = []
     refused: PathOutsideSources | None = None
     rel = ""
@@ -74,6 +79,9 @@ def confined_places(
 def resolve_path(config: Config, store: IndexReader | None, path: str | None) -> Target:
     """Source id -> that source; collection name -> its folder(s); else a confined path
     (`source:path`, or a bare path in every source that has it). None -> everything."""
+    from search.refs import split_source
+    from search.route import load_entries
+
     text = (path or "").strip()
     if not text:
         return Target(SearchScope(), "all sources", tuple(Place(sid, "") for sid in config.sources), is_all=True)
@@ -102,6 +110,8 @@ def resolve_options(config: Config, source_ids: tuple[str, ...], collection: str
     to that source (it must be among --source when both are given); the path is normalised and
     confined like every other path argument. Places: what a catch-up re-scans (nothing when
     the whole index is searched without a path)."""
+    from search.refs import confine_in
+
     for source_id in source_ids:
         config.source(source_id)
     if path is None:
@@ -129,12 +139,14 @@ def scope_label(scope: SearchScope) -> str:
     return "all sources"
 
 
-def check_scope_exists(config: Config, store: Store, scope: SearchScope) -> None:
+def check_scope_exists(config: Config, store: IndexReader, scope: SearchScope) -> None:
     """A --path or --collection that names nothing is a mistake to report, not an empty answer."""
-    if scope.collection is not None:
-        if scope.collection not in {e.name for e in load_entries(store)}:
-            raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
-                                   "(`notes-search collections` lists them)")
+    from search.refs import has_path
+    from search.route import load_entries
+
+    if scope.collection is not None and scope.collection not in {e.name for e in load_entries(store)}:
+        raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
+                               "(`notes-search collections` lists them)")
     if scope.path:
         sources = scope.source_ids or tuple(config.sources)
         if not any(has_path(config, store, source_id, scope.path) for source_id in sources):
