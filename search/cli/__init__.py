@@ -35,7 +35,7 @@ LAZY_COMMANDS = {
     "mcp": "search.cli.serve:mcp",
     "collections": "search.route:collections_command",
     "route": "search.route:route_command",
-    "hooks": "hooks.install:hooks",
+    "hooks": "search.cli.hooks:hooks",
     "eval": "search.evaluate:eval_command",
 }
 
