@@ -120,7 +120,7 @@ def _apply(vectors: np.ndarray, languages: Sequence[str | None], offsets: Mappin
     if not offsets or not len(out):
         return out
     for lang, offset in offsets.items():
-        rows = np.fromiter((l == lang for l in languages), dtype=bool, count=len(languages))
+        rows = np.fromiter((chunk_lang == lang for chunk_lang in languages), dtype=bool, count=len(languages))
         if not rows.any():
             continue
         block = out[rows]
@@ -162,9 +162,9 @@ def needs_estimate(space: NeutralSpace, counts: Mapping[str, int], model: str) -
         if stats is None:
             if count >= MIN_CHUNKS or lang in defaults:
                 return True
-        elif stats.origin == DEFAULT and count >= MIN_CHUNKS:
-            return True
-        elif stats.origin == INDEX and count >= REESTIMATE_GROWTH * max(stats.chunks, 1):
+        elif (stats.origin == DEFAULT and count >= MIN_CHUNKS) or (
+            stats.origin == INDEX and count >= REESTIMATE_GROWTH * max(stats.chunks, 1)
+        ):
             return True
     return False
 

@@ -16,14 +16,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from indexer import chunker, language, neutral, toc
-from indexer.collections import Collection, collection_for, find_collections
-from indexer.config import VECTOR_SPACE_KEY, Config, GitSource, Source, WorkspaceSource, identity_mismatch
+from indexer.collections import CollectionFolder, collection_for, find_collections
+from indexer.config import (
+    VECTOR_SPACE_KEY,
+    Config,
+    GitSource,
+    Source,
+    WorkspaceSource,
+    identity_mismatch,
+)
 from indexer.embed_health import embedder_health
-from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, StoreError
+from indexer.errors import (
+    EmbedderError,
+    EmbedderUnavailable,
+    NotesSearchError,
+    StoreError,
+)
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
-from indexer.store import CollectionRow, Store, VectorPage
+from indexer.store import CollectionRow, IndexWriter, Store, VectorPage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,10 +43,6 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
-# The collections walk repeats the scan's walk, whose findings the scan has already logged.
-_REWALK = logging.getLogger("notes_search.sync.rewalk")
-_REWALK.propagate = False
-_REWALK.addHandler(logging.NullHandler())
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
@@ -88,7 +96,7 @@ class Syncer:
     def __init__(
         self,
         config: Config,
-        store: Store,
+        store: IndexWriter,
         embedder_factory: Callable[[], Embedder] | None,
         progress: Progress | None = None,
     ) -> None:
@@ -148,7 +156,7 @@ class Syncer:
             if isinstance(change, Upsert):
                 try:
                     parsed.append((change.file, chunker.parse_markdown(change.file.text, change.file.path)))
-                except Exception as exc:  # noqa: BLE001 - one bad file must not stop the sync
+                except Exception as exc:  # one bad file must not stop the sync
                     log.warning("%s:%s: skipped, chunker failed: %s", source_id, change.file.path, exc)
                     report.skipped += 1
                     report.skips.append((change.file.path, f"chunker failed: {exc}"))
@@ -209,10 +217,14 @@ class Syncer:
         """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
         can appear or change without any note changing. Writes only when something differs.
         Collections inside folders that cannot be read now are kept, like their files."""
-        found = find_collections(source.id, source.root, source.scope, _REWALK)
+        # the collections walk repeats the scan's walk, whose findings the scan has already logged:
+        # a logger that drops them, never registered with `logging` (nothing configured at import)
+        rewalk = logging.Logger("notes_search.sync.rewalk")  # noqa: LOG001 - unregistered on purpose
+        rewalk.addHandler(logging.NullHandler())
+        found = find_collections(source.id, source.root, source.scope, rewalk)
         stored = self.store.collection_rows(source.id)
         found += [
-            Collection(row.name, row.description, list(row.tags), source.id, row.folder)
+            CollectionFolder(row.name, row.description, row.tags, source.id, row.folder)
             for row in stored
             if any(not blocked or row.folder == blocked or row.folder.startswith(blocked + "/") for blocked in unreadable)
         ]
@@ -226,7 +238,9 @@ class Syncer:
                 self.store.set_file_collection(source.id, path, collection_for(path, found))
 
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
-        from indexer.sources import git as git_source  # pygit2 loads only when a git source syncs
+        from indexer.sources import (
+            git as git_source,  # pygit2 loads only when a git source syncs
+        )
 
         try:
             return self._sync_git(source, full)
@@ -360,17 +374,18 @@ class Syncer:
         sums: dict[str, np.ndarray] = {}
         counts: dict[str, int] = {}
         with self.store.transaction():  # one state: readers see the old space or the new one
-            for ids, languages, matrix in self._vector_pages():
-                raw = old.restore(matrix, languages)
-                for lang in set(languages):
-                    rows = np.fromiter((l == lang for l in languages), dtype=bool, count=len(languages))
+            for page in self._vector_pages():
+                raw = old.restore(page.matrix, page.languages)
+                for lang in set(page.languages):
+                    rows = np.fromiter((chunk_lang == lang for chunk_lang in page.languages), dtype=bool,
+                                       count=len(page.languages))
                     sums[lang] = sums.get(lang, 0) + raw[rows].sum(axis=0, dtype=np.float64)
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
             new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
             if not neutral.same_offsets(old, new):  # a one-language index moves nothing
-                for ids, languages, matrix in self._vector_pages():
-                    self.store.rewrite_vectors(ids, new.neutralise(old.restore(matrix, languages), languages))
+                for page in self._vector_pages():
+                    self.store.rewrite_vectors(page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages))
             summary = new.summary()
             self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
         log.info("language statistics re-estimated: %s", summary)
@@ -455,7 +470,7 @@ class Syncer:
         return report
 
 
-def backfill_languages(store: Store) -> int:
+def backfill_languages(store: IndexWriter) -> int:
     """Detect the language of chunks written before chunks had one (an index from an older
     version), once, in batches that each commit: an interrupted run resumes. Returns how many."""
     state = store.language_backfill()

@@ -1,4 +1,4 @@
-"""The watcher (SPEC §8, seed B §8-bis): filesystem events -> debounce -> scoped sync.
+"""The watcher: filesystem events -> debounce -> scoped sync, so notes are searchable seconds after a save.
 
 An event is a trigger, not the truth: every changed path goes through `run_sync(path=...)`,
 whose stat + sha256 comparison decides whether anything is re-chunked or re-embedded, so the
@@ -211,7 +211,7 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         try:
             self.watcher._queue(event_targets(event, self.watcher.roots))
-        except Exception:  # noqa: BLE001 - logged; the next reconcile covers the lost event
+        except Exception:
             log.exception("cannot handle %r", event)
 
 
@@ -354,7 +354,7 @@ class Watcher:
             self._observer = None
         try:
             self._observer = self._start_observer()
-        except Exception as exc:  # noqa: BLE001 - counted; the watcher gives up after enough of them
+        except Exception as exc:  # counted; the watcher gives up after enough of them
             self._restart_failures += 1
             log.error("restarting the file observer failed (%d/%d): %s", self._restart_failures, self.restart_attempts, exc)
             if self._restart_failures >= self.restart_attempts:
@@ -406,7 +406,7 @@ class Watcher:
                     self.reconcile()
                 if targets:
                     self._index(targets)
-            except Exception:  # noqa: BLE001 - the loop must outlive any single failure
+            except Exception:
                 log.exception("watcher round failed")
 
     def _sleep_time(self) -> float:
@@ -420,7 +420,7 @@ class Watcher:
 
     def _backoff(self) -> float:
         self._failures += 1
-        return min(self.retry_delay * 2 ** self._failures, MAX_BACKOFF)
+        return min(self.retry_delay * 2.0 ** self._failures, MAX_BACKOFF)
 
     def flush(self) -> Batch:
         """Index everything pending now, debounce or not (tests; a caller that wants it done)."""
@@ -441,7 +441,7 @@ class Watcher:
                         self.config, source_ids=[source_id], path=rel or None,
                         embedder_factory=self.embedder_factory, lock_timeout=self.lock_timeout,
                     )
-                except Exception:  # noqa: BLE001 - retried with backoff; reconcile is the backstop
+                except Exception:
                     log.exception("indexing %s:%s failed", source_id, rel or ".")
                     batch.errors.append(f"{source_id}:{rel or '.'}: unexpected error (see log)")
                     batch.retried = batch.targets[n:]
@@ -466,7 +466,9 @@ class Watcher:
         path is indexed while the old one's vectors are still there to be reused by content hash."""
         def gone(target: Target) -> bool:
             source_id, rel = target
-            return not os.path.lexists(os.path.join(self.config.sources[source_id].root, rel))
+            source = self.config.sources[source_id]
+            assert isinstance(source, WorkspaceSource), "the watcher queues workspace paths only"
+            return not os.path.lexists(os.path.join(source.root, rel))
 
         return sorted(targets, key=gone)  # stable: otherwise collapse's order
 
@@ -499,7 +501,7 @@ class Watcher:
                     self.config, source_ids=source_ids, embedder_factory=self.embedder_factory,
                     lock_timeout=self.lock_timeout,
                 )
-            except Exception:  # noqa: BLE001 - retried with backoff
+            except Exception:
                 log.exception("reconcile failed")
                 self._postpone_reconcile(self._backoff())
                 return None

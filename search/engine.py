@@ -117,9 +117,10 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
     language, so meaning-only hits in other languages must not outweigh it. A common one (a
     year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
     for term in exact_value_terms(terms):
-        if any(term_coverage([term], text) for text in top):
-            if sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS:
-                return True
+        if any(term_coverage([term], text) for text in top) and (
+            sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS
+        ):
+            return True
     return False
 
 
@@ -131,7 +132,7 @@ def search(
     k: int = 8,
     mode: str = "hybrid",
     scope: SearchScope = SearchScope(),
-    embedder_factory: Callable[[], "Embedder"],
+    embedder_factory: Callable[[], Embedder],
     resident: ResidentVectors | None = None,
 ) -> SearchResponse:
     """`resident`: an in-memory copy of the vectors kept by a long-lived caller; when current, it
@@ -226,7 +227,7 @@ def search(
 
 
 def _embed_query(
-    config: Config, embedder_factory: Callable[[], "Embedder"], query: str, mode: str, notices: list[str],
+    config: Config, embedder_factory: Callable[[], Embedder], query: str, mode: str, notices: list[str],
     info: list[str],
 ) -> np.ndarray | None:
     """The query vector, or None with a notice when the embedder is down (hybrid degrades to lex).

@@ -99,7 +99,7 @@ class ResidentVectors:
                     ids, matrix = store.all_vectors()
             finally:
                 store.close()
-        except Exception as exc:  # noqa: BLE001 - the next query retries; vec0 answers meanwhile
+        except Exception as exc:  # the next query retries; vec0 answers meanwhile
             log.warning("cannot load the vectors into memory: %s", exc)
             return
         if matrix.size:

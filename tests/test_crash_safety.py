@@ -247,7 +247,7 @@ def index_state(db: Path) -> dict[str, Any]:
     store = Store.open(db, readonly=True)
     try:
         return {
-            "files": [dataclasses.replace(row, updated_at=0.0) for row in store.file_rows()],
+            "files": [{k: v for k, v in dataclasses.asdict(row).items() if k != "updated_at"} for row in store.file_rows()],
             "chunks": chunk_fingerprint(store),
             "collections": store.conn.execute(
                 "SELECT source_id, name, folder, description, tags FROM collections ORDER BY 1, 2").fetchall(),

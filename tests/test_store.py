@@ -1,18 +1,22 @@
-"""Store-level guarantees: exact scoped KNN, FTS trigger consistency, vector reuse, migrations."""
+"""Store-level guarantees: exact scoped KNN, FTS trigger consistency, vector reuse, migrations,
+and that the SQLite store implements the IndexReader/IndexWriter protocols."""
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import numpy as np
 import pytest
 
 from indexer.config import EmbeddingConfig
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
-from indexer.store import SCHEMA_VERSION, SearchScope, Store
-from tests.store_checks import fts_integrity_check, orphan_vectors
+from indexer.store import MIGRATIONS, SCHEMA_VERSION, IndexReader, IndexWriter, SearchScope, Store, vec_extension_path
+from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
 
 DIMS = 16
 
@@ -111,3 +115,112 @@ def test_readonly_open_needs_an_index(tmp_path: Path) -> None:
         assert ro.meta()["schema_version"] == str(SCHEMA_VERSION)
     finally:
         ro.close()
+
+
+# ---- migrations ------------------------------------------------------------------------------
+
+
+def _schema(store: Store) -> set[tuple[str, str, str]]:
+    """Every table, index, trigger and virtual table, whitespace-normalised."""
+    rows = store.conn.execute("SELECT type, name, COALESCE(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+    return {(kind, name, " ".join(sql.split())) for kind, name, sql in rows}
+
+
+def _stopped_after(path: Path, steps: int) -> None:
+    """An index as a version that knew only the first `steps` migrations left it, with one source,
+    one file and two chunks (one of them with a vector, once the version had vectors)."""
+    conn = apsw.Connection(str(path))
+    conn.enable_load_extension(True)
+    conn.load_extension(vec_extension_path())
+    for number, step in enumerate(MIGRATIONS[:steps]):
+        with conn:
+            conn.execute(step.sql)
+            if step.data is not None:
+                step.data(conn)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+    # vec0 stands apart from the schema steps: the first sync creates it (Store.reset_vectors)
+    conn.execute(f"CREATE VIRTUAL TABLE vec_chunks USING vec0(embedding float[{DIMS}] distance_metric=cosine)")
+    if steps:
+        conn.execute("INSERT INTO sources(source_id, kind) VALUES ('s', 'workspace')")
+        conn.execute("INSERT INTO files(source_id, path, sha256, size, updated_at, indexed_at)"
+                     " VALUES ('s', 'a.md', 'x', 1, 1.0, '2024-01-01T00:00:00Z')")
+        for idx, embedded in ((0, "2024-01-01T00:00:00Z"), (1, None)):
+            conn.execute("INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,"
+                         " content_hash, embedded_at) VALUES ('s', 'a.md', ?, 'a', 'Dobrý den, jak se máte?', 1, 1, ?, ?)",
+                         (idx, f"h{idx}", embedded))
+        conn.execute("INSERT INTO vec_chunks(rowid, embedding) VALUES (1, ?)", (np.ones(DIMS, np.float32).tobytes(),))
+        if steps > 2:  # chunk_vectors exists: the version kept both copies
+            conn.execute("INSERT INTO chunk_vectors(id, embedding) VALUES (1, ?)", (np.ones(DIMS, np.float32).tobytes(),))
+    conn.close()
+
+
+@pytest.mark.parametrize("steps", range(len(MIGRATIONS)))
+def test_an_index_stopped_after_any_step_migrates_to_the_fresh_schema(tmp_path: Path, steps: int) -> None:
+    fresh = Store.open(tmp_path / "fresh.sqlite")
+    fresh.conn.execute(f"CREATE VIRTUAL TABLE vec_chunks USING vec0(embedding float[{DIMS}] distance_metric=cosine)")
+    _stopped_after(tmp_path / "old.sqlite", steps)
+    old = Store.open(tmp_path / "old.sqlite")
+    try:
+        assert _schema(old) == _schema(fresh)
+        assert old.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert old.meta()["schema_version"] == str(SCHEMA_VERSION)
+        if steps:
+            # the data halves ran: the vector kept only in vec0 got its second copy, and the chunks
+            # written before languages were detected wait for the backfill
+            assert old.conn.execute("SELECT id FROM chunk_vectors").fetchall() == [(1,)]
+            assert not embedded_without_vector(old)
+            assert old.language_backfill() == (2, 0)
+            assert set(old.chunk_languages().values()) == {"unknown"}
+            fts_integrity_check(old)
+            assert [hit.chunk_id for hit in old.fts_search('"dobry"', 5, SearchScope())] == [1, 2]
+    finally:
+        old.close()
+        fresh.close()
+
+
+def test_migration_steps_are_named_once_and_counted_by_user_version() -> None:
+    names = [step.name for step in MIGRATIONS]
+    assert len(set(names)) == len(names) and all(names)
+    assert SCHEMA_VERSION == len(MIGRATIONS)
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    Store.open(tmp_path / "index.sqlite").close()
+    conn = apsw.Connection(str(tmp_path / "index.sqlite"))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer notes-search"):
+        Store.open(tmp_path / "index.sqlite")
+
+
+# ---- the protocols ---------------------------------------------------------------------------
+
+
+def _protocol_methods(protocol: type) -> dict[str, inspect.Signature]:
+    """The methods a Protocol declares, with those of the protocols it extends."""
+    found: dict[str, inspect.Signature] = {}
+    for cls in reversed(protocol.__mro__):
+        if cls is object or cls is typing.Protocol or typing.Generic in (cls,):
+            continue
+        for name, value in vars(cls).items():
+            if callable(value) and not name.startswith("_"):
+                found[name] = inspect.signature(value)
+    return found
+
+
+@pytest.mark.parametrize("protocol", [IndexReader, IndexWriter])
+def test_the_sqlite_store_has_every_protocol_method_with_its_parameters(protocol: type) -> None:
+    declared = _protocol_methods(protocol)
+    assert declared, "no methods found: the protocol lookup is broken"
+    for name, signature in declared.items():
+        assert hasattr(Store, name), f"Store lacks {protocol.__name__}.{name}"
+        implemented = inspect.signature(getattr(Store, name))
+        assert [(p.name, p.kind, p.default) for p in implemented.parameters.values()] == [
+            (p.name, p.kind, p.default) for p in signature.parameters.values()
+        ], f"Store.{name}{implemented} differs from {protocol.__name__}.{name}{signature}"
+
+
+def test_the_reader_protocol_has_no_write_method() -> None:
+    writes = {"transaction", "write_file", "delete_file", "store_vectors", "reset_vectors", "set_meta", "remove_source"}
+    assert not writes & set(_protocol_methods(IndexReader))
+    assert writes <= set(_protocol_methods(IndexWriter))

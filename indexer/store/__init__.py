@@ -6,6 +6,8 @@ cross it and schema.py the named migration steps. Import from here: `from indexe
 Store, SearchScope`.
 """
 
+from typing import TYPE_CHECKING
+
 from indexer.store.protocol import IndexReader, IndexWriter
 from indexer.store.rows import (
     ChunkRow,
@@ -22,8 +24,19 @@ from indexer.store.rows import (
     VectorMatrix,
     VectorPage,
 )
-from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, Migration
+from indexer.store.schema import (
+    LANGUAGE_BACKFILL_KEY,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+)
 from indexer.store.sqlite import Store, content_hash, utc_now, vec_extension_path
+
+if TYPE_CHECKING:  # mypy proves the SQLite store implements both protocols, signatures included
+
+    def _store_is_a_writer(store: Store) -> IndexWriter:
+        return store
+
 
 __all__ = [
     "LANGUAGE_BACKFILL_KEY",

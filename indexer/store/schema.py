@@ -149,7 +149,8 @@ CHUNK_LANGUAGE_SQL = """
 def _start_language_backfill(conn: apsw.Connection) -> None:
     """Chunks that exist now predate language detection: record the last of them, so the next
     sync detects their languages in resumable batches (indexer.sync.backfill_languages)."""
-    upto = conn.execute("SELECT MAX(id) FROM chunks").fetchone()[0]
+    row = conn.execute("SELECT MAX(id) FROM chunks").fetchone()
+    upto = row[0] if row is not None else None
     if upto is not None:
         set_meta(conn, {LANGUAGE_BACKFILL_KEY: f"{upto}:0"})
 

@@ -1,8 +1,8 @@
-"""The SQLite backend of the index: every SQL statement the store runs (the schema itself is in
-`indexer.store.schema`).
+"""The SQLite backend of the index: every SQL statement the store runs (the schema and its
+migrations are in `indexer.store.schema`).
 
-The tables: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content,
-kept in step by triggers), `vec_chunks` (sqlite-vec, rowid = chunks.id; brute-force KNN over
+The tables: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content, kept in step by
+triggers), `vec_chunks` (sqlite-vec, rowid = chunks.id; brute-force KNN over
 everything) and `chunk_vectors` (the same vectors as plain BLOBs keyed by chunk id: exact search
 inside a small scope by index lookups instead of a scan of all vectors, and cheap reuse of a
 vector by content hash; a foreign key keeps it in step with `chunks`). vec0 is not a
@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,12 +57,13 @@ SCOPED_EXACT_MAX = 20_000  # up to this many chunks in scope, score them directl
 # 19 -> 4 ms for a 1 % scope, and 18 -> 11 ms unscoped).
 BM25 = "bm25(chunks_fts, 2.0, 1.0)"
 
+
 def vec_extension_path() -> str:
     """sqlite-vec's loadable library, found without importing the package (it pulls in numpy)."""
     spec = importlib.util.find_spec("sqlite_vec")
     if spec is None or not spec.submodule_search_locations:
         raise StoreError("sqlite-vec is not installed: run ./install.sh")
-    return os.path.join(list(spec.submodule_search_locations)[0], "vec0")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "vec0")
 
 
 # What the file system or the file itself can do to a write; anything else is a bug to see whole.
@@ -91,7 +92,7 @@ EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def content_hash(embed_text: str) -> str:
@@ -251,7 +252,7 @@ class Store:
     # ---- meta and embedding identity ------------------------------------------------------
 
     def meta(self) -> dict[str, str]:
-        return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+        return {str(key): str(value) for key, value in self.conn.execute("SELECT key, value FROM meta")}
 
     def _set_meta(self, values: dict[str, str]) -> None:
         set_meta(self.conn, values)
@@ -401,7 +402,7 @@ class Store:
         )
         now = utc_now()
         pending = 0
-        for chunk, digest in zip(doc.chunks, hashes):
+        for chunk, digest in zip(doc.chunks, hashes, strict=True):
             vector = reusable.get(digest)
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
@@ -437,7 +438,7 @@ class Store:
             for digest, chunk_id in ids:
                 row = self.conn.execute("SELECT embedding FROM chunk_vectors WHERE id = ?", (chunk_id,)).fetchone()
                 if row is not None:
-                    found[digest] = row[0]
+                    found[str(digest)] = bytes(row[0])
         return found
 
     def _languages_by_hash(self, hashes: set[str]) -> dict[str, str]:
@@ -448,13 +449,12 @@ class Store:
         for start in range(0, len(ordered), 500):
             part = ordered[start : start + 500]
             marks = ",".join("?" * len(part))
-            found.update(
-                self.conn.execute(
-                    f"""SELECT content_hash, MIN(language) FROM chunks
-                        WHERE content_hash IN ({marks}) AND language != 'unknown' GROUP BY content_hash""",
-                    part,
-                ).fetchall()
-            )
+            for digest, language in self.conn.execute(
+                f"""SELECT content_hash, MIN(language) FROM chunks
+                    WHERE content_hash IN ({marks}) AND language != 'unknown' GROUP BY content_hash""",
+                part,
+            ):
+                found[str(digest)] = str(language)
         return found
 
     def _insert_vector(self, chunk_id: int, blob: bytes) -> None:
@@ -519,7 +519,7 @@ class Store:
         now = utc_now()
         stored = 0
         with self.transaction():
-            for chunk_id, vector in zip(ids, vectors):
+            for chunk_id, vector in zip(ids, vectors, strict=True):
                 self.conn.execute(
                     "UPDATE chunks SET embedded_at = ? WHERE id = ? AND embedded_at IS NULL", (now, chunk_id)
                 )
@@ -590,8 +590,8 @@ class Store:
         ).fetchall()
         if not rows:
             return VectorPage([], [], np.empty((0, 0), np.float32))
-        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-        return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix)
+        matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32).reshape(len(rows), -1)  # type: ignore[arg-type]
+        return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix)  # type: ignore[arg-type]
 
     def vector_language_counts(self) -> dict[str, int]:
         """Chunks that have a vector, per chunk language ("unknown" when undetected)."""
@@ -697,13 +697,14 @@ class Store:
     def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
         """Chunk id -> language, for `ids` or for every chunk."""
         if ids is None:
-            return dict(self.conn.execute("SELECT id, language FROM chunks").fetchall())
+            return {int(chunk_id): str(language) for chunk_id, language in self.conn.execute("SELECT id, language FROM chunks")}
         ordered = list(ids)
         found: dict[int, str] = {}
         for start in range(0, len(ordered), 500):
             part = ordered[start : start + 500]
             marks = ",".join("?" * len(part))
-            found.update(self.conn.execute(f"SELECT id, language FROM chunks WHERE id IN ({marks})", part).fetchall())
+            for chunk_id, language in self.conn.execute(f"SELECT id, language FROM chunks WHERE id IN ({marks})", part):
+                found[int(chunk_id)] = str(language)
         return found
 
     # ---- status and checks -----------------------------------------------------------------
