@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import unquote, urlsplit
 
 import click
 
 from indexer.config import Config, GitSource
 from indexer.errors import NotesSearchError
+from indexer.gitenv import git_environment
 from indexer.lock import SyncLock
+from indexer.paths import local_repository_path
 from search.terminal import echo
 
 if TYPE_CHECKING:  # the CLI imports this module at start: heavy modules load only when used
@@ -96,10 +97,9 @@ def is_ours(path: Path) -> bool:
 def hooks_path_override(git_dir: Path) -> str | None:
     """core.hooksPath as git resolves it for `git_dir` (any config level): set, git ignores
     `<git_dir>/hooks` and our hook never runs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith("GIT_CONFIG_")}
     proc = subprocess.run(
         ["git", "--git-dir", str(git_dir), "config", "--get", "core.hooksPath"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=False,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=git_environment(), check=False,
     )
     value = proc.stdout.strip()
     return value or None
@@ -118,14 +118,10 @@ def _open_bare(path: Path) -> pygit2.Repository | None:
 
 def _local_upstream(source: GitSource) -> Path:
     """The bare repository a source's url names on this machine (push target with post-receive)."""
-    url = source.url
-    if url.startswith("file://"):
-        path = Path(unquote(urlsplit(url).path))
-    elif "://" in url or ":" in url.split("/", 1)[0]:
-        raise HookError(f"source {source.id!r}: url {url} is not on this machine; install post-receive "
+    path = local_repository_path(source.url)
+    if path is None:
+        raise HookError(f"source {source.id!r}: url {source.url} is not on this machine; install post-receive "
                         "on the server that receives the pushes, or rely on the mirror hook and cron")
-    else:
-        path = Path(url)
     repo = _open_bare(path)
     if repo is None:
         raise HookError(f"source {source.id!r}: {path} is not a bare repository; post-receive only runs "

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from indexer.filetext import line_break
 from indexer.model import Chunk, ParsedDocument
 
 if TYPE_CHECKING:
@@ -170,14 +171,6 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
         updated=_one_line_text(fields.get("updated")),
         chunks=chunks,
     )
-
-
-def line_break(text: str) -> str:
-    """The one rule for where a line ends, shared by the chunker, `show` and MCP `get`: at "\\n"
-    (CRLF's "\\r" is then part of the ending), or at "\\r" in a file that has no "\\n" at all
-    (old Mac endings: otherwise the whole note would be one line and its title). A lone "\\r"
-    inside a "\\n" file stays inside its line, so numbers still match grep -n there."""
-    return "\r" if "\n" not in text and "\r" in text else "\n"
 
 
 def _source_lines(text: str) -> list[str]:

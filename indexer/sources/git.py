@@ -66,7 +66,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
@@ -74,8 +74,10 @@ from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
 from indexer.collections import is_utf8_name
 from indexer.config import GitSource
 from indexer.errors import SourceError
+from indexer.gitenv import git_environment
 from indexer.globs import Scope
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
+from indexer.paths import local_repository_path
 
 LS_REMOTE_TIMEOUT = 60.0  # seconds; one round trip
 TRANSFER_TIMEOUT = 900.0  # seconds; a first clone of a large notes repository over a slow link
@@ -83,15 +85,6 @@ TRANSFER_TIMEOUT = 900.0  # seconds; a first clone of a large notes repository o
 _log = logging.getLogger("notes_search.git")
 
 _BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
-
-# `git rev-parse --local-env-vars`: set when we run inside a git hook, they would point our git
-# commands at the repository that ran the hook instead of the mirror or the url we name.
-_REPO_LOCAL_ENV = frozenset({
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
-    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
-    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
-    "GIT_SHALLOW_FILE", "GIT_COMMON_DIR", "GIT_QUARANTINE_PATH", "GIT_NAMESPACE",
-})
 
 # Entries a bare repository may hold; a folder with anything else is not ours to delete.
 _GIT_DIR_ENTRIES = frozenset({
@@ -152,8 +145,7 @@ def _reason(stderr: str, returncode: int) -> str:
 def _run_git(source: GitSource, args: list[str], *, timeout: float, what: str) -> str:
     """Run git detached from any terminal; output goes to files because an ssh ControlPersist
     master inherits stderr and would keep a pipe open long after git exited."""
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCAL_ENV}
-    env["GIT_TERMINAL_PROMPT"] = "0"
+    env = git_environment()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
@@ -218,15 +210,6 @@ def _remote_branch(source: GitSource) -> tuple[str | None, str]:
 def remote_head(source: GitSource) -> str:
     """The commit the remote's branch points to, without fetching (cheap change detection)."""
     return _remote_branch(source)[1]
-
-
-def _local_path(url: str) -> Path | None:
-    """The folder a local url (path or file://) names; None for network urls (incl. scp-style)."""
-    if url.startswith("file://"):
-        return Path(unquote(urlsplit(url).path))
-    if "://" in url or ":" in url.split("/", 1)[0]:
-        return None
-    return Path(url)
 
 
 def _open(path: Path) -> pygit2.Repository | None:
@@ -381,7 +364,7 @@ def sync_mirror(source: GitSource) -> str:
 def update_mirror(source: GitSource) -> tuple[str, str | None]:
     """Create or refresh the mirror: (commit of the selected branch, why the mirror had to be
     cloned again, or None). A first clone is not a re-clone."""
-    local = _local_path(source.url)
+    local = local_repository_path(source.url)
     if local is not None and local.resolve() == source.mirror.resolve():
         raise _error(source, "mirror", "the mirror path is the upstream repository itself")
     # a re-clone killed after its clone or its swap left a full copy behind (we hold the lock)

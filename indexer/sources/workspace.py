@@ -23,6 +23,7 @@ from indexer.collections import (
 )
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
+from indexer.filetext import looks_binary
 from indexer.globs import Scope
 from indexer.model import (
     Change,
@@ -36,7 +37,6 @@ from indexer.model import (
 )
 
 INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (seed B §3 rule 4)
-BINARY_PROBE = 8192  # a NUL byte within this prefix marks a file as binary
 COVERAGE_CAP = 1000  # the coverage report stops counting here ("≥1000")
 
 _LOG = logging.getLogger("notes_search.workspace")
@@ -226,7 +226,7 @@ def _unindexable(path: str, prev: KnownFile | None, reason: str) -> Iterator[Cha
 
 def _decode(data: bytes) -> str | None:
     """Strict UTF-8 without a BOM, line endings untouched; None for binary or other encodings."""
-    if b"\x00" in data[:BINARY_PROBE]:
+    if looks_binary(data):
         return None
     try:
         return data.decode("utf-8-sig")

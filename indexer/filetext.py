@@ -1,0 +1,36 @@
+"""How bytes on disk become lines: the binary probe and the line-break rule every reader shares.
+
+The indexer, `show`, MCP `get` and grep must agree on which files are binary and where a line
+ends, or a line number from one of them would point at a different line in another.
+"""
+
+from __future__ import annotations
+
+BINARY_PROBE = 8192  # a NUL byte within this many leading bytes marks a file as binary
+
+
+def looks_binary(data: bytes) -> bool:
+    """True if `data` has a NUL byte in its first BINARY_PROBE bytes (as grep and rg decide).
+
+    Decoding stays with each reader on purpose: the index takes strict UTF-8 or skips the file
+    (a wrong character would be searchable forever), while `show` replaces bad bytes (the user
+    asked to see that file and should see what it holds)."""
+    return b"\0" in data[:BINARY_PROBE]
+
+
+def line_break(text: str) -> str:
+    """The one rule for where a line ends, shared by the chunker, `show` and MCP `get`: at "\\n"
+    (CRLF's "\\r" is then part of the ending), or at "\\r" in a file that has no "\\n" at all
+    (old Mac endings: otherwise the whole note would be one line and its title). A lone "\\r"
+    inside a "\\n" file stays inside its line, so numbers still match grep -n there."""
+    return "\r" if "\n" not in text and "\r" in text else "\n"
+
+
+def text_lines(text: str) -> list[str]:
+    """Lines as the chunker counts them (see `line_break`): at '\\n' as rg and git grep do, or
+    at '\\r' in a file with old Mac endings; CRLF lines keep their '\\r'. A final line break
+    ends the last line rather than starting an empty one."""
+    lines = text.split(line_break(text))
+    if lines[-1] == "":
+        lines.pop()
+    return lines
