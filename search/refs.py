@@ -1,7 +1,7 @@
 """File references and path confinement for `show`, `grep` and the MCP server.
 
-Every path a caller hands us is relative to one source's root (SPEC §10). Before anything is
-read, the path is normalised and confined: no absolute or Windows paths, no NUL, no `..` above
+Every path a caller hands us is relative to one source's root, as results print it. Before
+anything is read, the path is normalised and confined: no absolute or Windows paths, no NUL, no `..` above
 the root and, for workspace sources, no symlink whose real target leaves the real root. Files
 inside bare mirrors are read from the object database at the indexed revision, so `show`
 prints exactly the version that search results point at.
@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from indexer.collections import is_utf8_name, nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
+from indexer.filetext import looks_binary
 from indexer.store import Store
-
-BINARY_PROBE = 8192  # as the workspace driver: a NUL byte in this prefix marks a binary file
 
 _LINE_TAIL = re.compile(r":(-?[0-9]+)(?::(-?[0-9]+))?\Z")  # signed, so ':-1' is a bad line, not a file name
 _DRIVE = re.compile(r"[A-Za-z]:(?:[\\/]|\Z)")
@@ -166,7 +165,9 @@ def _read_blob(source: GitSource, rev: str, path: str) -> bytes:
 
 
 def _decode(data: bytes, where: str) -> str:
-    if b"\0" in data[:BINARY_PROBE]:
+    """What `show` prints: bad bytes are replaced, since the user asked for this very file (the
+    indexer instead skips a file that is not UTF-8, as a wrong character would be searchable)."""
+    if looks_binary(data):
         raise SourceError(f"{where}: binary file, not shown")
     return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
@@ -220,14 +221,10 @@ def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) 
 
 
 def text_lines(text: str) -> list[str]:
-    """Lines as the chunker counts them (indexer.chunker.line_break): at '\\n' as rg and git
-    grep do, or at '\\r' in a file with old Mac endings; CRLF lines keep their '\\r'."""
-    from indexer.chunker import line_break
+    """Lines as the chunker counts them (indexer.filetext.text_lines)."""
+    from indexer.filetext import text_lines as lines
 
-    lines = text.split(line_break(text))
-    if lines[-1] == "":
-        lines.pop()
-    return lines
+    return lines(text)
 
 
 def excluded_file(config: Config, source_id: str, rel: str) -> bool:

@@ -411,6 +411,19 @@ def test_grep_git_mirror_at_indexed_rev(tmp_path: Path) -> None:
     store.close()
 
 
+def test_grep_git_ignores_the_repository_a_hook_points_at(cfg: Config, store: Store, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A git hook runs us with GIT_DIR, GIT_OBJECT_DIRECTORY and the like set for its own
+    repository: git grep must still read the mirror (the one git environment drops them)."""
+    elsewhere = tmp_path / "elsewhere"
+    git(tmp_path, "init", "-q", str(elsewhere))
+    monkeypatch.setenv("GIT_DIR", str(elsewhere / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(elsewhere))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(elsewhere / ".git" / "objects"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(elsewhere / ".git" / "index"))
+    assert where(grep(cfg, store, "db-01", source_ids=["wiki"])) == ["wiki:guide.md:4", "wiki:ops/runbook.md:3"]
+
+
 def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: Store) -> None:
     human = run("grep", "db-01", "--path", "wiki:ops")
     assert human.exit_code == 0, human.output
