@@ -113,10 +113,10 @@ def cli_rows(ws: Workspace, qs: list[str]) -> tuple[dict[str, list[float]], dict
 
 def in_process_rows(ws: Workspace, qs: list[str], reps: int) -> dict[str, list[float]]:
     """`NotesTools.search` (one MCP tool call without the transport), per-query medians."""
-    from search.cli import App
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
-    tools = NotesTools(App(str(ws.config_path)))
+    tools = NotesTools(NotesService.from_config_file(str(ws.config_path)))
     calls = {
         "lex": lambda q: tools.search(q, None, 8, "lex"),
         "hybrid, degraded": lambda q: tools.search(q, None, 8, "hybrid"),

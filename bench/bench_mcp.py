@@ -256,25 +256,25 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
     from bench.bench_search import FixedQueryEmbedder
     from indexer import toc
     from indexer.store import Store
-    from search.cli import App
     from search.engine import search
     from search.mcp_server import NotesTools, build_server
+    from search.service import NotesService
 
     ws = Workspace(Path(root), 0, 0)
     qs = queries(n)
-    app = App(str(ws.config_path))
-    tools = NotesTools(app)
+    service = NotesService.from_config_file(str(ws.config_path))
+    tools = NotesTools(service)
     server = build_server(tools)
     fm = server._tool_manager.get_tool("search").fn_metadata  # noqa: SLF001 - benchmark only
-    config = app.config
-    embedder = app.embedder()
+    config = service.config
+    embedder = service.embedder()
     for i in range(WARMUP):
         embedder.embed_query(f"warm-up query {i}")
     vectors = {q: embedder.embed_query(q) for q in qs}
     fixed = FixedQueryEmbedder(vectors)
     out: dict[str, list[float]] = {k: [] for key, _, _ in BREAKDOWN for k in (key, "cpu " + key)}
     store = Store.open(config.db, readonly=True)
-    targets = {"all": tools.resolve(store, None), SCOPE: tools.resolve(store, SCOPE)}
+    targets = {"all": service.resolve(None, store), SCOPE: service.resolve(SCOPE, store)}
 
     def timed(key: str, fn: Callable[[], Any]) -> Any:
         c = time.process_time()
@@ -295,7 +295,7 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
                 for mode in ("hybrid", "lex"):
                     timed(f"engine {mode} {scope_name}", lambda: search(
                         store, config, q, k=K, mode=mode, scope=target.scope, embedder_factory=lambda: fixed))
-            timed("catch-up scan", lambda: tools.catch_up(tools.resolve(store, SCOPE)))
+            timed("catch-up scan", lambda: service.catch_up(service.resolve(SCOPE, store), embed=True))
             for scope_name, path in (("all", None), (SCOPE, SCOPE)):
                 data = timed(f"tool {scope_name}", lambda: tools.search(q, path, K, "hybrid"))
                 args = {"query": q, "k": K, "mode": "hybrid"} | ({"path": path} if path else {})
@@ -318,7 +318,7 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
             note = notes[(i + 5) % len(notes)]
             with note.open("a", encoding="utf-8") as f:
                 f.write(f"\nDalší úprava číslo {i} pro měření, {os.getpid()}.\n")
-            timed("edit catch-up", lambda: tools.catch_up(tools.resolve(store, SCOPE)))
+            timed("edit catch-up", lambda: service.catch_up(service.resolve(SCOPE, store), embed=True))
     finally:
         store.close()
     rw = Store.open(config.db)

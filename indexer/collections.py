@@ -26,12 +26,19 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
-class Collection:
+class CollectionFolder:
+    """A folder holding `_meta.yaml`: its files form one collection named in search results."""
+
     name: str
     description: str
     tags: tuple[str, ...]
     source_id: str
     folder: str  # relative to the source root, '/'-separated; '' for the root itself
+
+
+# The old name, kept until indexer/sync.py imports CollectionFolder (it shadowed
+# collections.abc.Collection wherever both were in scope).
+Collection = CollectionFolder
 
 
 @dataclass(frozen=True)
@@ -69,30 +76,47 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
     """Yield every folder below `root` that `scope` may reach, parents before children.
 
     `.git` folders are never entered. A symlink is followed only if its resolved target stays
-    inside the resolved root. Each real folder is entered once (keyed by device and inode), so
-    symlink loops end; symlinked folders are walked after all real ones, so a folder reachable
-    both ways is listed under its real path. A folder that cannot be listed is yielded with
+    inside the resolved root. Symlinked folders are walked after all real ones, so a folder
+    reachable both ways is listed under its real path. A folder (keyed by device and inode) is
+    entered a second time, under another name, only if its first visit listed no file and no
+    `_meta.yaml`: then nothing can be listed twice, and files the scope admits only under the
+    link's name (`paths: [view/**]` with `view -> hidden`) are still found. Each folder is
+    entered at most twice, so symlink loops end. A folder that cannot be listed is yielded with
     `unreadable` set and no files.
     """
     log = log or _LOG
     real_root = os.path.realpath(root)
     root_stat = os.stat(root)
     visited = {(root_stat.st_dev, root_stat.st_ino)}
-    # (rel, path, whether the folder's mode bits leave search permission in doubt)
-    stack: list[tuple[str, str, bool]] = [("", os.fspath(root), True)]
+    claimed: set[tuple[int, int]] = set()  # folders whose visit listed a file or _meta.yaml
+    revisited: set[tuple[int, int]] = set()
+
+    def enter(key: tuple[int, int]) -> bool:
+        if key not in visited:
+            visited.add(key)
+            return True
+        if key in claimed or key in revisited:
+            return False
+        revisited.add(key)
+        return True
+
+    # (rel, path, folder key, whether the folder's mode bits leave search permission in doubt)
+    stack: list[tuple[str, str, tuple[int, int], bool]] = [
+        ("", os.fspath(root), (root_stat.st_dev, root_stat.st_ino), True)
+    ]
     linked: list[tuple[str, str]] = []
     while stack or linked:
         if stack:
-            rel, path, doubtful = stack.pop()
+            rel, path, key, doubtful = stack.pop()
         else:
             rel, path = linked.pop(0)
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            if (st.st_dev, st.st_ino) in visited:
+            key = (st.st_dev, st.st_ino)
+            if not enter(key):
                 continue
-            visited.add((st.st_dev, st.st_ino))
             doubtful = _may_lack_search(st)
         try:
             with os.scandir(path) as it:
@@ -104,7 +128,7 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             yield WalkedFolder(rel, path, (), False, exc.strerror or str(exc))
             continue
         files: list[tuple[str, os.DirEntry[str]]] = []
-        subdirs: list[tuple[str, str, bool]] = []
+        subdirs: list[tuple[str, str, tuple[int, int], bool]] = []
         is_collection = False
         unsearchable: str | None = None
         for entry in entries:
@@ -128,7 +152,10 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             elif not (is_meta or admitted):
                 continue
             if is_link and not _inside(entry.path, real_root):
-                log.warning("skipping symlink %s: its target is outside %s", entry.path, real_root)
+                # a folder that only a bare file name (`paths: [notes.md]`, any depth) reaches
+                # was not aimed at by the user: skipped quietly
+                if not is_dir or scope.aims_at(child):
+                    log.warning("skipping symlink %s: its target is outside %s", entry.path, real_root)
                 continue
             if is_file:
                 is_collection = is_collection or is_meta
@@ -145,12 +172,13 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             except OSError as exc:  # search permission denied after all (an ACL): nothing here opens
                 unsearchable = exc.strerror or str(exc)
                 break
-            if (st.st_dev, st.st_ino) not in visited:
-                visited.add((st.st_dev, st.st_ino))
-                subdirs.append((child, entry.path, _may_lack_search(st)))
+            if enter((st.st_dev, st.st_ino)):
+                subdirs.append((child, entry.path, (st.st_dev, st.st_ino), _may_lack_search(st)))
         if unsearchable is not None:
             yield WalkedFolder(rel, path, (), False, unsearchable)
             continue
+        if files or is_collection:
+            claimed.add(key)
         yield WalkedFolder(rel, path, tuple(files), is_collection)
         stack.extend(reversed(subdirs))
 
@@ -187,10 +215,10 @@ def _tags(value: Any) -> tuple[str, ...]:
 
 def load_collections(
     source_id: str, folders: Iterable[WalkedFolder], log: logging.Logger | None = None
-) -> list[Collection]:
+) -> list[CollectionFolder]:
     """Turn walked folders into collections, in walk order; the first claimant keeps a name."""
     log = log or _LOG
-    result: list[Collection] = []
+    result: list[CollectionFolder] = []
     taken: set[str] = set()
     for folder in folders:
         if not folder.is_collection:
@@ -209,7 +237,7 @@ def load_collections(
         taken.add(name)
         description = meta.get("description")
         result.append(
-            Collection(
+            CollectionFolder(
                 name=name,
                 description=description.strip() if isinstance(description, str) else "",
                 tags=_tags(meta.get("tags")),
@@ -222,14 +250,14 @@ def load_collections(
 
 def find_collections(
     source_id: str, root: Path, scope: Scope, log: logging.Logger | None = None
-) -> list[Collection]:
+) -> list[CollectionFolder]:
     """All collections of a workspace source, seen exactly as `workspace.scan` sees them."""
     return load_collections(source_id, walk_folders(root, scope, log), log)
 
 
-def collection_for(path: str, collections: Sequence[Collection]) -> str | None:
+def collection_for(path: str, collections: Sequence[CollectionFolder]) -> str | None:
     """The name of the nearest collection enclosing `path` (a file path), if any."""
-    best: Collection | None = None
+    best: CollectionFolder | None = None
     for collection in collections:
         folder = collection.folder
         if (not folder or path.startswith(folder + "/")) and (

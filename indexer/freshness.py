@@ -1,4 +1,4 @@
-"""Does the index lag its sources? (`status`, SPEC §7.)
+"""Does the index lag its sources? (what `status` reports per source)
 
 A git source lags when its remote (or, without `check_remote`, its mirror) points at another
 commit than the indexed one; a workspace source lags when an admitted file was added, removed
@@ -18,16 +18,21 @@ from indexer.errors import SourceError
 from indexer.model import Delete, Skipped, Unlisted, Upsert
 from indexer.sources import git as git_source
 from indexer.sources import workspace
-from indexer.store import Store
+from indexer.store import IndexReader
 
 LAG_LIST = 20  # changed paths named in a status answer
-# The scan logs unindexable files; a status check must not repeat that in the sync log.
-_SILENT = logging.getLogger("notes_search.freshness.scan")
-_SILENT.propagate = False
-_SILENT.addHandler(logging.NullHandler())
 
 
-def git_freshness(source: GitSource, store: Store, *, check_remote: bool) -> dict[str, Any]:
+def _silent_logger() -> logging.Logger:
+    """A logger that drops everything: the scan logs unindexable files, and a status check must
+    not repeat that in the sync log. Built per call and never registered with `logging`, so
+    importing this module configures nothing."""
+    silent = logging.Logger("notes_search.freshness.scan")  # noqa: LOG001 - unregistered on purpose
+    silent.addHandler(logging.NullHandler())
+    return silent
+
+
+def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) -> dict[str, Any]:
     """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head."""
     remote_head = remote_error = None
     if check_remote:
@@ -35,7 +40,7 @@ def git_freshness(source: GitSource, store: Store, *, check_remote: bool) -> dic
             remote_head = git_source.remote_head(source)
         except SourceError as exc:
             remote_error = str(exc)
-    indexed_rev, _ = store.source_state(source.id)
+    indexed_rev = store.source_state(source.id).indexed_rev
     try:
         mirror = git_source.mirror_head(source)
     except SourceError:  # a mirror without the configured branch: the next sync fetches it
@@ -53,7 +58,7 @@ def git_freshness(source: GitSource, store: Store, *, check_remote: bool) -> dic
     }
 
 
-def workspace_freshness(source: WorkspaceSource, store: Store, place: str, max_file_bytes: int) -> dict[str, Any]:
+def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str, max_file_bytes: int) -> dict[str, Any]:
     """A workspace source, or the file or folder `place` inside it: {"lags", "changed", "deleted",
     "paths", "unreadable"} (counts of files added or edited and of files gone; the first LAG_LIST
     paths; folders (with a trailing '/') and files that cannot be read now, whose indexed copies
@@ -63,7 +68,7 @@ def workspace_freshness(source: WorkspaceSource, store: Store, place: str, max_f
     deleted: list[str] = []
     unreadable: list[str] = []
     known = store.known_files(source.id, under=place or None)
-    for change in workspace.scan(scanned, known, max_file_bytes=max_file_bytes, log=_SILENT):
+    for change in workspace.scan(scanned, known, max_file_bytes=max_file_bytes, log=_silent_logger()):
         if isinstance(change, Upsert):
             changed.append(change.file.path)
         elif isinstance(change, Delete):

@@ -44,18 +44,27 @@ def match_any(patterns: tuple[str, ...] | list[str], path: str) -> bool:
     return any(match(p, path) for p in patterns)
 
 
-def _literal_prefix(pattern: str) -> list[str]:
-    prefix: list[str] = []
-    for segment in pattern.strip("/").split("/"):
+def literal_folder(pattern: str) -> str:
+    """The '/'-separated part of `pattern` before its first wildcard segment: every path the
+    pattern matches is it or lies below it (walkers prune elsewhere, git narrows by it as a pathspec).
+
+    '' when the pattern starts with a wildcard or has no '/' at all: such a pattern (`notes.md`,
+    `*.md`) matches a file name at any depth (see `match`), so no folder can be ruled out."""
+    pattern = pattern.strip("/")
+    if "/" not in pattern:
+        return ""
+    parts: list[str] = []
+    for segment in pattern.split("/"):
         if any(ch in segment for ch in "*?["):
             break
-        prefix.append(segment)
-    return prefix
+        parts.append(segment)
+    return "/".join(parts)
 
 
 @dataclass(frozen=True)
 class Scope:
-    """The precedence of SPEC §3: `paths` gates, then `include`, then `exclude` wins."""
+    """Which files of a source are indexed: `paths` gates, then `include` admits, and `exclude`
+    wins over both (so one exclude line can take out a folder the other two let in)."""
 
     paths: tuple[str, ...] = ("**",)
     include: tuple[str, ...] = ("*.md",)
@@ -86,6 +95,19 @@ class Scope:
         parts = path.split("/")[:-1]
         return any(match_any(self.exclude, "/".join(parts[: i + 1]) + "/") for i in range(len(parts)))
 
+    def aims_at(self, folder: str) -> bool:
+        """Does a `paths` pattern point into `folder` by its folder part or a leading wildcard?
+        False where only bare file names (which match at any depth) could reach it: those say
+        nothing about which folders the user meant, so a walker need not warn about them."""
+        folder_parts = [p for p in folder.strip("/").split("/") if p]
+        for pattern in self.paths:
+            segments = pattern.strip("/").split("/")
+            prefix = segments[: next((i for i, s in enumerate(segments) if any(ch in s for ch in "*?[")), len(segments))]
+            n = min(len(prefix), len(folder_parts))
+            if prefix[:n] == folder_parts[:n]:
+                return True
+        return False
+
     def may_contain(self, folder: str) -> bool:
         """Cheap pruning for walkers: can any file below `folder` pass the `paths` gate?"""
         folder_parts = [p for p in folder.strip("/").split("/") if p]
@@ -96,7 +118,7 @@ class Scope:
         if folder and match_any(self.exclude, folder.strip("/") + "/"):
             return False
         for pattern in self.paths:
-            prefix = _literal_prefix(pattern)
+            prefix = [p for p in literal_folder(pattern).split("/") if p]
             n = min(len(prefix), len(folder_parts))
             if prefix[:n] == folder_parts[:n]:
                 return True

@@ -23,7 +23,7 @@ from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError,
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
-from indexer.store import Store
+from indexer.store import CollectionRow, Store, VectorPage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -182,7 +182,7 @@ class Syncer:
         known_files = self.store.known_files(source.id, under=path)
         # last_sync_at is set only once a whole walk finished: until then `status` calls the
         # index incomplete (a killed first sync), whatever a scoped run indexed meanwhile
-        never_synced = self.store.source_state(source.id)[1] is None
+        never_synced = self.store.source_state(source.id).last_sync_at is None
         if path:
             # a scoped re-index: walk and compare only below `path`
             source = dataclasses.replace(source, scope=source.scope.within(path))
@@ -210,13 +210,15 @@ class Syncer:
         can appear or change without any note changing. Writes only when something differs.
         Collections inside folders that cannot be read now are kept, like their files."""
         found = find_collections(source.id, source.root, source.scope, _REWALK)
+        stored = self.store.collection_rows(source.id)
         found += [
-            Collection(name, description, tags, source.id, folder)
-            for name, folder, description, tags in self.store.collection_rows(source.id)
-            if any(not blocked or folder == blocked or folder.startswith(blocked + "/") for blocked in unreadable)
+            Collection(row.name, row.description, list(row.tags), source.id, row.folder)
+            for row in stored
+            if any(not blocked or row.folder == blocked or row.folder.startswith(blocked + "/") for blocked in unreadable)
         ]
-        rows = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
-        if rows == self.store.collection_rows(source.id):
+        declared = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
+        rows = [CollectionRow(source.id, name, folder, description, tags) for name, folder, description, tags in declared]
+        if rows == stored:
             return
         with self.store.transaction():  # one transaction: a kill must not split table and file rows
             self.store.replace_collections(source.id, rows)
@@ -240,7 +242,7 @@ class Syncer:
         from indexer.sources import git as git_source
 
         report = SourceReport(source.id, source.kind)
-        indexed_rev, _ = self.store.source_state(source.id)
+        indexed_rev = self.store.source_state(source.id).indexed_rev
         # A tree diff only visits paths that changed between commits: after the config's scope
         # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
         scope_key = f"scope:{source.id}"
@@ -307,14 +309,14 @@ class Syncer:
             rows = self.store.pending_chunks(batch, after_id)
             if not rows:
                 break
-            after_id = rows[-1][0]
+            after_id = rows[-1].id
             # identical texts (copied notes, boilerplate) are embedded once
             unique: dict[str, int] = {}
-            for _, digest, text in rows:
-                unique.setdefault(digest, len(unique))
+            for row in rows:
+                unique.setdefault(row.content_hash, len(unique))
             texts = [""] * len(unique)
-            for _, digest, text in rows:
-                texts[unique[digest]] = text
+            for row in rows:
+                texts[unique[row.content_hash]] = row.text
             try:
                 vectors = embedder.embed_passages(texts)
             except EmbedderUnavailable as exc:
@@ -329,8 +331,8 @@ class Syncer:
                 return
             if done == 0:
                 health.succeeded(self.config.embedding)  # searches may use the embedder again
-            ids = [chunk_id for chunk_id, _, _ in rows]
-            vectors = vectors[[unique[d] for _, d, _ in rows]]
+            ids = [row.id for row in rows]
+            vectors = vectors[[unique[row.content_hash] for row in rows]]
             if self.config.embedding.language_neutral:
                 languages = self.store.chunk_languages(ids)
                 vectors = space.neutralise(vectors, [languages.get(i, neutral.UNKNOWN) for i in ids])
@@ -374,14 +376,14 @@ class Syncer:
         log.info("language statistics re-estimated: %s", summary)
         return summary
 
-    def _vector_pages(self, page: int = 2000) -> Iterator[tuple[list[int], list[str], np.ndarray]]:
+    def _vector_pages(self, page: int = 2000) -> Iterator[VectorPage]:
         after_id = 0
         while True:
-            ids, languages, matrix = self.store.vectors_by_language(after_id, page)
-            if not ids:
+            vectors = self.store.vectors_by_language(after_id, page)
+            if not vectors.ids:
                 return
-            after_id = ids[-1]
-            yield ids, languages, matrix
+            after_id = vectors.ids[-1]
+            yield vectors
 
     # ---- the run ----------------------------------------------------------------------------
 
@@ -464,8 +466,8 @@ def backfill_languages(store: Store) -> int:
     while True:
         rows = store.chunks_for_language_backfill(after, upto, LANGUAGE_BACKFILL_BATCH)
         finished = len(rows) < LANGUAGE_BACKFILL_BATCH
-        after = upto if finished else rows[-1][0]
-        detected = [(chunk_id, language.chunk_language(text)) for chunk_id, text in rows]
+        after = upto if finished else rows[-1].id
+        detected = [(row.id, language.chunk_language(row.text)) for row in rows]
         store.store_backfilled_languages(detected, upto, after)
         done += len(rows)
         if finished:

@@ -1,4 +1,4 @@
-"""Generated table of contents per source (SPEC §1 layer 2, seed A "Hledání — tři vrstvy").
+"""Generated table of contents per source: the middle layer between `collections` and a search.
 
 Folder -> file -> one line (path, title, tags, headings): a cheap, index-first map an agent can
 read in one go before it decides where to grep or what to query. Built from the `files` table
@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from indexer.config import Config
 from indexer.safe_text import safe_for_terminal
-from indexer.store import Store
+from indexer.store import FileRow, IndexReader
 
 MAX_HEADINGS = 12  # per file line; the rest is summarised as "…"
 MAX_FIELD_CHARS = 120  # one title, tag or heading
@@ -29,22 +29,21 @@ def _clean(value: object) -> str:
     return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 1] + "…"
 
 
-def _strings(value: object) -> list[str]:
-    """Non-empty cleaned items of a JSON list column (tags, headings)."""
-    items = value if isinstance(value, list) else []
+def _strings(items: Iterable[str]) -> list[str]:
+    """Non-empty cleaned items of a list column (tags, headings)."""
     return [text for item in items if (text := _clean(item))]
 
 
-def _file_line(row: Mapping[str, object]) -> str:
-    path = safe_for_terminal(str(row["path"]))  # a newline in a file name must not end its line
-    title = _clean(row.get("title") or "")
+def _file_line(row: FileRow) -> str:
+    path = safe_for_terminal(row.path)  # a newline in a file name must not end its line
+    title = _clean(row.title or "")
     line = f"- {path} — {title}" if title else f"- {path}"
-    tags = _strings(row.get("tags"))
+    tags = _strings(row.tags)
     if tags:
         line += f" [tags: {', '.join(tags)}]"
     seen = {title.casefold()}
     headings: list[str] = []
-    for text in _strings(row.get("headings")):
+    for text in _strings(row.headings):
         if text.casefold() not in seen:
             seen.add(text.casefold())
             headings.append(text)
@@ -54,19 +53,19 @@ def _file_line(row: Mapping[str, object]) -> str:
     return line
 
 
-def _folder_heading(folder: str, rows: Sequence[Mapping[str, object]]) -> str:
+def _folder_heading(folder: str, rows: Sequence[FileRow]) -> str:
     heading = f"## {safe_for_terminal(folder)}/" if folder else "## (top level)"
-    collections = {row.get("collection") for row in rows}
+    collections = {row.collection for row in rows}
     if len(collections) == 1 and (name := collections.pop()):
         heading += f" — collection: {_clean(name)}"
     return heading
 
 
-def render_toc(source_id: str, file_rows: Iterable[Mapping[str, object]]) -> str:
-    """The TOC markdown of one source from its `Store.file_rows` (pure: no I/O)."""
-    folders: dict[str, list[Mapping[str, object]]] = {}
+def render_toc(source_id: str, file_rows: Iterable[FileRow]) -> str:
+    """The TOC markdown of one source from its `IndexReader.file_rows` (pure: no I/O)."""
+    folders: dict[str, list[FileRow]] = {}
     for row in file_rows:
-        path = str(row["path"])
+        path = row.path
         folders.setdefault(path.rsplit("/", 1)[0] if "/" in path else "", []).append(row)
     count = sum(len(rows) for rows in folders.values())
     out = [f"# Contents of source {source_id}", ""]
@@ -79,7 +78,7 @@ def render_toc(source_id: str, file_rows: Iterable[Mapping[str, object]]) -> str
         f"root: read one with `notes-search show {source_id}:PATH`.",
     ]
     for folder in sorted(folders):
-        rows = sorted(folders[folder], key=lambda row: str(row["path"]))
+        rows = sorted(folders[folder], key=lambda row: row.path)
         out += ["", _folder_heading(folder, rows), ""]
         out += [_file_line(row) for row in rows]
     return "\n".join(out) + "\n"
@@ -109,7 +108,7 @@ def write_toc(path: Path, text: str) -> bool:
     return True
 
 
-def write_tocs(config: Config, store: Store, source_ids: Iterable[str]) -> list[Path]:
+def write_tocs(config: Config, store: IndexReader, source_ids: Iterable[str]) -> list[Path]:
     """Regenerate the TOC of each source; returns their paths (unchanged files are not rewritten)."""
     paths: list[Path] = []
     for source_id in source_ids:

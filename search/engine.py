@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, ReindexNeeded
-from indexer.store import SearchScope, Store
+from indexer.store import IndexReader, RankedChunk, SearchScope
 from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
 
@@ -80,7 +80,7 @@ class SearchResponse:
         return data
 
 
-def check_identity(config: Config, store: Store) -> dict[str, str]:
+def check_identity(config: Config, store: IndexReader) -> dict[str, str]:
     """Refuse vector search when the index holds another embedding space than the config's.
     Returns the index's meta."""
     meta = store.meta()
@@ -124,7 +124,7 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
 
 
 def search(
-    store: Store,
+    store: IndexReader,
     config: Config,
     query: str,
     *,
@@ -150,7 +150,7 @@ def search(
             from indexer.language import detect_query_language  # the model is loaded for vectors anyway
 
             response.query_language = detect_query_language(query)
-        lexical: list[tuple[int, float]] = []
+        lexical: list[RankedChunk] = []
         match = None
         if mode != "vec":
             match = build_fts_query(query)
@@ -158,7 +158,7 @@ def search(
                 lexical = store.fts_search(match, depth, scope)
             elif mode == "lex":
                 info.append("the query has no searchable words")
-        vector: list[tuple[int, float]] = []
+        vector: list[RankedChunk] = []
         if mode != "lex":
             query_vector = _embed_query(config, embedder_factory, query, mode, notices, info)
             if query_vector is not None:

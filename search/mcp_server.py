@@ -14,21 +14,14 @@ import hmac
 import ipaddress
 import logging
 import re
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import click
 
-from indexer.collections import nfc
-from indexer.config import GitSource, WorkspaceSource, identity_mismatch
-from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
-from indexer.lock import holder as lock_holder
-from indexer.store import SearchScope, Store
-from search.engine import search
-from search.route import NO_COLLECTIONS, ROUTE_K, Router, collections_view, load_entries
+from indexer.errors import NotesSearchError
+from search.route import NO_COLLECTIONS, ROUTE_K
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -36,8 +29,8 @@ if TYPE_CHECKING:
 
     from indexer.embedders import Embedder
     from search.cli import App
-    from search.grep import GrepHit
     from search.resident import ResidentVectors
+    from search.service import NotesService
 
 log = logging.getLogger("notes_search.mcp")
 
@@ -54,325 +47,104 @@ Without `path`, search covers all sources; pass a collection name, source id, fo
 narrow it. `degraded: true` means the vector half did not run and `notice` says why."""
 
 
-@dataclass
-class Target:
-    """Where a path argument points: a scope for the index, and what to read or re-scan on disk."""
-
-    scope: SearchScope
-    label: str  # said back to the caller, e.g. "all sources", "collection devops", "notes:devops"
-    places: list[tuple[str, str]] = field(default_factory=list)  # (source id, folder or file; '' = root)
-
-
-def _language_totals(per_source: Iterable[dict[str, int]]) -> dict[str, int]:
-    """Chunks per language over several sources, largest first."""
-    totals: dict[str, int] = {}
-    for languages in per_source:
-        for language, count in languages.items():
-            totals[language] = totals.get(language, 0) + count
-    return dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
-
-
 class NotesTools:
-    """What the tools do, free of any transport: both transports and the tests share it."""
+    """The tools' answers as MCP JSON, over one `NotesService`: both transports and the tests
+    share it. What only an agent is told (`ref` on every hit, the "nothing found" hint, the
+    grep limit) is worded here; the work is the service's."""
 
-    def __init__(self, app: "App", *, check_remote: bool = False) -> None:
-        self.app = app
-        self.check_remote = check_remote  # the MCP tools answer fast; the CLI status asks the remote
-        self.config = app.config  # loaded now: a broken config stops the server at startup
-        self._embedder_lock = threading.Lock()
-        self.router = Router(self.embedder)
-        self._resident: "ResidentVectors | None" = None  # created on the first search (imports numpy)
+    def __init__(self, service: "NotesService") -> None:
+        self.service = service
+        self.config = service.config
 
     def embedder(self) -> "Embedder":
-        """The process's one embedder; tools run on worker threads, so creation is serialised."""
-        with self._embedder_lock:
-            return self.app.embedder()
+        return self.service.embedder()
 
     def resident_vectors(self) -> "ResidentVectors":
-        """The vectors kept in memory across searches: this process lives long enough to reuse them."""
-        from search.resident import ResidentVectors
-
-        with self._embedder_lock:
-            if self._resident is None:
-                self._resident = ResidentVectors(self.config.db)
-            return self._resident
+        return self.service.resident_vectors()
 
     def warm_up(self) -> None:
-        """Start loading the vectors into memory now, so that the first searches find them there."""
-        if self.config.db.exists():
-            self.resident_vectors().reload_in_background()
-
-    @contextmanager
-    def store(self) -> Iterator[Store]:
-        """A read-only connection per call (cheap; apsw connections stay on their thread)."""
-        store = self.app.open_store(readonly=True)
-        try:
-            yield store
-        finally:
-            store.close()
-
-    @contextmanager
-    def maybe_store(self) -> Iterator[Store | None]:
-        """For tools that work from the files alone (get, grep, reindex) before any sync ran."""
-        if not self.config.db.exists():
-            yield None
-            return
-        with self.store() as store:
-            yield store
-
-    # ---- path arguments -----------------------------------------------------------------------
-
-    def resolve(self, store: Store | None, path: str | None) -> Target:
-        """Source id -> that source; collection name -> its folder(s); else a confined path
-        (`source:path`, or a bare path in every source that has it). None -> everything."""
-        text = (path or "").strip()
-        if not text:
-            return Target(SearchScope(), "all sources", [(sid, "") for sid in self.config.sources])
-        if text in self.config.sources:
-            return Target(SearchScope(source_ids=(text,)), f"source {text}", [(text, "")])
-        entries = [e for e in load_entries(store) if e.name == text] if store is not None else []
-        if entries:
-            places = [(e.source_id, e.folder) for e in entries]
-            return Target(SearchScope(collection=text), f"collection {text}", places)
-        from search.refs import confine, has_path, split_source
-
-        source_id, rest = split_source(text, self.config.sources)
-        candidates = [source_id] if source_id else list(self.config.sources)
-        found: list[str] = []
-        refused: PathOutsideSources | None = None
-        rel = ""
-        for candidate in candidates:
-            try:
-                rel = confine(self.config, candidate, rest)
-            except PathOutsideSources as exc:
-                refused = refused or exc
-                continue
-            if not rel or has_path(self.config, store, candidate, rel):
-                found.append(candidate)
-        if not found:
-            if refused is not None:
-                raise refused
-            where = f"source {source_id}" if source_id else "any source (" + ", ".join(self.config.sources) + ")"
-            raise SourceError(f"{text!r}: no such file, folder, collection or source in {where}")
-        key = nfc(rel)  # index paths are NFC
-        label = f"{found[0]}:{key}" if len(found) == 1 else key
-        return Target(SearchScope(source_ids=tuple(found), path=key or None), label, [(sid, rel) for sid in found])
-
-    def catch_up(self, target: Target, embed: bool = True) -> list[str]:
-        """Index what changed on disk inside the target first, so a note written just before the
-        search is found by it; bounded, and it never rebuilds. `embed=False` (a lexical search)
-        indexes the text only and leaves the vectors to the next sync."""
-        from indexer.sync import catch_up
-
-        notices = []
-        for source_id, place in target.places:
-            if isinstance(self.config.sources[source_id], WorkspaceSource):
-                notice = catch_up(self.config, (source_id,), place or None, self.embedder if embed else None)
-                if notice and notice not in notices:
-                    notices.append(notice)
-        return notices
-
-    # ---- tools --------------------------------------------------------------------------------
+        self.service.warm_up()
 
     def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
-        with self.store() as store:
-            target = self.resolve(store, path)
-            lag = self.catch_up(target, embed=mode != "lex") if not target.scope.is_all else []
-            response = search(store, self.config, query, k=k, mode=mode, scope=target.scope,
-                              embedder_factory=self.embedder, resident=self.resident_vectors())
-        data = response.to_json()
-        notices = [n for n in [response.notice, *lag] if n]
-        data["notice"] = "; ".join(notices) or None
-        data["scope"] = target.label
+        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True)
+        data = outcome.response.to_json()
+        data["notice"] = outcome.notice
+        data["scope"] = outcome.target.label
         for hit in data["results"]:  # type: ignore[attr-defined]
             hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
         if not data["results"] and not data["notice"]:
-            data["notice"] = f"nothing found in {target.label}; try other words, mode=lex for exact terms, or grep"
+            data["notice"] = f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
         return data
 
     def status(self, path: str | None) -> dict[str, Any]:
-        with self.store() as store:
-            target = self.resolve(store, path)
-            meta = store.meta()
-            totals = {s.source_id: s for s in store.source_stats()}
-            counts = store.scope_stats(target.scope) if path else {}
-            languages = store.language_counts(target.scope if path else None)
-            sources = []
-            for source_id, place in target.places:
-                source = self.config.sources[source_id]
-                stats = totals.get(source_id)
-                entry: dict[str, Any] = {
-                    "id": source_id,
-                    "kind": source.kind,
-                    "path": place or None,
-                    "indexed_rev": stats.indexed_rev if stats else None,
-                    "last_sync_at": stats.last_sync_at if stats else None,
-                    "error": stats.last_error if stats else None,
-                }
-                if path:
-                    entry.update(counts.get(source_id, {"files": 0, "chunks": 0, "pending": 0}))
-                else:
-                    entry.update(files=stats.files if stats else 0, chunks=stats.chunks if stats else 0,
-                                 pending=stats.pending if stats else 0)
-                # files written but no whole sync finished: a first sync was killed (or still runs)
-                entry["incomplete"] = bool(stats and stats.files and stats.last_sync_at is None)
-                entry["languages"] = languages.get(source_id, {})
-                try:
-                    entry["lag"] = self._lag(store, source_id, place)
-                except NotesSearchError as exc:  # one unreadable source must not hide the others
-                    entry["lag"] = {"lags": None, "error": str(exc)}
-                sources.append(entry)
-        mismatch = identity_mismatch(self.config.embedding, meta)
-        running = lock_holder(self.config.lock_path)
-        return {
-            "scope": target.label,
-            "db": str(self.config.db),
-            # a sync (or reindex, watcher batch) holds the lock now: counts are still moving
-            "sync_running": None if running is None else {"pid": running or None},
-            "embedding": {
-                "provider": self.config.embedding.provider,
-                "model": self.config.embedding.model,
-                "dims": self.config.embedding.dims,
-                "reindex_needed": mismatch or None,
-            },
-            "languages": _language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
-            "sources": sources,
-        }
-
-    def _lag(self, store: Store, source_id: str, place: str) -> dict[str, Any]:
-        """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
-        or from git (the indexed rev vs the mirror head, and the remote's when `check_remote`)."""
-        from indexer.freshness import git_freshness, workspace_freshness
-
-        source = self.config.sources[source_id]
-        if isinstance(source, GitSource):
-            return git_freshness(source, store, check_remote=self.check_remote)
-        return workspace_freshness(source, store, place, self.config.max_file_bytes)
+        return self.service.status(path).to_json()
 
     def reindex(self, path: str, full: bool) -> dict[str, Any]:
-        from indexer.sync import run_sync
+        from search.service.indexing import source_report_json
 
-        with self.maybe_store() as store:
-            target = self.resolve(store, path)
-        if target.scope.is_all:
+        outcome = self.service.reindex(path, full=full, lock_wait=REINDEX_LOCK_WAIT, whole_sources=False)
+        if outcome.locked:
             raise NotesSearchError(
-                "reindex needs a path, a collection or a source id (a full sync is `notes-search sync`)"
+                f"another sync is running (waited {REINDEX_LOCK_WAIT:g} s for its lock); try again shortly"
             )
-        report_parts = []
-        for source_id, place in target.places:
-            report = run_sync(self.config, source_ids=[source_id], path=place or None, full=full,
-                              embedder_factory=self.embedder, lock_timeout=REINDEX_LOCK_WAIT)
-            if report.locked:
-                raise NotesSearchError(
-                    f"another sync is running (waited {REINDEX_LOCK_WAIT:g} s for its lock); try again shortly"
-                )
-            report_parts.append(report)
-        sources = [
-            {"id": s.source_id, "kind": s.kind, "path": place or None, "added": s.added, "updated": s.updated,
-             "deleted": s.deleted, "skipped": s.skipped, "rev": s.rev, "error": s.error}
-            for report, (_, place) in zip(report_parts, target.places)
-            for s in report.sources
-        ]
-        notices = [r.embed_notice for r in report_parts if r.embed_notice]
-        if any(isinstance(self.config.sources[sid], GitSource) for sid, _ in target.places):
-            notices.append("git sources are re-synced whole (fetch + tree diff); a path only narrows workspace scans")
+        reports = [run.report for run in outcome.runs]
         return {
-            "scope": target.label,
+            "scope": outcome.target.label,
             "full": full,
-            "sources": sources,
-            "embedded": sum(r.embedded for r in report_parts),
-            "pending": report_parts[-1].pending if report_parts else 0,
-            "seconds": round(sum(r.seconds for r in report_parts), 3),
-            "notice": "; ".join(notices) or None,
+            "sources": [source_report_json(s, place=place, shape="reindex")
+                        for run in outcome.runs for place in run.places for s in run.report.sources],
+            "embedded": sum(r.embedded for r in reports),
+            "pending": reports[-1].pending if reports else 0,
+            "seconds": round(sum(r.seconds for r in reports), 3),
+            "notice": "; ".join(outcome.notices) or None,
         }
 
     def get(self, path: str, from_line: int | None, max_lines: int) -> dict[str, Any]:
-        from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having, text_lines
-
-        with self.maybe_store() as store:
-            ref = parse_ref(path.strip(), self.config.sources)
-            if ref.source_id is not None:
-                source_id = ref.source_id
-            else:
-                having = sources_having(self.config, store, ref.path)
-                if not having:
-                    raise missing_file(self.config, store, ref.path)
-                if len(having) > 1:
-                    choices = ", ".join(f"{sid}:{ref.path}" for sid in having)
-                    raise NotesSearchError(f"{ref.path!r} exists in several sources; name one: {choices}")
-                source_id = having[0]
-            rel = confine(self.config, source_id, ref.path)
-            text = read_text(self.config, store, source_id, rel)
-            source = self.config.sources[source_id]
-            rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
-        lines = [line.removesuffix("\r") for line in text_lines(text)]
-        start = from_line or ref.line or 1
-        if ref.count is not None and from_line is None:
-            max_lines = min(max_lines, ref.count)
-        if lines and start > len(lines):
-            raise NotesSearchError(f"{source_id}:{rel}: from_line {start} is past the end ({len(lines)} lines)")
-        end = min(len(lines), start + max_lines - 1)
-        truncated = end < len(lines)
+        window = self.service.get(path, from_line, max_lines)
+        view = window.view
+        assert view.range is not None  # get always returns a window
         return {
-            "source": source_id,
-            "path": rel,
-            "ref": f"{source_id}:{rel}:{start}",
-            "from_line": start,
-            "to_line": end,
-            "total_lines": len(lines),
-            "truncated": truncated,
-            "next_from_line": end + 1 if truncated else None,
-            "notice": f"showing lines {start}-{end} of {len(lines)}; call get with from_line={end + 1} for more"
-            if truncated else None,
-            "rev": rev,
-            "text": "\n".join(lines[start - 1 : end]),
+            "source": view.source_id,
+            "path": view.path,
+            "ref": f"{view.source_id}:{view.path}:{view.range.start}",
+            "from_line": view.range.start,
+            "to_line": view.range.end,
+            "total_lines": view.range.total,
+            "truncated": window.truncated,
+            "next_from_line": window.next_from_line,
+            "notice": window.notice,
+            "rev": view.rev,
+            "text": view.text,
         }
 
     def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
-        from search.grep import GrepResult, grep, summary
+        from search.grep import summary
 
-        if not pattern:
-            raise NotesSearchError("empty pattern")
-        found = GrepResult()
-        with self.maybe_store() as store:
-            target = self.resolve(store, path)
-            # everything: one call over every source (those that cannot be searched are listed)
-            places: list[tuple[tuple[str, ...], str | None]] = [((), None)]
-            if not target.scope.is_all:
-                places = [((sid,), place or None) for sid, place in target.places]
-            for source_ids, place in places:
-                # one line more than shown: "truncated" only when there really is more
-                found.merge(grep(self.config, store, pattern, source_ids=source_ids, path=place,
-                                 ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS + 1 - len(found)))
-                if len(found) > GREP_MAX_HITS:
-                    break
-        found.check_searched()
-        truncated = len(found) > GREP_MAX_HITS
-        hits: "list[GrepHit]" = found[:GREP_MAX_HITS]
-        results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in hits]
-        notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if truncated else []
-        if found.unsearched:
-            notices.append(f"not searched ({len(found.unsearched)}, see unsearched): {summary(found.unsearched)}")
+        with self.service.reading_if_indexed() as store:
+            target = self.service.resolve(path, store)
+        outcome = self.service.grep(pattern, target=target, ignore_case=ignore_case, fixed=fixed,
+                                    max_count=GREP_MAX_HITS)
+        results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in outcome.hits]
+        notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if outcome.truncated else []
+        if outcome.unsearched:
+            notices.append(f"not searched ({len(outcome.unsearched)}, see unsearched): {summary(outcome.unsearched)}")
         return {
             "pattern": pattern,
-            "scope": target.label,
+            "scope": outcome.target.label,
             "count": len(results),
-            "truncated": truncated,
+            "truncated": outcome.truncated,
             "notice": "; ".join(notices) or None,
             "hits": results,
-            "unsearched": [item.to_json() for item in found.unsearched],
+            "unsearched": [item.to_json() for item in outcome.unsearched],
         }
 
     def collections(self, prefix: str | None) -> dict[str, Any]:
-        with self.store() as store:
-            view = collections_view(load_entries(store), prefix)
+        view = self.service.collections(prefix).to_json()
         view["notice"] = None if view["count"] else NO_COLLECTIONS
         return view
 
     def route(self, question: str, k: int) -> dict[str, Any]:
-        with self.store() as store:
-            entries = load_entries(store)
-        return self.router.route(entries, question, k).to_json()
+        return self.service.route(question, k).to_json()
 
 
 # ---- the MCP server -----------------------------------------------------------------------------
@@ -586,7 +358,7 @@ def mcp_command(app: "App", use_http: bool, host: str, port: int, token: str | N
         )
     if use_http and token:
         check_token(token, remote=not is_loopback(host))
-    tools = NotesTools(app)
+    tools = NotesTools(app.service())
     tools.warm_up()
     server = build_server(tools)
     if use_http:

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from indexer.store.rows import RankedChunk
+
 if TYPE_CHECKING:
-    from indexer.store import Store
+    from indexer.store import IndexReader
 
 log = logging.getLogger("notes_search.resident")
 RELOAD_INTERVAL_S = 5.0  # at most one load per interval: a watcher can commit every second
@@ -44,8 +46,8 @@ class ResidentVectors:
         self._loader: threading.Thread | None = None
         self._not_before = 0.0  # time.monotonic() before which no new load starts
 
-    def knn(self, store: Store, vector: np.ndarray, k: int) -> list[tuple[int, float]] | None:
-        """(chunk id, cosine distance) nearest first, as `Store.vec_search` returns for the whole
+    def knn(self, store: IndexReader, vector: np.ndarray, k: int) -> list[RankedChunk] | None:
+        """Chunks by cosine distance, nearest first, as `IndexReader.vec_search` returns for the whole
         index; None when the copy is not current (a reload is started). Call inside the store's
         snapshot, so the generation read here is the one the rest of the search sees."""
         copy = self._copy
@@ -60,7 +62,7 @@ class ResidentVectors:
         k = min(k, len(copy.ids))
         top = np.argpartition(-similarity, k - 1)[:k]
         top = top[np.lexsort((copy.ids[top], -similarity[top]))]  # nearest first, ties by id
-        return [(int(copy.ids[i]), float(1.0 - similarity[i])) for i in top]
+        return [RankedChunk(int(copy.ids[i]), float(1.0 - similarity[i])) for i in top]
 
     def reload_in_background(self) -> None:
         """Start loading the current vectors, unless a load is running or started too recently."""

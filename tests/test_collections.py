@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.collections import Collection, collection_for, find_collections, walk_folders
+from indexer.collections import CollectionFolder, collection_for, find_collections, walk_folders
 from indexer.globs import Scope
 
 ALL = Scope(paths=("**",))
@@ -21,7 +21,7 @@ def write(root: Path, rel: str, text: str = "# note\n") -> Path:
     return path
 
 
-def by_folder(collections: list[Collection]) -> dict[str, Collection]:
+def by_folder(collections: list[CollectionFolder]) -> dict[str, CollectionFolder]:
     return {c.folder: c for c in collections}
 
 
@@ -32,8 +32,8 @@ def test_meta_yaml_makes_a_folder_a_collection(tmp_path: Path) -> None:
     write(tmp_path, "plain/x.md")
     found = find_collections("memo", tmp_path, ALL)
     assert found == [
-        Collection(name="life/books", description="Books I read", tags=("books",), source_id="memo", folder="life/books"),
-        Collection(name="work/jira", description="Jira: tickets", tags=("corp", "jira"), source_id="memo", folder="work/jira"),
+        CollectionFolder(name="life/books", description="Books I read", tags=("books",), source_id="memo", folder="life/books"),
+        CollectionFolder(name="work/jira", description="Jira: tickets", tags=("corp", "jira"), source_id="memo", folder="work/jira"),
     ]
 
 
@@ -108,10 +108,10 @@ def test_walk_prunes_folders_outside_paths_and_excluded_ones(tmp_path: Path) -> 
 
 def test_collection_for_picks_the_nearest_enclosing_folder() -> None:
     cols = [
-        Collection("root", "", (), "s", ""),
-        Collection("work", "", (), "s", "work"),
-        Collection("jira", "", (), "s", "work/jira"),
-        Collection("jira2", "", (), "s", "work/jira2"),
+        CollectionFolder("root", "", (), "s", ""),
+        CollectionFolder("work", "", (), "s", "work"),
+        CollectionFolder("jira", "", (), "s", "work/jira"),
+        CollectionFolder("jira2", "", (), "s", "work/jira2"),
     ]
     assert collection_for("work/jira/notes.md", cols) == "jira"
     assert collection_for("work/jira2/a/b.md", cols) == "jira2"

@@ -43,7 +43,6 @@ from indexer.embedders import Embedder, make_embedder
 from indexer.errors import ReindexNeeded
 from indexer.store import Store
 from search import cli as cli_module
-from search.cli import App
 from search.engine import search
 from tests.conftest import write_tree
 from tests.test_crash_safety import (
@@ -71,6 +70,7 @@ LOCKED = "database is locked"
 
 try:  # the MCP tool layer, when it is there (search/mcp_server.py is written in parallel)
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 except ImportError:  # pragma: no cover - reported by test_mcp_layer_was_exercised
     NotesTools = None  # type: ignore[assignment,misc]
 
@@ -243,7 +243,7 @@ class Load:
 
     def mcp(self) -> None:
         kind = "mcp tools (in process)"
-        tools = [NotesTools(App(str(path))) for path in self.config_paths]
+        tools = [NotesTools(NotesService.from_config_file(str(path))) for path in self.config_paths]
         for index, query, mode in self.work():
             started = time.monotonic()
             try:

@@ -26,6 +26,7 @@ Rerun: .venv/bin/pytest tests/test_crash_safety.py
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -58,6 +59,7 @@ from tests.conftest import write_tree
 from tests.embed_servers import OllamaServer
 from tests.fakes import hash_vector
 from tests.gitutil import commit, init_upstream
+from tests.store_checks import chunk_fingerprint, embedded_without_vector, fts_integrity_check, orphan_vectors
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -245,8 +247,8 @@ def index_state(db: Path) -> dict[str, Any]:
     store = Store.open(db, readonly=True)
     try:
         return {
-            "files": [{k: v for k, v in row.items() if k != "updated_at"} for row in store.file_rows()],
-            "chunks": store.chunk_fingerprint(),
+            "files": [dataclasses.replace(row, updated_at=0.0) for row in store.file_rows()],
+            "chunks": chunk_fingerprint(store),
             "collections": store.conn.execute(
                 "SELECT source_id, name, folder, description, tags FROM collections ORDER BY 1, 2").fetchall(),
             "sources": store.conn.execute("SELECT source_id, kind, indexed_rev FROM sources ORDER BY 1").fetchall(),
@@ -290,9 +292,9 @@ def assert_consistent(db: Path) -> dict[str, int]:
     """The invariants that must hold at every instant a crash can leave behind."""
     store = Store.open(db)
     try:
-        assert store.orphan_vectors() == [], "vec_chunks rows without a chunk"
-        assert store.embedded_without_vector() == [], "chunks marked embedded without a vector"
-        store.fts_integrity_check()
+        assert orphan_vectors(store) == [], "vec_chunks rows without a chunk"
+        assert embedded_without_vector(store) == [], "chunks marked embedded without a vector"
+        fts_integrity_check(store)
         counts = store.counts()
         assert counts["chunks"] == counts["chunks_fts"]
         assert counts["vectors"] == counts["chunks"] - counts["pending"]

@@ -21,8 +21,8 @@ from indexer.lock import SyncLock
 from indexer.store import SearchScope, Store
 from indexer.sync import run_sync
 from search import cli as cli_module
-from search.cli import App
 from search.mcp_server import NotesTools
+from search.service import NotesService
 from tests.conftest import write
 from tests.embed_servers import OllamaServer, closed_port_url
 from tests.test_crash_safety import subprocess_env
@@ -126,7 +126,7 @@ def test_lexical_queries_never_touch_the_embedder(
     assert query_json(config, "okoun", "--mode", "lex", "--source", "notes")["results"]
     assert query_json(config, "okoun", "--mode", "lex")["results"]
     write(notes, {"devops/okoun.md": "# Okoun v devops\n\nOkoun na serveru.\n"})
-    tools = NotesTools(App(str(config.path)))
+    tools = NotesTools(NotesService.from_config_file(str(config.path), cli_module.make_embedder))
     assert tools.search("okoun", "notes:devops", 8, "lex")["results"][0]["path"] == "devops/okoun.md"
     assert tools.search("okoun", None, 8, "lex")["results"]
     assert built == [] and len(server.embed_requests) == before
@@ -140,7 +140,7 @@ def test_hybrid_query_remembers_a_failure_for_the_window_then_retries(
 ) -> None:
     config = synced(tmp_path, notes, server)
     use_clock(config, clock)
-    tools = NotesTools(App(str(config.path)))
+    tools = NotesTools(NotesService.from_config_file(str(config.path)))
     assert tools.search("záloha", None, 3, "hybrid")["degraded"] is False
     base = len(server.embed_requests)
     server.fail_next = 1000  # the server answers 500 from now on
@@ -205,7 +205,7 @@ def test_scoped_catch_up_with_the_embedder_down_stores_the_text(
     assert pending_in(config, "travel/okoun.md") > 0
     assert len(server.embed_requests) == base + 1  # the catch-up's one attempt; the query knew
     write(notes, {"travel/candat.md": "# Candát\n\nCandát z Lipna.\n"})
-    tools = NotesTools(App(str(config.path)))
+    tools = NotesTools(NotesService.from_config_file(str(config.path)))
     mcp = tools.search("candát", "notes:travel", 3, "hybrid")
     assert mcp["results"][0]["path"] == "travel/candat.md" and mcp["degraded"] is True
     assert len(server.embed_requests) == base + 1

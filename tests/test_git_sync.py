@@ -26,11 +26,12 @@ from indexer.freshness import git_freshness
 from indexer.store import SearchScope, Store
 from indexer.sync import SyncReport, run_sync
 from search import cli as cli_module
-from search.cli import App
 from search.mcp_server import NotesTools
+from search.service import NotesService
 from tests.conftest import write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
+from tests.store_checks import chunk_fingerprint, embedded_without_vector, fts_integrity_check, orphan_vectors
 
 T0 = 1_600_000_000
 DAY = 86_400
@@ -80,7 +81,7 @@ class Index:
     def state(self) -> tuple[list[tuple[object, ...]], list[dict[str, object]]]:
         """(chunk fingerprint, file rows): everything an index holds, id-independent."""
         with closing(self.store()) as store:
-            return store.chunk_fingerprint(), store.file_rows()
+            return chunk_fingerprint(store), store.file_rows()
 
     def rev(self, source_id: str = "notes") -> str | None:
         with closing(self.store()) as store:
@@ -122,13 +123,13 @@ def assert_same_as_fresh(tmp_path: Path, index: Index) -> None:
     expected = fresh(tmp_path, index).state()
     assert index.state() == expected
     with closing(index.store()) as store:
-        assert store.orphan_vectors() == [] and store.embedded_without_vector() == []
-        store.fts_integrity_check()
+        assert orphan_vectors(store) == [] and embedded_without_vector(store) == []
+        fts_integrity_check(store)
 
 
 def paths(index: Index, source_id: str = "notes") -> set[str]:
     with closing(index.store()) as store:
-        return {str(r["path"]) for r in store.file_rows(source_id)}
+        return {r.path for r in store.file_rows(source_id)}
 
 
 # ---- first index and incremental changes -----------------------------------------------------------
@@ -169,8 +170,8 @@ def test_rename_reuses_vectors(upstream: pygit2.Repository, index: Index) -> Non
     assert (s.added, s.deleted) == (1, 1)
     assert index.embedder.texts_embedded == embedded  # the vectors moved with the text
     with closing(index.store()) as store:
-        assert store.counts()["pending"] == 0 and store.orphan_vectors() == []
-        assert {r[1] for r in store.chunk_fingerprint()} == {"archive/pelmeni-2024.md", "other.md"}
+        assert store.counts()["pending"] == 0 and orphan_vectors(store) == []
+        assert {r[1] for r in chunk_fingerprint(store)} == {"archive/pelmeni-2024.md", "other.md"}
 
 
 def test_updated_at_is_the_commit_time_of_the_last_change(upstream: pygit2.Repository, index: Index) -> None:
@@ -180,7 +181,7 @@ def test_updated_at_is_the_commit_time_of_the_last_change(upstream: pygit2.Repos
     commit(upstream, {"c.md": note("C", "three")}, time=T0 + 2 * DAY)
     index.sync()
     with closing(index.store()) as store:
-        times = {r["path"]: r["updated_at"] for r in store.file_rows("notes")}
+        times = {r.path: r.updated_at for r in store.file_rows("notes")}
     assert times == {"a.md": T0, "b.md": T0 + DAY, "c.md": T0 + 2 * DAY}
 
 
@@ -379,7 +380,7 @@ def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, An
     with closing(Store.open(config.db, readonly=True)) as store:
         state = {sid: git_freshness(src, store, check_remote=check_remote)
                  for sid, src in config.sources.items() if isinstance(src, GitSource)}
-    report = NotesTools(App(str(index.path)), check_remote=check_remote).status(None)
+    report = NotesTools(NotesService.from_config_file(str(index.path), check_remote=check_remote)).status(None)
     state.update({s["id"]: s["lag"] for s in report["sources"] if s["kind"] == "workspace"})
     return state
 
@@ -451,7 +452,7 @@ def test_excluded_folder_pattern_gives_the_same_index_incrementally_and_from_scr
     commit(upstream, {"archive/2023/old.md": note("Old", "o"), "archive/top.md": note("Top", "t"),
                       "notes/archive.md": note("Not archived", "n")}, time=T0 + DAY)
     index.sync()
-    assert sorted(row["path"] for row in index.state()[1]) == ["keep.md", "notes/archive.md"]
+    assert sorted(row.path for row in index.state()[1]) == ["keep.md", "notes/archive.md"]
     assert_same_as_fresh(tmp_path, index)
 
 
@@ -467,7 +468,7 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path, caplo
     index = Index(tmp_path / "ix", {"notes": {"url": str(repo)}})
     report = index.sync()
     assert [s.error for s in report.sources] == [None]
-    assert [row["path"] for row in index.state()[1]] == ["ok.md"]
+    assert [row.path for row in index.state()[1]] == ["ok.md"]
     assert "not valid UTF-8" in caplog.text
 
 

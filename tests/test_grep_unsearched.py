@@ -19,8 +19,9 @@ from click.testing import CliRunner
 
 from indexer.config import load_config
 from indexer.errors import NotesSearchError
-from search.cli import App, cli
+from search.cli import cli
 from search.mcp_server import NotesTools
+from search.service import NotesService
 from tests.conftest import assert_one_line_error, write
 from tests.test_crash_safety import subprocess_env
 from tests.test_show_grep_toc import build_world
@@ -121,7 +122,7 @@ def test_deleted_mirror_is_named_cli_and_mcp(tmp_path: Path) -> None:
     assert missed["source"] == "wiki" and missed["path"] is None and "git grep failed" in missed["reason"]
     assert everything.stderr.startswith("warning: not searched: wiki (")
     assert_one_line_error(run("grep", "db-01", "--source", "wiki"), "nothing could be searched: wiki")
-    tools = NotesTools(App(str(config_path)))
+    tools = NotesTools(NotesService.from_config_file(str(config_path)))
     answer = tools.grep("db-01", None, False, False)
     assert answer["count"] > 0 and [u["source"] for u in answer["unsearched"]] == ["wiki"]
     assert "not searched" in answer["notice"]

@@ -46,6 +46,7 @@ from search import cli as cli_module
 from tests.conftest import NOTES, assert_one_line_error, write_tree
 from tests.embed_servers import OllamaServer, closed_port_url
 from tests.gitutil import commit, init_upstream
+from tests.store_checks import chunk_fingerprint
 from tests.test_crash_safety import (  # noqa: F401 - `untouched` is a fixture
     MODEL,
     assert_consistent,
@@ -97,7 +98,7 @@ def good_rows(db: Path, paths: set[str] | None = None) -> list[tuple[object, ...
     paths = paths or set(GOOD)
     store = Store.open(db, readonly=True)
     try:
-        return [row for row in store.chunk_fingerprint() if row[1] in paths]
+        return [row for row in chunk_fingerprint(store) if row[1] in paths]
     finally:
         store.close()
 
@@ -711,14 +712,14 @@ MCP_ESCAPES = ["../outside/secret.md", "notes:../outside/secret.md", "/etc/passw
 def test_mcp_tool_paths_cannot_leave_the_sources(ws: dict[str, Any], path: str) -> None:
     """Every MCP tool that takes a path (search, status, reindex, get, grep) refuses escapes."""
     from indexer.errors import NotesSearchError
-    from search.cli import App
+    from search.service import NotesService
     from search.mcp_server import NotesTools
 
     os.symlink(ws["outside"] / "secret.md", ws["notes"] / "leak.md")
     os.symlink(ws["outside"] / "sub", ws["notes"] / "leakdir")
     ws["guard"].refresh()
     sync_ok(ws["config"], "--quiet")
-    tools = NotesTools(App(str(ws["config"])))
+    tools = NotesTools(NotesService.from_config_file(str(ws["config"])))
     calls = {
         "search": lambda: tools.search(SECRET, path, 5, "lex"),
         "status": lambda: tools.status(path),

@@ -331,13 +331,13 @@ def test_help_names_the_token_env() -> None:
 def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callable[..., object],
                                               notes: Path) -> None:
     """Form feeds, vertical tabs and U+2028 are not line breaks for `show`, grep or the chunker."""
-    from search.cli import App
+    from search.service import NotesService
     from search.mcp_server import NotesTools
 
     (notes / "odd.md").write_text("one\ntwo \x0c still two\nthree \u2028 still three\nfour\r\nfive\n",
                                   encoding="utf-8")
     do_sync()
-    tools = NotesTools(App(str(config_path)))
+    tools = NotesTools(NotesService.from_config_file(str(config_path)))
     got = tools.get("notes:odd.md:5", None, 10)
     assert got["text"] == "five" and got["total_lines"] == 5
     assert tools.get("notes:odd.md", None, 10)["text"].split("\n")[3] == "four"
@@ -347,12 +347,12 @@ def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callab
 
 def test_grep_is_truncated_only_when_more_lines_exist(config_path: Path, do_sync: Callable[..., object],
                                                       notes: Path) -> None:
-    from search.cli import App
+    from search.service import NotesService
     from search.mcp_server import GREP_MAX_HITS, NotesTools
 
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS)), encoding="utf-8")
     do_sync()
-    tools = NotesTools(App(str(config_path)))
+    tools = NotesTools(NotesService.from_config_file(str(config_path)))
     exact = tools.grep("zzmark", "notes:many.md", False, True)
     assert (exact["count"], exact["truncated"], exact["notice"]) == (GREP_MAX_HITS, False, None)
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS + 1)), encoding="utf-8")

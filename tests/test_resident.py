@@ -181,12 +181,12 @@ def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from search import cli as cli_module
-    from search.cli import App
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
     monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: embedder)
     do_sync()
-    tools = NotesTools(App(str(config_path)))
+    tools = NotesTools(NotesService.from_config_file(str(config_path), cli_module.make_embedder))
     tools.warm_up()
     assert tools.resident_vectors().wait(30)
     assert tools.resident_vectors().nbytes > 0

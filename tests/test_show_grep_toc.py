@@ -524,7 +524,7 @@ def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: py
 
 
 def test_show_and_get_say_when_a_path_is_a_folder(run: Callable[..., Result], world: Path) -> None:
-    from search.cli import App
+    from search.service import NotesService
     from search.mcp_server import NotesTools
 
     for ref in ("devops", "notes:devops", "devops/"):
@@ -533,4 +533,4 @@ def test_show_and_get_say_when_a_path_is_a_folder(run: Callable[..., Result], wo
     assert "no such file" in run("show", "nope/x.md").stderr
     assert "is a folder" not in run("show", "notes:secret").stderr  # excluded: no hint about it
     with pytest.raises(NotesSearchError, match="is a folder, not a file"):
-        NotesTools(App(str(world))).get("devops", None, 10)
+        NotesTools(NotesService.from_config_file(str(world))).get("devops", None, 10)

@@ -12,6 +12,7 @@ from indexer.config import EmbeddingConfig
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import SCHEMA_VERSION, SearchScope, Store
+from tests.store_checks import fts_integrity_check, orphan_vectors
 
 DIMS = 16
 
@@ -79,8 +80,8 @@ def test_rewrite_reuses_vectors_of_unchanged_text_and_keeps_fts_in_step(store: S
     assert pending == 1  # the unchanged chunk got its old vector back
     counts = store.counts()
     assert counts["chunks"] == counts["chunks_fts"] == 2 and counts["vectors"] == 1
-    store.fts_integrity_check()
-    assert store.fts_search('"brand"', 5, SearchScope()) and not store.orphan_vectors()
+    fts_integrity_check(store)
+    assert store.fts_search('"brand"', 5, SearchScope()) and not orphan_vectors(store)
 
 
 def test_rollback_leaves_nothing_behind(store: Store) -> None:

@@ -18,6 +18,7 @@ from indexer.store import Store
 from indexer.sync import SyncReport, run_sync
 from tests.conftest import NOTES, make_config, write
 from tests.fakes import FakeEmbedder
+from tests.store_checks import chunk_fingerprint, embedded_without_vector, fts_integrity_check, orphan_vectors
 
 Sync = Callable[..., SyncReport]
 
@@ -25,7 +26,7 @@ Sync = Callable[..., SyncReport]
 def snapshot(config: Config) -> tuple[dict[str, int], list[tuple[object, ...]], dict[str, str]]:
     store = Store.open(config.db)
     try:
-        return store.counts(), store.chunk_fingerprint(), store.meta()
+        return store.counts(), chunk_fingerprint(store), store.meta()
     finally:
         store.close()
 
@@ -39,9 +40,9 @@ def disk_state(config: Config) -> list[tuple[str, int, int]]:
 def assert_consistent(config: Config) -> None:
     store = Store.open(config.db)
     try:
-        assert store.orphan_vectors() == []
-        assert store.embedded_without_vector() == []
-        store.fts_integrity_check()
+        assert orphan_vectors(store) == []
+        assert embedded_without_vector(store) == []
+        fts_integrity_check(store)
         counts = store.counts()
         assert counts["chunks"] == counts["chunks_fts"]
         assert counts["vectors"] == counts["chunks"] - counts["pending"]
@@ -86,7 +87,7 @@ def test_deleted_file_leaves_no_orphan_vectors(do_sync: Sync, config: Config, no
     try:
         marks = ",".join("?" * len(ids))
         assert store.conn.execute(f"SELECT COUNT(*) FROM vec_chunks WHERE rowid IN ({marks})", ids).fetchone()[0] == 0
-        assert store.orphan_vectors() == []
+        assert orphan_vectors(store) == []
     finally:
         store.close()
     assert_consistent(config)
@@ -253,7 +254,7 @@ def test_removed_source_is_dropped(tmp_path: Path, notes: Path, do_sync: Sync, c
     store = Store.open(config.db)
     try:
         assert store.source_ids() == ["notes"]
-        assert store.orphan_vectors() == []
+        assert orphan_vectors(store) == []
     finally:
         store.close()
 
@@ -272,7 +273,7 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
     do_sync()
     store = Store.open(config.db)
     try:
-        assert [(c["name"], c["folder"], c["files"]) for c in store.collections()] == [("trips", "travel", 1)]
+        assert [(c.name, c.folder, c.files) for c in store.collections()] == [("trips", "travel", 1)]
     finally:
         store.close()
     on_disk = disk_state(config)
@@ -306,7 +307,7 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(
     assert [s.error for s in report.sources] == [None]
     store = Store.open(config.db, readonly=True)
     try:
-        assert sorted(row["path"] for row in store.file_rows()) == sorted(NOTES)
+        assert sorted(row.path for row in store.file_rows()) == sorted(NOTES)
     finally:
         store.close()
     assert "not valid UTF-8" in caplog.text
@@ -357,7 +358,7 @@ def test_a_transiently_unreadable_file_keeps_its_indexed_copy(
     assert (report.sources[0].skipped, report.sources[0].deleted) == (1, 0)
     store = Store.open(config.db, readonly=True)
     try:
-        assert "devops/postgres.md" in {row["path"] for row in store.file_rows()}
+        assert "devops/postgres.md" in {row.path for row in store.file_rows()}
     finally:
         store.close()
     monkeypatch.delattr(workspace_module, "open")
@@ -398,7 +399,7 @@ def test_lowering_max_file_bytes_drops_files_now_too_large(tmp_path: Path, notes
     assert (report.sources[0].deleted, report.sources[0].skipped) == (1, 1)
     store = Store.open(config.db, readonly=True)
     try:
-        assert sorted(row["path"] for row in store.file_rows()) == sorted(NOTES)
+        assert sorted(row.path for row in store.file_rows()) == sorted(NOTES)
     finally:
         store.close()
     assert_consistent(config)

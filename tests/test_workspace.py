@@ -13,7 +13,7 @@ import pytest
 
 from indexer.config import Config, EmbeddingConfig, WorkspaceSource
 from indexer.errors import SourceError
-from indexer.globs import Scope
+from indexer.globs import Scope, literal_folder
 from indexer.model import Change, Delete, KnownFile, Skipped, Touch, Upsert
 from indexer.sources import workspace
 from indexer.sources.workspace import coverage_report, list_files, scan
@@ -81,6 +81,25 @@ def test_paths_gate_then_include_then_exclude_wins(tmp_path: Path) -> None:
     src = source(tmp_path, paths=("notes/**",), include=("*.md", "*.txt"), exclude=("notes/drafts/**", "secret.md"))
     assert sorted(upserted(changes(src))) == ["notes/a.md", "notes/b.txt"]
     assert sorted(item.rel for item in list_files(src)) == ["notes/a.md", "notes/b.txt"]
+
+
+def test_a_paths_entry_without_a_slash_matches_at_any_depth(tmp_path: Path) -> None:
+    """`paths: [notes.md]` admits sub/notes.md (a name without '/' matches at any depth, as the
+    git driver's diff already decided): the walk must not prune `sub/` on the literal name."""
+    for rel in ("notes.md", "sub/notes.md", "sub/deeper/notes.md", "sub/other.md"):
+        write(tmp_path, rel)
+    src = source(tmp_path, paths=("notes.md",))
+    assert set(upserted(changes(src))) == {"notes.md", "sub/notes.md", "sub/deeper/notes.md"}
+    assert all(src.scope.admits(rel) for rel in ("sub/notes.md", "sub/deeper/notes.md"))
+
+
+@pytest.mark.parametrize(("pattern", "folder"), [
+    ("notes.md", ""), ("*.md", ""), ("**", ""), ("**/x.md", ""), ("/docs/", ""),
+    ("docs/**", "docs"), ("docs/a/*.md", "docs/a"), ("/docs/a/", "docs/a"), ("docs/x[12]/y", "docs"),
+    ("docs/notes.md", "docs/notes.md"),
+])
+def test_literal_folder(pattern: str, folder: str) -> None:
+    assert literal_folder(pattern) == folder
 
 
 def test_git_folders_are_never_walked_even_when_paths_admit_them(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from indexer.collections import (
     META_FILE,
-    Collection,
+    CollectionFolder,
     WalkedFolder,
     collection_for,
     load_collections,
@@ -172,7 +172,7 @@ def _read(
     prev: KnownFile | None,
     full: bool,
     limit: int,
-    collections: Sequence[Collection],
+    collections: Sequence[CollectionFolder],
 ) -> Iterator[Change]:
     if item.stat.st_size > limit:
         yield from _unindexable(item.rel, prev, f"too large ({item.stat.st_size} bytes > limit {limit})")

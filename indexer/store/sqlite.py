@@ -1,6 +1,7 @@
-"""The one module that owns the SQLite schema and every SQL statement.
+"""The SQLite backend of the index: every SQL statement the store runs (the schema itself is in
+`indexer.store.schema`).
 
-One file holds everything: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content,
+The tables: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content,
 kept in step by triggers), `vec_chunks` (sqlite-vec, rowid = chunks.id; brute-force KNN over
 everything) and `chunk_vectors` (the same vectors as plain BLOBs keyed by chunk id: exact search
 inside a small scope by index lookups instead of a scan of all vectors, and cheap reuse of a
@@ -13,22 +14,39 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.store.rows import (
+    ChunkRow,
+    ChunkText,
+    CollectionRow,
+    FileRow,
+    LanguageBackfill,
+    PendingChunk,
+    RankedChunk,
+    ScopeCounts,
+    SearchScope,
+    SourceState,
+    SourceStats,
+    VectorMatrix,
+    VectorPage,
+)
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, set_meta
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
+
+log = logging.getLogger("notes_search.store")
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_KNN = 4096  # vec0's limit on k
@@ -39,97 +57,6 @@ SCOPED_EXACT_MAX = 20_000  # up to this many chunks in scope, score them directl
 # 19 -> 4 ms for a 1 % scope, and 18 -> 11 ms unscoped).
 BM25 = "bm25(chunks_fts, 2.0, 1.0)"
 
-# Numbered migrations (PRAGMA user_version): entry i upgrades a database from version i to i+1.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-
-    CREATE TABLE sources (
-      source_id    TEXT PRIMARY KEY,
-      kind         TEXT NOT NULL CHECK (kind IN ('git', 'workspace')),
-      indexed_rev  TEXT,
-      last_sync_at TEXT,
-      last_error   TEXT
-    );
-
-    CREATE TABLE files (
-      source_id  TEXT NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
-      path       TEXT NOT NULL,
-      title      TEXT,
-      tags       TEXT,          -- JSON array
-      headings   TEXT,          -- JSON array
-      collection TEXT,
-      sha256     TEXT NOT NULL,
-      size       INTEGER NOT NULL,
-      mtime      REAL,          -- workspace stat pre-filter
-      updated_at REAL NOT NULL, -- recency: mtime, or commit time of the file's last change
-      indexed_at TEXT NOT NULL,
-      PRIMARY KEY (source_id, path)
-    );
-    CREATE INDEX idx_files_collection ON files(collection) WHERE collection IS NOT NULL;
-
-    CREATE TABLE chunks (
-      id           INTEGER PRIMARY KEY AUTOINCREMENT,
-      source_id    TEXT NOT NULL,
-      path         TEXT NOT NULL,
-      chunk_idx    INTEGER NOT NULL,
-      breadcrumb   TEXT NOT NULL,
-      text         TEXT NOT NULL,
-      start_line   INTEGER NOT NULL,
-      end_line     INTEGER NOT NULL,
-      content_hash TEXT NOT NULL,  -- sha256 of the embedded text: identical text reuses its vector
-      embedded_at  TEXT,           -- NULL = waiting for a vector (degraded mode)
-      UNIQUE (source_id, path, chunk_idx),
-      FOREIGN KEY (source_id, path) REFERENCES files(source_id, path) ON DELETE CASCADE
-    );
-    CREATE INDEX idx_chunks_pending ON chunks(id) WHERE embedded_at IS NULL;
-    CREATE INDEX idx_chunks_hash ON chunks(content_hash);
-
-    CREATE VIRTUAL TABLE chunks_fts USING fts5(
-      breadcrumb, text,
-      content='chunks', content_rowid='id',
-      tokenize='unicode61 remove_diacritics 2'
-    );
-
-    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
-      INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
-    END;
-    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
-      INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, text)
-        VALUES ('delete', old.id, old.breadcrumb, old.text);
-    END;
-    -- only text changes touch FTS: marking a chunk embedded must not re-index it
-    CREATE TRIGGER chunks_au AFTER UPDATE OF breadcrumb, text ON chunks BEGIN
-      INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, text)
-        VALUES ('delete', old.id, old.breadcrumb, old.text);
-      INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
-    END;
-    """,
-    """
-    CREATE TABLE collections (
-      source_id   TEXT NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
-      name        TEXT NOT NULL,
-      folder      TEXT NOT NULL,
-      description TEXT NOT NULL,
-      tags        TEXT NOT NULL,  -- JSON array
-      PRIMARY KEY (source_id, name)
-    );
-    """,
-    """
-    CREATE INDEX idx_chunks_path ON chunks(path);
-    CREATE TABLE chunk_vectors (
-      id        INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
-      embedding BLOB NOT NULL  -- float32, L2-normalised, as in vec_chunks
-    );
-    """,
-    # the natural language of a chunk's prose (ISO 639-1 code or 'unknown'); adding a column with
-    # a constant default rewrites no row, and the next sync detects the existing chunks' languages
-    """
-    ALTER TABLE chunks ADD COLUMN language TEXT NOT NULL DEFAULT 'unknown';
-    """,
-]
-
-SCHEMA_VERSION = len(MIGRATIONS)
 def vec_extension_path() -> str:
     """sqlite-vec's loadable library, found without importing the package (it pulls in numpy)."""
     spec = importlib.util.find_spec("sqlite_vec")
@@ -161,9 +88,6 @@ def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreEr
 
 
 EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
-# meta key "<last chunk id written before chunks had a language>:<last id detected so far>":
-# present while the chunks of an index older than the language column still wait for detection
-LANGUAGE_BACKFILL_KEY = "language_backfill"
 
 
 def utc_now() -> str:
@@ -174,73 +98,40 @@ def content_hash(embed_text: str) -> str:
     return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True)
-class SearchScope:
-    """Which chunks a search may return. Empty fields mean "no restriction"."""
-
-    source_ids: tuple[str, ...] = ()
-    collection: str | None = None
-    path: str | None = None  # a file, or a folder searched recursively ('' = the whole source)
-
-    @property
-    def is_all(self) -> bool:
-        return not self.source_ids and self.collection is None and not self.path
-
-    def where(self, alias: str = "c") -> tuple[str, dict[str, object]]:
-        """SQL condition over `chunks` (alias) and its bindings."""
-        clauses: list[str] = []
-        params: dict[str, object] = {}
-        if self.source_ids:
-            names = []
-            for i, source_id in enumerate(self.source_ids):
-                params[f"scope_src{i}"] = source_id
-                names.append(f":scope_src{i}")
-            clauses.append(f"{alias}.source_id IN ({', '.join(names)})")
-        if self.path:
-            folder = self.path.strip("/")
-            params["scope_path"] = folder
-            params["scope_lo"] = folder + "/"
-            params["scope_hi"] = folder + "0"  # '0' sorts right after '/': a prefix range
-            # one index range [folder, folder + '0') holds the file itself and everything below
-            # it (plus siblings like "folder.md", which the second test drops)
-            clauses.append(
-                f"{alias}.path >= :scope_path AND {alias}.path < :scope_hi"
-                f" AND ({alias}.path = :scope_path OR {alias}.path >= :scope_lo)"
-            )
-        if self.collection is not None:
-            params["scope_collection"] = self.collection
-            clauses.append(
-                f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
-                f" AND f.path = {alias}.path AND f.collection = :scope_collection)"
-            )
-        return (" AND ".join(clauses) or "1"), params
+def _strings(column: str | None) -> tuple[str, ...]:
+    """A JSON list column (tags, headings) as strings; anything else stored there reads as none."""
+    value = json.loads(column or "[]")
+    return tuple(str(item) for item in value) if isinstance(value, list) else ()
 
 
-@dataclass(frozen=True)
-class ChunkRow:
-    id: int
-    source_id: str
-    path: str
-    chunk_idx: int
-    breadcrumb: str
-    text: str
-    start_line: int
-    end_line: int
-    updated_at: float
-    indexed_rev: str | None
-    kind: str
-
-
-@dataclass(frozen=True)
-class SourceStats:
-    source_id: str
-    kind: str
-    indexed_rev: str | None
-    last_sync_at: str | None
-    last_error: str | None
-    files: int
-    chunks: int
-    pending: int
+def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str, object]]:
+    """SQL condition over `chunks` (or `files`: both have source_id and path) under `alias`, and its bindings."""
+    clauses: list[str] = []
+    params: dict[str, object] = {}
+    if scope.source_ids:
+        names = []
+        for i, source_id in enumerate(scope.source_ids):
+            params[f"scope_src{i}"] = source_id
+            names.append(f":scope_src{i}")
+        clauses.append(f"{alias}.source_id IN ({', '.join(names)})")
+    if scope.path:
+        folder = scope.path.strip("/")
+        params["scope_path"] = folder
+        params["scope_lo"] = folder + "/"
+        params["scope_hi"] = folder + "0"  # '0' sorts right after '/': a prefix range
+        # one index range [folder, folder + '0') holds the file itself and everything below
+        # it (plus siblings like "folder.md", which the second test drops)
+        clauses.append(
+            f"{alias}.path >= :scope_path AND {alias}.path < :scope_hi"
+            f" AND ({alias}.path = :scope_path OR {alias}.path >= :scope_lo)"
+        )
+    if scope.collection is not None:
+        params["scope_collection"] = scope.collection
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
+            f" AND f.path = {alias}.path AND f.collection = :scope_collection)"
+        )
+    return (" AND ".join(clauses) or "1"), params
 
 
 class Store:
@@ -298,30 +189,29 @@ class Store:
     def close(self) -> None:
         self.conn.close()
 
+    def _one(self, sql: str, params: Sequence[object] | dict[str, object] = ()) -> Any:
+        """The first column of the first row of `sql` (a query that always returns a row)."""
+        row = self.conn.execute(sql, params).fetchone()
+        if row is None:
+            raise StoreError(f"index {self.path}: no row from {sql.split()[0]} query")
+        return row[0]
+
     def _user_version(self) -> int:
-        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._one("PRAGMA user_version"))
 
     def _migrate(self) -> None:
         version = self._user_version()
-        if version > len(MIGRATIONS):
+        if version > SCHEMA_VERSION:
             raise StoreError(f"index {self.path} was written by a newer notes-search (schema {version})")
-        for number in range(version, len(MIGRATIONS)):
+        for number, step in enumerate(MIGRATIONS[version:], version):
             with self.transaction():
-                self.conn.execute(MIGRATIONS[number])
+                self.conn.execute(step.sql)
+                if step.data is not None:
+                    step.data(self.conn)
                 self.conn.execute(f"PRAGMA user_version = {number + 1}")
                 self._set_meta({"schema_version": str(number + 1)})
-                if number == 0:
-                    # the same weights as BM25, for ad-hoc `ORDER BY rank` in the sqlite3 shell
-                    self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
-                if number == 2 and self.has_vector_table():
-                    self.conn.execute(
-                        "INSERT INTO chunk_vectors(id, embedding) SELECT v.rowid, v.embedding FROM vec_chunks v"
-                        " JOIN chunks c ON c.id = v.rowid"
-                    )
-                if number == 3:
-                    upto = self.conn.execute("SELECT MAX(id) FROM chunks").fetchone()[0]
-                    if upto is not None:
-                        self._set_meta({LANGUAGE_BACKFILL_KEY: f"{upto}:0"})
+            if version:  # a fresh index runs every step: only an upgrade is worth a line
+                log.info("index %s: migrated to schema %d (%s)", self.path, number + 1, step.name)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -364,11 +254,7 @@ class Store:
         return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
 
     def _set_meta(self, values: dict[str, str]) -> None:
-        for key, value in values.items():
-            self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
+        set_meta(self.conn, values)
 
     def write_meta(self, values: dict[str, str]) -> None:
         """`set_meta` for a caller already inside `transaction()`."""
@@ -396,7 +282,7 @@ class Store:
             self._set_meta({"sqlite_vec_version": self.vec_version()})
 
     def vec_version(self) -> str:
-        return str(self.conn.execute("SELECT vec_version()").fetchone()[0])
+        return str(self._one("SELECT vec_version()"))
 
     # ---- sources ---------------------------------------------------------------------------
 
@@ -414,12 +300,11 @@ class Store:
     def source_ids(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT source_id FROM sources ORDER BY source_id")]
 
-    def source_state(self, source_id: str) -> tuple[str | None, str | None]:
-        """(indexed_rev, last_sync_at)."""
+    def source_state(self, source_id: str) -> SourceState:
         row = self.conn.execute(
             "SELECT indexed_rev, last_sync_at FROM sources WHERE source_id = ?", (source_id,)
         ).fetchone()
-        return (row[0], row[1]) if row else (None, None)
+        return SourceState(row[0], row[1]) if row else SourceState(None, None)
 
     def mark_synced(self, source_id: str, *, indexed_rev: str | None = None, error: str | None = None) -> None:
         with self.transaction():
@@ -464,7 +349,7 @@ class Store:
         sql = "SELECT path, sha256, size, mtime FROM files WHERE source_id = :source_id"
         params: dict[str, object] = {"source_id": source_id}
         if under:
-            where, scope_params = SearchScope(path=under).where("files")
+            where, scope_params = scope_condition(SearchScope(path=under), "files")
             sql += f" AND {where}"
             params.update(scope_params)
         rows = self.conn.execute(sql, params)
@@ -579,20 +464,25 @@ class Store:
 
     # ---- collections -----------------------------------------------------------------------
 
-    def replace_collections(self, source_id: str, collections: Iterable[tuple[str, str, str, Sequence[str]]]) -> None:
-        """Store a source's collections as (name, folder, description, tags). Call inside `transaction()`."""
+    def replace_collections(self, source_id: str, collections: Iterable[CollectionRow]) -> None:
+        """Store a source's collections (their `source_id` and `files` are not read: the rows
+        belong to `source_id`, and files are counted when read). The first of two rows with one
+        name wins. Call inside `transaction()`."""
         self.conn.execute("DELETE FROM collections WHERE source_id = ?", (source_id,))
-        for name, folder, description, tags in collections:
+        for row in collections:
             self.conn.execute(
                 "INSERT OR IGNORE INTO collections(source_id, name, folder, description, tags) VALUES (?, ?, ?, ?, ?)",
-                (source_id, name, folder, description, json.dumps(list(tags), ensure_ascii=False)),
+                (source_id, row.name, row.folder, row.description, json.dumps(list(row.tags), ensure_ascii=False)),
             )
 
-    def collection_rows(self, source_id: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    def collection_rows(self, source_id: str) -> list[CollectionRow]:
+        """A source's collections as declared (files=0), by name, folder, description and tags:
+        what the sync compares against the `_meta.yaml` files it finds."""
         rows = self.conn.execute(
             "SELECT name, folder, description, tags FROM collections WHERE source_id = ?", (source_id,)
         )
-        return sorted((name, folder, desc, tuple(json.loads(tags))) for name, folder, desc, tags in rows)
+        found = sorted((name, folder, desc, tuple(json.loads(tags))) for name, folder, desc, tags in rows)
+        return [CollectionRow(source_id, name, folder, desc, tags) for name, folder, desc, tags in found]
 
     def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
         self.conn.execute(
@@ -600,30 +490,28 @@ class Store:
             (collection, source_id, path, collection),
         )
 
-    def collections(self) -> list[dict[str, object]]:
-        """Every collection with its file and chunk counts, by name."""
+    def collections(self) -> list[CollectionRow]:
+        """Every collection of every source with its indexed file count, by name, then source."""
         rows = self.conn.execute(
             """SELECT k.source_id, k.name, k.folder, k.description, k.tags,
                       (SELECT COUNT(*) FROM files f WHERE f.source_id = k.source_id AND f.collection = k.name)
                FROM collections k ORDER BY k.name, k.source_id"""
         )
-        keys = ("source_id", "name", "folder", "description", "tags", "files")
-        out = []
-        for row in rows:
-            item = dict(zip(keys, row))
-            item["tags"] = json.loads(str(item["tags"]))
-            out.append(item)
-        return out
+        return [
+            CollectionRow(source_id, name, folder, description, tuple(json.loads(tags)), int(files))
+            for source_id, name, folder, description, tags, files in rows
+        ]
 
     # ---- embeddings ------------------------------------------------------------------------
 
-    def pending_chunks(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
-        """(id, content hash, text to embed) of chunks waiting for a vector, oldest first."""
-        return self.conn.execute(
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
+        """Chunks waiting for a vector after `after_id`, oldest first."""
+        rows = self.conn.execute(
             f"""SELECT c.id, c.content_hash, {EMBED_TEXT_SQL} FROM chunks c
                 WHERE c.embedded_at IS NULL AND c.id > ? ORDER BY c.id LIMIT ?""",
             (after_id, limit),
-        ).fetchall()
+        )
+        return [PendingChunk(*row) for row in rows]
 
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
         """Attach vectors to chunks that still exist and are still pending. Returns how many."""
@@ -642,23 +530,23 @@ class Store:
 
     # ---- search (reads) --------------------------------------------------------------------
 
-    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[tuple[int, float]]:
-        """(chunk id, bm25) best first. bm25 is lower-is-better in FTS5."""
+    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first."""
         if scope.is_all:
             sql = f"SELECT rowid, {BM25} AS score FROM chunks_fts WHERE chunks_fts MATCH :match ORDER BY score, rowid LIMIT :limit"
             params: dict[str, object] = {}
         else:
-            where, params = scope.where("c")
+            where, params = scope_condition(scope, "c")
             # `+rowid`: filter the MATCH's hits by the scope; a bare `rowid IN` makes FTS5 run the
             # MATCH once per id in scope (seconds at 100k chunks)
             sql = f"""SELECT rowid, {BM25} AS score FROM chunks_fts
                       WHERE chunks_fts MATCH :match AND +rowid IN (SELECT c.id FROM chunks c WHERE {where})
                       ORDER BY score, rowid LIMIT :limit"""
         params.update(match=match, limit=limit)
-        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+        return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
 
-    def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[tuple[int, float]]:
-        """(chunk id, cosine distance) nearest first: the exact top-k inside the scope. A zero
+    def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks by cosine distance, nearest first: the exact top-k inside the scope. A zero
         vector (stored or asked) has no direction and no cosine distance: it is never a hit."""
         import numpy as np
 
@@ -668,11 +556,11 @@ class Store:
         if scope.is_all:
             sql = "SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k"
         else:
-            where, scope_params = scope.where("c")
+            where, scope_params = scope_condition(scope, "c")
             params.update(scope_params)
-            in_scope = self.conn.execute(
+            in_scope = int(self._one(
                 f"SELECT COUNT(*) FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", scope_params
-            ).fetchone()[0]
+            ))
             if in_scope <= SCOPED_EXACT_MAX:
                 # exact distances over the scope's own vectors, found through the path index
                 sql = f"""SELECT id, distance FROM (
@@ -683,7 +571,7 @@ class Store:
                 # a large scope: the KNN scan with rowid IN (...) inside it (still the true top-k)
                 sql = f"""SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k
                           AND rowid IN (SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL)"""
-        return [(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params) if r[1] is not None]
+        return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params) if r[1] is not None]
 
     def vectors_generation(self) -> str:
         """Changes whenever a committed transaction added or removed vectors: a copy of them
@@ -691,9 +579,8 @@ class Store:
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_generation'").fetchone()
         return str(row[0]) if row else ""
 
-    def vectors_by_language(self, after_id: int, limit: int) -> tuple[list[int], list[str], np.ndarray]:
-        """One page of stored vectors after `after_id`, by id: (ids, chunk languages, matrix).
-        A chunk whose language was never detected counts as "unknown"."""
+    def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
+        """One page of stored vectors after `after_id`, by id, with their chunks' languages."""
         import numpy as np
 
         rows = self.conn.execute(
@@ -702,9 +589,9 @@ class Store:
             (after_id, limit),
         ).fetchall()
         if not rows:
-            return [], [], np.empty((0, 0), np.float32)
+            return VectorPage([], [], np.empty((0, 0), np.float32))
         matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-        return [int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix
+        return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix)
 
     def vector_language_counts(self) -> dict[str, int]:
         """Chunks that have a vector, per chunk language ("unknown" when undetected)."""
@@ -718,14 +605,14 @@ class Store:
         """Replace stored vectors in place (both copies). Call inside `transaction()`."""
         import numpy as np
 
-        for chunk_id, vector in zip(ids, vectors):
+        for chunk_id, vector in zip(ids, vectors, strict=True):
             blob = np.asarray(vector, dtype=np.float32).tobytes()
             self.conn.execute("UPDATE vec_chunks SET embedding = ? WHERE rowid = ?", (blob, chunk_id))
             self.conn.execute("UPDATE chunk_vectors SET embedding = ? WHERE id = ?", (blob, chunk_id))
         self._vectors_changed = True
 
-    def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids ascending, a writable float32 matrix with one row per vector)."""
+    def all_vectors(self) -> VectorMatrix:
+        """Every stored vector (what search.resident keeps in memory)."""
         import numpy as np
 
         ids: list[int] = []
@@ -734,48 +621,50 @@ class Store:
             ids.append(chunk_id)
             buffer += blob
         matrix = np.frombuffer(buffer, dtype=np.float32).reshape(len(ids), -1) if ids else np.empty((0, 0), np.float32)
-        return np.array(ids, dtype=np.int64), matrix
+        return VectorMatrix(np.array(ids, dtype=np.int64), matrix)
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
-        ids = list(ids)
-        if not ids:
+        """The chunks among `ids` that exist, by id."""
+        wanted = list(ids)
+        if not wanted:
             return {}
-        marks = ",".join("?" * len(ids))
+        marks = ",".join("?" * len(wanted))
         rows = self.conn.execute(
             f"""SELECT c.id, c.source_id, c.path, c.chunk_idx, c.breadcrumb, c.text, c.start_line, c.end_line,
                        f.updated_at, s.indexed_rev, s.kind
                 FROM chunks c JOIN files f ON f.source_id = c.source_id AND f.path = c.path
                 JOIN sources s ON s.source_id = c.source_id
                 WHERE c.id IN ({marks})""",
-            ids,
+            wanted,
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
     def count_pending_all(self) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL").fetchone()[0])
+        """Chunks of the whole index waiting for a vector."""
+        return int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL"))
 
     def count_pending(self, scope: SearchScope) -> int:
-        where, params = scope.where("c")
-        return int(
-            self.conn.execute(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params).fetchone()[0]
-        )
+        """Chunks inside `scope` waiting for a vector (a search says what it could not rank)."""
+        where, params = scope_condition(scope, "c")
+        return int(self._one(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params))
 
     # ---- languages ---------------------------------------------------------------------------
 
-    def language_backfill(self) -> tuple[int, int] | None:
-        """(last chunk id that predates the language column, last id detected so far), or None
-        when every chunk's language was detected when it was written."""
+    def language_backfill(self) -> LanguageBackfill | None:
+        """How far the detection of old chunks' languages got, or None when every chunk's
+        language was detected when it was written."""
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (LANGUAGE_BACKFILL_KEY,)).fetchone()
         if row is None:
             return None
         upto, _, after = str(row[0]).partition(":")
-        return int(upto), int(after or 0)
+        return LanguageBackfill(int(upto), int(after or 0))
 
-    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[tuple[int, str]]:
-        """(id, text) of chunks older than the language column, after `after_id`, by id."""
-        return self.conn.execute(
+    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[ChunkText]:
+        """Chunks older than the language column, after `after_id`, by id."""
+        rows = self.conn.execute(
             "SELECT id, text FROM chunks WHERE id > ? AND id <= ? ORDER BY id LIMIT ?", (after_id, upto_id, limit)
-        ).fetchall()
+        )
+        return [ChunkText(int(chunk_id), str(text)) for chunk_id, text in rows]
 
     def store_backfilled_languages(self, languages: Sequence[tuple[int, str]], upto_id: int, done_upto: int) -> None:
         """Set detected languages of old chunks and record the progress (`done_upto` = last id
@@ -794,7 +683,7 @@ class Store:
     def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
         """Chunks per language for each source (inside `scope`, if given): {source: {language: n}},
         languages by count, largest first."""
-        where, params = (scope or SearchScope()).where("c")
+        where, params = scope_condition(scope or SearchScope(), "c")
         rows = self.conn.execute(
             f"""SELECT c.source_id, c.language, COUNT(*) AS n FROM chunks c WHERE {where}
                 GROUP BY c.source_id, c.language ORDER BY c.source_id, n DESC, c.language""",
@@ -820,6 +709,7 @@ class Store:
     # ---- status and checks -----------------------------------------------------------------
 
     def source_stats(self) -> list[SourceStats]:
+        """Every source with its counts, by id."""
         rows = self.conn.execute(
             """SELECT s.source_id, s.kind, s.indexed_rev, s.last_sync_at, s.last_error,
                       (SELECT COUNT(*) FROM files f WHERE f.source_id = s.source_id),
@@ -830,60 +720,28 @@ class Store:
         return [SourceStats(*r) for r in rows]
 
     def counts(self) -> dict[str, int]:
-        """Row counts of every table: what idempotence and orphan checks compare."""
-        one = lambda sql: int(self.conn.execute(sql).fetchone()[0])  # noqa: E731
-        counts = {
-            "files": one("SELECT COUNT(*) FROM files"),
-            "chunks": one("SELECT COUNT(*) FROM chunks"),
-            "chunks_fts": one("SELECT COUNT(*) FROM chunks_fts"),
-            "pending": one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL"),
-            "vectors": one("SELECT COUNT(*) FROM vec_chunks") if self.has_vector_table() else 0,
+        """Diagnostic row counts (files, chunks, chunks_fts, pending, vectors): what benchmarks
+        report and idempotence tests compare. Keys, not a row type: a backend reports what it has."""
+        return {
+            "files": int(self._one("SELECT COUNT(*) FROM files")),
+            "chunks": int(self._one("SELECT COUNT(*) FROM chunks")),
+            "chunks_fts": int(self._one("SELECT COUNT(*) FROM chunks_fts")),
+            "pending": int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL")),
+            "vectors": int(self._one("SELECT COUNT(*) FROM vec_chunks")) if self.has_vector_table() else 0,
         }
-        return counts
 
-    def orphan_vectors(self) -> list[int]:
-        """vec_chunks rowids without a chunk: must always be empty."""
-        if not self.has_vector_table():
-            return []
-        return [r[0] for r in self.conn.execute("SELECT rowid FROM vec_chunks WHERE rowid NOT IN (SELECT id FROM chunks)")]
-
-    def embedded_without_vector(self) -> list[int]:
-        if not self.has_vector_table():
-            return [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE embedded_at IS NOT NULL")]
-        return [
-            r[0]
-            for r in self.conn.execute(
-                """SELECT id FROM chunks WHERE embedded_at IS NOT NULL
-                   AND (id NOT IN (SELECT rowid FROM vec_chunks) OR id NOT IN (SELECT id FROM chunk_vectors))"""
-            )
-        ]
-
-    def fts_integrity_check(self) -> None:
-        """Raises apsw.Error if the FTS index disagrees with `chunks`."""
-        self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
-
-    def file_rows(self, source_id: str | None = None) -> list[dict[str, object]]:
+    def file_rows(self, source_id: str | None = None) -> list[FileRow]:
+        """The indexed files (of one source), by source and path."""
         sql = "SELECT source_id, path, title, tags, headings, collection, sha256, size, updated_at FROM files"
         params: tuple[object, ...] = ()
         if source_id is not None:
             sql += " WHERE source_id = ?"
             params = (source_id,)
         sql += " ORDER BY source_id, path"
-        keys = ("source_id", "path", "title", "tags", "headings", "collection", "sha256", "size", "updated_at")
-        out = []
-        for row in self.conn.execute(sql, params):
-            item = dict(zip(keys, row))
-            item["tags"] = json.loads(item["tags"] or "[]")
-            item["headings"] = json.loads(item["headings"] or "[]")
-            out.append(item)
-        return out
-
-    def chunk_fingerprint(self) -> list[tuple[object, ...]]:
-        """Everything that defines the index content, id-independent: for equality tests."""
-        return self.conn.execute(
-            """SELECT source_id, path, chunk_idx, breadcrumb, text, start_line, end_line, content_hash,
-                      embedded_at IS NOT NULL, language FROM chunks ORDER BY source_id, path, chunk_idx"""
-        ).fetchall()
+        return [
+            FileRow(source, path, title, _strings(tags), _strings(headings), collection, sha256, int(size), float(updated))
+            for source, path, title, tags, headings, collection, sha256, size, updated in self.conn.execute(sql, params)
+        ]
 
     def sources_with_file(self, path: str) -> list[str]:
         """Ids of the sources whose index holds `path` (a bare PATH names every one of them)."""
@@ -900,19 +758,23 @@ class Store:
         )
         return [r[0] for r in rows]
 
-    def scope_stats(self, scope: SearchScope) -> dict[str, dict[str, int]]:
-        """Files, chunks and chunks waiting for a vector inside `scope`, per source (status of a path)."""
-        where, params = scope.where("x")
-        out: dict[str, dict[str, int]] = {}
-        for source_id, files in self.conn.execute(
+    def scope_stats(self, scope: SearchScope) -> dict[str, ScopeCounts]:
+        """Files, chunks and chunks waiting for a vector inside `scope`, per source with any
+        (status of a path), in source order of the files, then of the chunks."""
+        where, params = scope_condition(scope, "x")
+        files: dict[str, int] = {}
+        for source_id, count in self.conn.execute(
             f"SELECT x.source_id, COUNT(*) FROM files x WHERE {where} GROUP BY x.source_id", params
         ):
-            out[source_id] = {"files": int(files), "chunks": 0, "pending": 0}
-        for source_id, chunks, pending in self.conn.execute(
+            files[source_id] = int(count)
+        chunks: dict[str, tuple[int, int]] = {}
+        for source_id, count, pending in self.conn.execute(
             f"""SELECT x.source_id, COUNT(*), SUM(x.embedded_at IS NULL) FROM chunks x
                 WHERE {where} GROUP BY x.source_id""",
             params,
         ):
-            entry = out.setdefault(source_id, {"files": 0, "chunks": 0, "pending": 0})
-            entry["chunks"], entry["pending"] = int(chunks), int(pending or 0)
-        return out
+            chunks[source_id] = (int(count), int(pending or 0))
+        return {
+            source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
+            for source_id in {**files, **chunks}
+        }

@@ -24,6 +24,7 @@ from search.terminal import Safe, SafeLogFormatter, echo, echo_json, safe_errors
 if TYPE_CHECKING:  # heavy imports (numpy, requests, pygit2, markdown-it) load only when a command needs them
     from indexer.embedders import Embedder
     from indexer.sync import SyncReport
+    from search.service import NotesService
 
 log = logging.getLogger("notes_search")
 
@@ -86,7 +87,7 @@ class App:
     config_option: str | None
     writes: bool = True
     _config: Config | None = None
-    _embedder: Embedder | None = None
+    _service: NotesService | None = None
 
     @property
     def config(self) -> Config:
@@ -95,11 +96,20 @@ class App:
             setup_logging(self._config, create=self.writes)
         return self._config
 
+    def service(self, *, check_remote: bool = False) -> NotesService:
+        """The process's one service; its embedder is built by `make_embedder` as looked up at
+        call time (tests replace it on this module)."""
+        if self._service is None:
+            from search.service import NotesService
+
+            package = sys.modules[__name__]
+            self._service = NotesService(self.config, lambda cfg: package.make_embedder(cfg),
+                                         check_remote=check_remote)
+        return self._service
+
     def embedder(self) -> Embedder:
         """One embedder per process, created on first use (the local model loads lazily)."""
-        if self._embedder is None:
-            self._embedder = make_embedder(self.config.embedding)
-        return self._embedder
+        return self.service().embedder()
 
     def open_store(self, readonly: bool = False) -> Store:
         return Store.open(self.config.db, readonly=readonly)
@@ -471,9 +481,7 @@ def status(app: App, path: str | None, offline: bool, as_json: bool) -> None:
 
     PATH (a source id, collection, folder or file) narrows the counts to it.
     """
-    from search.mcp_server import NotesTools
-
-    data = NotesTools(app, check_remote=not offline).status(path)
+    data = app.service(check_remote=not offline).status(path).to_json()
     if as_json:
         emit_json(data)
         return

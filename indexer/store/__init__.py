@@ -1,0 +1,52 @@
+"""The index store: all SQL of notes-search lives in this package.
+
+`Store` (sqlite.py) is the SQLite + FTS5 + sqlite-vec backend; `IndexReader` and `IndexWriter`
+(protocol.py) are the surface the rest of the code may use; rows.py holds the typed values that
+cross it and schema.py the named migration steps. Import from here: `from indexer.store import
+Store, SearchScope`.
+"""
+
+from indexer.store.protocol import IndexReader, IndexWriter
+from indexer.store.rows import (
+    ChunkRow,
+    ChunkText,
+    CollectionRow,
+    FileRow,
+    LanguageBackfill,
+    PendingChunk,
+    RankedChunk,
+    ScopeCounts,
+    SearchScope,
+    SourceState,
+    SourceStats,
+    VectorMatrix,
+    VectorPage,
+)
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, Migration
+from indexer.store.sqlite import Store, content_hash, utc_now, vec_extension_path
+
+__all__ = [
+    "LANGUAGE_BACKFILL_KEY",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "ChunkRow",
+    "ChunkText",
+    "CollectionRow",
+    "FileRow",
+    "IndexReader",
+    "IndexWriter",
+    "LanguageBackfill",
+    "Migration",
+    "PendingChunk",
+    "RankedChunk",
+    "ScopeCounts",
+    "SearchScope",
+    "SourceState",
+    "SourceStats",
+    "Store",
+    "VectorMatrix",
+    "VectorPage",
+    "content_hash",
+    "utc_now",
+    "vec_extension_path",
+]

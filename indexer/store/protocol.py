@@ -1,0 +1,273 @@
+"""The surface of the index that the rest of notes-search may use, written down so that a second
+backend can implement it.
+
+`IndexReader` is what the read paths use (search engine, resident vectors, status, show/grep/toc,
+collections and routing); `IndexWriter` adds what the sync orchestrator needs. `Store` (the
+SQLite backend) satisfies both structurally; nothing here names SQLite, except where noted.
+
+Contracts every backend keeps, because callers rely on them:
+- Reads outside `snapshot()` each see the latest committed state; inside it, one state.
+- Every write method runs in `transaction()`: those documented "inside a transaction" must be
+  called within the caller's `with store.transaction():`, the others open their own (so they
+  must NOT be called inside one: transactions do not nest). A transaction that raises leaves
+  nothing behind; a full disk or unwritable index surfaces as `indexer.errors.StoreError`.
+- Chunk ids are positive, grow with every chunk written and are never reused while the index
+  exists: `pending_chunks`, `vectors_by_language` and the language backfill page by id.
+- Vectors are float32, one row per chunk, in one embedding space per index (`reset_vectors`
+  switches spaces); `vectors_generation()` changes whenever a commit added or removed vectors.
+- Lists are ordered as each method says; ties break by chunk id.
+
+What is still backend-shaped: `fts_search` takes an FTS5 MATCH expression built by
+`search.querybuild.build_fts_query`: double-quoted phrases (`"a b"`), an optional `*` prefix
+marker after a phrase, joined by OR. Another backend translates that small grammar (or a
+structured lexical query replaces the string); its scores need only be ordered like bm25's,
+since fusion uses ranks, but `--explain` shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
+
+from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.store.rows import (
+    ChunkRow,
+    ChunkText,
+    CollectionRow,
+    FileRow,
+    LanguageBackfill,
+    PendingChunk,
+    RankedChunk,
+    ScopeCounts,
+    SearchScope,
+    SourceState,
+    SourceStats,
+    VectorMatrix,
+    VectorPage,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class IndexReader(Protocol):
+    """Read access to one index. Not thread-safe: one reader per thread (they are cheap)."""
+
+    def close(self) -> None: ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Every read inside sees one committed state (a search's halves and its rows agree)."""
+        ...
+
+    # ---- index-wide state --------------------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        """The key-value settings of the index: embedding identity (`embedding_model`, ...),
+        `schema_version`, chunker versions per source, language statistics."""
+        ...
+
+    def has_vector_table(self) -> bool:
+        """Whether an embedding space was set up (`reset_vectors`); before that no vectors exist."""
+        ...
+
+    def vectors_generation(self) -> str:
+        """Changes whenever a committed transaction added or removed vectors ('' before any)."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Diagnostic totals for benchmarks and tests: files, chunks, chunks_fts (rows of the
+        lexical index), pending, vectors."""
+        ...
+
+    # ---- sources and files -----------------------------------------------------------------
+
+    def source_stats(self) -> list[SourceStats]:
+        """Every source with its sync state and counts, by source id."""
+        ...
+
+    def source_state(self, source_id: str) -> SourceState:
+        """A source's indexed revision and last whole sync (both None if unknown)."""
+        ...
+
+    def scope_stats(self, scope: SearchScope) -> dict[str, ScopeCounts]:
+        """Counts inside `scope`, per source that has any file or chunk in it."""
+        ...
+
+    def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
+        """{source: {language: chunks}} (inside `scope`), languages by count, largest first,
+        then by name."""
+        ...
+
+    def known_files(self, source_id: str, under: str | None = None) -> dict[str, KnownFile]:
+        """path -> what the index holds of each file of a source (or of the file or folder
+        `under`): the drivers diff a source against this."""
+        ...
+
+    def file_rows(self, source_id: str | None = None) -> list[FileRow]:
+        """Indexed files (of one source), by source id then path."""
+        ...
+
+    def collections(self) -> list[CollectionRow]:
+        """Every source's collections with their indexed file counts, by name then source id."""
+        ...
+
+    def sources_with_file(self, path: str) -> list[str]:
+        """Ids of the sources that index the file `path` (exact, NFC), by id."""
+        ...
+
+    def sources_with_path(self, path: str) -> list[str]:
+        """Ids of the sources that index `path` as a file or hold files below it as a folder."""
+        ...
+
+    # ---- search ----------------------------------------------------------------------------
+
+    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Up to `limit` chunks matching the FTS5 expression `match` inside `scope`, best first
+        by bm25 over (breadcrumb weight 2, text weight 1); score = bm25, lower is better."""
+        ...
+
+    def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
+        """The exact `k` nearest stored vectors inside `scope` by cosine distance, nearest first
+        (score = distance). A zero vector, stored or asked, is never a hit; [] before any
+        embedding space exists."""
+        ...
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        """The chunks among `ids` that still exist, with their file and source fields."""
+        ...
+
+    def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
+        """Chunk id -> language code ('unknown' when undetected), for `ids` or every chunk."""
+        ...
+
+    def count_pending(self, scope: SearchScope) -> int:
+        """Chunks inside `scope` still waiting for a vector."""
+        ...
+
+    def all_vectors(self) -> VectorMatrix:
+        """Every stored vector, by chunk id (the resident copy that unscoped searches scan)."""
+        ...
+
+
+class IndexWriter(IndexReader, Protocol):
+    """What the sync orchestrator needs on top of reading. One writer at a time per index
+    (the sync lock guarantees it); readers may run meanwhile."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """All writes inside commit together or not at all; not re-entrant."""
+        ...
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        """Insert or replace settings (own transaction)."""
+        ...
+
+    def write_meta(self, values: dict[str, str]) -> None:
+        """`set_meta` inside a transaction."""
+        ...
+
+    def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
+        """Start an empty embedding space of `dims` dimensions: drop every vector, mark every
+        chunk pending, record `identity` in meta (own transaction)."""
+        ...
+
+    # ---- sources ---------------------------------------------------------------------------
+
+    def ensure_source(self, source_id: str, kind: str) -> None:
+        """Register a source; one registered with another kind loses all its rows first."""
+        ...
+
+    def source_ids(self) -> list[str]:
+        """Registered source ids, sorted."""
+        ...
+
+    def mark_synced(self, source_id: str, *, indexed_rev: str | None = None, error: str | None = None) -> None:
+        """A whole sync of the source finished now (moving `indexed_rev` when given)."""
+        ...
+
+    def errored_sources(self) -> set[str]:
+        """Sources whose last sync recorded an error."""
+        ...
+
+    def set_source_error(self, source_id: str, error: str | None) -> None:
+        """Record or clear (None) a source's last error."""
+        ...
+
+    def remove_source(self, source_id: str) -> None:
+        """Delete a source with its files, chunks, vectors and collections."""
+        ...
+
+    # ---- files (inside a transaction) ------------------------------------------------------
+
+    def write_file(
+        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
+    ) -> int:
+        """Replace a file and its chunks, reusing the stored vector (and detected language) of
+        any chunk whose embedded text is already indexed; returns the chunks left pending.
+        Inside a transaction. Write a renamed file's new path before deleting the old one."""
+        ...
+
+    def delete_file(self, source_id: str, path: str) -> None:
+        """Remove a file with its chunks and their vectors. Inside a transaction."""
+        ...
+
+    def touch_file(self, source_id: str, path: str, size: int, mtime: float) -> None:
+        """Same content, new stat: update size and mtime only. Inside a transaction."""
+        ...
+
+    # ---- collections (inside a transaction) ------------------------------------------------
+
+    def collection_rows(self, source_id: str) -> list[CollectionRow]:
+        """A source's declared collections (files=0), sorted by name, folder, description, tags."""
+        ...
+
+    def replace_collections(self, source_id: str, collections: Iterable[CollectionRow]) -> None:
+        """Replace a source's collections (the rows' source_id and files are ignored).
+        Inside a transaction."""
+        ...
+
+    def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
+        """Set the collection a file belongs to. Inside a transaction."""
+        ...
+
+    # ---- vectors ---------------------------------------------------------------------------
+
+    def count_pending_all(self) -> int:
+        """Chunks of the whole index waiting for a vector."""
+        ...
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
+        """Up to `limit` chunks waiting for a vector with id > `after_id`, by id."""
+        ...
+
+    def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
+        """Attach vectors to those chunks that still exist and still wait; returns how many
+        (own transaction: a chunk deleted meanwhile is skipped, not an error)."""
+        ...
+
+    def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
+        """Up to `limit` stored vectors with id > `after_id`, by id, with their languages."""
+        ...
+
+    def vector_language_counts(self) -> dict[str, int]:
+        """Chunks that have a vector, per language."""
+        ...
+
+    def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+        """Replace stored vectors in place (a new language-neutral space). Inside a transaction."""
+        ...
+
+    # ---- languages of chunks indexed before languages were detected ------------------------
+
+    def language_backfill(self) -> LanguageBackfill | None:
+        """How far the detection of old chunks' languages got; None when nothing waits."""
+        ...
+
+    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[ChunkText]:
+        """Up to `limit` chunks with `after_id` < id <= `upto_id`, by id."""
+        ...
+
+    def store_backfilled_languages(self, languages: Sequence[tuple[int, str]], upto_id: int, done_upto: int) -> None:
+        """Set (chunk id, language) pairs and record progress up to `done_upto`; the backfill
+        ends once it reaches `upto_id` (own transaction, so an interrupted run resumes)."""
+        ...

@@ -1,0 +1,171 @@
+"""The values that cross the store's boundary: what a search may return (`SearchScope`) and every
+row the store hands back, typed and immutable.
+
+Nothing here knows SQL, so a second backend returns the same types. Records are frozen
+dataclasses; results that callers unpack by position (a hit as `chunk_id, score`, a page of
+vectors as `ids, languages, matrix`) are NamedTuples, which are typed and immutable too and keep
+that unpacking working without a copy per row on the hot search path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
+    import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """Which chunks a search may return. Empty fields mean "no restriction"."""
+
+    source_ids: tuple[str, ...] = ()
+    collection: str | None = None
+    path: str | None = None  # a file, or a folder searched recursively ('' = the whole source)
+
+    @property
+    def is_all(self) -> bool:
+        return not self.source_ids and self.collection is None and not self.path
+
+
+class _KeyAccess:
+    """Transitional: `row["name"]` and `dict.update(row)` for the two front-end call sites that
+    read these rows as dicts until they use the attributes (search/route.py `load_entries`,
+    the MCP status' per-path counts). Delete this class once nothing indexes the rows by key;
+    mypy then flags any reader left."""
+
+    __slots__ = ()
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self))  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> object:
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """A chunk with what a hit needs of its file and source."""
+
+    id: int
+    source_id: str
+    path: str
+    chunk_idx: int
+    breadcrumb: str
+    text: str
+    start_line: int
+    end_line: int
+    updated_at: float
+    indexed_rev: str | None
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStats:
+    """One source's sync state with its file, chunk and pending-vector counts (status)."""
+
+    source_id: str
+    kind: str
+    indexed_rev: str | None
+    last_sync_at: str | None
+    last_error: str | None
+    files: int
+    chunks: int
+    pending: int
+
+
+class SourceState(NamedTuple):
+    """Where a source's index stands: the revision indexed (git) and when a whole sync of it last
+    finished (None: never, e.g. a first sync was killed). Both None for an unknown source."""
+
+    indexed_rev: str | None
+    last_sync_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeCounts(_KeyAccess):
+    """Files, chunks and chunks waiting for a vector of one source inside a scope."""
+
+    files: int = 0
+    chunks: int = 0
+    pending: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"files": self.files, "chunks": self.chunks, "pending": self.pending}
+
+
+@dataclass(frozen=True, slots=True)
+class FileRow:
+    """A file as indexed: what the table of contents shows of it."""
+
+    source_id: str
+    path: str
+    title: str | None
+    tags: tuple[str, ...]
+    headings: tuple[str, ...]
+    collection: str | None
+    sha256: str
+    size: int
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionRow(_KeyAccess):
+    """A collection declared in a source (`_meta.yaml`); `files` counts the indexed files in it
+    (0 where the store returns the declarations only, as `collection_rows`)."""
+
+    source_id: str
+    name: str
+    folder: str
+    description: str
+    tags: tuple[str, ...]
+    files: int = 0
+
+
+class PendingChunk(NamedTuple):
+    """A chunk waiting for its vector, with the exact text to embed."""
+
+    id: int
+    content_hash: str
+    text: str
+
+
+class RankedChunk(NamedTuple):
+    """One hit of a lexical or vector search: bm25 (lower is better) or cosine distance (nearer
+    is better)."""
+
+    chunk_id: int
+    score: float
+
+
+class ChunkText(NamedTuple):
+    """A chunk's prose, as language detection reads it."""
+
+    id: int
+    text: str
+
+
+class LanguageBackfill(NamedTuple):
+    """Progress of detecting the languages of chunks written before chunks had one: every chunk
+    up to `upto_id` predates the language column; those up to `after_id` are done."""
+
+    upto_id: int
+    after_id: int
+
+
+class VectorPage(NamedTuple):
+    """Stored vectors in id order with their chunks' languages ("unknown" when undetected)."""
+
+    ids: list[int]
+    languages: list[str]
+    matrix: np.ndarray
+
+
+class VectorMatrix(NamedTuple):
+    """Every stored vector: chunk ids ascending and a writable float32 matrix, one row each."""
+
+    ids: np.ndarray
+    matrix: np.ndarray

@@ -1,0 +1,164 @@
+"""The index schema as named migration steps, each with its SQL and its data change together.
+
+`PRAGMA user_version` counts the steps applied: step i upgrades a database from version i to
+i + 1, so an index written by any earlier version migrates by running the steps it lacks, in
+order, each in its own transaction (`Store._migrate`). Append new steps; never edit or reorder
+a released one, since indexes on disk already carry its number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import apsw
+
+# meta key "<last chunk id written before chunks had a language>:<last id detected so far>":
+# present while the chunks of an index older than the language column still wait for detection
+LANGUAGE_BACKFILL_KEY = "language_backfill"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step: `sql` (a script), then `data` on the same connection in the same
+    transaction, so a step is applied whole or not at all."""
+
+    name: str
+    sql: str
+    data: Callable[[apsw.Connection], None] | None = None
+
+
+def set_meta(conn: apsw.Connection, values: dict[str, str]) -> None:
+    """Insert or replace `meta` entries (the migration steps and the store share it)."""
+    for key, value in values.items():
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+
+INITIAL_SQL = """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+    CREATE TABLE sources (
+      source_id    TEXT PRIMARY KEY,
+      kind         TEXT NOT NULL CHECK (kind IN ('git', 'workspace')),
+      indexed_rev  TEXT,
+      last_sync_at TEXT,
+      last_error   TEXT
+    );
+
+    CREATE TABLE files (
+      source_id  TEXT NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
+      path       TEXT NOT NULL,
+      title      TEXT,
+      tags       TEXT,          -- JSON array
+      headings   TEXT,          -- JSON array
+      collection TEXT,
+      sha256     TEXT NOT NULL,
+      size       INTEGER NOT NULL,
+      mtime      REAL,          -- workspace stat pre-filter
+      updated_at REAL NOT NULL, -- recency: mtime, or commit time of the file's last change
+      indexed_at TEXT NOT NULL,
+      PRIMARY KEY (source_id, path)
+    );
+    CREATE INDEX idx_files_collection ON files(collection) WHERE collection IS NOT NULL;
+
+    CREATE TABLE chunks (
+      id           INTEGER PRIMARY KEY AUTOINCREMENT,
+      source_id    TEXT NOT NULL,
+      path         TEXT NOT NULL,
+      chunk_idx    INTEGER NOT NULL,
+      breadcrumb   TEXT NOT NULL,
+      text         TEXT NOT NULL,
+      start_line   INTEGER NOT NULL,
+      end_line     INTEGER NOT NULL,
+      content_hash TEXT NOT NULL,  -- sha256 of the embedded text: identical text reuses its vector
+      embedded_at  TEXT,           -- NULL = waiting for a vector (degraded mode)
+      UNIQUE (source_id, path, chunk_idx),
+      FOREIGN KEY (source_id, path) REFERENCES files(source_id, path) ON DELETE CASCADE
+    );
+    CREATE INDEX idx_chunks_pending ON chunks(id) WHERE embedded_at IS NULL;
+    CREATE INDEX idx_chunks_hash ON chunks(content_hash);
+
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+      breadcrumb, text,
+      content='chunks', content_rowid='id',
+      tokenize='unicode61 remove_diacritics 2'
+    );
+
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+      INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
+    END;
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+      INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, text)
+        VALUES ('delete', old.id, old.breadcrumb, old.text);
+    END;
+    -- only text changes touch FTS: marking a chunk embedded must not re-index it
+    CREATE TRIGGER chunks_au AFTER UPDATE OF breadcrumb, text ON chunks BEGIN
+      INSERT INTO chunks_fts(chunks_fts, rowid, breadcrumb, text)
+        VALUES ('delete', old.id, old.breadcrumb, old.text);
+      INSERT INTO chunks_fts(rowid, breadcrumb, text) VALUES (new.id, new.breadcrumb, new.text);
+    END;
+"""
+
+
+def _fts_rank_weights(conn: apsw.Connection) -> None:
+    """The same weights as the store's bm25() call, for ad-hoc `ORDER BY rank` in the sqlite3 shell."""
+    conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', 'bm25(2.0, 1.0)')")
+
+
+COLLECTIONS_SQL = """
+    CREATE TABLE collections (
+      source_id   TEXT NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
+      name        TEXT NOT NULL,
+      folder      TEXT NOT NULL,
+      description TEXT NOT NULL,
+      tags        TEXT NOT NULL,  -- JSON array
+      PRIMARY KEY (source_id, name)
+    );
+"""
+
+CHUNK_VECTORS_SQL = """
+    CREATE INDEX idx_chunks_path ON chunks(path);
+    CREATE TABLE chunk_vectors (
+      id        INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+      embedding BLOB NOT NULL  -- float32, L2-normalised, as in vec_chunks
+    );
+"""
+
+
+def _copy_vectors_from_vec0(conn: apsw.Connection) -> None:
+    """Fill `chunk_vectors` from the vectors an older index kept in vec0 only (vec_chunks exists
+    once an embedding space was chosen; a fresh index has none yet)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_chunks'").fetchone() is None:
+        return
+    conn.execute(
+        "INSERT INTO chunk_vectors(id, embedding) SELECT v.rowid, v.embedding FROM vec_chunks v"
+        " JOIN chunks c ON c.id = v.rowid"
+    )
+
+
+# the natural language of a chunk's prose (ISO 639-1 code or 'unknown'); adding a column with a
+# constant default rewrites no row
+CHUNK_LANGUAGE_SQL = """
+    ALTER TABLE chunks ADD COLUMN language TEXT NOT NULL DEFAULT 'unknown';
+"""
+
+
+def _start_language_backfill(conn: apsw.Connection) -> None:
+    """Chunks that exist now predate language detection: record the last of them, so the next
+    sync detects their languages in resumable batches (indexer.sync.backfill_languages)."""
+    upto = conn.execute("SELECT MAX(id) FROM chunks").fetchone()[0]
+    if upto is not None:
+        set_meta(conn, {LANGUAGE_BACKFILL_KEY: f"{upto}:0"})
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("initial_schema", INITIAL_SQL, data=_fts_rank_weights),
+    Migration("collections", COLLECTIONS_SQL),
+    Migration("chunk_vectors", CHUNK_VECTORS_SQL, data=_copy_vectors_from_vec0),
+    Migration("chunk_language", CHUNK_LANGUAGE_SQL, data=_start_language_backfill),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

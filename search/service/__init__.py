@@ -1,0 +1,214 @@
+"""The application layer: what the CLI and the MCP server do, free of either front end.
+
+One `NotesService` per process holds what a process keeps between calls: the loaded config,
+the embedder (the local model loads once, lazily), the vectors kept in memory for a long-lived
+server, and the collection router. Every method opens its own read-only connection (apsw
+connections stay on their thread), so the MCP worker threads may call it concurrently. It
+imports neither click nor mcp; each front end maps the domain errors to its own wording.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from indexer.config import Config, EmbeddingConfig, find_config, load_config
+from indexer.store import Store
+
+if TYPE_CHECKING:  # heavy modules (numpy, requests, the router) load only when a method needs them
+    from indexer.embedders import Embedder
+    from search.evaluate import EvalReport
+    from search.resident import ResidentVectors
+    from search.route import RouteResponse, Router
+    from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
+    from search.service.lookup import CollectionsView, GrepOutcome, TocFile
+    from search.service.reading import FileView, LineWindow
+    from search.service.scope import Target
+    from search.service.searching import SearchOutcome
+    from search.service.status import StatusReport
+
+
+def build_embedder(config: EmbeddingConfig) -> Embedder:
+    """The configured embedder; imported on first use (it pulls in numpy and requests)."""
+    from indexer.embedders import make_embedder
+
+    return make_embedder(config)
+
+
+class NotesService:
+    """The composition root of one process: config, embedder, resident vectors, stores."""
+
+    def __init__(
+        self,
+        config: Config,
+        embedder_factory: Callable[[EmbeddingConfig], Embedder] = build_embedder,
+        *,
+        check_remote: bool = False,
+    ) -> None:
+        self.config = config
+        self.check_remote = check_remote  # the MCP tools answer fast; the CLI status asks the remote
+        self._embedder_factory = embedder_factory
+        self._lock = threading.Lock()  # tools run on worker threads: creation is serialised
+        self._embedder: Embedder | None = None
+        self._resident: ResidentVectors | None = None  # created on the first search (imports numpy)
+        self._router: Router | None = None
+
+    @classmethod
+    def from_config_file(
+        cls,
+        path: str | None,
+        embedder_factory: Callable[[EmbeddingConfig], Embedder] = build_embedder,
+        *,
+        check_remote: bool = False,
+    ) -> NotesService:
+        """The service for a config file (None: $NOTES_SEARCH_CONFIG, then ./notes-search.yaml)."""
+        return cls(load_config(find_config(path)), embedder_factory, check_remote=check_remote)
+
+    # ---- per-process state --------------------------------------------------------------------
+
+    def embedder(self) -> Embedder:
+        """The process's one embedder, created on first use (the local model loads lazily)."""
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = self._embedder_factory(self.config.embedding)
+            return self._embedder
+
+    def resident_vectors(self) -> ResidentVectors:
+        """The vectors kept in memory across searches: a long-lived process reuses them."""
+        from search.resident import ResidentVectors
+
+        with self._lock:
+            if self._resident is None:
+                self._resident = ResidentVectors(self.config.db)
+            return self._resident
+
+    def warm_up(self) -> None:
+        """Start loading the vectors into memory now, so that the first searches find them there."""
+        if self.config.db.exists():
+            self.resident_vectors().reload_in_background()
+
+    def router(self) -> Router:
+        """The collection router; it caches the embeddings of the collection descriptions."""
+        from search.route import Router
+
+        with self._lock:
+            if self._router is None:
+                self._router = Router(self.embedder)
+            return self._router
+
+    @contextmanager
+    def reading(self) -> Iterator[Store]:
+        """A read-only connection per call (cheap; apsw connections stay on their thread)."""
+        store = Store.open(self.config.db, readonly=True)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @contextmanager
+    def reading_if_indexed(self) -> Iterator[Store | None]:
+        """For what works from the files alone (show, get, grep, reindex) before any sync ran:
+        workspace files need no index; git files need it only for their indexed rev."""
+        if not self.config.db.exists():
+            yield None
+            return
+        with self.reading() as store:
+            yield store
+
+    # ---- scope --------------------------------------------------------------------------------
+
+    def resolve(self, path: str | None, store: Store | None) -> Target:
+        from search.service.scope import resolve_path
+
+        return resolve_path(self.config, store, path)
+
+    def scope_from_options(
+        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: Store
+    ) -> Target:
+        from search.service.scope import check_scope_exists, resolve_options
+
+        target = resolve_options(self.config, source_ids, collection, path)
+        check_scope_exists(self.config, store, target.scope)
+        return target
+
+    # ---- searching ----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        target: Target | None = None,
+        path: str | None = None,
+        k: int,
+        mode: str,
+        resident: bool = False,
+    ) -> SearchOutcome:
+        from search.service.searching import search
+
+        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident)
+
+    # ---- indexing -----------------------------------------------------------------------------
+
+    def sync(self, source_ids: Sequence[str] | None, *, full: bool, progress: Progress | None) -> SyncOutcome:
+        from search.service.indexing import sync
+
+        return sync(self, source_ids, full=full, progress=progress)
+
+    def reindex(self, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
+        from search.service.indexing import reindex
+
+        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources)
+
+    def catch_up(self, target: Target, *, embed: bool) -> list[str]:
+        from search.service.indexing import catch_up
+
+        return catch_up(self, target, embed=embed)
+
+    # ---- status -------------------------------------------------------------------------------
+
+    def status(self, path: str | None) -> StatusReport:
+        from search.service.status import status
+
+        return status(self, path)
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def show(self, ref: str) -> list[FileView]:
+        from search.service.reading import show
+
+        return show(self, ref)
+
+    def get(self, ref: str, from_line: int | None, max_lines: int) -> LineWindow:
+        from search.service.reading import get
+
+        return get(self, ref, from_line, max_lines)
+
+    # ---- lookup -------------------------------------------------------------------------------
+
+    def grep(self, pattern: str, *, target: Target, ignore_case: bool, fixed: bool, max_count: int) -> GrepOutcome:
+        from search.service.lookup import grep
+
+        return grep(self, pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
+
+    def toc(self, source_ids: tuple[str, ...]) -> list[TocFile]:
+        from search.service.lookup import toc
+
+        return toc(self, source_ids)
+
+    def collections(self, prefix: str | None) -> CollectionsView:
+        from search.service.lookup import collections
+
+        return collections(self, prefix)
+
+    def route(self, question: str, k: int) -> RouteResponse:
+        from search.service.lookup import route
+
+        return route(self, question, k)
+
+    def evaluate(self, file: Path, modes: tuple[str, ...]) -> EvalReport:
+        from search.service.lookup import evaluate
+
+        return evaluate(self, file, modes)

@@ -1,0 +1,165 @@
+"""Writing the index on request: a sync, a reindex of one place, the catch-up before a search,
+and the one JSON shape of a source's report."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from indexer.config import GitSource, WorkspaceSource, selection_warnings
+from indexer.errors import NotesSearchError
+from indexer.collections import nfc
+from indexer.store import SearchScope
+from search.service.scope import Place, Target, confined_places, scope_label
+
+if TYPE_CHECKING:
+    from indexer.sync import SourceReport, SyncReport
+    from search.service import NotesService
+
+log = logging.getLogger("notes_search")
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def source_report_json(
+    s: SourceReport, *, place: Place | None = None, shape: Literal["sync", "reindex"] = "sync"
+) -> dict[str, object]:
+    """One source's part of a sync (`sync --json`, `reindex --json`) or of an MCP reindex, which
+    names the place re-scanned and leaves out what only a whole sync reports."""
+    if shape == "reindex":
+        return {"id": s.source_id, "kind": s.kind, "path": (place.folder if place else "") or None, "added": s.added,
+                "updated": s.updated, "deleted": s.deleted, "skipped": s.skipped, "rev": s.rev, "error": s.error}
+    return {"id": s.source_id, "kind": s.kind, "added": s.added, "updated": s.updated, "deleted": s.deleted,
+            "touched": s.touched, "skipped": s.skipped, "rev": s.rev, "error": s.error,
+            "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable], "recloned": s.recloned,
+            "skips": [{"path": path, "reason": reason} for path, reason in s.skips]}
+
+
+def sync_report_json(report: SyncReport) -> dict[str, object]:
+    """`locked`: another sync held the lock, so nothing was done (every count is zero)."""
+    return {
+        "locked": report.locked,
+        "changed": report.changed,
+        "seconds": report.seconds,
+        "embedded": report.embedded,
+        "pending": report.pending,
+        "embed_notice": report.embed_notice,
+        "rebuilt": report.rebuilt,
+        "coverage": report.coverage,
+        "sources": [source_report_json(s) for s in report.sources],
+    }
+
+
+@dataclass(frozen=True)
+class SyncOutcome:
+    """The sync's report and the config's selection warnings (logged when the sync started)."""
+
+    report: SyncReport
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return sync_report_json(self.report)
+
+
+@dataclass(frozen=True)
+class ReindexRun:
+    """One run of the indexer over some places (one lock, one embedding pass)."""
+
+    places: tuple[Place, ...]
+    report: SyncReport
+
+
+@dataclass(frozen=True)
+class ReindexOutcome:
+    """`locked`: a running sync kept its lock past the wait; the runs before it are kept."""
+
+    target: Target
+    runs: tuple[ReindexRun, ...]
+    locked: bool
+    notices: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return any(run.report.failed for run in self.runs)
+
+
+def sync(
+    service: NotesService, source_ids: Sequence[str] | None, *, full: bool, progress: Progress | None
+) -> SyncOutcome:
+    from indexer.sync import run_sync
+
+    warnings = tuple(selection_warnings(service.config))
+    for warning in warnings:
+        log.warning("%s", warning)
+    report = run_sync(service.config, source_ids=list(source_ids or ()) or None, full=full,
+                      embedder_factory=service.embedder, progress=progress)
+    return SyncOutcome(report, warnings)
+
+
+def reindex(service: NotesService, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
+    """Re-index one place now. `whole_sources` (the CLI's `reindex PATH`): PATH is
+    [SOURCE:]PATH, '.' is every source whole, and one run covers every source that has the
+    path, as one sync would. Otherwise (the MCP tool) PATH may also be a collection or a source
+    id, "everything" is refused, and each place is one run."""
+    from indexer.sync import run_sync
+    from search.refs import excluded_file, split_source
+
+    config = service.config
+    with service.reading_if_indexed() as store:
+        if whole_sources:
+            source_id, rest = split_source(path, config.sources)
+            candidates = [source_id] if source_id else list(config.sources)
+            found, rel, refused = confined_places(config, candidates, rest, store)  # '.' and '' mean the whole source
+            if not found:
+                if refused is not None:
+                    raise refused
+                raise NotesSearchError(f"{path!r}: no such file or folder in any source (on disk or in the index)")
+            places = tuple(Place(sid, rel) for sid in found)
+            scope = SearchScope(source_ids=tuple(found), path=nfc(rel) or None)
+            target = Target(scope, scope_label(scope), places)
+            groups: list[tuple[Place, ...]] = [places]
+        else:
+            target = service.resolve(path, store)
+            if target.is_all:
+                raise NotesSearchError(
+                    "reindex needs a path, a collection or a source id (a full sync is `notes-search sync`)"
+                )
+            places = target.places
+            groups = [(place,) for place in places]
+    runs: list[ReindexRun] = []
+    for group in groups:
+        folder = group[0].folder
+        report = run_sync(config, source_ids=[p.source_id for p in group], path=folder or None, full=full,
+                          embedder_factory=service.embedder, lock_timeout=lock_wait)
+        if report.locked:
+            return ReindexOutcome(target, tuple(runs), True)
+        if whole_sources:
+            for s in report.sources:  # the walk never sees an excluded file: say why nothing happened
+                if folder and not s.error and excluded_file(config, s.source_id, folder):
+                    s.skipped += 1
+                    s.skips.append((folder, "excluded by the config (paths/include/exclude)"))
+        runs.append(ReindexRun(group, report))
+    notices = [run.report.embed_notice for run in runs if run.report.embed_notice]
+    if any(isinstance(config.sources[p.source_id], GitSource) for p in places):
+        notices.append("git sources are re-synced whole (fetch + tree diff); a path only narrows workspace scans")
+    return ReindexOutcome(target, tuple(runs), False, tuple(notices))
+
+
+def catch_up(service: NotesService, target: Target, *, embed: bool) -> list[str]:
+    """Index what changed on disk inside the target first, so a note written just before the
+    search is found by it; bounded, and it never rebuilds. Each workspace place is caught up on
+    its own (a collection spans folders); equal notices are said once. `embed=False` (a lexical
+    search) indexes the text only and leaves the vectors to the next sync: it never waits on
+    the embedder."""
+    from indexer.sync import catch_up as catch_up_place
+
+    notices: list[str] = []
+    for place in target.places:
+        if isinstance(service.config.sources[place.source_id], WorkspaceSource):
+            notice = catch_up_place(service.config, (place.source_id,), place.folder or None,
+                                    service.embedder if embed else None)
+            if notice and notice not in notices:
+                notices.append(notice)
+    return notices

@@ -1,0 +1,154 @@
+"""Where a path argument points: one resolution for the MCP tools, status, reindex and the CLI
+flags, and one confinement rule under all of them.
+
+Confinement is per source: a path that escapes one source's root (through a symlink, say) may
+still be a real folder of another, so a source that refuses it is left out, and only when every
+candidate refuses does the refusal reach the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from indexer.collections import nfc
+from indexer.config import Config
+from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
+from indexer.store import SearchScope, Store
+
+
+@dataclass(frozen=True)
+class Place:
+    """A folder or file of one source ('' = its root): what a catch-up, reindex or grep visits."""
+
+    source_id: str
+    folder: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """A scope for the index, a label said back to the caller, and the places on disk."""
+
+    scope: SearchScope
+    label: str  # e.g. "all sources", "source notes", "collection devops", "notes:devops"
+    places: tuple[Place, ...] = ()
+
+    @property
+    def is_all(self) -> bool:
+        return self.scope.is_all
+
+
+def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection[str]) -> tuple[tuple[str, ...], str]:
+    """A `SOURCE:` prefix on a path narrows to that source; with --source it must be among them.
+    Returns the source ids and the rest of the path. The user's text is quoted with repr, so
+    that whatever it holds is shown escaped."""
+    from search.refs import split_source
+
+    prefix, rest = split_source(path, sources)
+    if prefix is None:
+        return source_ids, rest
+    if source_ids and prefix not in source_ids:
+        raise NotesSearchError(f"--path {path!r} is in source {prefix!r}, which --source "
+                               f"{', '.join(source_ids)} leaves out")
+    return (prefix,), rest
+
+
+def confined_places(
+    config: Config, candidates: Sequence[str], rest: str, store: Store | None
+) -> tuple[list[str], str, PathOutsideSources | None]:
+    """The candidates that admit `rest` (confined, and the path is on disk or in the index),
+    the confined path, and the first refusal (raised by the caller when nobody admits it)."""
+    from search.refs import confine, has_path
+
+    found: list[str] = []
+    refused: PathOutsideSources | None = None
+    rel = ""
+    for candidate in candidates:
+        try:
+            rel = confine(config, candidate, rest)
+        except PathOutsideSources as exc:
+            refused = refused or exc
+            continue
+        if not rel or has_path(config, store, candidate, rel):
+            found.append(candidate)
+    return found, rel, refused
+
+
+def resolve_path(config: Config, store: Store | None, path: str | None) -> Target:
+    """Source id -> that source; collection name -> its folder(s); else a confined path
+    (`source:path`, or a bare path in every source that has it). None -> everything."""
+    from search.refs import split_source
+    from search.route import load_entries
+
+    text = (path or "").strip()
+    if not text:
+        return Target(SearchScope(), "all sources", tuple(Place(sid, "") for sid in config.sources))
+    if text in config.sources:
+        return Target(SearchScope(source_ids=(text,)), f"source {text}", (Place(text, ""),))
+    entries = [e for e in load_entries(store) if e.name == text] if store is not None else []
+    if entries:
+        places = tuple(Place(e.source_id, e.folder) for e in entries)
+        return Target(SearchScope(collection=text), f"collection {text}", places)
+    source_id, rest = split_source(text, config.sources)
+    candidates = [source_id] if source_id else list(config.sources)
+    found, rel, refused = confined_places(config, candidates, rest, store)
+    if not found:
+        if refused is not None:
+            raise refused
+        where = f"source {source_id}" if source_id else "any source (" + ", ".join(config.sources) + ")"
+        raise SourceError(f"{text!r}: no such file, folder, collection or source in {where}")
+    key = nfc(rel)  # index paths are NFC
+    label = f"{found[0]}:{key}" if len(found) == 1 else key
+    return Target(SearchScope(source_ids=tuple(found), path=key or None), label,
+                  tuple(Place(sid, rel) for sid in found))
+
+
+def resolve_options(config: Config, source_ids: tuple[str, ...], collection: str | None, path: str | None) -> Target:
+    """--source / --collection / --path as one target. A `SOURCE:` prefix on the path narrows
+    to that source (it must be among --source when both are given); the path is normalised and
+    confined like every other path argument. Places: what a catch-up re-scans (nothing when
+    the whole index is searched without a path)."""
+    from search.refs import confine_in
+
+    for source_id in source_ids:
+        config.source(source_id)
+    if path is None:
+        scope = SearchScope(source_ids=tuple(source_ids), collection=collection)
+        places = tuple(Place(sid, "") for sid in source_ids)
+        return Target(scope, scope_label(scope), places)
+    source_ids, rest = narrow_to_prefix(path, source_ids, config.sources)
+    try:
+        rel = confine_in(config, source_ids or tuple(config.sources), rest)
+    except PathOutsideSources as exc:
+        raise PathOutsideSources(f"--path: {exc}") from None
+    scope = SearchScope(source_ids=tuple(source_ids), collection=collection, path=nfc(rel) or None)
+    # `--path .` scopes every source whole: still a scoped search, whose sources are caught up
+    places = tuple(Place(sid, scope.path or "") for sid in (source_ids or tuple(config.sources)))
+    return Target(scope, scope_label(scope), places)
+
+
+def scope_label(scope: SearchScope) -> str:
+    if scope.path:
+        return f"{scope.source_ids[0]}:{scope.path}" if len(scope.source_ids) == 1 else scope.path
+    if scope.collection is not None:
+        return f"collection {scope.collection}"
+    if scope.source_ids:
+        return "source " + ", ".join(scope.source_ids)
+    return "all sources"
+
+
+def check_scope_exists(config: Config, store: Store, scope: SearchScope) -> None:
+    """A --path or --collection that names nothing is a mistake to report, not an empty answer."""
+    from search.refs import has_path
+
+    if scope.collection is not None:
+        from search.route import load_entries
+
+        if scope.collection not in {e.name for e in load_entries(store)}:
+            raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
+                                   "(`notes-search collections` lists them)")
+    if scope.path:
+        sources = scope.source_ids or tuple(config.sources)
+        if not any(has_path(config, store, source_id, scope.path) for source_id in sources):
+            raise NotesSearchError(f"--path {scope.path!r}: no such file or folder in "
+                                   f"{', '.join(sources)} (on disk or in the index)")

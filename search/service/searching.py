@@ -1,0 +1,51 @@
+"""A search: resolve the scope, catch up the workspace places inside it, run the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from search.engine import SearchResponse
+from search.engine import search as engine_search
+from search.service.indexing import catch_up
+
+if TYPE_CHECKING:
+    from search.service import NotesService
+    from search.service.scope import Target
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """The engine's answer, what was searched, and the catch-up notices (in place order)."""
+
+    response: SearchResponse
+    target: Target
+    notices: tuple[str, ...] = ()
+
+    @property
+    def notice(self) -> str | None:
+        """The engine's notice and the catch-up notices as one line."""
+        return "; ".join(n for n in (self.response.notice, *self.notices) if n) or None
+
+
+def search(
+    service: NotesService,
+    query: str,
+    *,
+    target: Target | None = None,
+    path: str | None = None,
+    k: int,
+    mode: str,
+    resident: bool = False,
+) -> SearchOutcome:
+    """`target` (from the CLI flags) or `path` (a tool argument, resolved here). A scoped search
+    first indexes what changed on disk inside it; a lexical one never waits on embedding."""
+    with service.reading() as store:
+        if target is None:
+            target = service.resolve(path, store)
+        lag = catch_up(service, target, embed=mode != "lex") if target.places and not target.is_all else []
+        response = engine_search(
+            store, service.config, query, k=k, mode=mode, scope=target.scope, embedder_factory=service.embedder,
+            resident=service.resident_vectors() if resident else None,
+        )
+    return SearchOutcome(response, target, tuple(lag))
