@@ -33,15 +33,15 @@ if __package__ in (None, ""):  # `python bench/beir.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.common import REPO, cache_root, eprint, header, machine_table, md_table  # noqa: E402
-from indexer.config import Config, EmbeddingConfig, load_config  # noqa: E402
-from indexer.embedders import Embedder, make_embedder  # noqa: E402
-from indexer.store import Store  # noqa: E402
-from indexer.sync import run_sync  # noqa: E402
-from search.engine import MODES, search  # noqa: E402
-from search.evaluate import mean, ndcg_at_k, recall_at_k, reciprocal_rank  # noqa: E402
+from bench.common import REPO, cache_root, eprint, header, machine_table, md_table
+from indexer.config import Config, EmbeddingConfig, load_config
+from indexer.embedders import Embedder, make_embedder
+from indexer.store import Store
+from indexer.sync import run_sync
+from search.engine import MODES, search
+from search.evaluate import mean, ndcg_at_k, recall_at_k, reciprocal_rank
 
 EVAL_ROOT = REPO.parent / "shared" / "eval"
 DATASETS = ("scifact", "tydiqa-goldp-ru", "xquad-ru")
@@ -113,11 +113,11 @@ class CachingEmbedder(Embedder):
         missing = [key for key in unique if key not in found]
         fresh: dict[str, np.ndarray] = {}
         if missing:
-            text_of = dict(zip(keys, texts))
+            text_of = dict(zip(keys, texts, strict=True))
             started = time.perf_counter()
             vectors = np.asarray(self.inner.embed_batch([text_of[k] for k in missing], is_query=is_query), dtype=np.float32)
             seconds = time.perf_counter() - started
-            fresh = dict(zip(missing, vectors))
+            fresh = dict(zip(missing, vectors, strict=True))
             with self.db:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO vectors(key, vec, cost) VALUES (?, ?, ?)",

@@ -28,9 +28,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
-from bench.common import (  # noqa: E402
-    CLI, Stats, Workspace, arg_parser, cache_root, child_env, eprint, md_table, ms, queries, report,
-    run_timed, synced_workspace, verdict,
+from bench.common import (
+    CLI,
+    Stats,
+    Workspace,
+    arg_parser,
+    cache_root,
+    child_env,
+    eprint,
+    md_table,
+    ms,
+    queries,
+    report,
+    run_timed,
+    synced_workspace,
+    verdict,
 )
 
 SCOPE = "area-07"

@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # `python bench/bench_foundation.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     CLI,
     DIMS,
     PYTHON,
@@ -32,8 +32,8 @@ from bench.common import (  # noqa: E402
     SOURCE_ID,
     Stats,
     arg_parser,
-    chunk_texts,
     child_env,
+    chunk_texts,
     clustered_vectors,
     eprint,
     fake_embedder_factory,
@@ -161,12 +161,11 @@ def _refuse_embedder():
 def bench_write(quick: bool) -> str:
     import numpy as np
 
+    from bench.common import note_mtime, note_path, note_text
     from indexer.chunker import parse_markdown
     from indexer.config import EmbeddingConfig
     from indexer.model import FileVersion
     from indexer.store import Store, content_hash
-
-    from bench.common import note_mtime, note_path, note_text
 
     n_files = 300 if quick else 1000
     docs = []

@@ -29,12 +29,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
-from bench.common import arg_parser, report  # noqa: E402
-from indexer.config import load_config  # noqa: E402
-from indexer.store import Store  # noqa: E402
-from indexer.sync import SyncReport, run_sync  # noqa: E402
-from tests.fakes import FakeEmbedder  # noqa: E402
-from tests.gitutil import commit, init_upstream  # noqa: E402
+from bench.common import arg_parser, report
+from indexer.config import load_config
+from indexer.store import Store
+from indexer.sync import SyncReport, run_sync
+from tests.fakes import FakeEmbedder
+from tests.gitutil import commit, init_upstream
 
 T0 = 1_600_000_000
 EMBEDDING = {"provider": "ollama", "model": "fake:1", "endpoint": "http://127.0.0.1:9", "dims": 64}

@@ -33,9 +33,9 @@ if __package__ in (None, ""):  # `python bench/bench_langid.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import REPO, arg_parser, md_table, report  # noqa: E402
-from indexer.chunker import parse_markdown  # noqa: E402
-from indexer.language import SUPPORTED_LANGUAGES, UNKNOWN, language_words, prose_for_language  # noqa: E402
+from bench.common import REPO, arg_parser, md_table, report
+from indexer.chunker import parse_markdown
+from indexer.language import SUPPORTED_LANGUAGES, UNKNOWN, language_words, prose_for_language
 
 
 def eval_root() -> Path:
@@ -295,7 +295,7 @@ def _pycld2() -> Callable[[str], str]:
 
     def detect(text: str) -> str:
         try:
-            reliable, _, details = pycld2.detect(text)
+            _, _, details = pycld2.detect(text)
         except pycld2.error:
             return UNKNOWN
         code = details[0][1]
@@ -390,7 +390,8 @@ def candidates(quick: bool) -> str:
     counts = {key: sum(1 for s in samples if (s.lang, s.kind) == key) for key in keys}
     speed_rows, accuracy_rows = [], []
     rounds = 3 if quick else 10
-    candidates = CANDIDATES + [
+    candidates = [
+        *CANDIDATES,
         Candidate("chosen: indexer.language.detect_language", "py3langid", "py3langid", "import indexer.language as l; l.detect_language('jak obnovit zálohu databáze')", _chosen)
     ]
     for cand in candidates:

@@ -42,7 +42,7 @@ if __package__ in (None, ""):  # `python bench/bench_mcp.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     CLI,
     REPO,
     Stats,
@@ -265,7 +265,7 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
     service = NotesService.from_config_file(str(ws.config_path))
     tools = NotesTools(service)
     server = build_server(tools)
-    fm = server._tool_manager.get_tool("search").fn_metadata  # noqa: SLF001 - benchmark only
+    fm = server._tool_manager.get_tool("search").fn_metadata
     config = service.config
     embedder = service.embedder()
     for i in range(WARMUP):
@@ -289,15 +289,15 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
         for q in qs:
             if time.perf_counter() > deadline:
                 break  # a slow machine: fewer queries (the n column), every part alike
-            timed("embed", lambda: embedder.embed_query(q))
+            timed("embed", lambda q=q: embedder.embed_query(q))
             timed("open", lambda: Store.open(config.db, readonly=True).close())
             for scope_name, target in targets.items():
                 for mode in ("hybrid", "lex"):
-                    timed(f"engine {mode} {scope_name}", lambda: search(
+                    timed(f"engine {mode} {scope_name}", lambda q=q, mode=mode, target=target: search(
                         store, config, q, k=K, mode=mode, scope=target.scope, embedder_factory=lambda: fixed))
             timed("catch-up scan", lambda: service.catch_up(service.resolve(SCOPE, store), embed=True))
             for scope_name, path in (("all", None), (SCOPE, SCOPE)):
-                data = timed(f"tool {scope_name}", lambda: tools.search(q, path, K, "hybrid"))
+                data = timed(f"tool {scope_name}", lambda q=q, path=path: tools.search(q, path, K, "hybrid"))
                 args = {"query": q, "k": K, "mode": "hybrid"} | ({"path": path} if path else {})
                 c = time.process_time()
                 t = time.perf_counter()
@@ -305,10 +305,10 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
                 out[f"sdk {scope_name}"].append(time.perf_counter() - t)
                 out[f"cpu sdk {scope_name}"].append(time.process_time() - c)
                 if path is None:
-                    converted = timed("convert", lambda: fm.convert_result(data))
-                    wire = timed("wire", lambda: converted.model_dump_json(by_alias=True, exclude_none=True))
-                    timed("parse", lambda: CallToolResult.model_validate_json(wire))
-                    timed("json.dumps", lambda: json.dumps(data, ensure_ascii=False))
+                    converted = timed("convert", lambda data=data: fm.convert_result(data))
+                    wire = timed("wire", lambda converted=converted: converted.model_dump_json(by_alias=True, exclude_none=True))
+                    timed("parse", lambda wire=wire: CallToolResult.model_validate_json(wire))
+                    timed("json.dumps", lambda data=data: json.dumps(data, ensure_ascii=False))
 
     try:
         anyio.run(series)

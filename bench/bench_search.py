@@ -23,9 +23,9 @@ if __package__ in (None, ""):  # `python bench/bench_search.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     AREAS,
     CLI,
     PYTHON,
@@ -215,16 +215,16 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
                 for q in lexq
             }
             parts = [
-                ("fts_search(50)", lambda q: store.fts_search(matches[q], depth, scope), lexq),
-                ("vec_search(50)", lambda q: store.vec_search(vectors[q], depth, scope), qs),
+                ("fts_search(50)", lambda q, scope=scope: store.fts_search(matches[q], depth, scope), lexq),
+                ("vec_search(50)", lambda q, scope=scope: store.vec_search(vectors[q], depth, scope), qs),
                 *([("resident knn(50) (long-lived)", lambda q: resident.knn(store, vectors[q], depth), qs)]
                   if scope.is_all else []),
-                ("count_pending", lambda q: store.count_pending(scope), qs),
-                ("chunk_rows(≤100 ids)", lambda q: store.chunk_rows(ids_of[q]), lexq),
+                ("count_pending", lambda q, scope=scope: store.count_pending(scope), qs),
+                ("chunk_rows(≤100 ids)", lambda q, ids_of=ids_of: store.chunk_rows(ids_of[q]), lexq),
                 ("meta (identity check)", lambda q: store.meta(), qs),
             ]
             if not scope.is_all:
-                parts.append(("scope ids subquery alone", lambda q: scope_ids(scope), qs))
+                parts.append(("scope ids subquery alone", lambda q, scope=scope: scope_ids(scope), qs))
             for name, fn, subset in parts:
                 s = Stats.of(per_query(subset, fn, reps))
                 breakdown_rows.append([label, scope_name, name, s.n, ms(s.median), ms(s.p90), ms(s.max)])

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def verdict(ok: bool | None) -> str:
 def run_process(args: Sequence[str], *, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[bytes]]:
     """Wall time of a whole process (fork+exec+imports+work+exit), output captured."""
     start = time.perf_counter()
-    proc = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    proc = subprocess.run(list(args), capture_output=True, env=env, cwd=REPO)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-2000:]}")
@@ -192,7 +192,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def header(title: str, quick: bool) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"## {title}{' (quick)' if quick else ''}\n\n_{stamp}, load average at start: {loadavg()}_\n"
 
 

@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # `python bench/corpora.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.beir import (  # noqa: E402
+from bench.beir import (
     EVAL_ROOT,
     LOCAL_EMBEDDING,
     CachingEmbedder,
@@ -41,11 +41,11 @@ from bench.beir import (  # noqa: E402
     embed_progress,
     write_config,
 )
-from bench.common import eprint, header, machine_table, md_table  # noqa: E402
-from indexer import chunker  # noqa: E402
-from indexer.config import load_config  # noqa: E402
-from indexer.store import Store  # noqa: E402
-from indexer.sync import run_sync  # noqa: E402
+from bench.common import eprint, header, machine_table, md_table
+from indexer import chunker
+from indexer.config import load_config
+from indexer.store import Store
+from indexer.sync import run_sync
 
 CORPORA = ("tldr-pages", "linux-spellbook-cs")
 SOURCE_ID = "corpus"

@@ -28,10 +28,10 @@ if __package__ in (None, ""):  # `python bench/crosslingual.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.beir import EVAL_ROOT, BeirRun, BeirSet, cached_local_factory, load_set, read_jsonl, run_beir  # noqa: E402
-from bench.common import eprint, header, machine_table, md_table  # noqa: E402
-from bench.tldr_mixed import build_with_meta  # noqa: E402
-from search.evaluate import mean  # noqa: E402
+from bench.beir import EVAL_ROOT, BeirRun, BeirSet, cached_local_factory, load_set, read_jsonl, run_beir
+from bench.common import eprint, header, machine_table, md_table
+from bench.tldr_mixed import build_with_meta
+from search.evaluate import mean
 
 SETS = ("xquad-mixed-en-ru", "tldr-mixed")
 METRICS = ("ndcg@10", "recall@10", "mrr@10")

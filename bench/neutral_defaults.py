@@ -25,15 +25,15 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.beir import CachingEmbedder, EVAL_ROOT  # noqa: E402
-from bench.common import REPO, eprint  # noqa: E402
-from bench.tldr_mixed import FOLDERS, build_with_meta, read_pages  # noqa: E402
-from indexer import chunker  # noqa: E402
-from indexer.config import LOCAL_MODEL, EmbeddingConfig  # noqa: E402
-from indexer.embedders import make_embedder  # noqa: E402
-from indexer.language import chunk_language  # noqa: E402
+from bench.beir import EVAL_ROOT, CachingEmbedder
+from bench.common import REPO, eprint
+from bench.tldr_mixed import FOLDERS, build_with_meta, read_pages
+from indexer import chunker
+from indexer.config import LOCAL_MODEL, EmbeddingConfig
+from indexer.embedders import make_embedder
+from indexer.language import chunk_language
 
 PAGES_PER_LANGUAGE = 200
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             items = embed_texts([pages[n].text for n in names])
             eprint(f"{lang}: {len(names)} pages, {len(items)} chunks")
             vectors = embedder.embed_passages([text for text, _ in items])
-            for (_, detected), vector in zip(items, vectors):
+            for (_, detected), vector in zip(items, vectors, strict=True):
                 if detected == lang:  # a chunk the index would file under another language is left out
                     sums[lang] = sums.get(lang, 0) + vector.astype(np.float64)
                     chunks[lang] = chunks.get(lang, 0) + 1

@@ -19,14 +19,14 @@ import argparse
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/run_all.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import REPO, cache_root, child_env, loadavg, machine_table  # noqa: E402
+from bench.common import REPO, cache_root, child_env, loadavg, machine_table
 
 FIRST = ("foundation", "search")
 QUALITY = ("beir", "crosslingual", "corpora")  # bench/NAME.py: same convention, run after the latency benchmarks
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench" / "RESULTS.md"), help="results file")
     args = parser.parse_args()
     started = time.perf_counter()
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,

@@ -38,10 +38,9 @@ import re
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import accumulate
 from pathlib import PurePosixPath
-
-from functools import cache
 from typing import TYPE_CHECKING
 
 import yaml
@@ -304,7 +303,7 @@ def _sections(lines: Sequence[str], headings: Sequence[_Heading], content_start:
         sections.append(_Section(content_start, first_heading, ()))
     path: list[_Heading] = []
     ends = [heading.line for heading in headings[1:]] + [len(lines)]
-    for heading, end in zip(headings, ends):
+    for heading, end in zip(headings, ends, strict=False):  # no headings: ends still holds the end of file
         while path and path[-1].level >= heading.level:
             path.pop()
         path.append(heading)
@@ -340,7 +339,7 @@ def _absorbs(group: Sequence[_Section], section: _Section, tokens: _TokenEstimat
         and _under_parent_of_first(group, [section])
         and (
             tokens(group[0].start, section.end) <= MAX_CHUNK_TOKENS
-            or _is_lead_in(group, section) and tokens(section.start, section.end) > MAX_CHUNK_TOKENS
+            or (_is_lead_in(group, section) and tokens(section.start, section.end) > MAX_CHUNK_TOKENS)
         )
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -252,10 +253,8 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         raise c.fail("embedding.dims", f"{LOCAL_MODEL} has 384 dimensions, got {dims}")
     keep_alive = raw.get("keep_alive", -1)
     if isinstance(keep_alive, str):
-        try:
+        with contextlib.suppress(ValueError):  # a duration string such as "24h" is valid for Ollama as is
             keep_alive = float(keep_alive) if "." in keep_alive else int(keep_alive)
-        except ValueError:
-            pass  # a duration string such as "24h" is valid for Ollama as is
     if (isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str))
             or (not isinstance(keep_alive, str) and not abs(keep_alive) <= MAX_KEEP_ALIVE)):  # NaN too
         raise c.fail("embedding.keep_alive", f"expected a number of seconds up to {MAX_KEEP_ALIVE:g} "

@@ -17,8 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from indexer.config import Config, EmbeddingConfig
+from indexer.errors import EmbedderUnavailable
+
+T = TypeVar("T")
 
 OUTAGE_WINDOW = 45.0  # seconds a failed embedder is left alone by searches
 STATE_FILE = ".embedder-outage.json"  # next to the index, like the sync lock
@@ -117,3 +121,21 @@ def embedder_health(config: Config) -> EmbedderHealth:
         if health is None:
             health = _health[state_file] = EmbedderHealth(state_file)
         return health
+
+
+def guarded(config: Config, call: Callable[[], T]) -> T:
+    """Run an interactive embedding call unless an outage of config.embedding is remembered
+    (then EmbedderUnavailable with the outage text, and `call` never runs); a new
+    EmbedderUnavailable is remembered, a success forgets the outage. One rule for every caller
+    someone waits on (search, route), so they share the outage memory."""
+    health = embedder_health(config)
+    outage = health.outage(config.embedding)
+    if outage is not None:
+        raise EmbedderUnavailable(outage)
+    try:
+        result = call()
+    except EmbedderUnavailable as exc:
+        health.failed(config.embedding, str(exc))
+        raise
+    health.succeeded(config.embedding)
+    return result

