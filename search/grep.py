@@ -33,7 +33,7 @@ from indexer.filetext import BINARY_PROBE
 from indexer.gitenv import git_environment
 from indexer.globs import Scope
 from indexer.sources import workspace
-from indexer.store import Store
+from indexer.store import IndexReader
 from search.refs import confine, indexed_rev
 
 GREP_TIMEOUT = 60.0  # seconds per rg / git process; a runaway backtracking pattern must end
@@ -407,7 +407,7 @@ def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits
 # ---- entry point ----------------------------------------------------------------------------
 
 
-def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
+def _source_hits(store: IndexReader | None, source: Source, folder: str, pattern: str,
                  ignore_case: bool, fixed: bool, rg: str | None, problems: _Problems) -> tuple[Hits, int]:
     """The source's hits and how many files they come from (git: -1, unknown and not needed)."""
     if isinstance(source, GitSource):
@@ -418,7 +418,7 @@ def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
 
 def grep(
     config: Config,
-    store: Store | None,
+    store: IndexReader | None,
     pattern: str,
     *,
     source_ids: Iterable[str] = (),

@@ -32,15 +32,15 @@ log = logging.getLogger("notes_search")
 # Commands defined in their own modules, imported only when named (or listed by --help): the
 # cron no-op `sync` should not pay for loading the MCP server, the router or the hook installer.
 LAZY_COMMANDS = {
-    "show": "search.commands:show",
-    "grep": "search.commands:grep",
-    "toc": "search.commands:toc",
+    "show": "search.cli.files:show",
+    "grep": "search.cli.files:grep",
+    "toc": "search.cli.files:toc",
     "watch": "search.watch_cmd:watch",
     "mcp": "search.mcp_server:mcp_command",
-    "collections": "search.route:collections_command",
-    "route": "search.route:route_command",
+    "collections": "search.cli.collections:collections_command",
+    "route": "search.cli.collections:route_command",
     "hooks": "hooks.install:hooks",
-    "eval": "search.evaluate:eval_command",
+    "eval": "search.cli.evaluate:eval_command",
 }
 
 
