@@ -264,7 +264,7 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
     qs = queries(n)
     service = NotesService.from_config_file(str(ws.config_path))
     tools = NotesTools(service)
-    server = build_server(tools)
+    server = build_server(service)
     fm = server._tool_manager.get_tool("search").fn_metadata
     config = service.config
     embedder = service.embedder()

@@ -1,24 +1,21 @@
-"""The MCP server (SPEC §8, seed B §8): the library's read paths as tools, over stdio or HTTP.
+"""The MCP server: the service's operations as tools, over stdio or HTTP.
 
 One process serves many calls, so the config is loaded once at startup and the embedding model
-once, lazily, on the first call that needs it (`App.embedder`). Every path argument is confined
-to the configured sources before anything is read; domain errors become MCP tool errors
-(`isError` with the one-line message) and the server keeps serving. The MCP SDK, uvicorn, git
-and the grep machinery are imported only when the server starts: `search.cli` imports this
-module for its click command, and plain queries must stay light. (No `from __future__ import
-annotations` here: the SDK reads the tool signatures, whose types are imported inside
-`build_server`; names known only to type checkers are quoted instead.)
+once, lazily, on the first call that needs it (`NotesService.embedder`). Every path argument is
+confined to the configured sources before anything is read; domain errors become MCP tool
+errors (`isError` with the one-line message) and the server keeps serving. The MCP SDK, uvicorn,
+git and the grep machinery are imported only when the server starts: `notes-search --help`
+imports this module for the `mcp` command's options, and must stay light. (No `from __future__
+import annotations` here: the SDK reads the tool signatures at run time, whose types are
+imported inside `build_server`; names known only to type checkers are quoted instead.)
 """
 
 import hmac
-import ipaddress
 import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-import click
 
 from indexer.errors import NotesSearchError
 from search.route import NO_COLLECTIONS, ROUTE_K
@@ -28,7 +25,6 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from indexer.embedders import Embedder
-    from search.cli import App
     from search.resident import ResidentVectors
     from search.service import NotesService
 
@@ -166,12 +162,13 @@ def _tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from None
 
 
-def build_server(tools: NotesTools) -> "MCPServer":
+def build_server(service: "NotesService") -> "MCPServer":
     """Register the tools. Sync functions: the SDK runs each call on a worker thread."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
     from pydantic import Field
 
+    tools = NotesTools(service)
     server = MCPServer("notes-search", instructions=SERVER_INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     where = Field(description=PATH_HELP)
@@ -270,15 +267,6 @@ def build_server(tools: NotesTools) -> "MCPServer":
 LOCAL_ORIGIN = re.compile(r"https?://(localhost|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]{1,5})?", re.IGNORECASE)
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 class HttpGuard:
     """ASGI middleware in front of the MCP app: a browser page on another origin may not talk to
     the server (DNS rebinding), and with a token every request must carry it as a Bearer."""
@@ -311,16 +299,17 @@ MAKE_TOKEN = ('python -c "import secrets; print'
               '(secrets.token_urlsafe(32))"')
 
 
-def check_token(token: str, remote: bool) -> None:
-    """A token other machines can guess is no guard; one with spaces or non-ASCII never matches
-    the Bearer header a client sends."""
+def token_problem(token: str, remote: bool) -> str | None:
+    """Why `token` is no guard, or None: one other machines can guess is none, and one with
+    spaces or non-ASCII never matches the Bearer header a client sends."""
     if not all("!" <= char <= "~" for char in token):
-        raise click.UsageError(f"--token must be printable ASCII without spaces; make one with: {MAKE_TOKEN}")
+        return f"--token must be printable ASCII without spaces; make one with: {MAKE_TOKEN}"
     if remote and len(token) < MIN_REMOTE_TOKEN_CHARS:
-        raise click.UsageError(
+        return (
             f"--token is {len(token)} characters; a server reachable from other machines needs at "
             f"least {MIN_REMOTE_TOKEN_CHARS} random ones; make one with: {MAKE_TOKEN}"
         )
+    return None
 
 
 def _bearer_matches(header: str | None, token: str) -> bool:
@@ -342,26 +331,11 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-@click.command("mcp")
-@click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP (path /mcp) instead of stdio.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="HTTP port.")
-@click.option("--token", envvar=TOKEN_ENV, show_envvar=True, metavar="TOKEN",
-              help="HTTP: require `Authorization: Bearer TOKEN`; mandatory for a non-loopback --host.")
-@click.pass_obj
-def mcp_command(app: "App", use_http: bool, host: str, port: int, token: str | None) -> None:
-    """MCP server for agents: search, status, reindex, get, grep, collections, route (stdio by default)."""
-    if use_http and not is_loopback(host) and not token:
-        raise click.UsageError(
-            f"--host {host} is reachable from other machines: set --token (or ${TOKEN_ENV}) so every "
-            "request must carry `Authorization: Bearer <token>`"
-        )
-    if use_http and token:
-        check_token(token, remote=not is_loopback(host))
-    tools = NotesTools(app.service())
-    tools.warm_up()
-    server = build_server(tools)
-    if use_http:
-        serve_http(server, host, port, token or None)
+def run(service: "NotesService", *, http: tuple[str, int, str | None] | None = None) -> None:
+    """Serve until stopped: stdio, or `http` = (host, port, token) as streamable HTTP."""
+    service.warm_up()
+    server = build_server(service)
+    if http is not None:
+        serve_http(server, *http)
     else:
         server.run("stdio")

@@ -26,8 +26,8 @@ from indexer.freshness import git_freshness
 from indexer.store import SearchScope, Store
 from indexer.sync import SyncReport, run_sync
 from search import cli as cli_module
+from search.cli.context import CliContext
 from search.mcp_server import NotesTools
-from search.service import NotesService
 from tests.conftest import write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
@@ -380,7 +380,8 @@ def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, An
     with closing(Store.open(config.db, readonly=True)) as store:
         state = {sid: git_freshness(src, store, check_remote=check_remote)
                  for sid, src in config.sources.items() if isinstance(src, GitSource)}
-    report = NotesTools(NotesService.from_config_file(str(index.path), check_remote=check_remote)).status(None)
+    # built as `notes-search mcp` builds it, with its log file
+    report = NotesTools(CliContext(str(index.path)).service(check_remote=check_remote)).status(None)
     state.update({s["id"]: s["lag"] for s in report["sources"] if s["kind"] == "workspace"})
     return state
 

@@ -26,7 +26,8 @@ from mcp.types import CallToolResult
 from indexer.config import load_config
 from indexer.embedders import make_embedder
 from indexer.sync import run_sync
-from search.mcp_server import TOKEN_ENV, LOCAL_ORIGIN, is_loopback
+from indexer.hosts import is_loopback_host as is_loopback
+from search.mcp_server import TOKEN_ENV, LOCAL_ORIGIN
 from tests.embed_servers import OllamaServer, free_port
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,10 +14,10 @@ from indexer.config import EmbeddingConfig, load_config
 from indexer.embedders import make_embedder
 from indexer.store import Store
 from indexer.sync import run_sync
-from search.cli import App
 from indexer.store import CollectionRow as CollectionEntry
 from search import cli as cli_module
 from search.cli.collections import collections_command, route_command
+from search.cli.context import CliContext
 from search.route import (
     TREE_AFTER,
     Router,
@@ -132,7 +132,7 @@ def write_collections(root: Path, metas: dict[str, tuple[str, str, str]], note: 
 
 
 @pytest.fixture
-def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> App:
+def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliContext:
     notes = tmp_path / "notes"
     write_collections(notes, META)
     (notes / "plain").mkdir()
@@ -144,12 +144,12 @@ def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> App:
     )
     embedder = FakeEmbedder(load_config(config_path).embedding)
     run_sync(load_config(config_path), embedder_factory=lambda: embedder)
-    app = App(str(config_path))
+    app = CliContext(str(config_path))
     monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: embedder)
     return app
 
 
-def test_collections_command_lists_name_and_description(synced_app: App) -> None:
+def test_collections_command_lists_name_and_description(synced_app: CliContext) -> None:
     runner = CliRunner()
     result = runner.invoke(collections_command, [], obj=synced_app, catch_exceptions=False)
     assert result.output.splitlines() == [
@@ -162,7 +162,7 @@ def test_collections_command_lists_name_and_description(synced_app: App) -> None
     assert listed == [("cooking", "cooking", 1), ("devops", "devops", 1)]
 
 
-def test_route_command_ranks_collections(synced_app: App) -> None:
+def test_route_command_ranks_collections(synced_app: CliContext) -> None:
     runner = CliRunner()
     result = runner.invoke(route_command, ["backups of the PostgreSQL server", "--json"], obj=synced_app)
     data = json.loads(result.output)

@@ -402,7 +402,7 @@ def test_the_watch_command_indexes_and_exits_cleanly_on_sigterm(config_path: Pat
         """
         import sys
         import search.cli as cli_module
-        from search.watch_cmd import watch
+        from search.cli.watch import watch
         from tests.fakes import FakeEmbedder
         cli_module.make_embedder = FakeEmbedder  # offline: no model, no server
         cli_module.cli.add_command(watch)

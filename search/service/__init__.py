@@ -126,12 +126,15 @@ class NotesService:
         return resolve_path(self.config, store, path)
 
     def scope_from_options(
-        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: Store
+        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: Store | None = None
     ) -> Target:
+        """The CLI's --source/--collection/--path; with a store, also checked to name something
+        (`search` checks a target it is given itself, in its own connection)."""
         from search.service.scope import check_scope_exists, resolve_options
 
         target = resolve_options(self.config, source_ids, collection, path)
-        check_scope_exists(self.config, store, target.scope)
+        if store is not None:
+            check_scope_exists(self.config, store, target.scope)
         return target
 
     # ---- searching ----------------------------------------------------------------------------
@@ -152,10 +155,17 @@ class NotesService:
 
     # ---- indexing -----------------------------------------------------------------------------
 
-    def sync(self, source_ids: Sequence[str] | None, *, full: bool, progress: Progress | None) -> SyncOutcome:
+    def sync(
+        self,
+        source_ids: Sequence[str] | None,
+        *,
+        full: bool,
+        progress: Progress | None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> SyncOutcome:
         from search.service.indexing import sync
 
-        return sync(self, source_ids, full=full, progress=progress)
+        return sync(self, source_ids, full=full, progress=progress, on_warning=on_warning)
 
     def reindex(self, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
         from search.service.indexing import reindex

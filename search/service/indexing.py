@@ -86,13 +86,22 @@ class ReindexOutcome:
 
 
 def sync(
-    service: NotesService, source_ids: Sequence[str] | None, *, full: bool, progress: Progress | None
+    service: NotesService,
+    source_ids: Sequence[str] | None,
+    *,
+    full: bool,
+    progress: Progress | None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> SyncOutcome:
+    """A sync of the selected sources (None: all). The config's selection warnings are logged
+    and handed to `on_warning` before the sync starts (a person sees them before the progress)."""
     from indexer.sync import run_sync
 
     warnings = tuple(selection_warnings(service.config))
     for warning in warnings:
         log.warning("%s", warning)
+        if on_warning is not None:
+            on_warning(warning)
     report = run_sync(service.config, source_ids=list(source_ids or ()) or None, full=full,
                       embedder_factory=service.embedder, progress=progress)
     return SyncOutcome(report, warnings)

@@ -32,10 +32,9 @@ class Target:
     scope: SearchScope
     label: str  # e.g. "all sources", "source notes", "collection devops", "notes:devops"
     places: tuple[Place, ...] = ()
-
-    @property
-    def is_all(self) -> bool:
-        return self.scope.is_all
+    # nothing named: the whole index. `--path .` has the same scope but names every source
+    # whole, so it is searched like a source (caught up first) and may be re-indexed.
+    is_all: bool = False
 
 
 def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection[str]) -> tuple[tuple[str, ...], str]:
@@ -82,7 +81,7 @@ def resolve_path(config: Config, store: Store | None, path: str | None) -> Targe
 
     text = (path or "").strip()
     if not text:
-        return Target(SearchScope(), "all sources", tuple(Place(sid, "") for sid in config.sources))
+        return Target(SearchScope(), "all sources", tuple(Place(sid, "") for sid in config.sources), is_all=True)
     if text in config.sources:
         return Target(SearchScope(source_ids=(text,)), f"source {text}", (Place(text, ""),))
     entries = [e for e in load_entries(store) if e.name == text] if store is not None else []
@@ -115,7 +114,7 @@ def resolve_options(config: Config, source_ids: tuple[str, ...], collection: str
     if path is None:
         scope = SearchScope(source_ids=tuple(source_ids), collection=collection)
         places = tuple(Place(sid, "") for sid in source_ids)
-        return Target(scope, scope_label(scope), places)
+        return Target(scope, scope_label(scope), places, is_all=scope.is_all)
     source_ids, rest = narrow_to_prefix(path, source_ids, config.sources)
     try:
         rel = confine_in(config, source_ids or tuple(config.sources), rest)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from search.engine import SearchResponse
 from search.engine import search as engine_search
 from search.service.indexing import catch_up
+from search.service.scope import check_scope_exists
 
 if TYPE_CHECKING:
     from search.service import NotesService
@@ -38,12 +39,15 @@ def search(
     mode: str,
     resident: bool = False,
 ) -> SearchOutcome:
-    """`target` (from the CLI flags) or `path` (a tool argument, resolved here). A scoped search
-    first indexes what changed on disk inside it; a lexical one never waits on embedding."""
+    """`target` (from the CLI flags, checked here to name something) or `path` (a tool
+    argument, resolved here). A scoped search first indexes what changed on disk inside it; a
+    lexical one never waits on embedding."""
     with service.reading() as store:
         if target is None:
             target = service.resolve(path, store)
-        lag = catch_up(service, target, embed=mode != "lex") if target.places and not target.is_all else []
+        else:
+            check_scope_exists(service.config, store, target.scope)
+        lag = catch_up(service, target, embed=mode != "lex") if not target.is_all else []
         response = engine_search(
             store, service.config, query, k=k, mode=mode, scope=target.scope, embedder_factory=service.embedder,
             resident=service.resident_vectors() if resident else None,

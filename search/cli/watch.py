@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
-from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:
-    from search.cli import App
+from search.cli.context import CliContext, pass_context
 
 
 @click.command()
@@ -26,8 +23,8 @@ if TYPE_CHECKING:
               help="Full rescan interval, for changes the events missed (network filesystems); 0 = never.")
 @click.option("--polling", is_flag=True,
               help="Poll the folders instead of using inotify (NFS, SMB, sshfs, FUSE: inotify sees nothing there).")
-@click.pass_obj
-def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> None:
+@pass_context
+def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: bool) -> None:
     """Keep the index of the workspace sources in step with the disk until stopped.
 
     Runs beside `mcp` on the same index; both take the sync lock before writing.
@@ -37,15 +34,15 @@ def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> N
     from watchdog.observers.polling import PollingObserver
 
     from indexer.watch import Watcher
-    from search.terminal import SafeLogFormatter, echo
+    from search.logfile import ROOT_LOGGER, configure_log_file
+    from search.terminal import echo
 
+    service = ctx.service()
     watcher = Watcher(
-        app.config, app.embedder, debounce=debounce, reconcile_every=reconcile_every,
+        service.config, service.embedder, debounce=debounce, reconcile_every=reconcile_every,
         observer_factory=PollingObserver if polling else Observer,
     )
-    stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("notes_search").addHandler(stderr)
+    stderr = configure_log_file(service.config, create=True, also_stderr=True)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -56,7 +53,8 @@ def watch(app: App, debounce: float, reconcile_every: float, polling: bool) -> N
         watcher.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        logging.getLogger("notes_search").removeHandler(stderr)
+        if stderr is not None:
+            logging.getLogger(ROOT_LOGGER).removeHandler(stderr)
     s = watcher.stats
     echo(f"stopped: {s.batches} batches, {s.reconciles} reconciles, {s.restarts} observer restarts", err=True)
     if watcher.failure or not stop.is_set():

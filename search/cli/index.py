@@ -1,0 +1,221 @@
+"""`init`, `sync`, `reindex` and `status`: writing the index and saying what it holds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from search.cli.context import CliContext, pass_context
+from search.terminal import Safe, echo, echo_json
+
+if TYPE_CHECKING:
+    from indexer.sync import SyncReport
+    from search.service.status import StatusReport
+
+MAX_SKIPS_SHOWN = 20  # per source; a folder of attachments must not flood the terminal
+REINDEX_LOCK_WAIT = 30.0  # seconds `reindex` waits for a running sync: a person is waiting
+
+
+@click.command()
+@click.argument("notes_dir", default="notes", metavar="[DIR]")
+@click.option("--source-id", default="notes", show_default=True, help="Id of the workspace source.")
+@pass_context
+def init(ctx: CliContext, notes_dir: str, source_id: str) -> None:
+    """Write a starter config that indexes DIR with the local embedder."""
+    from indexer.config import STARTER_CONFIG, find_config
+
+    target = find_config(ctx.config_option)
+    if target.exists():
+        raise click.ClickException(f"{target} already exists; not overwriting it")
+    notes_root = Path(notes_dir)
+    if not notes_root.is_dir():
+        raise click.ClickException(f"{notes_dir}: not a folder")
+    try:
+        relative = notes_root.resolve().relative_to(target.resolve().parent)
+    except ValueError:
+        relative = notes_root.resolve()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
+            file.write(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))))
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
+    echo(f"wrote {target}; next: notes-search -c {target} sync")
+
+
+@click.command()
+@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Sync only this source (repeatable).")
+@click.option("--full", is_flag=True, help="Re-read and re-chunk every file (vectors of unchanged text are kept).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the sync report as JSON.")
+@pass_context
+def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json: bool) -> None:
+    """Bring the index up to date (the cron / hook job).
+
+    Exits 0 at once when another sync holds the lock: silently, or with --json an object
+    that says `"locked": true`.
+    """
+    import search.cli as package  # looked up now: tests replace stderr_is_terminal there
+
+    service = ctx.service()
+    interactive = package.stderr_is_terminal() and not quiet and not as_json
+    progress, finish = _progress_printer() if interactive else (None, lambda: None)
+    try:
+        outcome = service.sync(list(source_ids) or None, full=full, progress=progress,
+                               on_warning=None if quiet else _warn)
+    finally:
+        finish()
+    report = outcome.report
+    if report.locked and not as_json:
+        return
+    if as_json:
+        echo_json(outcome.to_json())
+        if report.locked:
+            return
+    elif interactive:
+        _print_sync_summary(report)
+    for failed in report.failed:
+        echo(f"error: source {failed.source_id}: {failed.error}", err=True)
+    if report.embed_notice and not quiet and not as_json:
+        echo(f"warning: {report.embed_notice}", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+def _warn(warning: str) -> None:
+    echo(f"warning: {warning}", err=True)
+
+
+def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """A one-line progress display on stderr; only used when stderr is a terminal."""
+    state = {"shown": False}
+
+    def show(stage: str, done: int, total: int) -> None:
+        if stage == "files" and done % 50:
+            return
+        text = f"{stage}: {done}/{total}" if total else f"{stage}: {done}"
+        echo(Safe("\r"), f"{text:<40}", nl=False, err=True)
+        state["shown"] = True
+
+    def finish() -> None:
+        if state["shown"]:
+            echo(Safe("\r" + " " * 40 + "\r"), nl=False, err=True)
+
+    return show, finish
+
+
+def _print_sync_summary(report: SyncReport) -> None:
+    if report.rebuilt:
+        echo(report.rebuilt, err=True)
+    for s in report.sources:
+        if s.recloned:
+            echo(f"{s.source_id}: the mirror was damaged ({s.recloned}) and was cloned again", err=True)
+        for folder in s.unreadable:
+            echo(f"{s.source_id}: cannot read {folder or '.'}/, its indexed files are kept", err=True)
+        if s.error:
+            continue
+        if s.changed or s.skipped:
+            echo(f"{s.source_id}: +{s.added} ~{s.updated} -{s.deleted}" + (f", {s.skipped} skipped" if s.skipped else ""), err=True)
+        else:
+            echo(f"{s.source_id}: up to date", err=True)
+    if report.embedded or report.pending:
+        echo(f"embedded {report.embedded} chunks, {report.pending} pending ({report.seconds:.1f}s)", err=True)
+    for line in report.coverage:
+        echo(f"coverage: {line}", err=True)
+
+
+@click.command()
+@click.argument("path")
+@click.option("--full", is_flag=True, help="Re-read and re-chunk even unchanged files.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
+    """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
+    from search.service.indexing import sync_report_json
+
+    outcome = ctx.service().reindex(path, full=full, lock_wait=REINDEX_LOCK_WAIT, whole_sources=True)
+    if outcome.locked:
+        raise click.ClickException(f"another sync held the lock for {REINDEX_LOCK_WAIT:g} s; try again")
+    [run] = outcome.runs  # one run over every source that has the path, as one sync
+    report = run.report
+    if as_json:
+        echo_json(sync_report_json(report))
+    else:
+        for s in report.sources:
+            state = f"error: {s.error}" if s.error else f"+{s.added} ~{s.updated} -{s.deleted}"
+            echo(f"{s.source_id}: {state}" + (f", {s.skipped} skipped" if s.skipped else ""))
+            for skipped_path, reason in s.skips[:MAX_SKIPS_SHOWN]:
+                echo(f"    skipped {skipped_path}: {reason}")
+            if len(s.skips) > MAX_SKIPS_SHOWN:
+                echo(f"    ... and {len(s.skips) - MAX_SKIPS_SHOWN} more skipped (the log lists them)")
+        if report.embed_notice:
+            echo(f"warning: {report.embed_notice}", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("path", required=False)
+@click.option("--offline", is_flag=True, help="Do not ask git remotes for their head (no network).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def status(ctx: CliContext, path: str | None, offline: bool, as_json: bool) -> None:
+    """What is indexed, when, what is pending, and whether the index lags the disk or the remote.
+
+    PATH (a source id, collection, folder or file) narrows the counts to it.
+    """
+    report = ctx.service(check_remote=not offline).status(path)
+    if as_json:
+        echo_json(report.to_json())
+        return
+    _print_status(report)
+
+
+def _print_status(report: StatusReport) -> None:
+    echo(f"index: {report.db}")
+    running = report.sync_running
+    if running is not None:
+        pid = f" (pid {running.pid})" if running.pid else ""
+        echo(f"sync running{pid}: the counts below may change until it finishes")
+    emb = report.embedding
+    echo(f"embedding: {emb.provider} {emb.model} ({emb.dims} d)")
+    if emb.reindex_needed:
+        echo("reindex needed: " + "; ".join(emb.reindex_needed))
+    echo(f"languages: {_languages_line(report.languages)}")
+    for s in report.sources:
+        name = s["id"] + (f":{s['path']}" if s.get("path") else "")
+        echo(
+            f"{name:<20} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
+            f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}"
+        )
+        echo(f"    languages: {_languages_line(s['languages'])}")
+        lag = s.get("lag") or {}
+        if s["kind"] == "git":
+            rev = (s["indexed_rev"] or "none")[:12]
+            remote = (lag.get("remote_head") or lag.get("mirror_head") or "?")[:12]
+            echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
+            if lag.get("remote_error"):
+                echo(f"    remote: {lag['remote_error']}")
+            if lag.get("mirror_damaged"):
+                echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
+        if s.get("incomplete"):
+            what = "still running" if running is not None else "did not finish"
+            echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
+        if lag.get("unreadable"):
+            echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
+        if lag.get("lags"):
+            echo("    lags: the index is behind; run `notes-search sync`")
+        if s.get("error"):
+            echo(f"    error: {s['error']}")
+        elif lag.get("error"):
+            echo(f"    cannot check: {lag['error']}")
+
+
+def _languages_line(languages: dict[str, int]) -> str:
+    """Chunks per language, e.g. "en 120, cs 40, unknown 3"."""
+    return ", ".join(f"{language} {count}" for language, count in languages.items()) or "no chunks"

@@ -1,0 +1,58 @@
+"""The log file of a config: configured by each front end when it starts work, never by a
+library import or a config read (a test or another program that uses the service keeps its own
+logging)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from indexer.config import Config
+from indexer.errors import ConfigError
+from search.terminal import SafeLogFormatter
+
+ROOT_LOGGER = "notes_search"
+
+
+def configure_log_file(config: Config, *, create: bool, also_stderr: bool = False) -> logging.Handler | None:
+    """Log to the config's log file; nothing goes to the terminal from here (cron stays silent).
+    Without `create` (a read-only command) the log is used only if its folder exists and the
+    file can be opened: reading the index must not need, or make, a writable log.
+
+    `also_stderr` (a foreground service such as `watch`: journald reads its stderr) adds a
+    stderr handler too and returns it, for the caller to remove when it stops."""
+    root = logging.getLogger(ROOT_LOGGER)
+    if not any(getattr(h, "notes_search_file", None) == str(config.log) for h in root.handlers):
+        _attach_file(root, config, create)
+    if not also_stderr:
+        return None
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(stderr)
+    return stderr
+
+
+def _attach_file(root: logging.Logger, config: Config, create: bool) -> None:
+    for handler in list(root.handlers):
+        if getattr(handler, "notes_search_file", None):
+            root.removeHandler(handler)
+            handler.close()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        # without a log file, records go nowhere: Python's last-resort handler would print them
+        # on stderr, where the command already says what matters in its own words
+        root.addHandler(logging.NullHandler())
+    if not create and not config.log.parent.is_dir():
+        return
+    try:
+        if create:
+            config.log.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(config.log, encoding="utf-8")
+    except OSError as exc:
+        if not create:
+            return
+        raise ConfigError(f"cannot write log file {config.log} (`log:` in the config): {exc.strerror or exc}") from None
+    handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
+    # one record per line, whatever a file name holds: people `tail -f` this file
+    handler.setFormatter(SafeLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
