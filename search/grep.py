@@ -31,7 +31,7 @@ from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, SourceError
 from indexer.filetext import BINARY_PROBE
 from indexer.gitenv import git_environment
-from indexer.globs import Scope
+from indexer.globs import Scope, literal_folder
 from indexer.sources import workspace
 from indexer.store import IndexReader
 from search.refs import confine, indexed_rev
@@ -347,25 +347,12 @@ def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
 # ---- git sources ----------------------------------------------------------------------------
 
 
-def _literal_prefix(glob: str) -> str:
-    """The folder part of a glob before its first wildcard; '' when it starts with one or has
-    no '/' (such a pattern matches a file name at any depth)."""
-    if "/" not in glob.strip("/"):
-        return ""
-    parts: list[str] = []
-    for segment in glob.strip("/").split("/"):
-        if any(ch in segment for ch in "*?["):
-            break
-        parts.append(segment)
-    return "/".join(parts)
-
-
 def _pathspecs(scope: Scope, folder: str) -> list[str]:
     """A superset of the admitted files as literal pathspecs; exact scope is applied afterwards."""
     if folder:
         return [f":(literal){folder}"]
-    prefixes = [_literal_prefix(glob) for glob in scope.paths]
-    if "" in prefixes:
+    prefixes = [literal_folder(glob) for glob in scope.paths]
+    if "" in prefixes:  # a pattern that may match anywhere (`**`, or `notes.md` at any depth)
         return []
     return [f":(literal){prefix}" for prefix in sorted(set(prefixes))]
 

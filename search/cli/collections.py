@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
+from search.cli.context import CliContext, pass_context
 from search.route import NO_COLLECTIONS, ROUTE_K, collection_line
 from search.terminal import echo, echo_json, styled
-
-if TYPE_CHECKING:
-    from search.cli.context import CliContext
 
 
 @click.command("collections")
 @click.option("--prefix", metavar="P", help="Only collections whose name starts with P (or in group P).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: flat list, or groups beyond 50.")
-@click.pass_obj
+@pass_context
 def collections_command(context: CliContext, prefix: str | None, as_json: bool) -> None:
     """List collections (folders with _meta.yaml) as `name — description`."""
     view = context.service().collections(prefix)
@@ -40,7 +36,7 @@ def collections_command(context: CliContext, prefix: str | None, as_json: bool) 
 @click.argument("text")
 @click.option("-k", "k", default=ROUTE_K, show_default=True, type=click.IntRange(1, 100), help="Collections to return.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-@click.pass_obj
+@pass_context
 def route_command(context: CliContext, text: str, k: int, as_json: bool) -> None:
     """Pick the collections a question most likely belongs to (then: query --collection NAME)."""
     response = context.service().route(text, k)

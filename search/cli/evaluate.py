@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
+from search.cli.context import CliContext, pass_context
 from search.engine import MODES
 from search.evaluate import report_lines
 from search.terminal import echo, echo_json
-
-if TYPE_CHECKING:
-    from search.cli.context import CliContext
 
 
 @click.command("eval")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--mode", "modes", multiple=True, type=click.Choice(MODES), help="Only this mode (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with scores and misses per mode.")
-@click.pass_obj
+@pass_context
 def eval_command(context: CliContext, file: Path, modes: tuple[str, ...], as_json: bool) -> None:
     """Recall@1/5/10 and MRR per mode for a question file (YAML list or JSONL).
 

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 import click
 
+from search.cli.context import CliContext, pass_context
 from search.terminal import echo, echo_json, styled
 
 if TYPE_CHECKING:
-    from search.cli.context import CliContext
     from search.grep import GrepHit, Unsearched
 
 
 @click.command()
 @click.argument("ref", metavar="REF")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one entry per source that has the file.")
-@click.pass_obj
+@pass_context
 def show(context: CliContext, ref: str, as_json: bool) -> None:
     """Print a file or a line range: REF is [SOURCE:]PATH[:LINE[:COUNT]].
 
@@ -60,7 +60,7 @@ def _print_hit(hit: GrepHit) -> None:
 @click.option("--max-count", default=200, show_default=True, type=click.IntRange(1, 100_000),
               help="Stop after this many matching lines in total.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated, unsearched.")
-@click.pass_obj
+@pass_context
 def grep(context: CliContext, pattern: str, source_ids: tuple[str, ...], path: str | None, ignore_case: bool,
          fixed: bool, max_count: int, as_json: bool) -> None:
     """Exact or regex search of the live files, without the index.
@@ -93,7 +93,7 @@ def grep(context: CliContext, pattern: str, source_ids: tuple[str, ...], path: s
 @click.command()
 @click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one {source, file, text} per source.")
-@click.pass_obj
+@pass_context
 def toc(context: CliContext, source_ids: tuple[str, ...], as_json: bool) -> None:
     """Print the table of contents (folder, file, title, tags, headings) and refresh its file."""
     tocs = context.service().toc(source_ids)
