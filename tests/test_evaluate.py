@@ -13,10 +13,10 @@ from click.testing import CliRunner, Result
 from bench.beir import CachingEmbedder, doc_filename, load_set, run_beir, score_queries
 from indexer.config import EmbeddingConfig
 from search import cli as cli_module
+from search.cli.evaluate import eval_command
 from search.evaluate import (
-    Target,
+    ExpectedLocation as Target,
     dcg,
-    eval_command,
     load_questions,
     mean_reciprocal_rank,
     ndcg_at_k,

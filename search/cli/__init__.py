@@ -28,15 +28,15 @@ LAZY_COMMANDS = {
     "reindex": "search.cli.index:reindex",
     "status": "search.cli.index:status",
     "query": "search.cli.query:query",
-    "show": "search.commands:show",
-    "grep": "search.commands:grep",
-    "toc": "search.commands:toc",
+    "show": "search.cli.files:show",
+    "grep": "search.cli.files:grep",
+    "toc": "search.cli.files:toc",
     "watch": "search.cli.watch:watch",
     "mcp": "search.cli.serve:mcp",
-    "collections": "search.route:collections_command",
-    "route": "search.route:route_command",
+    "collections": "search.cli.collections:collections_command",
+    "route": "search.cli.collections:route_command",
     "hooks": "search.cli.hooks:hooks",
-    "eval": "search.evaluate:eval_command",
+    "eval": "search.cli.evaluate:eval_command",
 }
 
 # Commands that write the index: only these create the db's and the log's folders. The others

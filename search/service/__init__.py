@@ -100,7 +100,7 @@ class NotesService:
 
         with self._lock:
             if self._router is None:
-                self._router = Router(self.embedder)
+                self._router = Router(self.embedder, self.config)
             return self._router
 
     @contextmanager
