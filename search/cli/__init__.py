@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from indexer.errors import NotesSearchError
-from search.terminal import echo_json, safe_errors
+from search.terminal import safe_errors
 
 if TYPE_CHECKING:  # heavy imports (numpy, requests) load only when a command needs an embedder
     from indexer.config import EmbeddingConfig
@@ -82,11 +82,6 @@ def make_embedder(config: EmbeddingConfig) -> Embedder:
 def stderr_is_terminal() -> bool:
     """Progress and summaries only for a person at a terminal; cron and hooks get silence."""
     return sys.stderr.isatty()
-
-
-def emit_json(data: object) -> None:
-    """Transitional name for `search.terminal.echo_json` (its last callers move with the commands)."""
-    echo_json(data)
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
