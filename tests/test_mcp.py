@@ -25,9 +25,9 @@ from mcp.types import CallToolResult
 
 from indexer.config import load_config
 from indexer.embedders import make_embedder
-from indexer.sync import run_sync
 from indexer.hosts import is_loopback_host as is_loopback
-from search.mcp_server import TOKEN_ENV, LOCAL_ORIGIN
+from indexer.sync import run_sync
+from search.mcp_server import LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -332,8 +332,8 @@ def test_help_names_the_token_env() -> None:
 def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callable[..., object],
                                               notes: Path) -> None:
     """Form feeds, vertical tabs and U+2028 are not line breaks for `show`, grep or the chunker."""
-    from search.service import NotesService
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
     (notes / "odd.md").write_text("one\ntwo \x0c still two\nthree \u2028 still three\nfour\r\nfive\n",
                                   encoding="utf-8")
@@ -348,8 +348,8 @@ def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callab
 
 def test_grep_is_truncated_only_when_more_lines_exist(config_path: Path, do_sync: Callable[..., object],
                                                       notes: Path) -> None:
-    from search.service import NotesService
     from search.mcp_server import GREP_MAX_HITS, NotesTools
+    from search.service import NotesService
 
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS)), encoding="utf-8")
     do_sync()

@@ -55,7 +55,7 @@ class NotesService:
         self.config = config
         self.check_remote = check_remote  # the MCP tools answer fast; the CLI status asks the remote
         self._embedder_factory = embedder_factory
-        self._lock = threading.Lock()  # tools run on worker threads: creation is serialised
+        self._lock = threading.RLock()  # tools run on worker threads: creation is serialised
         self._embedder: Embedder | None = None
         self._resident: ResidentVectors | None = None  # created on the first search (imports numpy)
         self._router: Router | None = None
