@@ -156,7 +156,7 @@ class Syncer:
             if isinstance(change, Upsert):
                 try:
                     parsed.append((change.file, chunker.parse_markdown(change.file.text, change.file.path)))
-                except Exception as exc:  # one bad file must not stop the sync
+                except Exception as exc:  # noqa: BLE001 - one bad file must not stop the sync
                     log.warning("%s:%s: skipped, chunker failed: %s", source_id, change.file.path, exc)
                     report.skipped += 1
                     report.skips.append((change.file.path, f"chunker failed: {exc}"))

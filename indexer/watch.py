@@ -354,7 +354,7 @@ class Watcher:
             self._observer = None
         try:
             self._observer = self._start_observer()
-        except Exception as exc:  # counted; the watcher gives up after enough of them
+        except Exception as exc:  # noqa: BLE001 - counted; the watcher gives up after enough of them
             self._restart_failures += 1
             log.error("restarting the file observer failed (%d/%d): %s", self._restart_failures, self.restart_attempts, exc)
             if self._restart_failures >= self.restart_attempts:

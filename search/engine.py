@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
-from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError, ReindexNeeded
+from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import IndexReader, RankedChunk, SearchScope
 from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
@@ -235,23 +235,13 @@ def _embed_query(
     One attempt with short timeouts; a failure is remembered for a while (embed_health), during
     which the embedder is not even constructed, so a degraded search costs what a lexical one does.
     """
-    from indexer.embed_health import embedder_health
+    from indexer.embed_health import guarded
 
     if not query.strip():
         info.append("empty query")
         return None
-    health = embedder_health(config)
     try:
-        outage = health.outage(config.embedding)
-        if outage is not None:
-            raise EmbedderUnavailable(outage)
-        try:
-            vector = embedder_factory().interactive().embed_query(query)
-        except EmbedderUnavailable as exc:
-            health.failed(config.embedding, str(exc))
-            raise
-        health.succeeded(config.embedding)
-        return vector
+        return guarded(config, lambda: embedder_factory().interactive().embed_query(query))
     except EmbedderError as exc:
         if mode == "vec":
             raise

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,11 +37,16 @@ class _Copy:
 
 
 class ResidentVectors:
-    """Exact cosine KNN over an in-memory copy of the vectors of the index at `db`; thread-safe."""
+    """Exact cosine KNN over an in-memory copy of the vectors of the index at `db`; thread-safe.
+    `open_reader` opens a reader of that index for a load (default: the SQLite store at `db`,
+    read-only); another backend passes its own."""
 
-    def __init__(self, db: Path, *, min_interval: float = RELOAD_INTERVAL_S) -> None:
+    def __init__(
+        self, db: Path, *, min_interval: float = RELOAD_INTERVAL_S, open_reader: Callable[[], IndexReader] | None = None
+    ) -> None:
         self.db = Path(db)
         self.min_interval = min_interval
+        self._open_reader = open_reader or self._open_sqlite
         self._copy: _Copy | None = None
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
@@ -86,11 +92,14 @@ class ResidentVectors:
         copy = self._copy
         return 0 if copy is None else copy.unit.nbytes + copy.ids.nbytes
 
-    def _load(self) -> None:
+    def _open_sqlite(self) -> IndexReader:
         from indexer.store import Store
 
+        return Store.open(self.db, readonly=True)
+
+    def _load(self) -> None:
         try:
-            store = Store.open(self.db, readonly=True)
+            store = self._open_reader()
             try:
                 with store.snapshot():  # the generation and the vectors of one committed state
                     generation = store.vectors_generation()
@@ -99,7 +108,7 @@ class ResidentVectors:
                     ids, matrix = store.all_vectors()
             finally:
                 store.close()
-        except Exception as exc:  # the next query retries; vec0 answers meanwhile
+        except Exception as exc:  # noqa: BLE001 - the next query retries; vec0 answers meanwhile
             log.warning("cannot load the vectors into memory: %s", exc)
             return
         if matrix.size:
