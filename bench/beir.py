@@ -35,7 +35,8 @@ if __package__ in (None, ""):  # `python bench/beir.py`
 
 import numpy as np
 
-from bench.common import REPO, cache_root, eprint, header, machine_table, md_table
+from bench.machine import REPO, cache_root
+from bench.report import eprint, header, machine_table, md_table
 from indexer.config import Config, EmbeddingConfig, load_config
 from indexer.embedders import Embedder, make_embedder
 from indexer.store import Store

@@ -28,22 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
-from bench.common import (
-    CLI,
-    Stats,
-    Workspace,
-    arg_parser,
-    cache_root,
-    child_env,
-    eprint,
-    md_table,
-    ms,
-    queries,
-    report,
-    run_timed,
-    synced_workspace,
-    verdict,
-)
+from bench.corpus_text import queries
+from bench.machine import CLI, cache_root, child_env, run_timed
+from bench.report import Stats, arg_parser, eprint, md_table, ms, report, verdict
+from bench.workspaces import Workspace, synced_workspace
 
 SCOPE = "area-07"
 TARGET_RATIO = 1.2

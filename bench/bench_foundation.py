@@ -24,30 +24,10 @@ if __package__ in (None, ""):  # `python bench/bench_foundation.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import (
-    CLI,
-    DIMS,
-    PYTHON,
-    REPO,
-    SOURCE_ID,
-    Stats,
-    arg_parser,
-    child_env,
-    chunk_texts,
-    clustered_vectors,
-    eprint,
-    fake_embedder_factory,
-    md_table,
-    ms,
-    notes_corpus,
-    queries,
-    report,
-    run_process,
-    run_timed,
-    synced_workspace,
-    verdict,
-    write_config,
-)
+from bench.corpus_text import DIMS, chunk_texts, clustered_vectors, queries
+from bench.machine import CLI, PYTHON, REPO, child_env, run_process, run_timed
+from bench.report import Stats, arg_parser, eprint, md_table, ms, report, verdict
+from bench.workspaces import SOURCE_ID, fake_embedder_factory, notes_corpus, synced_workspace, write_config
 
 NOOP_TARGET_S = 0.3
 WRITE_TARGET_CPS = 4000.0
@@ -161,7 +141,7 @@ def _refuse_embedder():
 def bench_write(quick: bool) -> str:
     import numpy as np
 
-    from bench.common import note_mtime, note_path, note_text
+    from bench.corpus_text import note_mtime, note_path, note_text
     from indexer.chunker import parse_markdown
     from indexer.config import EmbeddingConfig
     from indexer.model import FileVersion

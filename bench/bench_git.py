@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
-from bench.common import arg_parser, report
+from bench.report import arg_parser, report
 from indexer.config import load_config
 from indexer.store import Store
 from indexer.sync import SyncReport, run_sync

@@ -33,7 +33,8 @@ if __package__ in (None, ""):  # `python bench/bench_langid.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import REPO, arg_parser, md_table, report
+from bench.machine import REPO
+from bench.report import arg_parser, md_table, report
 from indexer.chunker import parse_markdown
 from indexer.language import SUPPORTED_LANGUAGES, UNKNOWN, language_words, prose_for_language
 
@@ -434,7 +435,7 @@ def candidates(quick: bool) -> str:
 
 
 def _synthetic_docs(n_files: int) -> list[tuple[object, object]]:
-    from bench.common import note_mtime, note_path, note_text
+    from bench.corpus_text import note_mtime, note_path, note_text
     from indexer.model import FileVersion
     from indexer.store import content_hash
 
@@ -506,7 +507,7 @@ def sync_cost(quick: bool) -> str:
     import shutil
     import tempfile
 
-    from bench.common import fake_embedder_factory, notes_corpus, write_config
+    from bench.workspaces import fake_embedder_factory, notes_corpus, write_config
     from indexer import language
     from indexer.config import load_config
     from indexer.sync import run_sync

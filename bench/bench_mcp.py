@@ -42,25 +42,10 @@ if __package__ in (None, ""):  # `python bench/bench_mcp.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import (
-    CLI,
-    REPO,
-    Stats,
-    Workspace,
-    arg_parser,
-    cache_root,
-    child_env,
-    eprint,
-    fake_embedder_factory,
-    md_table,
-    ms,
-    queries,
-    report,
-    store_built_workspace,
-    synced_workspace,
-    verdict,
-    write_config,
-)
+from bench.corpus_text import queries
+from bench.machine import CLI, REPO, cache_root, child_env
+from bench.report import Stats, arg_parser, eprint, md_table, ms, report, verdict
+from bench.workspaces import Workspace, fake_embedder_factory, store_built_workspace, synced_workspace, write_config
 
 MCP_TARGET_MS = 50.0
 WATCH_TARGET_MS = 1000.0

@@ -25,29 +25,10 @@ if __package__ in (None, ""):  # `python bench/bench_search.py`
 
 import numpy as np
 
-from bench.common import (
-    AREAS,
-    CLI,
-    PYTHON,
-    REPO,
-    TOPICS_PER_AREA,
-    Stats,
-    Workspace,
-    child_env,
-    eprint,
-    header,
-    machine_table,
-    md_table,
-    ms,
-    note_path,
-    note_text,
-    queries,
-    query_vector,
-    run_process,
-    run_timed,
-    store_built_workspace,
-    verdict,
-)
+from bench.corpus_text import AREAS, TOPICS_PER_AREA, note_path, note_text, queries, query_vector
+from bench.machine import CLI, PYTHON, REPO, child_env, run_process, run_timed
+from bench.report import Stats, eprint, header, machine_table, md_table, ms, verdict
+from bench.workspaces import Workspace, store_built_workspace
 
 TARGETS_MS = {  # (size, mode, scoped) -> p50 target
     (10_000, "hybrid", False): 30.0,
@@ -154,6 +135,7 @@ def _scopes():
 
 def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) -> tuple[list[list[object]], list[list[object]], list[list[object]]]:
     from indexer.store import Store
+    from indexer.store.sqlite import scope_condition
     from search.engine import search
     from search.querybuild import build_fts_query
     from search.resident import ResidentVectors
@@ -203,7 +185,7 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
         depth = 50
 
         def scope_ids(scope):
-            where, params = scope.where("c")
+            where, params = scope_condition(scope, "c")
             return store.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params).fetchall()
 
         matches = {q: build_fts_query(q) for q in qs}
@@ -239,11 +221,13 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
 def scoped_knn_check(store, scopes, label: str, topics: int) -> list[list[object]]:
     """The scoped vector search returns exactly min(k, scope size) hits, all inside the scope,
     and they are the true top-k (compared with brute force over the scope's vectors)."""
+    from indexer.store.sqlite import scope_condition
+
     rows = []
     for scope_name, scope in scopes.items():
         if scope_name == "all":
             continue
-        where, params = scope.where("c")
+        where, params = scope_condition(scope, "c")
         ids = [r[0] for r in store.conn.execute(
             f"SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", params)]
         id_set = set(ids)

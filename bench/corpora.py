@@ -41,7 +41,7 @@ from bench.beir import (
     embed_progress,
     write_config,
 )
-from bench.common import eprint, header, machine_table, md_table
+from bench.report import eprint, header, machine_table, md_table
 from indexer import chunker
 from indexer.config import load_config
 from indexer.store import Store

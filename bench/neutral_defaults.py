@@ -28,7 +28,8 @@ if __package__ in (None, ""):
 import numpy as np
 
 from bench.beir import EVAL_ROOT, CachingEmbedder
-from bench.common import REPO, eprint
+from bench.machine import REPO
+from bench.report import eprint
 from bench.tldr_mixed import FOLDERS, build_with_meta, read_pages
 from indexer import chunker
 from indexer.config import LOCAL_MODEL, EmbeddingConfig

@@ -26,7 +26,8 @@ if __package__ in (None, ""):  # `python bench/run_all.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.common import REPO, cache_root, child_env, loadavg, machine_table
+from bench.machine import REPO, cache_root, child_env, loadavg
+from bench.report import machine_table
 
 FIRST = ("foundation", "search")
 QUALITY = ("beir", "crosslingual", "corpora")  # bench/NAME.py: same convention, run after the latency benchmarks

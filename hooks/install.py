@@ -27,18 +27,15 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-import click
+from typing import TYPE_CHECKING
 
 from indexer.config import Config, GitSource
 from indexer.errors import NotesSearchError
 from indexer.gitenv import git_environment
 from indexer.lock import SyncLock
 from indexer.paths import local_repository_path
-from search.terminal import echo
 
-if TYPE_CHECKING:  # the CLI imports this module at start: heavy modules load only when used
+if TYPE_CHECKING:  # heavy modules load only when a hook is installed or its job runs
     import pygit2
 
     from indexer.embedders import Embedder
@@ -265,49 +262,3 @@ def _drain(marker: Path, debounce: float, sync: Callable[[], None]) -> int:
         seen = None
         sync()
         syncs += 1
-
-
-# ---- CLI -------------------------------------------------------------------------------------
-
-
-class _App(Protocol):
-    """What the CLI's context object provides (search.cli.App)."""
-
-    @property
-    def config(self) -> Config: ...
-
-    def embedder(self) -> Embedder: ...
-
-
-@click.group("hooks")
-def hooks() -> None:
-    """Git hooks that re-index a git source when command-line git fetches its mirror or a push
-    lands in its local upstream repository."""
-
-
-@hooks.command("install")
-@click.option("--source", "source_ids", multiple=True, metavar="ID",
-              help="Only this git source (repeatable; default: every git source).")
-@click.option("--upstream", is_flag=True,
-              help="Also install post-receive into each source's local bare upstream repository (where you push).")
-@click.pass_obj
-def install(app: _App, source_ids: tuple[str, ...], upstream: bool) -> None:
-    """Install the re-index hook into each git source's mirror (the mirror must exist: sync first).
-
-    The hook starts a background sync of that source and returns at once; it never fails git.
-    A hook file that notes-search did not write is never replaced.
-    """
-    for path in install_hooks(app.config, source_ids, upstream=upstream):
-        echo(f"installed {path}")
-        override = hooks_path_override(path.parent.parent)
-        if override:
-            echo(f"warning: core.hooksPath is set ({override}): git runs hooks from there, "
-                       f"not {path.parent}", err=True)
-
-
-@hooks.command("run", hidden=True)
-@click.option("--source", "source_id", required=True, metavar="ID")
-@click.pass_obj
-def run(app: _App, source_id: str) -> None:
-    """The background job the hooks start (debounced, lock-waiting sync of one source)."""
-    run_hook_job(app.config, source_id, app.embedder)

@@ -1,4 +1,5 @@
-"""Markdown note -> ParsedDocument: heading-section chunks with exact source line spans (SPEC §4).
+"""Markdown note -> ParsedDocument: heading-section chunks with exact source line spans
+(every hit points at lines the user can open).
 
 Pure (no I/O). Policy, in the order it is applied:
 

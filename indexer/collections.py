@@ -1,4 +1,4 @@
-"""Collections (seed B §3, §7): a folder holding `_meta.yaml` is a named, described unit.
+"""Collections: a folder holding `_meta.yaml` is a named, described unit of notes.
 
 The name is stored on every file row (scoping) and the description feeds routing. The folder
 walker lives here too, because collection detection and the workspace driver must see exactly

@@ -1,4 +1,5 @@
-"""Load and validate the YAML config (SPEC §10). Every error names the file and the key."""
+"""Load and validate the YAML config. Every error names the file and the key, so a typo is fixed
+from the one line it produces."""
 
 from __future__ import annotations
 

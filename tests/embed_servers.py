@@ -208,7 +208,7 @@ def _canonical(name: str) -> str:
 
 
 class OllamaServer(FakeEmbedServer):
-    """Ollama's `/api/embed`, `/api/tags`, `/api/version` as measured (see SPEC §5).
+    """Ollama's `/api/embed`, `/api/tags`, `/api/version` as measured against a real Ollama server.
 
     `models` maps installed model tags to their vector size; a name without a tag means ":latest".
     """

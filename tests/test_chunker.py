@@ -1,4 +1,4 @@
-"""Chunker policy (SPEC §4): spans, breadcrumbs, merge/split rules, and robustness on odd input."""
+"""Chunker policy: spans, breadcrumbs, merge/split rules, and robustness on odd input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Config loading (SPEC §10): seed A's file loads unchanged and means Ollama; errors name file and key."""
+"""Config loading: the owner's original config file loads unchanged and means Ollama; errors name
+file and key."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from indexer.config import GitSource, WorkspaceSource, find_config, load_config,
 from indexer.errors import ConfigError
 from indexer.globs import Scope, match
 
-# The YAML block of seed A ("Konfigurace"), verbatim.
+# The owner's original config ("Konfigurace" in the first brief), verbatim: it must keep loading.
 SEED_A = """\
 embedding:
   endpoint: http://nvidia.hell:11434

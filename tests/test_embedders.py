@@ -105,7 +105,7 @@ def test_ollama_sends_keep_alive_as_a_json_number(ollama: OllamaServer, client: 
 
 
 def test_ollama_rejects_string_minus_one_and_config_fixes_it(ollama: OllamaServer) -> None:
-    # The server is faithful: the string "-1" is what Ollama answers HTTP 400 to (SPEC §5).
+    # The server is faithful: the string "-1" is what a real Ollama answers HTTP 400 to.
     body = {"model": MODEL, "input": ["x"], "keep_alive": "-1"}
     reply = requests.post(ollama.url + "/api/embed", json=body, timeout=5)
     assert reply.status_code == 400

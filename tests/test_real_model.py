@@ -49,7 +49,7 @@ def ask(config: Config, question: str, mode: str, k: int = 3) -> SearchResponse:
 
 
 PARAPHRASES = [
-    # seed A's hard case: no shared words with the note about Mindstorms after end of support
+    # the owner's hard case: no shared words with the note about Mindstorms after end of support
     ("jak snížit elektroodpad ze stavebnic", "hobbies/lego-mindstorms-po-konci-podpory.md"),
     ("my bread doesn't rise and ends up like a pancake", "cooking/sourdough.md"),
     ("во что одеться, чтобы не замёрзнуть на ветру посреди замёрзшего озера", "travel/baikal-zimoy.md"),

@@ -1,4 +1,4 @@
-"""Workspace source driver (SPEC §3): walk a folder, compare stat, hash only on a mismatch.
+"""Workspace source driver: walk a folder, compare stat, hash only on a mismatch.
 
 Drivers never touch the database: the store hands over what it knows (`KnownFile` per path)
 and applies the changes yielded here. Nothing is ever written to the source folder.
@@ -36,7 +36,7 @@ from indexer.model import (
     Upsert,
 )
 
-INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (seed B §3 rule 4)
+INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (unsorted, half-written notes would crowd the results)
 COVERAGE_CAP = 1000  # the coverage report stops counting here ("≥1000")
 
 _LOG = logging.getLogger("notes_search.workspace")
@@ -235,7 +235,7 @@ def _decode(data: bytes) -> str | None:
 
 
 def coverage_report(config: Config) -> list[str]:
-    """Top-level workspace folders holding markdown that no workspace source indexes (SPEC §3).
+    """Top-level workspace folders holding markdown that no workspace source indexes.
 
     Turns "silently missing" into a log line. A folder counts as covered as soon as one `.md`
     below it is admitted by some workspace source (nested source roots included). Hidden

@@ -35,7 +35,7 @@ LAZY_COMMANDS = {
     "mcp": "search.cli.serve:mcp",
     "collections": "search.cli.collections:collections_command",
     "route": "search.cli.collections:route_command",
-    "hooks": "hooks.install:hooks",
+    "hooks": "search.cli.hooks:hooks",
     "eval": "search.cli.evaluate:eval_command",
 }
 
