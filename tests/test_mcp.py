@@ -127,7 +127,7 @@ async def refused(session: ClientSession, name: str, **arguments: Any) -> str:
 
 
 async def exercise_every_tool(session: ClientSession) -> None:
-    """tools/list, then tools/call of every tool with a non-empty answer (seed B Приёмка 5)."""
+    """tools/list, then tools/call of every tool with a non-empty answer: an agent can use each one."""
     listed = await session.list_tools()
     tools = {tool.name: tool for tool in listed.tools}
     assert set(tools) == TOOLS
