@@ -254,10 +254,13 @@ def http_server(tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer) 
 def test_http_lists_and_calls_every_tool(http_server: str) -> None:
     async def main() -> None:
         client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120))
-        async with client, streamable_http_client(http_server, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                await exercise_every_tool(session)
+        async with (
+            client,
+            streamable_http_client(http_server, http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await exercise_every_tool(session)
 
     anyio.run(main)
 
