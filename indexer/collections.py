@@ -36,11 +36,6 @@ class CollectionFolder:
     folder: str  # relative to the source root, '/'-separated; '' for the root itself
 
 
-# The old name, kept until indexer/sync.py imports CollectionFolder (it shadowed
-# collections.abc.Collection wherever both were in scope).
-Collection = CollectionFolder
-
-
 @dataclass(frozen=True)
 class WalkedFolder:
     """One folder the walk entered, with the files its scope admits (not yet stat'ed)."""

@@ -50,15 +50,19 @@ def literal_folder(pattern: str) -> str:
 
     '' when the pattern starts with a wildcard or has no '/' at all: such a pattern (`notes.md`,
     `*.md`) matches a file name at any depth (see `match`), so no folder can be ruled out."""
-    pattern = pattern.strip("/")
-    if "/" not in pattern:
+    if "/" not in pattern.strip("/"):
         return ""
+    return "/".join(_literal_segments(pattern))
+
+
+def _literal_segments(pattern: str) -> list[str]:
+    """The segments of `pattern` before its first one with a wildcard."""
     parts: list[str] = []
-    for segment in pattern.split("/"):
+    for segment in pattern.strip("/").split("/"):
         if any(ch in segment for ch in "*?["):
             break
         parts.append(segment)
-    return "/".join(parts)
+    return parts
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,7 @@ class Scope:
         nothing about which folders the user meant, so a walker need not warn about them."""
         folder_parts = [p for p in folder.strip("/").split("/") if p]
         for pattern in self.paths:
-            segments = pattern.strip("/").split("/")
-            prefix = segments[: next((i for i, s in enumerate(segments) if any(ch in s for ch in "*?[")), len(segments))]
+            prefix = _literal_segments(pattern)
             n = min(len(prefix), len(folder_parts))
             if prefix[:n] == folder_parts[:n]:
                 return True

@@ -14,6 +14,7 @@ Vectors come from `tests.fakes.hash_vector`, so they are deterministic and meani
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import socket
@@ -141,10 +142,8 @@ class FakeEmbedServer:
         self._httpd.shutdown()
         with self._lock:
             for conn in self._connections:
-                try:
+                with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)  # ends keep-alive reads in handler threads
-                except OSError:
-                    pass
         self._httpd.server_close()  # joins handler threads
         self._thread.join()
 

@@ -273,7 +273,7 @@ def test_huge_section_splits_at_paragraphs_with_overlap() -> None:
     doc = parse_markdown(text, "big.md")
     assert len(doc.chunks) >= 5
     assert {c.breadcrumb for c in doc.chunks} == {"big > Big"}
-    for previous, current in zip(doc.chunks, doc.chunks[1:]):
+    for previous, current in zip(doc.chunks, doc.chunks[1:], strict=False):  # neighbours
         assert span_tokens(lines, previous) <= chunker.MAX_CHUNK_TOKENS
         assert lines[current.start_line - 1] in paragraphs, "pieces start at a paragraph"
         overlap = previous.end_line - current.start_line + 1
@@ -465,7 +465,7 @@ def documents(draw: st.DrawFn) -> tuple[str, range, int]:
     front_matter, metadata_lines = draw(front_matters)
     blocks = draw(st.lists(markdown_block, max_size=40))
     separators = draw(st.lists(st.sampled_from(["\n", "\n\n", "\n\n\n"]), min_size=len(blocks), max_size=len(blocks)))
-    body = "".join(block + separator for block, separator in zip(blocks, separators))
+    body = "".join(block + separator for block, separator in zip(blocks, separators, strict=True))
     if not front_matter and body.split("\n", 1)[0].rstrip() == "---":
         body = "start\n" + body
     text = front_matter + body

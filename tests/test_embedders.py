@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 import requests
 
-from tests.embed_servers import OllamaServer, OpenAIServer, closed_port_url, free_port
-from tests.fakes import FakeEmbedder, hash_vector
 from indexer.config import EmbeddingConfig, parse_config
 from indexer.embedders import (
     Embedder,
@@ -25,6 +23,8 @@ from indexer.embedders import (
     make_embedder,
 )
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
+from tests.embed_servers import OllamaServer, OpenAIServer, closed_port_url, free_port
+from tests.fakes import FakeEmbedder, hash_vector
 
 MODEL = "fake-embed:latest"
 

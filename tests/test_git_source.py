@@ -335,7 +335,7 @@ def test_network_timeout_kills_git_and_its_ssh(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("GIT_SSH_VARIANT", "ssh")
     monkeypatch.setattr(git, "LS_REMOTE_TIMEOUT", 0.5)
     started = time.monotonic()
-    with pytest.raises(SourceError, match="timed out after 0.5 s"):
+    with pytest.raises(SourceError, match=r"timed out after 0\.5 s"):
         git.remote_head(source_for(tmp_path, "ssh://git@example.invalid/notes.git"))
     assert marker.exists() and time.monotonic() - started < 5
 
