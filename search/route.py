@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # numpy and the embedders load only when a route is computed
     import numpy as np
 
     from indexer.embedders import Embedder
-    from indexer.store import CollectionRow, IndexReader
+    from indexer.store import CollectionRow
 
 # up to ~50 collections, a flat `name — description` list still fits an agent's prompt
 TREE_AFTER = 50
@@ -50,11 +50,6 @@ def collection_json(entry: CollectionRow) -> dict[str, object]:
         "folder": entry.folder,
         "files": entry.files,
     }
-
-
-def load_entries(store: IndexReader) -> list[CollectionRow]:
-    """Transitional, until scope resolution reads `store.collections()` itself."""
-    return store.collections()
 
 
 def collection_line(entry: CollectionRow) -> str:

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from indexer.config import EmbeddingConfig, load_config
 from indexer.embedders import make_embedder
+from indexer.store import CollectionRow as CollectionEntry
 from indexer.store import Store
 from indexer.sync import run_sync
-from indexer.store import CollectionRow as CollectionEntry
 from search import cli as cli_module
 from search.cli.collections import collections_command, route_command
 from search.cli.context import CliContext

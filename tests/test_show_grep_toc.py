@@ -233,7 +233,7 @@ def test_git_source_never_synced_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="never synced"):
         read_text(config, None, "wiki", "a.md")
     alone = grep(config, None, "x", source_ids=["wiki"])
-    with pytest.raises(SourceError, match="nothing could be searched: wiki .*never synced"):
+    with pytest.raises(SourceError, match=r"nothing could be searched: wiki .*never synced"):
         alone.check_searched()
     everything = grep(config, None, "x")  # wiki is the only source: named, not skipped
     assert everything == [] and [(u.source, u.path) for u in everything.unsearched] == [("wiki", None)]
@@ -562,8 +562,8 @@ def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: py
 
 
 def test_show_and_get_say_when_a_path_is_a_folder(run: Callable[..., Result], world: Path) -> None:
-    from search.service import NotesService
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
     for ref in ("devops", "notes:devops", "devops/"):
         result = run("show", ref)
