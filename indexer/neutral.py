@@ -208,3 +208,34 @@ def definition(enabled: bool) -> str:
     """The identity value naming how stored vectors relate to the embedder's output: every
     constant that shapes the statistics is in it, so changing one rebuilds the vectors."""
     return f"{METHOD};min={MIN_CHUNKS};growth={REESTIMATE_GROWTH:g}" if enabled else RAW
+
+
+@lru_cache(maxsize=8)
+def query_basis(stats_json: str) -> np.ndarray | None:
+    """Orthonormal rows spanning the directions that separate this index's own languages, or
+    None with fewer than two of them.
+
+    A query carries its language along the same directions as the passages but by another
+    amount (the model's query prefix shifts it), so subtracting a passage offset over- or
+    under-corrects; projecting the query off their span removes the language component
+    whatever its size and needs no query statistics. Only languages estimated from this
+    index count: a shipped default's direction comes from other text (measured worse)."""
+    import numpy as np
+
+    space = NeutralSpace.from_json(stats_json)
+    own = sorted(lang for lang, stats in space.languages.items() if stats.origin == INDEX)
+    if len(own) < 2:
+        return None
+    offsets = space.offsets()
+    _, _, rows = np.linalg.svd(np.stack([offsets[lang] for lang in own]), full_matrices=False)
+    return np.asarray(rows[: len(own) - 1], dtype=np.float32)
+
+
+def project_query(vector: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """The unit query vector without its components along `basis` (query_basis)."""
+    import numpy as np
+
+    projected = vector - basis.T @ (basis @ vector)
+    norm = float(np.linalg.norm(projected))
+    return (projected / norm).astype(np.float32) if norm > 0 else vector
+

@@ -162,6 +162,11 @@ def search(
         vector: list[RankedChunk] = []
         if mode != "lex":
             query_vector = _embed_query(config, embedder_factory, query, mode, notices, info)
+            if query_vector is not None and config.embedding.language_neutral and response.query_language != UNKNOWN:
+                basis = neutral.query_basis(meta.get(neutral.STATS_KEY) or "")
+                if basis is not None:
+                    query_vector = neutral.project_query(query_vector, basis)
+                    response.vector_space += "; query projected off the index's language directions"
             if query_vector is not None:
                 from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
                 vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)

@@ -366,3 +366,32 @@ def test_init_into_a_folder_that_is_not_writable_is_one_line(as_user: list[str],
                               capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=shared,
                               stdin=subprocess.DEVNULL)
         assert_one_line(proc, str(target), "Permission denied")
+
+
+def test_mirror_folder_not_writable_is_one_line(as_user: list[str], shared: Path) -> None:
+    """The mirrors' folder is ours to write; when it cannot be, the git source fails with one
+    line naming it (it was a PermissionError traceback from the clone)."""
+    upstream = shared / "upstream"
+    upstream.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True)
+    (upstream / "a.md").write_text("# A\n\ntext\n", encoding="utf-8")
+    git = ["git", "-C", str(upstream), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "a.md"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    for path in [upstream, *upstream.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+        if os.geteuid() == 0:  # git refuses a repository of another owner ("dubious ownership")
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+    locked = shared / "locked"
+    locked.mkdir(mode=0o555)
+    locked.chmod(0o555)
+    for folder in ("db", "log"):
+        (shared / folder).mkdir(mode=0o777)
+        (shared / folder).chmod(0o777)
+    config = write_config(shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"),
+                          log=str(shared / "log" / "sync.log"))
+    data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data["sources"] = {"git": {"team": {"url": str(upstream), "mirror": str(locked / "mirrors" / "team.git")}}}
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert_one_line(run_as(as_user, config, "sync"), "team", str(locked / "mirrors"), "Permission denied")
+    assert not (locked / "mirrors").exists()

@@ -301,11 +301,11 @@ def test_an_unrecorded_index_is_adopted_and_a_changed_definition_rebuilds(
 
 def test_keyword_blind_candidates_are_scored_over_the_vector_list() -> None:
     lexical = [1, 2, 3]  # weak keyword hits in the query's language
-    vector = [9, 1, 2, 3]  # 9: the right note, in another language
+    vector = [9, 4, 1, 2, 3]  # 9: the right note, in another language
     plain = rrf({"bm25": lexical, "vec": vector})
     assert [f.chunk_id for f in plain][:3] == [1, 2, 3]
     fused = rrf({"bm25": lexical, "vec": vector}, blind={9: ("bm25",)})
-    assert fused[0].chunk_id == 9 and fused[0].score == pytest.approx(2 / 61)
+    assert fused[0].chunk_id == 9 and fused[0].score == pytest.approx(1 / 61 + 1 / 62)  # keywords taken to rank it 2nd
     # a list that did rank an id is never blind to it; an empty blind map is plain RRF
     seen = rrf({"bm25": lexical, "vec": vector}, blind={1: ("bm25",)})
     assert [(f.chunk_id, f.score) for f in seen] == [(f.chunk_id, f.score) for f in plain]
@@ -373,3 +373,25 @@ def test_a_language_less_term_keeps_keywords_in_charge(config: Config, notes: Pa
     assert not engine.found_exact_value(match_terms(build_fts_query("na jakém portu") or ""), ["na portu 5432"], [])
     monkeypatch.setattr(engine, "found_exact_value", lambda terms, top, every: False)  # the rule this test guards
     assert first_hit() != "db.md"
+
+
+def test_query_is_projected_off_the_index_language_directions_only() -> None:
+    cs, en = basis(9), basis(10)
+    space = NeutralSpace({
+        "cs": LanguageStats(unit(basis(0) + 1.5 * cs), 40, INDEX),
+        "en": LanguageStats(unit(basis(1) + 1.5 * en), 40, INDEX),
+        "ru": LanguageStats(unit(basis(2) + 1.5 * basis(11)), 5, DEFAULT),
+    })
+    rows = neutral.query_basis(space.to_json())
+    assert rows is not None and rows.shape == (1, DIMS)  # two index languages: one direction
+    along = unit(space.offsets()["cs"] - space.offsets()["en"])
+    assert abs(float(rows[0] @ along)) == pytest.approx(1.0, abs=1e-5)
+    query = unit(basis(3) + 0.8 * cs)
+    projected = neutral.project_query(query, rows)
+    assert float(np.linalg.norm(projected)) == pytest.approx(1.0, abs=1e-6)
+    assert float(projected @ along) == pytest.approx(0.0, abs=1e-6)  # the language component is gone
+    assert float(projected @ basis(3)) > float(query @ basis(3))  # what it is about weighs more
+    # a shipped default gives no direction; one index language gives none either
+    defaults_only = NeutralSpace({lang: LanguageStats(s.mean, 5, DEFAULT) for lang, s in space.languages.items()})
+    assert neutral.query_basis(defaults_only.to_json()) is None
+    assert neutral.query_basis(NeutralSpace({"cs": space.languages["cs"]}).to_json()) is None

@@ -254,8 +254,11 @@ def _clone(source: GitSource) -> None:
     leaves no half-filled mirror behind, and a mirror being replaced stays until the new one is
     complete (a killed re-clone leaves it in place plus a temporary folder the next sync removes)."""
     path = source.mirror
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".clone", dir=path.parent))
+    except OSError as exc:  # the mirrors' folder is ours to write; say so instead of a traceback
+        raise _error(source, "mirror", f"cannot create a mirror in {path.parent}: {exc.strerror or exc}") from None
     try:
         _run_git(source, ["-c", "core.hooksPath=/dev/null", "clone", "--mirror", "--no-local",
                           "--quiet", "--", source.url, str(tmp)],
