@@ -25,18 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
 import yaml
 
 from indexer.config import Config
 from indexer.errors import NotesSearchError
-from indexer.store import Store
-from search.engine import MODES, Hit, search
-from search.terminal import echo, echo_json
+from indexer.store import IndexReader
+from search.engine import Hit, search
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
-    from search.cli import App  # the CLI imports this module: no runtime import back
 
 
 def dcg(gains: Sequence[float], k: int) -> float:
@@ -94,7 +91,7 @@ _LINES = re.compile(r"^(?P<path>.+?):(?P<start>\d+)(?:-(?P<end>\d+))?$")
 
 
 @dataclass(frozen=True)
-class Target:
+class ExpectedLocation:
     """Where the answer lives: a file (index path, relative to its source root), optionally
     only in one source, optionally a 1-based inclusive line range."""
 
@@ -120,11 +117,11 @@ class Target:
 @dataclass(frozen=True)
 class Question:
     text: str
-    target: Target
+    target: ExpectedLocation
     kind: str | None = None
 
 
-def parse_target(text: str, sources: Collection[str]) -> Target:
+def parse_target(text: str, sources: Collection[str]) -> ExpectedLocation:
     """`[SOURCE:]PATH[:LINE | :START-END]`; SOURCE only when it names a configured source."""
     text = text.strip()
     source = None
@@ -142,7 +139,7 @@ def parse_target(text: str, sources: Collection[str]) -> Target:
     path = text.strip().removeprefix("./").strip("/")
     if not path or path.startswith("../") or "/../" in f"/{path}/":
         raise ValueError(f"{text!r} is not a path relative to a source root")
-    return Target(path, source, start, end)
+    return ExpectedLocation(path, source, start, end)
 
 
 def _raw_items(file: Path) -> list[tuple[str, object]]:
@@ -199,7 +196,7 @@ def load_questions(file: Path, sources: Collection[str]) -> list[Question]:
     return questions
 
 
-def unknown_targets(store: Store, questions: Sequence[Question]) -> list[str]:
+def unknown_targets(store: IndexReader, questions: Sequence[Question]) -> list[str]:
     """Expected files the index does not hold: a typo would otherwise count as a miss forever."""
     problems = []
     for question in questions:
@@ -274,13 +271,13 @@ def _miss_json(outcome: Outcome) -> dict[str, object]:
     }
 
 
-def first_match(hits: Sequence[Hit], target: Target) -> int | None:
+def first_match(hits: Sequence[Hit], target: ExpectedLocation) -> int | None:
     """1-based rank of the first hit on the target: later hits in the same file add nothing."""
     return next((rank for rank, hit in enumerate(hits, 1) if target.matches(hit)), None)
 
 
 def run_eval(
-    store: Store,
+    store: IndexReader,
     config: Config,
     questions: Sequence[Question],
     *,
@@ -339,33 +336,3 @@ def report_lines(report: EvalReport) -> list[str]:
             lines.append(f"  [{o.question.kind or '-'}] {o.question.text}")
             lines.append(f"      expected {o.question.target} ({rank}); first: {first}")
     return lines
-
-
-@click.command("eval")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--mode", "modes", multiple=True, type=click.Choice(MODES), help="Only this mode (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object with scores and misses per mode.")
-@click.pass_obj
-def eval_command(app: App, file: Path, modes: tuple[str, ...], as_json: bool) -> None:
-    """Recall@1/5/10 and MRR per mode for a question file (YAML list or JSONL).
-
-    Each question names the file that answers it: `path` is relative to its source root
-    (as in query results), optionally `SOURCE:PATH` and `:LINE` or `:START-END`; `kind`
-    (exact | semantic) splits the scores.
-    """
-    config = app.config
-    questions = load_questions(file, config.sources)
-    store = app.open_store(readonly=True)
-    try:
-        unknown = unknown_targets(store, questions)
-        if unknown:
-            raise NotesSearchError(f"{file}: expected files not in the index: " + "; ".join(unknown))
-        report = run_eval(store, config, questions, embedder_factory=app.embedder,
-                          modes=modes or ("lex", "vec", "hybrid"), file=str(file))
-    finally:
-        store.close()
-    if as_json:
-        echo_json(report.to_json())
-    else:
-        for line in report_lines(report):
-            echo(line)

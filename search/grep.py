@@ -1,4 +1,5 @@
-"""Live exact/regex search without the index (SPEC §1 layer 1): always current, no chunking.
+"""Live exact/regex search without the index: always current, no chunking, the cheapest way to
+find an exact string (a hostname, a number, an error code).
 
 Workspace sources are searched with ripgrep over exactly the files the index would admit
 (same walker, same scope rules), or with Python's `re` when `rg` is not on PATH. Git sources
@@ -28,10 +29,12 @@ from pathlib import Path
 from indexer.collections import nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, SourceError
-from indexer.globs import Scope
+from indexer.filetext import BINARY_PROBE
+from indexer.gitenv import git_environment
+from indexer.globs import Scope, literal_folder
 from indexer.sources import workspace
-from indexer.store import Store
-from search.refs import BINARY_PROBE, confine, indexed_rev
+from indexer.store import IndexReader
+from search.refs import confine, indexed_rev
 
 GREP_TIMEOUT = 60.0  # seconds per rg / git process; a runaway backtracking pattern must end
 MAX_TEXT_CHARS = 1000  # a matching line longer than this is cut (minified or generated files)
@@ -171,10 +174,10 @@ def _stream(cmd: list[str], cwd: Path | None) -> Iterator[bytes]:
     """stdout lines of a grep-like tool (exit 0 = hits, 1 = none, anything else = _ToolFailed).
 
     The caller may stop early (the process is then killed). stderr goes to a file so a chatty
-    tool can never block on a full pipe. Messages are forced to English for parsing.
+    tool can never block on a full pipe. Messages are forced to English for parsing; git runs
+    with the one git environment (a hook's GIT_DIR must not point it at another repository).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C.UTF-8")
+    env = git_environment(LC_ALL="C.UTF-8")
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -272,7 +275,7 @@ def _batches(files: Sequence[str]) -> Iterator[list[str]]:
 # The fallback when `rg` is absent: Python's `re` in a child process, which prints what rg
 # prints (name NUL number : line). A child, because a backtracking pattern can run for ever and
 # only a process can be stopped (GREP_TIMEOUT); argv: i|c, pattern, file names.
-_PYTHON_GREP = r"""
+_PYTHON_GREP = rf"""
 import re, sys
 matcher = re.compile(sys.argv[2], re.IGNORECASE if sys.argv[1] == "i" else 0)
 out, err = sys.stdout.buffer, sys.stderr.buffer
@@ -286,7 +289,7 @@ for name in sys.argv[3:]:
             err.write(name.encode("utf-8", "surrogateescape") + b": " + (exc.strerror or str(exc)).encode() + b"\n")
             failed = True
         continue
-    if b"\0" in data[:%d]:
+    if b"\0" in data[:{BINARY_PROBE}]:
         continue
     lines = data.split(b"\n")
     if lines[-1] == b"":
@@ -295,7 +298,7 @@ for name in sys.argv[3:]:
         if matcher.search(raw.decode("utf-8", "replace").rstrip("\r")):
             out.write(name.encode("utf-8", "surrogateescape") + b"\0" + str(number).encode() + b":" + raw + b"\n")
 sys.exit(2 if failed else 0)
-""" % BINARY_PROBE
+"""
 
 
 def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pattern: str, ignore_case: bool,
@@ -344,25 +347,12 @@ def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
 # ---- git sources ----------------------------------------------------------------------------
 
 
-def _literal_prefix(glob: str) -> str:
-    """The folder part of a glob before its first wildcard; '' when it starts with one or has
-    no '/' (such a pattern matches a file name at any depth)."""
-    if "/" not in glob.strip("/"):
-        return ""
-    parts: list[str] = []
-    for segment in glob.strip("/").split("/"):
-        if any(ch in segment for ch in "*?["):
-            break
-        parts.append(segment)
-    return "/".join(parts)
-
-
 def _pathspecs(scope: Scope, folder: str) -> list[str]:
     """A superset of the admitted files as literal pathspecs; exact scope is applied afterwards."""
     if folder:
         return [f":(literal){folder}"]
-    prefixes = [_literal_prefix(glob) for glob in scope.paths]
-    if "" in prefixes:
+    prefixes = [literal_folder(glob) for glob in scope.paths]
+    if "" in prefixes:  # a pattern that may match anywhere (`**`, or `notes.md` at any depth)
         return []
     return [f":(literal){prefix}" for prefix in sorted(set(prefixes))]
 
@@ -404,7 +394,7 @@ def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits
 # ---- entry point ----------------------------------------------------------------------------
 
 
-def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
+def _source_hits(store: IndexReader | None, source: Source, folder: str, pattern: str,
                  ignore_case: bool, fixed: bool, rg: str | None, problems: _Problems) -> tuple[Hits, int]:
     """The source's hits and how many files they come from (git: -1, unknown and not needed)."""
     if isinstance(source, GitSource):
@@ -415,7 +405,7 @@ def _source_hits(store: Store | None, source: Source, folder: str, pattern: str,
 
 def grep(
     config: Config,
-    store: Store | None,
+    store: IndexReader | None,
     pattern: str,
     *,
     source_ids: Iterable[str] = (),

@@ -5,14 +5,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from search.words import STEM_CHARS, STOPWORDS
+
 MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ranking
-PREFIX_MIN_CHARS = 3  # "terms longer than 2 characters get a prefix wildcard" (SPEC §7)
+# a one- or two-letter term would expand into every word starting with it
+PREFIX_MIN_CHARS = 3
 # Czech, Russian and English inflect the ends of words (záloha/zálohy/zálohou, запись/записи/
 # записью): a longer word loses up to ENDING_CHARS letters before the prefix wildcard, keeping
 # at least STEM_CHARS (backup -> backu*, restored -> resto*), a crude stemmer for all three.
 # Measured (bench/beir.py, nDCG@10, lex): TyDi ru 0.868 -> 0.928, XQuAD ru 0.875 -> 0.949,
 # SciFact en 0.680 -> 0.683.
-STEM_CHARS = 5
 ENDING_CHARS = 2
 # Only words of alphabetic scripts that inflect at the end (Latin, Greek, Cyrillic); a run of
 # CJK characters is a whole phrase to unicode61, and trimming it would drop a word.
@@ -24,20 +26,6 @@ _PHRASE = re.compile(r'"([^"]*)"')
 # Combining marks left after NFC (Russian stress accents as in "правово́е") would split a word in two;
 # unicode61 folds them away in the index, so the query drops them too.
 _MARKS = re.compile(r"[\u0300-\u036f]")
-
-# Function words of the three languages: dropped when the query has other terms, so "how do I"
-# neither dilutes BM25 nor expands into every word starting with "ho".
-STOPWORDS = frozenset(
-    """
-    a an and are as at be by can do does for from has have how i if in into is it its me my no not
-    of on or our so than that the their them then there these this to was we were what when where
-    which who why will with would you your
-    a aby ale ani asi by co do i jak jako je jeho jen ji jsem jsou k kde kdy ke mi mit na nad ne
-    nebo od po pod pro proc při s se si ta tak te to tu u v ve z za ze že
-    а бы в во вот да для до его ее её же за и из или их к как ко когда ли мне мы на не нет но о об
-    от по при с со так то у уже чем что это я
-    """.split()
-)
 
 
 def _quote(term: str) -> str:

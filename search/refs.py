@@ -1,7 +1,7 @@
 """File references and path confinement for `show`, `grep` and the MCP server.
 
-Every path a caller hands us is relative to one source's root (SPEC §10). Before anything is
-read, the path is normalised and confined: no absolute or Windows paths, no NUL, no `..` above
+Every path a caller hands us is relative to one source's root, as results print it. Before
+anything is read, the path is normalised and confined: no absolute or Windows paths, no NUL, no `..` above
 the root and, for workspace sources, no symlink whose real target leaves the real root. Files
 inside bare mirrors are read from the object database at the indexed revision, so `show`
 prints exactly the version that search results point at.
@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from indexer.collections import is_utf8_name, nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
-from indexer.store import Store
-
-BINARY_PROBE = 8192  # as the workspace driver: a NUL byte in this prefix marks a binary file
+from indexer.filetext import looks_binary
+from indexer.store import IndexReader
 
 _LINE_TAIL = re.compile(r":(-?[0-9]+)(?::(-?[0-9]+))?\Z")  # signed, so ':-1' is a bad line, not a file name
 _DRIVE = re.compile(r"[A-Za-z]:(?:[\\/]|\Z)")
@@ -151,9 +150,9 @@ def _in_scope(source: Source, rel: str) -> bool:
     return source.scope.admits(rel)
 
 
-def indexed_rev(store: Store | None, source: GitSource) -> str:
+def indexed_rev(store: IndexReader | None, source: GitSource) -> str:
     """The commit the index was built from; a git source is only readable once synced."""
-    rev = store.source_state(source.id)[0] if store is not None else None
+    rev = store.source_state(source.id).indexed_rev if store is not None else None
     if rev is None:
         raise SourceError(f"git source {source.id!r} was never synced: run `notes-search sync --source {source.id}`")
     return rev
@@ -166,12 +165,14 @@ def _read_blob(source: GitSource, rev: str, path: str) -> bytes:
 
 
 def _decode(data: bytes, where: str) -> str:
-    if b"\0" in data[:BINARY_PROBE]:
+    """What `show` prints: bad bytes are replaced, since the user asked for this very file (the
+    indexer instead skips a file that is not UTF-8, as a wrong character would be searchable)."""
+    if looks_binary(data):
         raise SourceError(f"{where}: binary file, not shown")
     return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
-def read_text(config: Config, store: Store | None, source_id: str, path: str) -> str:
+def read_text(config: Config, store: IndexReader | None, source_id: str, path: str) -> str:
     """A file's text: workspace files from disk (confined), mirror files at the indexed rev."""
     source = config.source(source_id)
     rel = confine(config, source_id, path)
@@ -203,7 +204,7 @@ def read_text(config: Config, store: Store | None, source_id: str, path: str) ->
     return _decode(data, where)
 
 
-def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) -> bool:
+def _has_file(store: IndexReader | None, source: Source, rel: str, indexed: set[str]) -> bool:
     """Is `rel` a readable file of the source? Workspace: the disk decides (the index may lag
     it); git: the index at its rev, else the tree (files the index skipped are still there)."""
     if not rel or not _in_scope(source, rel):
@@ -219,17 +220,6 @@ def _has_file(store: Store | None, source: Source, rel: str, indexed: set[str]) 
     return True
 
 
-def text_lines(text: str) -> list[str]:
-    """Lines as the chunker counts them (indexer.chunker.line_break): at '\\n' as rg and git
-    grep do, or at '\\r' in a file with old Mac endings; CRLF lines keep their '\\r'."""
-    from indexer.chunker import line_break
-
-    lines = text.split(line_break(text))
-    if lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 def excluded_file(config: Config, source_id: str, rel: str) -> bool:
     """Is the confined `rel` a file on disk that the source's paths/include/exclude (or `.git`)
     keep out of the index? A re-index of it does nothing, and the user should learn why."""
@@ -239,7 +229,7 @@ def excluded_file(config: Config, source_id: str, rel: str) -> bool:
     return os.path.isfile(_real_inside(source, rel))
 
 
-def has_path(config: Config, store: Store | None, source_id: str, rel: str) -> bool:
+def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str) -> bool:
     """Is the confined `rel` a file or folder of the source, on disk (workspace) or in the index?
     A folder deleted since the last sync still counts: re-indexing it is how its entries go."""
     source = config.sources[source_id]
@@ -248,7 +238,7 @@ def has_path(config: Config, store: Store | None, source_id: str, rel: str) -> b
     return store is not None and source_id in store.sources_with_path(nfc(rel))
 
 
-def missing_file(config: Config, store: Store | None, path: str) -> SourceError:
+def missing_file(config: Config, store: IndexReader | None, path: str) -> SourceError:
     """The error for a bare PATH that no source has as a file: say so when it is a folder."""
     folders = []
     for source_id in config.sources:
@@ -264,7 +254,7 @@ def missing_file(config: Config, store: Store | None, path: str) -> SourceError:
     return SourceError(f"{path!r}: no such file in any source ({', '.join(config.sources) or 'none configured'})")
 
 
-def sources_having(config: Config, store: Store | None, path: str) -> list[str]:
+def sources_having(config: Config, store: IndexReader | None, path: str) -> list[str]:
     """Every configured source that has `path`, in config order (a bare PATH means all of them).
 
     When no source has it and some source refused the path (e.g. a symlink out of its root),

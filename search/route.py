@@ -1,4 +1,4 @@
-"""Collections and routing (seed B §3, §7): the hard part is choosing *where* to search.
+"""Collections and routing: with many folders of notes, the hard part is choosing *where* to search.
 
 A collection is a folder with `_meta.yaml` (name, description, tags). `collections` lists them
 (flat up to TREE_AFTER, grouped by name prefix beyond, since a long flat list stops being
@@ -18,85 +18,49 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-import click
-
+from indexer.config import Config
+from indexer.embed_health import guarded
 from indexer.errors import EmbedderError
-from indexer.store import Store
 from search.fusion import rrf
-from search.terminal import echo, echo_json, styled
+from search.words import ROUTING_STOPWORDS, STEM_CHARS
 
 if TYPE_CHECKING:  # numpy and the embedders load only when a route is computed
     import numpy as np
 
     from indexer.embedders import Embedder
-    from search.cli import App
+    from indexer.store import CollectionRow
 
-TREE_AFTER = 50  # seed B §7: up to ~50 collections a flat `name — description` list fits a prompt
+# up to ~50 collections, a flat `name — description` list still fits an agent's prompt
+TREE_AFTER = 50
 ROUTE_K = 3
-STEM_CHARS = 5  # crude stemming: "zálohy"/"zálohování", "рецепт"/"рецепты" share their first 5 letters
 BM25_K1 = 1.2
 BM25_B = 0.75
 _WORD = re.compile(r"\w+")
-# function words of the three languages the notes are written in; without them a question's
-# "what"/"jak"/"как" would give a collection a lexical rank (which RRF rewards) for nothing
-STOPWORDS = frozenset(
-    """
-    the and for are was were with what which when where who whom why how that this these those from into
-    about have has had does did can could should would will your you our their there here not but any all
-    some more most also than then them they its just only very such other each many much over under
-    jak jaký jaká jaké kde kdy kdo kolik proč což pro při jsou jsem jsme byl byla bylo být nebo ale tak
-    také jako jen ještě už této tento tato toho tom tím mám máme mít může můžu musím který která které
-    что как где когда кто какой какая какое какие сколько почему зачем это этот эта эти там тут для при
-    или так также уже ещё есть был была были быть мне меня мой моя мои наш наша нам нас вам вас они она
-    оно его её их чем чтобы можно нужно
-    """.split()
-)
 
 
-@dataclass(frozen=True)
-class CollectionEntry:
-    source_id: str
-    name: str
-    folder: str
-    description: str
-    tags: tuple[str, ...]
-    files: int
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "tags": list(self.tags),
-            "source": self.source_id,
-            "folder": self.folder,
-            "files": self.files,
-        }
-
-    @property
-    def line(self) -> str:
-        return f"{self.name} — {self.description}" if self.description else self.name
+def collection_json(entry: CollectionRow) -> dict[str, object]:
+    """A collection as `collections` and `route` print it."""
+    return {
+        "name": entry.name,
+        "description": entry.description,
+        "tags": list(entry.tags),
+        "source": entry.source_id,
+        "folder": entry.folder,
+        "files": entry.files,
+    }
 
 
-def load_entries(store: Store) -> list[CollectionEntry]:
-    return [
-        CollectionEntry(
-            source_id=str(row["source_id"]),
-            name=str(row["name"]),
-            folder=str(row["folder"]),
-            description=str(row["description"]),
-            tags=tuple(cast("list[str]", row["tags"])),
-            files=cast(int, row["files"]),
-        )
-        for row in store.collections()
-    ]
+def collection_line(entry: CollectionRow) -> str:
+    """`name — description`, the one line a person (or a prompt) reads per collection."""
+    return f"{entry.name} — {entry.description}" if entry.description else entry.name
 
 
 # ---- listing --------------------------------------------------------------------------------
 
 
-def group_key(entry: CollectionEntry) -> str:
+def group_key(entry: CollectionRow) -> str:
     """The prefix a long list is grouped by: the name's first '/' segment, else its first '-'
     segment, else the folder's first component; a name with none of these is its own group."""
     for separator in ("/", "-"):
@@ -107,26 +71,58 @@ def group_key(entry: CollectionEntry) -> str:
     return head if sep and head else entry.name
 
 
-def collections_view(entries: Sequence[CollectionEntry], prefix: str | None = None) -> dict[str, object]:
-    """`{"count", "layout": "flat", "collections"}`, or `{"count", "layout": "tree", "groups"}`
-    when there are more than TREE_AFTER. `prefix` keeps the names below it (or in its group)."""
+@dataclass(frozen=True)
+class CollectionGroup:
+    """The collections whose names share a prefix (see `group_key`)."""
+
+    prefix: str
+    members: tuple[CollectionRow, ...]
+
+
+@dataclass(frozen=True)
+class CollectionsView:
+    """The collections to list: flat up to TREE_AFTER, else also grouped by name prefix."""
+
+    entries: tuple[CollectionRow, ...]
+    groups: tuple[CollectionGroup, ...] | None = None  # None: a flat list
+
+    @property
+    def count(self) -> int:
+        return len(self.entries)
+
+    def to_json(self) -> dict[str, object]:
+        """`{"count", "layout": "flat", "collections"}` or `{"count", "layout": "tree", "groups"}`."""
+        view: dict[str, object] = {"count": self.count}
+        if self.groups is None:
+            view["layout"] = "flat"
+            view["collections"] = [collection_json(e) for e in self.entries]
+            return view
+        view["layout"] = "tree"
+        view["groups"] = [
+            {"prefix": group.prefix, "count": len(group.members),
+             "collections": [collection_json(e) for e in group.members]}
+            for group in self.groups
+        ]
+        return view
+
+
+def list_collections(entries: Sequence[CollectionRow], prefix: str | None = None) -> CollectionsView:
+    """`prefix` keeps the names below it (or in its group); beyond TREE_AFTER they are grouped."""
     if prefix:
         wanted = prefix.rstrip("/-")
         entries = [e for e in entries if e.name.startswith(prefix) or group_key(e) == wanted]
-    view: dict[str, object] = {"count": len(entries)}
     if len(entries) <= TREE_AFTER:
-        view["layout"] = "flat"
-        view["collections"] = [e.to_json() for e in entries]
-        return view
-    groups: dict[str, list[CollectionEntry]] = {}
+        return CollectionsView(tuple(entries))
+    groups: dict[str, list[CollectionRow]] = {}
     for entry in entries:
         groups.setdefault(group_key(entry), []).append(entry)
-    view["layout"] = "tree"
-    view["groups"] = [
-        {"prefix": key, "count": len(members), "collections": [e.to_json() for e in members]}
-        for key, members in sorted(groups.items())
-    ]
-    return view
+    return CollectionsView(tuple(entries), tuple(CollectionGroup(key, tuple(members))
+                                                 for key, members in sorted(groups.items())))
+
+
+def collections_view(entries: Sequence[CollectionRow], prefix: str | None = None) -> dict[str, object]:
+    """The JSON of `list_collections`."""
+    return list_collections(entries, prefix).to_json()
 
 
 NO_COLLECTIONS = "no collections yet: a folder becomes one with a _meta.yaml (name, description, tags) and a sync"
@@ -141,7 +137,8 @@ def fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
-_STOP = frozenset(fold(word) for word in STOPWORDS)
+# the question is folded before it is split, so the list is folded too ("proč" -> "proc")
+_STOP = frozenset(fold(word) for word in ROUTING_STOPWORDS)
 
 
 def terms(text: str) -> list[str]:
@@ -174,11 +171,11 @@ def bm25_ranking(question: str, documents: Sequence[str]) -> list[tuple[int, flo
     return scores
 
 
-def lexical_text(entry: CollectionEntry) -> str:
+def lexical_text(entry: CollectionRow) -> str:
     return " ".join([entry.name.replace("/", " ").replace("-", " "), entry.description, *entry.tags])
 
 
-def semantic_text(entry: CollectionEntry) -> str:
+def semantic_text(entry: CollectionRow) -> str:
     """What is embedded for a collection: its description alone. Names and tags are terse and
     often in another language than the question; with e5 they blur more than they add."""
     return entry.description or entry.name
@@ -186,7 +183,7 @@ def semantic_text(entry: CollectionEntry) -> str:
 
 @dataclass
 class RouteHit:
-    entry: CollectionEntry
+    entry: CollectionRow
     score: float
     bm25_rank: int | None
     vec_rank: int | None
@@ -194,7 +191,7 @@ class RouteHit:
 
     def to_json(self) -> dict[str, object]:
         return {
-            **self.entry.to_json(),
+            **collection_json(self.entry),
             "score": round(self.score, 6),
             "bm25_rank": self.bm25_rank,
             "vec_rank": self.vec_rank,
@@ -220,14 +217,20 @@ class RouteResponse:
 
 class Router:
     """Ranks collections for a question. One per process: it caches description vectors
-    (keyed by model and text hash), so a long-lived MCP server embeds each description once."""
+    (keyed by model and text hash), so a long-lived MCP server embeds each description once.
 
-    def __init__(self, embedder_factory: Callable[[], Embedder]) -> None:
+    Someone waits on a route, so the embedder is asked as a search asks it: once, with short
+    timeouts, and not at all while an outage of it is remembered for `config`'s index (the
+    memory a search shares). Without a config, outages are not remembered.
+    """
+
+    def __init__(self, embedder_factory: Callable[[], Embedder], config: Config | None = None) -> None:
         self.embedder_factory = embedder_factory
+        self.config = config
         self._vectors: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
-    def route(self, entries: Sequence[CollectionEntry], question: str, k: int = ROUTE_K) -> RouteResponse:
+    def route(self, entries: Sequence[CollectionRow], question: str, k: int = ROUTE_K) -> RouteResponse:
         response = RouteResponse(question=question)
         if not entries:
             response.notice = NO_COLLECTIONS
@@ -258,18 +261,25 @@ class Router:
             response.notice = "no collection matches the question's words"
         return response
 
-    def _cosines(self, entries: Sequence[CollectionEntry], question: str) -> dict[int, float]:
-        """Cosine of the question to every description (vectors are L2-normalised: a dot product)."""
+    def _cosines(self, entries: Sequence[CollectionRow], question: str) -> dict[int, float]:
+        """Cosine of the question to every description; EmbedderError when there is none."""
+        if self.config is None:
+            return self._embedded_cosines(entries, question)
+        # during a remembered outage the embedder is not even constructed: a route costs what BM25 does
+        return guarded(self.config, lambda: self._embedded_cosines(entries, question))
+
+    def _embedded_cosines(self, entries: Sequence[CollectionRow], question: str) -> dict[int, float]:
+        """Vectors are L2-normalised: the cosine is a dot product."""
         import numpy as np
 
-        embedder = self.embedder_factory()
+        embedder = self.embedder_factory().interactive()
         keys = [self._key(embedder, semantic_text(e)) for e in entries]
         with self._lock:
-            missing = {key: semantic_text(e) for key, e in zip(keys, entries) if key not in self._vectors}
+            missing = {key: semantic_text(e) for key, e in zip(keys, entries, strict=True) if key not in self._vectors}
         if missing:
             vectors = embedder.embed_passages(list(missing.values()))
             with self._lock:
-                self._vectors.update(zip(missing, vectors))
+                self._vectors.update(zip(missing, vectors, strict=True))
         query = embedder.embed_query(question)
         with self._lock:
             matrix = np.stack([self._vectors[key] for key in keys])
@@ -279,58 +289,3 @@ class Router:
     def _key(embedder: Embedder, text: str) -> str:
         identity = json.dumps(embedder.config.identity(), sort_keys=True)
         return hashlib.sha256(f"{identity}\0{text}".encode()).hexdigest()
-
-
-# ---- CLI ------------------------------------------------------------------------------------
-
-
-def _entries(app: App) -> list[CollectionEntry]:
-    store = app.open_store(readonly=True)
-    try:
-        return load_entries(store)
-    finally:
-        store.close()
-
-
-@click.command("collections")
-@click.option("--prefix", metavar="P", help="Only collections whose name starts with P (or in group P).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: flat list, or groups beyond 50.")
-@click.pass_obj
-def collections_command(app: App, prefix: str | None, as_json: bool) -> None:
-    """List collections (folders with _meta.yaml) as `name — description`."""
-    view = collections_view(_entries(app), prefix)
-    if as_json:
-        echo_json(view)
-        return
-    if not view["count"]:
-        echo(NO_COLLECTIONS, err=True)
-        return
-    if view["layout"] == "flat":
-        for item in view["collections"]:  # type: ignore[attr-defined]
-            echo(_line(item))
-        return
-    for group in view["groups"]:  # type: ignore[attr-defined]
-        echo(styled(f"{group['prefix']}/ ({group['count']})", bold=True))
-        for item in group["collections"]:
-            echo("  " + _line(item))
-
-
-def _line(item: dict[str, object]) -> str:
-    return f"{item['name']} — {item['description']}" if item["description"] else str(item["name"])
-
-
-@click.command("route")
-@click.argument("text")
-@click.option("-k", "k", default=ROUTE_K, show_default=True, type=click.IntRange(1, 100), help="Collections to return.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-@click.pass_obj
-def route_command(app: App, text: str, k: int, as_json: bool) -> None:
-    """Pick the collections a question most likely belongs to (then: query --collection NAME)."""
-    response = Router(app.embedder).route(_entries(app), text, k)
-    if as_json:
-        echo_json(response.to_json())
-        return
-    if response.notice:
-        echo(f"notice: {response.notice}", err=True)
-    for hit in response.results:
-        echo(f"{hit.score:.4f}  {hit.entry.line}")

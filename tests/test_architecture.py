@@ -114,7 +114,6 @@ def test_hooks_use_neither_click_nor_the_search_package() -> None:
     assert violations(python_files("hooks"), lambda imp: not _is(imp.module, "search", "click")) == []
 
 
-@pytest.mark.xfail(strict=True, reason="search/commands.py, route.py and evaluate.py import click until WP2 is merged")
 def test_only_the_cli_package_imports_click() -> None:
     def allowed(imp: Import) -> bool:
         return not _is(imp.module, "click") or imp.file.startswith("search/cli/") or imp.file == TERMINAL
@@ -140,7 +139,6 @@ def test_the_cli_reaches_the_mcp_server_only_through_its_launcher() -> None:
     assert violations(python_files("search"), allowed) == []
 
 
-@pytest.mark.xfail(strict=True, reason="route.py and evaluate.py hold their click commands until WP2 is merged")
 def test_the_service_and_the_domain_import_no_front_end() -> None:
     domain = [REPO / "search" / f"{name}.py" for name in SEARCH_DOMAIN]
     files = [*python_files("search/service"), *(path for path in domain if path.exists())]

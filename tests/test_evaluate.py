@@ -12,11 +12,12 @@ from click.testing import CliRunner, Result
 
 from bench.beir import CachingEmbedder, doc_filename, load_set, run_beir, score_queries
 from indexer.config import EmbeddingConfig
+from indexer.errors import NotesSearchError
 from search import cli as cli_module
+from search.cli.evaluate import eval_command
+from search.evaluate import ExpectedLocation as Target
 from search.evaluate import (
-    Target,
     dcg,
-    eval_command,
     load_questions,
     mean_reciprocal_rank,
     ndcg_at_k,
@@ -25,7 +26,6 @@ from search.evaluate import (
     recall_at_rank,
     reciprocal_rank,
 )
-from indexer.errors import NotesSearchError
 from tests.conftest import FAKE_EMBEDDING
 from tests.fakes import FakeEmbedder
 
@@ -95,7 +95,7 @@ def test_parse_target_forms() -> None:
     assert parse_target("other:a.md", sources) == Target("other:a.md")  # not a source: part of the name
     assert str(parse_target("wiki:x/y.md:4-4", sources)) == "wiki:x/y.md:4"
     for bad in ("../a.md", "a/../../b.md", "a.md:9-3", "a.md:0", "notes:"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"empty or not 1-based|not a path relative to a source root"):
             parse_target(bad, sources)
 
 

@@ -25,9 +25,9 @@ from mcp.types import CallToolResult
 
 from indexer.config import load_config
 from indexer.embedders import make_embedder
-from indexer.sync import run_sync
 from indexer.hosts import is_loopback_host as is_loopback
-from search.mcp_server import TOKEN_ENV, LOCAL_ORIGIN
+from indexer.sync import run_sync
+from search.mcp_server import LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ async def refused(session: ClientSession, name: str, **arguments: Any) -> str:
 
 
 async def exercise_every_tool(session: ClientSession) -> None:
-    """tools/list, then tools/call of every tool with a non-empty answer (seed B Приёмка 5)."""
+    """tools/list, then tools/call of every tool with a non-empty answer: an agent can use each one."""
     listed = await session.list_tools()
     tools = {tool.name: tool for tool in listed.tools}
     assert set(tools) == TOOLS
@@ -254,10 +254,13 @@ def http_server(tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer) 
 def test_http_lists_and_calls_every_tool(http_server: str) -> None:
     async def main() -> None:
         client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120))
-        async with client, streamable_http_client(http_server, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                await exercise_every_tool(session)
+        async with (
+            client,
+            streamable_http_client(http_server, http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await exercise_every_tool(session)
 
     anyio.run(main)
 
@@ -332,8 +335,8 @@ def test_help_names_the_token_env() -> None:
 def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callable[..., object],
                                               notes: Path) -> None:
     """Form feeds, vertical tabs and U+2028 are not line breaks for `show`, grep or the chunker."""
-    from search.service import NotesService
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
     (notes / "odd.md").write_text("one\ntwo \x0c still two\nthree \u2028 still three\nfour\r\nfive\n",
                                   encoding="utf-8")
@@ -348,8 +351,8 @@ def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callab
 
 def test_grep_is_truncated_only_when_more_lines_exist(config_path: Path, do_sync: Callable[..., object],
                                                       notes: Path) -> None:
-    from search.service import NotesService
     from search.mcp_server import GREP_MAX_HITS, NotesTools
+    from search.service import NotesService
 
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS)), encoding="utf-8")
     do_sync()

@@ -12,19 +12,18 @@ from click.testing import CliRunner
 
 from indexer.config import EmbeddingConfig, load_config
 from indexer.embedders import make_embedder
+from indexer.store import CollectionRow as CollectionEntry
 from indexer.store import Store
 from indexer.sync import run_sync
+from search import cli as cli_module
+from search.cli.collections import collections_command, route_command
 from search.cli.context import CliContext
 from search.route import (
     TREE_AFTER,
-    CollectionEntry,
     Router,
     bm25_ranking,
-    collections_command,
     collections_view,
     group_key,
-    load_entries,
-    route_command,
     terms,
 )
 from tests.conftest import FAKE_EMBEDDING
@@ -146,7 +145,7 @@ def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliContext:
     embedder = FakeEmbedder(load_config(config_path).embedding)
     run_sync(load_config(config_path), embedder_factory=lambda: embedder)
     app = CliContext(str(config_path))
-    monkeypatch.setattr(app, "embedder", lambda: embedder)
+    monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: embedder)
     return app
 
 
@@ -220,7 +219,7 @@ def twenty(tmp_path_factory: pytest.TempPathFactory) -> list[CollectionEntry]:
     run_sync(config, embedder_factory=lambda: embedder)
     store = Store.open(config.db, readonly=True)
     try:
-        entries = load_entries(store)
+        entries = store.collections()
     finally:
         store.close()
     assert len(entries) == 20
@@ -239,3 +238,55 @@ def test_real_model_routes_paraphrased_questions(twenty: list[CollectionEntry]) 
         if names[0] != expected:
             misses.append((question, expected, names))
     assert not misses, textwrap.indent("\n".join(map(str, misses)), "  ")
+
+
+# ---- an embedder that is down -----------------------------------------------------------------
+
+
+def test_route_asks_a_down_embedder_once_and_remembers_the_outage(tmp_path: Path) -> None:
+    """Someone waits on a route as on a search: one attempt (the config allows retries), then the
+    outage is remembered for the window (shared with searches) and keywords alone answer."""
+    from indexer.embed_health import OUTAGE_WINDOW, embedder_health
+    from tests.embed_servers import OllamaServer
+
+    notes = tmp_path / "notes"
+    write_collections(notes, META)
+    config_path = tmp_path / "notes-search.yaml"
+    with OllamaServer({"fake-embed:latest": 64}) as server:
+        config_path.write_text(
+            f"root: {tmp_path}\nembedding:\n  provider: ollama\n  model: fake-embed:latest\n"
+            f"  endpoint: {server.url}\n  dims: 64\n  retries: 3\n"
+            "sources:\n  workspace:\n    notes:\n      root: notes\n      paths: ['**']\n",
+            encoding="utf-8",
+        )
+        config = load_config(config_path)
+        embedder = make_embedder(config.embedding)
+        run_sync(config, embedder_factory=lambda: embedder)
+        now = [1_000_000.0]
+        embedder_health(config).clock = lambda: now[0]
+
+        def route(question: str) -> dict[str, object]:
+            result = CliRunner().invoke(cli_module.cli, ["--config", str(config_path), "route", question, "--json"],
+                                        catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            return json.loads(result.stdout)
+
+        assert route("backups of the PostgreSQL server")["degraded"] is False
+        base = len(server.embed_requests)
+        server.fail_next = 1000  # the server answers 500 from now on
+        first = route("backups of the PostgreSQL server")
+        assert first["degraded"] is True and "HTTP 500" in str(first["notice"])
+        assert first["results"][0]["name"] == "devops"  # type: ignore[index]
+        assert len(server.embed_requests) == base + 1  # one attempt, not retries + 1
+        now[0] += OUTAGE_WINDOW / 2  # inside the window: the embedder is left alone
+        again = route("soups and dumplings")
+        assert again["degraded"] is True and "not retried for" in str(again["notice"])
+        assert again["results"][0]["name"] == "cooking"  # type: ignore[index]
+        search = CliRunner().invoke(cli_module.cli, ["--config", str(config_path), "query", "soups", "--json"])
+        assert json.loads(search.stdout)["degraded"] is True  # searches share what the route learnt
+        assert len(server.embed_requests) == base + 1
+        server.fail_next = 0
+        now[0] += OUTAGE_WINDOW  # the window is over and the server is back
+        healed = route("soups and dumplings")
+        assert healed["degraded"] is False and healed["notice"] is None
+        assert len(server.embed_requests) == base + 3  # this process embeds the descriptions, then the question

@@ -21,16 +21,17 @@ from click.testing import CliRunner, Result
 from indexer.config import Config, load_config
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
 from indexer.globs import Scope
-from indexer.store import Store
+from indexer.store import FileRow, Store
 from indexer.sync import run_sync
 from indexer.toc import render_toc, toc_path, write_tocs
 from search import grep as grep_module
 from search.cli import cli
-from search.commands import grep as grep_command
-from search.commands import show as show_command
-from search.commands import toc as toc_command
+from search.cli.files import grep as grep_command
+from search.cli.files import show as show_command
+from search.cli.files import toc as toc_command
 from search.grep import GrepHit, grep
 from search.refs import Ref, confine, parse_ref, read_text, sources_having
+from search.service.reading import line_range
 from tests.conftest import FAKE_EMBEDDING, NOTES, write
 from tests.fakes import FakeEmbedder
 
@@ -232,7 +233,7 @@ def test_git_source_never_synced_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="never synced"):
         read_text(config, None, "wiki", "a.md")
     alone = grep(config, None, "x", source_ids=["wiki"])
-    with pytest.raises(SourceError, match="nothing could be searched: wiki .*never synced"):
+    with pytest.raises(SourceError, match=r"nothing could be searched: wiki .*never synced"):
         alone.check_searched()
     everything = grep(config, None, "x")  # wiki is the only source: named, not skipped
     assert everything == [] and [(u.source, u.path) for u in everything.unsearched] == [("wiki", None)]
@@ -258,6 +259,44 @@ def test_show_whole_file_and_line_ranges(run: Callable[..., Result], cfg: Config
                     "end_line": 8, "text": "\n".join(lines[5:8]) + "\n"}]
     past = run("show", "notes:devops/zalohovani.md:999")
     assert past.exit_code == 1 and "past the end" in past.output
+
+
+def test_line_range_numbers_lines_as_grep_and_keeps_the_file_ending() -> None:
+    lf = line_range("one\ntwo\nthree\n", 2, 5)
+    assert (lf.start, lf.end, lf.total, lf.lines, lf.line_ending) == (2, 3, 3, ("two", "three"), "\n")
+    assert lf.text == "two\nthree\n"
+    crlf = line_range("one\r\ntwo\r\nthree", 1, 2)  # the last line needs no break of its own
+    assert (crlf.lines, crlf.line_ending, crlf.text) == (("one", "two"), "\r\n", "one\r\ntwo\r\n")
+    old_mac = line_range("one\rtwo\r", 2)  # printed with "\n": a lone CR would be escaped on a terminal
+    assert (old_mac.lines, old_mac.text) == (("two",), "two\n")
+    mixed = line_range("one\r\ntwo\nthree\r\n")  # not every line ends in CRLF: "\n", and no stray CR
+    assert (mixed.lines, mixed.line_ending) == (("one", "two", "three"), "\n")
+    past = line_range("one\n", 3)
+    assert (past.start, past.end, past.total, past.lines) == (3, 1, 1, ())
+    assert line_range("", 1).total == 0
+
+
+def test_show_and_get_of_a_crlf_file_give_the_same_lines(tmp_path: Path) -> None:
+    """`show` prints a range as the file writes it (CRLF), `get` joins with "\n"; both hold the
+    same lines, none with a stray "\r"."""
+    from search.service import NotesService
+
+    write(tmp_path / "notes", {"win.md": "# Windows\r\n\r\nfirst line\r\nsecond line\r\nthird\r\n"})
+    service = NotesService.from_config_file(str(write_config(tmp_path, f"""\
+  workspace:
+    notes:
+      root: {tmp_path / "notes"}
+      paths: ["**"]
+""")))
+    (shown,) = service.show("notes:win.md:3:2")
+    window = service.get("notes:win.md:3:2", None, 10)
+    assert shown.range is not None and window.view.range is not None
+    assert shown.range.lines == window.view.range.lines == ("first line", "second line")
+    assert shown.text == "first line\r\nsecond line\r\n"  # as `show` printed it before: the file's bytes
+    assert window.view.text == "first line\nsecond line"
+    assert (window.truncated, window.view.range.total) == (True, 5)
+    (whole,) = service.show("notes:win.md")
+    assert whole.range is None and whole.text == "# Windows\r\n\r\nfirst line\r\nsecond line\r\nthird\r\n"
 
 
 def test_show_bare_path_in_several_sources(run: Callable[..., Result]) -> None:
@@ -411,6 +450,19 @@ def test_grep_git_mirror_at_indexed_rev(tmp_path: Path) -> None:
     store.close()
 
 
+def test_grep_git_ignores_the_repository_a_hook_points_at(cfg: Config, store: Store, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A git hook runs us with GIT_DIR, GIT_OBJECT_DIRECTORY and the like set for its own
+    repository: git grep must still read the mirror (the one git environment drops them)."""
+    elsewhere = tmp_path / "elsewhere"
+    git(tmp_path, "init", "-q", str(elsewhere))
+    monkeypatch.setenv("GIT_DIR", str(elsewhere / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(elsewhere))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(elsewhere / ".git" / "objects"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(elsewhere / ".git" / "index"))
+    assert where(grep(cfg, store, "db-01", source_ids=["wiki"])) == ["wiki:guide.md:4", "wiki:ops/runbook.md:3"]
+
+
 def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: Store) -> None:
     human = run("grep", "db-01", "--path", "wiki:ops")
     assert human.exit_code == 0, human.output
@@ -431,11 +483,10 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
 
 def test_render_toc_groups_by_folder() -> None:
     rows = [
-        {"path": "b/two.md", "title": "Two", "tags": [], "headings": ["Two", "Setup", "Setup", "Run"],
-         "collection": "Bees"},
-        {"path": "top.md", "title": "Top\nline", "tags": ["x", "y z"], "headings": [], "collection": None},
-        {"path": "a/one.md", "title": "One", "tags": ["ops"], "headings": ["One"], "collection": None},
-        {"path": "b/three.md", "title": "", "tags": [], "headings": [], "collection": "Bees"},
+        FileRow("wiki", "b/two.md", "Two", (), ("Two", "Setup", "Setup", "Run"), "Bees", "", 0, 0.0),
+        FileRow("wiki", "top.md", "Top\nline", ("x", "y z"), (), None, "", 0, 0.0),
+        FileRow("wiki", "a/one.md", "One", ("ops",), ("One",), None, "", 0, 0.0),
+        FileRow("wiki", "b/three.md", "", (), (), "Bees", "", 0, 0.0),
     ]
     assert render_toc("wiki", rows) == (
         "# Contents of source wiki\n\n"
@@ -446,7 +497,7 @@ def test_render_toc_groups_by_folder() -> None:
         "## b/ — collection: Bees\n\n- b/three.md\n- b/two.md — Two — Setup; Run\n"
     )
     assert "No files indexed yet" in render_toc("empty", [])
-    many = render_toc("x", [{"path": "m.md", "title": "M", "tags": [], "headings": [f"H{i}" for i in range(20)]}])
+    many = render_toc("x", [FileRow("x", "m.md", "M", (), tuple(f"H{i}" for i in range(20)), None, "", 0, 0.0)])
     assert "H11; …" in many and "H12" not in many
 
 
@@ -511,8 +562,8 @@ def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: py
 
 
 def test_show_and_get_say_when_a_path_is_a_folder(run: Callable[..., Result], world: Path) -> None:
-    from search.service import NotesService
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
     for ref in ("devops", "notes:devops", "devops/"):
         result = run("show", ref)

@@ -1,4 +1,5 @@
-"""The watcher (SPEC §8, seed B §8-bis) on real files with a real observer and a real index.
+"""The watcher (`notes-search watch`: the index follows the disk while it runs) on real files with a
+real observer and a real index.
 
 Waits poll with a timeout instead of sleeping a fixed time; bounds on latency are generous
 because CI machines are noisy.

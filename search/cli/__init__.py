@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from indexer.errors import NotesSearchError
-from search.terminal import echo_json, safe_errors
+from search.terminal import safe_errors
 
 if TYPE_CHECKING:  # heavy imports (numpy, requests) load only when a command needs an embedder
     from indexer.config import EmbeddingConfig
@@ -28,15 +28,15 @@ LAZY_COMMANDS = {
     "reindex": "search.cli.index:reindex",
     "status": "search.cli.index:status",
     "query": "search.cli.query:query",
-    "show": "search.commands:show",
-    "grep": "search.commands:grep",
-    "toc": "search.commands:toc",
+    "show": "search.cli.files:show",
+    "grep": "search.cli.files:grep",
+    "toc": "search.cli.files:toc",
     "watch": "search.cli.watch:watch",
     "mcp": "search.cli.serve:mcp",
-    "collections": "search.route:collections_command",
-    "route": "search.route:route_command",
+    "collections": "search.cli.collections:collections_command",
+    "route": "search.cli.collections:route_command",
     "hooks": "search.cli.hooks:hooks",
-    "eval": "search.evaluate:eval_command",
+    "eval": "search.cli.evaluate:eval_command",
 }
 
 # Commands that write the index: only these create the db's and the log's folders. The others
@@ -82,11 +82,6 @@ def make_embedder(config: EmbeddingConfig) -> Embedder:
 def stderr_is_terminal() -> bool:
     """Progress and summaries only for a person at a terminal; cron and hooks get silence."""
     return sys.stderr.isatty()
-
-
-def emit_json(data: object) -> None:
-    """Transitional name for `search.terminal.echo_json` (its last callers move with the commands)."""
-    echo_json(data)
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import click
 
-from indexer.hosts import is_loopback_host
 from search import mcp_server
 from search.cli.context import CliContext, pass_context
 from search.mcp_server import DEFAULT_PORT, TOKEN_ENV
@@ -20,6 +19,8 @@ from search.mcp_server import DEFAULT_PORT, TOKEN_ENV
 @pass_context
 def mcp(ctx: CliContext, use_http: bool, host: str, port: int, token: str | None) -> None:
     """MCP server for agents: search, status, reindex, get, grep, collections, route (stdio by default)."""
+    from indexer.hosts import is_loopback_host
+
     if use_http and not is_loopback_host(host) and not token:
         raise click.UsageError(
             f"--host {host} is reachable from other machines: set --token (or ${TOKEN_ENV}) so every "

@@ -18,17 +18,21 @@ from typing import TYPE_CHECKING
 from indexer.config import Config, EmbeddingConfig, find_config, load_config
 from indexer.store import Store
 
-if TYPE_CHECKING:  # heavy modules (numpy, requests, the router) load only when a method needs them
+if TYPE_CHECKING:
     from indexer.embedders import Embedder
     from search.evaluate import EvalReport
     from search.resident import ResidentVectors
-    from search.route import RouteResponse, Router
+    from search.route import Router, RouteResponse
     from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
     from search.service.lookup import CollectionsView, GrepOutcome, TocFile
     from search.service.reading import FileView, LineWindow
     from search.service.scope import Target
     from search.service.searching import SearchOutcome
     from search.service.status import StatusReport
+
+# Every command builds the service, so each operation's module is imported when the operation
+# runs: the cron no-op `sync` loads no search engine, a lexical `query` no indexer, and only
+# the commands that need them pay for numpy and requests (embedder, resident vectors).
 
 
 def build_embedder(config: EmbeddingConfig) -> Embedder:
@@ -51,7 +55,7 @@ class NotesService:
         self.config = config
         self.check_remote = check_remote  # the MCP tools answer fast; the CLI status asks the remote
         self._embedder_factory = embedder_factory
-        self._lock = threading.Lock()  # tools run on worker threads: creation is serialised
+        self._lock = threading.RLock()  # tools run on worker threads: creation is serialised
         self._embedder: Embedder | None = None
         self._resident: ResidentVectors | None = None  # created on the first search (imports numpy)
         self._router: Router | None = None
@@ -96,7 +100,7 @@ class NotesService:
 
         with self._lock:
             if self._router is None:
-                self._router = Router(self.embedder)
+                self._router = Router(self.embedder, self.config)
             return self._router
 
     @contextmanager

@@ -8,13 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from indexer.collections import nfc
 from indexer.config import GitSource, WorkspaceSource, selection_warnings
 from indexer.errors import NotesSearchError
-from indexer.collections import nfc
 from indexer.store import SearchScope
 from search.service.scope import Place, Target, confined_places, scope_label
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # indexer.sync loads the chunker and the drivers: imported by the functions that run it
     from indexer.sync import SourceReport, SyncReport
     from search.service import NotesService
 

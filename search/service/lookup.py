@@ -3,18 +3,24 @@ the collections, routing a question to collections, and scoring a question file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from indexer.collections import nfc
 from indexer.errors import NotesSearchError
+from indexer.store import SearchScope
+from search.route import CollectionsView as CollectionsView  # re-exported: what `collections` returns
+from search.route import list_collections
+from search.service.scope import Place, Target, narrow_to_prefix, scope_label
 
 if TYPE_CHECKING:
+    from indexer.config import Config
     from search.evaluate import EvalReport
     from search.grep import GrepHit, Unsearched
     from search.route import RouteResponse
     from search.service import NotesService
-    from search.service.scope import Target
 
 
 @dataclass(frozen=True)
@@ -38,18 +44,25 @@ class TocFile:
     write_error: str | None = None
 
 
-@dataclass(frozen=True)
-class CollectionsView:
-    """The collections as a flat list, or grouped by name prefix beyond a screenful."""
+def grep_target(config: Config, source_ids: Sequence[str], path: str | None) -> Target:
+    """What `grep --source ID --path P` names: the sources (all when none), each with the path.
 
-    data: dict[str, Any]
+    Unlike a search scope, the path need not exist anywhere: grep reports what it could not
+    search instead. A `SOURCE:` prefix narrows to that source; the path is confined in every
+    selected source, and the first that refuses it refuses the whole grep.
+    """
+    from search.refs import confine_in
 
-    @property
-    def count(self) -> int:
-        return int(self.data["count"])
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.data)
+    selected = tuple(dict.fromkeys(source_ids))
+    rest = ""
+    if path:
+        selected, rest = narrow_to_prefix(path, selected, config.sources)
+    for source_id in selected:
+        config.source(source_id)  # an unknown id is its one-line error
+    searched = selected or tuple(config.sources)
+    rel = confine_in(config, searched, rest) if rest else ""
+    scope = SearchScope(source_ids=selected, path=nfc(rel) or None)
+    return Target(scope, scope_label(scope), tuple(Place(source_id, rel) for source_id in searched))
 
 
 def grep(
@@ -97,17 +110,14 @@ def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:
 
 
 def collections(service: NotesService, prefix: str | None) -> CollectionsView:
-    from search.route import collections_view, load_entries
-
     with service.reading() as store:
-        return CollectionsView(collections_view(load_entries(store), prefix))
+        return list_collections(store.collections(), prefix)
 
 
 def route(service: NotesService, question: str, k: int) -> RouteResponse:
-    from search.route import load_entries
-
+    """Rank the collections for a question (the embedder is asked as a search asks it)."""
     with service.reading() as store:
-        entries = load_entries(store)
+        entries = store.collections()
     return service.router().route(entries, question, k)
 
 

@@ -8,23 +8,43 @@ from typing import TYPE_CHECKING
 
 from indexer.config import GitSource
 from indexer.errors import NotesSearchError, SourceError
+from indexer.filetext import line_break, text_lines
 
 if TYPE_CHECKING:
     from indexer.config import Config
-    from indexer.store import Store
+    from indexer.store import IndexReader
     from search.refs import Ref
     from search.service import NotesService
 
 
 @dataclass(frozen=True)
 class LineRange:
-    """Lines `start`..`end` (1-based, inclusive) of a file of `total` lines."""
+    """Lines `start`..`end` (1-based, inclusive) of a file of `total` lines, numbered as the
+    chunker and grep number them. `lines` hold the content without its line break (CRLF's
+    "\\r" included); `line_ending` is how the file ends its lines: "\\r\\n" when every one
+    of them ends in CRLF, else "\\n" (an old-Mac file's lone "\\r" would be escaped on a terminal)."""
 
     start: int
     end: int
     total: int
     lines: tuple[str, ...]
     line_ending: str = "\n"
+
+    @property
+    def text(self) -> str:
+        """The lines as the file writes them, each with its line ending (what `show` prints)."""
+        return "".join(line + self.line_ending for line in self.lines)
+
+
+def line_range(text: str, start: int = 1, count: int | None = None) -> LineRange:
+    """Up to `count` lines of `text` from line `start` (to the end when `count` is None). A
+    `start` past the last line gives no lines (`end` < `start`): the caller says so in its words."""
+    raw = text_lines(text)
+    total = len(raw)
+    end = total if count is None else min(total, start + count - 1)
+    crlf = line_break(text) == "\n" and "\r\n" in text and text.count("\n") == text.count("\r\n")
+    lines = tuple(line.removesuffix("\r") for line in raw[start - 1 : end])
+    return LineRange(start, end, total, lines, "\r\n" if crlf else "\n")
 
 
 @dataclass(frozen=True)
@@ -73,28 +93,24 @@ def show(service: NotesService, ref: str) -> list[FileView]:
         return [_view(config, store, source_id, parsed) for source_id in source_ids]
 
 
-def _view(config: Config, store: Store | None, source_id: str, ref: Ref) -> FileView:
-    """One file, or the requested line range of it."""
-    from search.refs import confine, indexed_rev, read_text, text_lines
+def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -> FileView:
+    """One file (its text exactly as read), or the requested line range of it."""
+    from search.refs import confine, indexed_rev, read_text
 
     text = read_text(config, store, source_id, ref.path)
     source = config.source(source_id)
     rel = confine(config, source_id, ref.path)
-    lines = text_lines(text)
-    line_range = None
-    if ref.line is not None:
-        if ref.line > len(lines):
-            raise SourceError(f"{source_id}:{rel} has {len(lines)} lines; line {ref.line} is past the end")
-        start = ref.line
-        end = len(lines) if ref.count is None else min(len(lines), ref.line + ref.count - 1)
-        line_range = LineRange(start, end, len(lines), tuple(lines[start - 1 : end]))
-        text = "\n".join(lines[start - 1 : end]) + "\n"
     rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
-    return FileView(source_id, rel, rev, line_range, text, len(lines))
+    if ref.line is None:
+        return FileView(source_id, rel, rev, None, text, len(text_lines(text)))
+    lines = line_range(text, ref.line, ref.count)
+    if ref.line > lines.total:
+        raise SourceError(f"{source_id}:{rel} has {lines.total} lines; line {ref.line} is past the end")
+    return FileView(source_id, rel, rev, lines, lines.text, lines.total)
 
 
 def get(service: NotesService, path: str, from_line: int | None, max_lines: int) -> LineWindow:
-    from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having, text_lines
+    from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having
 
     config = service.config
     with service.reading_if_indexed() as store:
@@ -113,20 +129,18 @@ def get(service: NotesService, path: str, from_line: int | None, max_lines: int)
         text = read_text(config, store, source_id, rel)
         source = config.sources[source_id]
         rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
-    lines = [line.removesuffix("\r") for line in text_lines(text)]
     start = from_line or ref.line or 1
     if ref.count is not None and from_line is None:
         max_lines = min(max_lines, ref.count)
-    if lines and start > len(lines):
-        raise NotesSearchError(f"{source_id}:{rel}: from_line {start} is past the end ({len(lines)} lines)")
-    end = min(len(lines), start + max_lines - 1)
-    truncated = end < len(lines)
-    window = tuple(lines[start - 1 : end])
-    view = FileView(source_id, rel, rev, LineRange(start, end, len(lines), window), "\n".join(window), len(lines))
+    window = line_range(text, start, max_lines)
+    if window.total and start > window.total:
+        raise NotesSearchError(f"{source_id}:{rel}: from_line {start} is past the end ({window.total} lines)")
+    truncated = window.end < window.total
+    view = FileView(source_id, rel, rev, window, "\n".join(window.lines), window.total)
     return LineWindow(
         view,
         truncated=truncated,
-        next_from_line=end + 1 if truncated else None,
-        notice=f"showing lines {start}-{end} of {len(lines)}; call get with from_line={end + 1} for more"
+        next_from_line=window.end + 1 if truncated else None,
+        notice=f"showing lines {start}-{window.end} of {window.total}; call get with from_line={window.end + 1} for more"
         if truncated else None,
     )

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from indexer.collections import nfc
 from indexer.config import Config
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
-from indexer.store import SearchScope, Store
+from indexer.store import IndexReader, SearchScope
+from search.refs import confine, confine_in, has_path, split_source
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,6 @@ def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection
     """A `SOURCE:` prefix on a path narrows to that source; with --source it must be among them.
     Returns the source ids and the rest of the path. The user's text is quoted with repr, so
     that whatever it holds is shown escaped."""
-    from search.refs import split_source
-
     prefix, rest = split_source(path, sources)
     if prefix is None:
         return source_ids, rest
@@ -53,12 +52,10 @@ def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection
 
 
 def confined_places(
-    config: Config, candidates: Sequence[str], rest: str, store: Store | None
+    config: Config, candidates: Sequence[str], rest: str, store: IndexReader | None
 ) -> tuple[list[str], str, PathOutsideSources | None]:
     """The candidates that admit `rest` (confined, and the path is on disk or in the index),
     the confined path, and the first refusal (raised by the caller when nobody admits it)."""
-    from search.refs import confine, has_path
-
     found: list[str] = []
     refused: PathOutsideSources | None = None
     rel = ""
@@ -73,18 +70,16 @@ def confined_places(
     return found, rel, refused
 
 
-def resolve_path(config: Config, store: Store | None, path: str | None) -> Target:
+def resolve_path(config: Config, store: IndexReader | None, path: str | None) -> Target:
     """Source id -> that source; collection name -> its folder(s); else a confined path
     (`source:path`, or a bare path in every source that has it). None -> everything."""
     from search.refs import split_source
-    from search.route import load_entries
-
     text = (path or "").strip()
     if not text:
         return Target(SearchScope(), "all sources", tuple(Place(sid, "") for sid in config.sources), is_all=True)
     if text in config.sources:
         return Target(SearchScope(source_ids=(text,)), f"source {text}", (Place(text, ""),))
-    entries = [e for e in load_entries(store) if e.name == text] if store is not None else []
+    entries = [e for e in store.collections() if e.name == text] if store is not None else []
     if entries:
         places = tuple(Place(e.source_id, e.folder) for e in entries)
         return Target(SearchScope(collection=text), f"collection {text}", places)
@@ -107,8 +102,6 @@ def resolve_options(config: Config, source_ids: tuple[str, ...], collection: str
     to that source (it must be among --source when both are given); the path is normalised and
     confined like every other path argument. Places: what a catch-up re-scans (nothing when
     the whole index is searched without a path)."""
-    from search.refs import confine_in
-
     for source_id in source_ids:
         config.source(source_id)
     if path is None:
@@ -136,16 +129,11 @@ def scope_label(scope: SearchScope) -> str:
     return "all sources"
 
 
-def check_scope_exists(config: Config, store: Store, scope: SearchScope) -> None:
+def check_scope_exists(config: Config, store: IndexReader, scope: SearchScope) -> None:
     """A --path or --collection that names nothing is a mistake to report, not an empty answer."""
-    from search.refs import has_path
-
-    if scope.collection is not None:
-        from search.route import load_entries
-
-        if scope.collection not in {e.name for e in load_entries(store)}:
-            raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
-                                   "(`notes-search collections` lists them)")
+    if scope.collection is not None and scope.collection not in {e.name for e in store.collections()}:
+        raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
+                               "(`notes-search collections` lists them)")
     if scope.path:
         sources = scope.source_ids or tuple(config.sources)
         if not any(has_path(config, store, source_id, scope.path) for source_id in sources):

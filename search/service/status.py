@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
 from indexer.lock import holder as lock_holder
+from indexer.store import IndexReader, ScopeCounts
 
 if TYPE_CHECKING:
-    from indexer.store import Store
     from search.service import NotesService
 
 
@@ -85,7 +85,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
                 "error": stats.last_error if stats else None,
             }
             if path:
-                entry.update(counts.get(source_id, {"files": 0, "chunks": 0, "pending": 0}))
+                entry.update(counts.get(source_id, ScopeCounts()).to_json())
             else:
                 entry.update(files=stats.files if stats else 0, chunks=stats.chunks if stats else 0,
                              pending=stats.pending if stats else 0)
@@ -111,10 +111,10 @@ def status(service: NotesService, path: str | None) -> StatusReport:
     )
 
 
-def _lag(service: NotesService, store: Store, source_id: str, place: str) -> dict[str, Any]:
+def _lag(service: NotesService, store: IndexReader, source_id: str, place: str) -> dict[str, Any]:
     """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
     or from git (the indexed rev vs the mirror head, and the remote's when `check_remote`)."""
-    from indexer.freshness import git_freshness, workspace_freshness
+    from indexer.freshness import git_freshness, workspace_freshness  # keeps pygit2 out of other commands
 
     source = service.config.sources[source_id]
     if isinstance(source, GitSource):

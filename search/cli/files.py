@@ -1,0 +1,106 @@
+"""`show`, `grep` and `toc`: the notes' files themselves, read live (show, grep) or listed from
+the index (toc). The service does the work; these commands parse and print."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from search.cli.context import CliContext, pass_context
+from search.terminal import echo, echo_json, styled
+
+if TYPE_CHECKING:
+    from search.grep import GrepHit, Unsearched
+
+
+@click.command()
+@click.argument("ref", metavar="REF")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one entry per source that has the file.")
+@pass_context
+def show(context: CliContext, ref: str, as_json: bool) -> None:
+    """Print a file or a line range: REF is [SOURCE:]PATH[:LINE[:COUNT]].
+
+    A bare PATH is printed from every source that has it. Files of git sources come from the
+    mirror at the indexed commit, the version search results point at.
+    """
+    views = context.service().show(ref)
+    if as_json:
+        echo_json({"results": [view.to_json() for view in views]})  # one shape, however many sources have the path
+        return
+    for i, view in enumerate(views):
+        if len(views) > 1:
+            if i:
+                echo()
+            echo(f"==> {view.source_id}:{view.path} <==")
+        # its lines stay lines; a CR inside one cannot overwrite it
+        echo(view.text, nl=not view.text.endswith("\n"), multiline=True)
+
+
+GREP_WARNINGS = 5  # lines naming what was not searched; --json lists everything
+
+
+def _warn_unsearched(unsearched: list[Unsearched]) -> None:
+    for item in unsearched[:GREP_WARNINGS]:
+        echo(f"warning: not searched: {item}", err=True)
+    if len(unsearched) > GREP_WARNINGS:
+        echo(f"warning: and {len(unsearched) - GREP_WARNINGS} more not searched (--json lists all)", err=True)
+
+
+def _print_hit(hit: GrepHit) -> None:
+    echo(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), f" {hit.text}")
+
+
+@click.command()
+@click.argument("pattern")
+@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
+@click.option("--path", metavar="P", help="A file, or a folder searched recursively; SOURCE:P names one source.")
+@click.option("-i", "--ignore-case", is_flag=True, help="Match regardless of case.")
+@click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is literal text, not a regex.")
+@click.option("--max-count", default=200, show_default=True, type=click.IntRange(1, 100_000),
+              help="Stop after this many matching lines in total.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated, unsearched.")
+@pass_context
+def grep(context: CliContext, pattern: str, source_ids: tuple[str, ...], path: str | None, ignore_case: bool,
+         fixed: bool, max_count: int, as_json: bool) -> None:
+    """Exact or regex search of the live files, without the index.
+
+    Same scope rules as the index. Git sources are searched at the indexed commit. A PATTERN
+    starting with '-' goes after `--`: notes-search grep -- -x.
+
+    What cannot be searched (a source, folder or file) is named in a warning on stderr (and
+    in `unsearched` with --json); the rest is searched, exit 0. When nothing at all could be
+    searched: one error line, exit 1.
+    """
+    from search.service.lookup import grep_target
+
+    service = context.service()
+    found = service.grep(pattern, target=grep_target(service.config, source_ids, path), ignore_case=ignore_case,
+                         fixed=fixed, max_count=max_count)
+    if as_json:
+        echo_json({"pattern": pattern, "results": [hit.to_json() for hit in found.hits], "truncated": found.truncated,
+                   "unsearched": [item.to_json() for item in found.unsearched]})
+    else:
+        for hit in found.hits:
+            _print_hit(hit)
+        if not found.hits:
+            echo("no matches" + (" in what could be searched" if found.unsearched else ""), err=True)
+    _warn_unsearched(found.unsearched)
+    if found.truncated:
+        echo(f"notice: stopped after {max_count} matches (--max-count)", err=True)
+
+
+@click.command()
+@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one {source, file, text} per source.")
+@pass_context
+def toc(context: CliContext, source_ids: tuple[str, ...], as_json: bool) -> None:
+    """Print the table of contents (folder, file, title, tags, headings) and refresh its file."""
+    tocs = context.service().toc(source_ids)
+    for i, toc_file in enumerate(tocs):
+        if toc_file.write_error is not None:
+            echo(f"warning: cannot write {toc_file.file}: {toc_file.write_error}", err=True)
+        if not as_json:
+            echo(("\n" if i else "") + toc_file.text, nl=False, multiline=True)
+    if as_json:
+        echo_json({"results": [{"source": t.source_id, "file": str(t.file), "text": t.text} for t in tocs]})

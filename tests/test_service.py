@@ -1,0 +1,138 @@
+"""The service layer's own rules, which both front ends now share: one scope resolution with
+per-source confinement, the catch-up of each place before a search, the `SOURCE:` prefix rule,
+the JSON shapes of a source's sync report, and the state a front end (not a config read) owns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from indexer.errors import NotesSearchError
+from indexer.sync import SourceReport
+from search import cli as cli_module
+from search.cli.context import CliContext
+from search.service import NotesService
+from search.service.indexing import source_report_json
+from search.service.scope import Place, narrow_to_prefix
+from tests.conftest import FAKE_EMBEDDING, write
+from tests.fakes import FakeEmbedder
+
+
+@pytest.fixture
+def two_sources(tmp_path: Path) -> Path:
+    """Workspace sources `a` and `b`; in `a`, `shared` is a symlink out of its root, in `b` a folder."""
+    (tmp_path / "outside").mkdir()
+    write(tmp_path / "outside", {"secret.md": "# Secret\n\nnever indexed\n"})
+    write(tmp_path / "a", {"devops/one.md": "# One\n\nalpha notes\n"})
+    os.symlink(tmp_path / "outside", tmp_path / "a" / "shared")
+    write(tmp_path / "b", {"devops/two.md": "# Two\n\nbeta notes\n", "shared/n.md": "# N\n\nshared note\n"})
+    config = tmp_path / "notes-search.yaml"
+    config.write_text(
+        f"root: {tmp_path}\n{FAKE_EMBEDDING}sources:\n  workspace:\n"
+        f"    a:\n      root: {tmp_path / 'a'}\n      paths: ['**']\n"
+        f"    b:\n      root: {tmp_path / 'b'}\n      paths: ['**']\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def service_for(config: Path) -> NotesService:
+    return NotesService.from_config_file(str(config), FakeEmbedder)
+
+
+def test_reindex_takes_the_sources_that_admit_a_path_even_when_another_refuses_it(two_sources: Path) -> None:
+    """`a:shared` escapes a's root, `b:shared` is a real folder: the refusal of one source no
+    longer fails the other (the CLI used to stop at the first refusal)."""
+    service = service_for(two_sources)
+    service.sync(None, full=False, progress=None)
+    write(two_sources.parent / "b", {"shared/new.md": "# New\n\nwritten just now\n"})
+    outcome = service.reindex("shared", full=False, lock_wait=5.0, whole_sources=True)
+    [run] = outcome.runs
+    assert run.places == (Place("b", "shared"),)
+    assert [(s.source_id, s.added) for s in run.report.sources] == [("b", 1)]
+    assert outcome.target.label == "b:shared"
+    with pytest.raises(NotesSearchError, match="resolves outside the source root"):
+        service.reindex("a:shared", full=False, lock_wait=5.0, whole_sources=True)
+
+
+def test_a_scoped_search_catches_up_every_place_of_its_target(two_sources: Path) -> None:
+    service = service_for(two_sources)
+    service.sync(None, full=False, progress=None)
+    write(two_sources.parent / "a", {"devops/fresh.md": "# Fresh\n\nzebrafinch in a\n"})
+    write(two_sources.parent / "b", {"devops/fresh.md": "# Fresh\n\nzebrafinch in b\n"})
+    target = service.scope_from_options(("a", "b"), None, "devops")
+    assert target.places == (Place("a", "devops"), Place("b", "devops")) and not target.is_all
+    outcome = service.search("zebrafinch", target=target, k=5, mode="lex")
+    assert sorted(hit.source for hit in outcome.response.results) == ["a", "b"]
+    assert outcome.notices == ()
+    # the whole index without a path: nothing is re-scanned first
+    write(two_sources.parent / "a", {"devops/later.md": "# Later\n\nquokka\n"})
+    everything = service.scope_from_options((), None, None)
+    assert everything.is_all and service.search("quokka", target=everything, k=5, mode="lex").response.results == []
+    # `--path .` names every source whole: caught up like a source
+    assert service.search("quokka", target=service.scope_from_options((), None, "."), k=5, mode="lex").response.results
+
+
+def test_a_source_prefix_narrows_and_must_agree_with_the_sources_given() -> None:
+    sources = {"notes": None, "other": None}
+    assert narrow_to_prefix("other:devops", (), sources) == (("other",), "devops")
+    assert narrow_to_prefix("devops/x.md", ("notes",), sources) == (("notes",), "devops/x.md")
+    assert narrow_to_prefix("nosuch:x", (), sources) == ((), "nosuch:x")  # not a source id: part of the path
+    with pytest.raises(NotesSearchError) as refused:
+        narrow_to_prefix("other:dev\x1bops", ("notes",), sources)
+    # the user's text is quoted with repr, so a control character arrives escaped
+    assert str(refused.value) == ("--path 'other:dev\\x1bops' is in source 'other', which --source notes leaves out")
+
+
+def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
+    report = SourceReport("notes", "workspace", added=1, skipped=1, skips=[("x.bin", "binary")], unreadable=[""])
+    assert list(source_report_json(report)) == [
+        "id", "kind", "added", "updated", "deleted", "touched", "skipped", "rev", "error", "unreadable", "recloned",
+        "skips"]
+    assert source_report_json(report)["unreadable"] == ["./"]
+    assert source_report_json(report)["skips"] == [{"path": "x.bin", "reason": "binary"}]
+    shaped = source_report_json(report, place=Place("notes", "devops"), shape="reindex")
+    assert list(shaped) == ["id", "kind", "path", "added", "updated", "deleted", "skipped", "rev", "error"]
+    assert shaped["path"] == "devops"
+    assert source_report_json(report, place=Place("notes", ""), shape="reindex")["path"] is None
+
+
+def test_reading_the_config_leaves_the_log_alone_until_the_service_starts(two_sources: Path) -> None:
+    context = CliContext(str(two_sources), writes=True)
+    log = context.config.log
+    assert not log.parent.exists()  # a config read has no side effects
+    context.service()
+    assert log.parent.is_dir()  # a writing command's service opens (and may create) the log
+
+
+def test_the_cli_builds_its_embedder_through_the_package_at_call_time(
+    two_sources: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[object] = []
+
+    def fake(config: object) -> FakeEmbedder:
+        built.append(config)
+        return FakeEmbedder(config)  # type: ignore[arg-type]
+
+    service = CliContext(str(two_sources)).service()
+    monkeypatch.setattr(cli_module, "make_embedder", fake)  # replaced after the service was built
+    result = CliRunner().invoke(cli_module.cli, ["--config", str(two_sources), "sync", "--quiet"])
+    assert result.exit_code == 0, result.output
+    service.embedder()
+    assert len(built) == 2  # the command's service and the one built before the patch
+
+
+def test_main_makes_openmp_wait_passively_unless_told_otherwise(tmp_path: Path) -> None:
+    probe = ("import os, sys; from search.cli import main; sys.argv = ['notes-search', '--version']\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.splitlines()[-1] == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.splitlines()[-1] == "ACTIVE"
