@@ -52,11 +52,11 @@ class SafeLogFormatter(logging.Formatter):
     one line whatever the file names hold, so a name cannot forge a record; a traceback keeps
     its lines."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+    def formatMessage(self, record: logging.LogRecord) -> str:
         return safe_for_terminal(super().formatMessage(record))
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+    def formatException(self, ei: Any) -> str:
         return safe_for_terminal(super().formatException(ei), multiline=True)
 
-    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+    def formatStack(self, stack_info: str) -> str:
         return safe_for_terminal(super().formatStack(stack_info), multiline=True)

@@ -310,8 +310,8 @@ def test_lazy_commands_resolve_and_stay_unloaded_until_named() -> None:
         assert isinstance(command, click.Command) and command.name == name
     assert set(cli_module.LAZY_COMMANDS) <= set(cli_module.cli.list_commands(ctx))
     # a fresh interpreter: importing the CLI (what `sync` under cron pays) loads none of them
-    probe = "import sys, search.cli; print(sorted(m for m in sys.modules if m in {%s}))" % ", ".join(
-        repr(spec.split(":")[0]) for spec in cli_module.LAZY_COMMANDS.values())
+    modules = ", ".join(repr(spec.split(":")[0]) for spec in cli_module.LAZY_COMMANDS.values())
+    probe = f"import sys, search.cli; print(sorted(m for m in sys.modules if m in {{{modules}}}))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -196,7 +196,7 @@ class Load:
                 conn = store or Store.open(space.config.db, readonly=True)
                 try:
                     response = search(conn, space.config, query, k=5, mode=mode,
-                                      embedder_factory=lambda: embedders[index])
+                                      embedder_factory=lambda index=index: embedders[index])
                     hits = [h.to_json(explain=True) for h in response.results]
                     self.tally.ok(kind, started, space.check_hits(query, hits))
                 except ReindexNeeded as exc:
@@ -272,7 +272,7 @@ class Load:
                 for path in self.config_paths:
                     params = StdioServerParameters(command=NOTES_SEARCH, args=["--config", str(path), "mcp"],
                                                    env=subprocess_env(), cwd=str(path.parent))
-                    errlog = stack.enter_context(open(path.with_suffix(".mcp.log"), "w"))
+                    errlog = stack.enter_context(path.with_suffix(".mcp.log").open("w"))
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
                     session = await stack.enter_async_context(ClientSession(read, write))
                     await session.initialize()

@@ -38,7 +38,7 @@ from indexer.store import SearchScope, Store
 from indexer.sync import run_sync
 from search.engine import search
 from search.querybuild import build_fts_query
-from tests.conftest import make_config, write, NOTES
+from tests.conftest import NOTES, make_config, write
 from tests.fakes import FakeEmbedder
 from tests.test_chunker import source_lines
 from tests.test_crash_safety import TreeGuard

@@ -38,10 +38,10 @@ import yaml
 from click.testing import CliRunner, Result
 
 from indexer.config import load_config
+from indexer.embedders import make_embedder
 from indexer.sources import workspace
 from indexer.store import Store
 from indexer.sync import run_sync
-from indexer.embedders import make_embedder
 from search import cli as cli_module
 from tests.conftest import NOTES, assert_one_line_error, write_tree
 from tests.embed_servers import OllamaServer, closed_port_url
@@ -453,9 +453,9 @@ HOSTILE_FILES: dict[str, bytes] = {
     "crlf-bom.md": "\ufeff---\r\ntitle: Windows note\r\ntags: [win]\r\n---\r\n# Windows\r\n\r\nline three\r\n\r\ncrlfmarker here\r\n".encode(),
     "long-line.md": ("# Long line\n\n" + "longlineword " * 300_000 + "\n").encode(),
     "front-matter-bomb.md": (
-        "---\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-        "tags: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\ntitle: *d\n---\n# Bomb\n\nbombbody\n").encode(),
+        b"---\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+        b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+        b"tags: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\ntitle: *d\n---\n# Bomb\n\nbombbody\n"),
     "front-matter-python.md": b"---\ntitle: !!python/object/apply:os.system ['touch /tmp/pwned']\n---\n# Py\n\npybody\n",
     "front-matter-deep.md": ("---\ntitle: " + "[" * 5_000 + "]" * 5_000 + "\n---\n# Deep FM\n\ndeepfmbody\n").encode(),
     "control-chars.md": "# Ctl\n\nbell\x07 esc\x1b[31m red\x1b[0m del\x7f ls\u2028ps\u2029 rlo\u202e txt\n".encode(),
@@ -463,7 +463,7 @@ HOSTILE_FILES: dict[str, bytes] = {
 }
 NAMES: dict[str, bytes] = {
     "with space.md": b"# Space\n\nspacemarker\n",
-    "u\u0308ber/nfd-na\u0301zev.md": "# NFD\n\nnfdmarker\n".encode(),
+    "u\u0308ber/nfd-na\u0301zev.md": b"# NFD\n\nnfdmarker\n",
     "new\nline.md": b"# Newline name\n\nnewlinemarker\n",
     "tab\tname.md": b"# Tab\n\ntabmarker\n",
     "-dash.md": b"# Dash\n\ndashmarker\n",
@@ -712,8 +712,8 @@ MCP_ESCAPES = ["../outside/secret.md", "notes:../outside/secret.md", "/etc/passw
 def test_mcp_tool_paths_cannot_leave_the_sources(ws: dict[str, Any], path: str) -> None:
     """Every MCP tool that takes a path (search, status, reindex, get, grep) refuses escapes."""
     from indexer.errors import NotesSearchError
-    from search.service import NotesService
     from search.mcp_server import NotesTools
+    from search.service import NotesService
 
     os.symlink(ws["outside"] / "secret.md", ws["notes"] / "leak.md")
     os.symlink(ws["outside"] / "sub", ws["notes"] / "leakdir")

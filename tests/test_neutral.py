@@ -167,7 +167,7 @@ class LanguageBiasedEmbedder(FakeEmbedder):
 
     def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         vectors = super().embed_batch(texts, is_query=is_query)
-        for row, text in zip(vectors, texts):
+        for row, text in zip(vectors, texts, strict=True):
             axis = LANGUAGE_AXIS.get(chunk_language(text))
             if axis is not None:
                 row[axis] += 2.0

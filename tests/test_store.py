@@ -49,7 +49,7 @@ def fill(store: Store, folders: dict[str, int], rng: np.random.Generator) -> dic
     matrix = rng.normal(size=(len(rows), DIMS)).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     store.store_vectors([r[0] for r in rows], matrix)
-    for (chunk_id, _, _), vector in zip(rows, matrix):
+    for (chunk_id, _, _), vector in zip(rows, matrix, strict=True):
         vectors[chunk_id] = vector
     return vectors
 
@@ -91,10 +91,9 @@ def test_rewrite_reuses_vectors_of_unchanged_text_and_keeps_fts_in_step(store: S
 def test_rollback_leaves_nothing_behind(store: Store) -> None:
     fill(store, {"a": 2}, np.random.default_rng(3))
     before = store.counts()
-    with pytest.raises(RuntimeError):
-        with store.transaction():
-            store.delete_file("s", "a/n0.md")
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), store.transaction():
+        store.delete_file("s", "a/n0.md")
+        raise RuntimeError("killed")
     assert store.counts() == before
 
 
@@ -181,7 +180,7 @@ def test_an_index_stopped_after_any_step_migrates_to_the_fresh_schema(tmp_path: 
 def test_migration_steps_are_named_once_and_counted_by_user_version() -> None:
     names = [step.name for step in MIGRATIONS]
     assert len(set(names)) == len(names) and all(names)
-    assert SCHEMA_VERSION == len(MIGRATIONS)
+    assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

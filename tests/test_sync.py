@@ -53,7 +53,7 @@ def assert_consistent(config: Config) -> None:
 def test_first_sync_indexes_every_admitted_file(do_sync: Sync, config: Config, embedder: FakeEmbedder) -> None:
     report = do_sync()
     assert [s.added for s in report.sources] == [4]
-    counts, rows, meta = snapshot(config)
+    counts, _rows, meta = snapshot(config)
     assert counts["files"] == 4
     assert counts["pending"] == 0
     assert counts["vectors"] == counts["chunks"] > 0

@@ -389,7 +389,7 @@ def test_readers_never_see_database_is_locked_while_the_watcher_writes(
                 for i in range(80):
                     save(notes / "burst" / f"note-{i:02d}.md", f"# Burst {i}\n\nA burst of writes, roundmark{round_}.\n")
                 word = f"roundmark{round_}"
-                wait_for(lambda: len(lex(config, word)) == 20, f"burst {round_}", timeout=15.0)
+                wait_for(lambda word=word: len(lex(config, word)) == 20, f"burst {round_}", timeout=15.0)
         finally:
             done.set()
             thread.join()
