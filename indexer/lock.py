@@ -24,6 +24,10 @@ class SyncLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            blocker = _not_a_folder(self.path.parent)
+            if blocker is not None:  # mkdir says only "File exists" when a file sits on the path
+                raise StoreError(f"cannot create the sync lock {self.path} (next to the index): "
+                                 f"{blocker} is not a folder") from None
             # the lock lives next to the index: a folder we cannot write is the db's folder
             raise StoreError(f"cannot create the sync lock {self.path} (next to the index): "
                              f"{exc.strerror or exc}") from None
@@ -56,6 +60,14 @@ class SyncLock:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+
+
+def _not_a_folder(folder: Path) -> Path | None:
+    """The nearest of `folder` and its parents that exists but is no folder, or None."""
+    for candidate in (folder, *folder.parents):
+        if os.path.lexists(candidate):
+            return None if candidate.is_dir() else candidate
+    return None
 
 
 def holder(path: Path) -> int | None:

@@ -39,7 +39,7 @@ from watchdog.observers.api import BaseObserver
 
 from indexer.config import Config, WorkspaceSource
 from indexer.embedders import Embedder
-from indexer.errors import ConfigError, SourceError
+from indexer.errors import ConfigError, NotesSearchError, SourceError
 from indexer.sources.workspace import relative_index_path
 from indexer.sync import SyncReport, run_sync
 
@@ -406,6 +406,8 @@ class Watcher:
                     self.reconcile()
                 if targets:
                     self._index(targets)
+            except NotesSearchError as exc:  # the index or the config: one line, the watcher goes on
+                log.error("watcher round failed: %s", exc)
             except Exception:
                 log.exception("watcher round failed")
 
@@ -441,9 +443,13 @@ class Watcher:
                         self.config, source_ids=[source_id], path=rel or None,
                         embedder_factory=self.embedder_factory, lock_timeout=self.lock_timeout,
                     )
-                except Exception:
-                    log.exception("indexing %s:%s failed", source_id, rel or ".")
-                    batch.errors.append(f"{source_id}:{rel or '.'}: unexpected error (see log)")
+                except Exception as exc:
+                    if isinstance(exc, NotesSearchError):  # e.g. a damaged index: one line, no traceback
+                        log.error("indexing %s:%s failed: %s", source_id, rel or ".", exc)
+                        batch.errors.append(f"{source_id}:{rel or '.'}: {exc}")
+                    else:
+                        log.exception("indexing %s:%s failed", source_id, rel or ".")
+                        batch.errors.append(f"{source_id}:{rel or '.'}: unexpected error (see log)")
                     batch.retried = batch.targets[n:]
                     self._defer(batch.retried, self._backoff())
                     break
@@ -501,6 +507,10 @@ class Watcher:
                     self.config, source_ids=source_ids, embedder_factory=self.embedder_factory,
                     lock_timeout=self.lock_timeout,
                 )
+            except NotesSearchError as exc:  # e.g. a damaged index: one line per try, no traceback
+                log.error("reconcile failed: %s", exc)
+                self._postpone_reconcile(self._backoff())
+                return None
             except Exception:
                 log.exception("reconcile failed")
                 self._postpone_reconcile(self._backoff())

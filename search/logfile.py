@@ -4,7 +4,10 @@ logging)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import stat
 import sys
 
 from indexer.config import Config
@@ -32,6 +35,27 @@ def configure_log_file(config: Config, *, create: bool, also_stderr: bool = Fals
     return stderr
 
 
+class QuietFileHandler(logging.FileHandler):
+    """A log file that, when it cannot be written (a full disk, say), says so in one line on
+    stderr and then drops records: the command goes on, and cron mails no tracebacks."""
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        problem = sys.exc_info()[1]
+        reason = (problem.strerror if isinstance(problem, OSError) else None) or problem
+        with contextlib.suppress(OSError, ValueError):  # no stderr either: nothing left to tell
+            sys.stderr.write(f"warning: cannot write log file {self.baseFilename}: {reason}; "
+                             "log records are dropped from now on\n")
+
+
 def _attach_file(root: logging.Logger, config: Config, create: bool) -> None:
     for handler in list(root.handlers):
         if getattr(handler, "notes_search_file", None):
@@ -46,7 +70,13 @@ def _attach_file(root: logging.Logger, config: Config, create: bool) -> None:
     try:
         if create:
             config.log.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(config.log, encoding="utf-8")
+        mode = os.stat(config.log).st_mode if os.path.exists(config.log) else stat.S_IFREG
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+            # opening a FIFO waits for ever for a reader; a device such as /dev/null is a way to keep no log
+            if not create:
+                return
+            raise ConfigError(f"cannot write log file {config.log} (`log:` in the config): not a regular file")
+        handler = QuietFileHandler(config.log, encoding="utf-8")
     except OSError as exc:
         if not create:
             return

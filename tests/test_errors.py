@@ -12,6 +12,7 @@ Rerun: .venv/bin/pytest tests/test_errors.py
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -395,3 +396,139 @@ def test_mirror_folder_not_writable_is_one_line(as_user: list[str], shared: Path
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
     assert_one_line(run_as(as_user, config, "sync"), "team", str(locked / "mirrors"), "Permission denied")
     assert not (locked / "mirrors").exists()
+
+
+# ------------------------------------------------------- a damaged, locked or odd index file
+
+
+def _many_notes(folder: Path, count: int = 400) -> Path:
+    notes = folder / "notes"
+    notes.mkdir()
+    for number in range(count):
+        words = " ".join(f"alpha{number}w{i}" for i in range(120))
+        (notes / f"n{number}.md").write_text(f"# Note {number}\n\nalpha {words}\n", encoding="utf-8")
+    return notes
+
+
+def _damage(db: Path) -> None:
+    """Noise over the pages of the tables every command reads (the header and the schema stay
+    whole, so the file still opens: the damage shows up in the queries)."""
+    import random
+
+    import apsw
+
+    conn = apsw.Connection(str(db))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = int(conn.execute("PRAGMA page_size").fetchall()[0][0])
+    pages = [int(row[0]) for row in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name IN ('files', 'chunks', 'chunks_fts_data', 'sources', 'meta')")]
+    conn.close()
+    noise = random.Random(11)
+    with db.open("r+b") as handle:
+        for page in pages:
+            handle.seek((page - 1) * size)
+            handle.write(noise.randbytes(size))
+
+
+def test_damaged_index_is_one_line_in_every_command_mcp_and_watch(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from indexer.config import load_config
+    from indexer.watch import Watcher
+    from search.mcp_server import NotesTools, _tool_errors
+    from search.service import NotesService
+    from tests.fakes import FakeEmbedder
+
+    notes = _many_notes(tmp_path)
+    db = tmp_path / "db" / "i.sqlite"
+    config = write_config(tmp_path, notes, db=str(db))
+    assert cli(config, "sync", "-q").exit_code == 0
+    _damage(db)
+    for command in (["sync"], ["sync", "--full"], ["status", "--offline"], ["query", "alpha", "--mode", "lex"],
+                    ["reindex", "notes:n1.md"], ["toc"]):
+        assert_one_line_error(cli(config, *command), str(db), "not a usable SQLite index")
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    tools = NotesTools(NotesService.from_config_file(str(config)))
+    for call in (lambda: tools.search("alpha", None, 5, "lex"), lambda: tools.status(None)):
+        with pytest.raises(ToolError, match="not a usable SQLite index"), _tool_errors():
+            call()
+    watcher = Watcher(load_config(str(config)), FakeEmbedder)
+    with caplog.at_level(logging.ERROR, logger="notes_search"):
+        assert watcher.reconcile() is None
+    failed = [r for r in caplog.records if "reconcile failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is None and "not a usable SQLite index" in failed[0].getMessage()
+
+
+def test_index_locked_by_another_process_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `sqlite3` shell (here: a child) holds a write transaction open on the index."""
+    from indexer.store import sqlite as sqlite_store
+
+    notes = notes_in(tmp_path)
+    db = tmp_path / "i.sqlite"
+    config = write_config(tmp_path, notes, db=str(db))
+    assert cli(config, "sync", "-q").exit_code == 0
+    (notes / "a.md").write_text("# Backups\n\nrestic runs every hour\n", encoding="utf-8")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+         "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM meta WHERE 0'); print('held', flush=True); "
+         "sys.stdin.read()", str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 100)
+        assert_one_line_error(cli(config, "sync"), str(db), "locked by another process")
+    finally:
+        holder.communicate("", timeout=TIMEOUT)
+
+
+def test_fifo_at_the_index_or_log_path_is_refused_at_once(tmp_path: Path) -> None:
+    """In children with a timeout: opening a FIFO waits for ever for its other end."""
+    notes = notes_in(tmp_path)
+
+    def run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", RUN_CLI, "--config", str(config), *args], capture_output=True,
+                              text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+
+    os.mkfifo(tmp_path / "db.fifo")
+    config = write_config(tmp_path, notes, db=str(tmp_path / "db.fifo"))
+    for command in (["status", "--offline"], ["query", "restic", "--mode", "lex"], ["sync"]):
+        assert_one_line(run(config, *command), str(tmp_path / "db.fifo"), "not a regular file")
+    os.mkfifo(tmp_path / "log.fifo")
+    config = write_config(tmp_path, notes, db=str(tmp_path / "i.sqlite"), log=str(tmp_path / "log.fifo"))
+    assert_one_line(run(config, "sync"), str(tmp_path / "log.fifo"), "not a regular file")
+    config = write_config(tmp_path, notes, db=str(tmp_path / "i.sqlite"))
+    assert run(config, "sync", "-q").returncode == 0
+    config = write_config(tmp_path, notes, db=str(tmp_path / "i.sqlite"), log=str(tmp_path / "log.fifo"))
+    query = run(config, "query", "restic", "--mode", "lex")  # read-only: goes on without the log
+    assert query.returncode == 0 and "a.md" in query.stdout, query.stderr
+
+
+def test_a_log_on_a_full_disk_gives_one_warning_and_the_command_goes_on(tmp_path: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    notes = notes_in(tmp_path)
+    config = write_config(tmp_path, notes, db=str(tmp_path / "i.sqlite"), log="/dev/full")
+    proc = subprocess.run([sys.executable, "-c", RUN_CLI, "--config", str(config), "sync", "--full"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=tmp_path,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert "Logging error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "cannot write log file" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "No space left" in warnings[0], proc.stderr
+    assert cli(config, "query", "restic", "--mode", "lex").exit_code == 0  # the index was written
+
+
+def test_index_below_a_file_or_of_another_program_is_named_so(tmp_path: Path) -> None:
+    import sqlite3
+
+    notes = notes_in(tmp_path)
+    (tmp_path / "f").write_text("not a folder\n", encoding="utf-8")
+    config = write_config(tmp_path, notes, db=str(tmp_path / "f" / "db.sqlite"))
+    assert_one_line_error(cli(config, "sync"), f"{tmp_path / 'f'} is not a folder")
+    foreign = tmp_path / "other.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE chunks (id INTEGER)")
+        conn.execute("CREATE TABLE meta (key TEXT)")
+    config = write_config(tmp_path, notes, db=str(foreign))
+    for command in (["status", "--offline"], ["sync"], ["sync", "--full"]):
+        assert_one_line_error(cli(config, *command), str(foreign), "not a notes-search index", "change `db:`")
+    assert {row[0] for row in sqlite3.connect(foreign).execute("SELECT name FROM sqlite_master")} == {"chunks", "meta"}

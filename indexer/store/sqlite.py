@@ -11,16 +11,20 @@ foreign-key target, so every path that removes chunks removes their vectors expl
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import apsw
 
@@ -66,9 +70,10 @@ def vec_extension_path() -> str:
     return os.path.join(next(iter(spec.submodule_search_locations)), "vec0")
 
 
-# What the file system or the file itself can do to a write; anything else is a bug to see whole.
+# What the file system, the file itself or another program holding it can do to a read or a
+# write; anything else is a bug to see whole.
 STORAGE_ERRORS = (apsw.FullError, apsw.ReadOnlyError, apsw.IOError, apsw.CorruptError, apsw.NotADBError,
-                  apsw.CantOpenError, apsw.PermissionsError)
+                  apsw.CantOpenError, apsw.PermissionsError, apsw.BusyError)
 
 
 def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreError:
@@ -83,6 +88,9 @@ def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreEr
         problem = "it is read-only for this user (a sync needs write access to it and to its folder)"
     elif isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
         problem = f"it is not a usable SQLite index ({exc}); move it away and run `notes-search sync` to rebuild"
+    elif isinstance(exc, apsw.BusyError):
+        problem = (f"it is locked by another process ({exc}): a program holding a write lock on it (an open "
+                   "`sqlite3` shell or DB browser, say) must close it first")
     else:
         problem = str(exc)
     return StoreError(f"index {path}: {problem}")
@@ -135,12 +143,66 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
     return (" AND ".join(clauses) or "1"), params
 
 
+def not_a_folder(folder: Path) -> Path | None:
+    """The nearest of `folder` and its parents that exists but is no folder (a file where a
+    folder of the index's path should be), or None."""
+    for candidate in (folder, *folder.parents):
+        if os.path.lexists(candidate):
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def _database_damaged(conn: apsw.Connection) -> bool:
+    """Whether SQLite finds the file damaged: a damaged page can surface as a plain SQL error
+    ("SQL logic error"), which is otherwise a bug in our SQL."""
+    try:
+        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except apsw.Error:
+        return True
+    return rows != [("ok",)]
+
+
+StoreT = TypeVar("StoreT", bound="type[Store]")
+MethodT = TypeVar("MethodT", bound=Callable[..., Any])
+
+
+def _map_storage_errors(method: MethodT) -> MethodT:
+    """Run a Store method so that what the file does to it (damage, a lock held by another
+    program, a full disk, lost permissions) reaches the caller as one StoreError naming the
+    file, at whatever query it shows up first."""
+
+    @functools.wraps(method)
+    def run(self: Store, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except STORAGE_ERRORS as exc:
+            raise storage_error(self.path, exc, reading=self.reading) from None
+        except apsw.SQLError as exc:
+            if not _database_damaged(self.conn):
+                raise
+            raise storage_error(self.path, apsw.CorruptError(str(exc)), reading=self.reading) from None
+
+    return run  # type: ignore[return-value]
+
+
+def _storage_errors_mapped(cls: StoreT) -> StoreT:
+    """Apply `_map_storage_errors` to every public method of `cls` (the context managers map
+    their own statements: a wrapper around the call would not see what runs on entering)."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") or name in {"transaction", "snapshot", "close"} or not inspect.isfunction(member):
+            continue
+        setattr(cls, name, _map_storage_errors(member))
+    return cls
+
+
+@_storage_errors_mapped
 class Store:
     """A connection to the index file with the schema applied and sqlite-vec loaded."""
 
-    def __init__(self, conn: apsw.Connection, path: Path) -> None:
+    def __init__(self, conn: apsw.Connection, path: Path, *, reading: bool = False) -> None:
         self.conn = conn
         self.path = path
+        self.reading = reading  # opened read-only: permission errors then name the folder's -shm/-wal
         self._vectors_changed = False  # renew meta.vectors_generation when this transaction commits
 
     # ---- opening and schema -------------------------------------------------------------
@@ -152,6 +214,20 @@ class Store:
             raise StoreError(f"no index at {path}: run `notes-search sync` first")
         if path.is_dir():
             raise StoreError(f"cannot open index {path}: it is a folder (`db:` must name a file)")
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTDIR:
+                raise StoreError(f"cannot open index {path}: {exc.strerror or exc}") from None
+        else:
+            if not stat.S_ISREG(mode):
+                # SQLite would wait for ever on a FIFO's other end, or read a device as a database
+                raise StoreError(f"index {path}: not a regular file (`db:` must name a file)")
+        blocker = not_a_folder(path.parent)
+        if blocker is not None:
+            raise StoreError(f"cannot open index {path}: {blocker} is not a folder")
         try:
             if not readonly:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +250,8 @@ class Store:
                                      "write access to it and to its folder")
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-            store = cls(conn, path)
+            store = cls(conn, path, reading=readonly)
+            store._refuse_foreign_database()
             if not readonly:
                 store._migrate()
             elif store._user_version() != SCHEMA_VERSION:
@@ -199,6 +276,18 @@ class Store:
 
     def _user_version(self) -> int:
         return int(self._one("PRAGMA user_version"))
+
+    def _refuse_foreign_database(self) -> None:
+        """A file with tables but no schema version of ours belongs to another program: neither
+        `sync` (whose first migration would meet its tables) nor a read can make it an index."""
+        if self._user_version() != 0:
+            return
+        tables = [str(row[0]) for row in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%'"
+            " ORDER BY name LIMIT 4")]
+        if tables:
+            raise StoreError(f"index {self.path}: not a notes-search index (it holds other tables: "
+                             f"{', '.join(tables)}); move it away or change `db:` in the config")
 
     def _migrate(self) -> None:
         version = self._user_version()
@@ -243,11 +332,14 @@ class Store:
     @contextmanager
     def snapshot(self) -> Iterator[None]:
         """A read transaction: every query inside sees the same committed state (WAL snapshot)."""
-        self.conn.execute("BEGIN")
+        _map_storage_errors(Store._execute)(self, "BEGIN")
         try:
             yield
         finally:
-            self.conn.execute("COMMIT")
+            _map_storage_errors(Store._execute)(self, "COMMIT")
+
+    def _execute(self, sql: str) -> None:
+        self.conn.execute(sql)
 
     # ---- meta and embedding identity ------------------------------------------------------
 
