@@ -199,10 +199,11 @@ def _storage_errors_mapped(cls: StoreT) -> StoreT:
 class Store:
     """A connection to the index file with the schema applied and sqlite-vec loaded."""
 
-    def __init__(self, conn: apsw.Connection, path: Path, *, reading: bool = False) -> None:
+    reading = False  # opened read-only: a permission error then names the folder's -shm/-wal
+
+    def __init__(self, conn: apsw.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
-        self.reading = reading  # opened read-only: permission errors then name the folder's -shm/-wal
         self._vectors_changed = False  # renew meta.vectors_generation when this transaction commits
 
     # ---- opening and schema -------------------------------------------------------------
@@ -250,7 +251,8 @@ class Store:
                                      "write access to it and to its folder")
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-            store = cls(conn, path, reading=readonly)
+            store = cls(conn, path)
+            store.reading = readonly
             store._refuse_foreign_database()
             if not readonly:
                 store._migrate()
