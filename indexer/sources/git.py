@@ -24,9 +24,9 @@ Mirror
     second sync while we index in process. Nothing is ever written upstream and no working tree
     is checked out. A mirror that is not a valid repository, or is damaged (a fetch that fails
     on corrupt or missing objects while the remote answers, or objects that cannot be read while
-    indexing, `show` or `grep`: MirrorDamaged, or DAMAGE_MARK left for the next sync), is cloned again into a temporary sibling that is swapped in by a
-    rename only once complete, so the old mirror stays usable until then; hooks installed in it
-    are carried over. A failure that may be the network (the remote does not answer) never
+    indexing, `show` or `grep`: MirrorDamaged, or DAMAGE_MARK left for the next sync), is cloned
+    again into a temporary sibling that is swapped in by a rename only once complete, so the old
+    mirror stays usable until then; hooks installed in it are carried over. A failure that may be the network (the remote does not answer) never
     causes a clone. Only a folder that looks like a git directory or is empty is replaced;
     anything else (a folder with other files, a working tree, a bare repository that is not a
     mirror) raises SourceError and is left untouched.
