@@ -600,6 +600,23 @@ def test_a_blob_that_show_finds_damaged_is_reported_and_recloned_by_the_next_pla
     assert not (mirror / git.DAMAGE_MARK).exists() and leftovers(mirror) == []
 
 
+def test_a_grep_that_meets_damaged_objects_marks_the_mirror_for_the_next_sync(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
+) -> None:
+    """`grep` reads every blob: when git grep fails on a damaged one, it says so, status reports
+    the damage and the next plain sync clones the mirror again."""
+    url, _ = upstream
+    config, mirror = git_home(tmp_path, url)
+    synced([], config)
+    damage_one_blob(mirror)
+    found = ns([], config, "grep", "-i", "e")
+    assert found.returncode == 1 and "the mirror is damaged" in found.stderr, (found.stdout, found.stderr)
+    assert status_json([], config)["sources"][0]["lag"]["mirror_damaged"]
+    [report] = json.loads(synced([], config, "--json").stdout)["sources"]
+    assert report["recloned"] and report["error"] is None, report
+    assert ns([], config, "grep", "-i", "e").returncode == 0
+
+
 NOTE_NAMES = [f"n{i}.md" for i in range(6)]
 
 
