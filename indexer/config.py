@@ -10,6 +10,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -244,6 +245,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         endpoint = c.string(endpoint, "embedding.endpoint").rstrip("/")
         if not endpoint.startswith(("http://", "https://")):
             raise c.fail("embedding.endpoint", f"expected an http(s) URL, got {endpoint!r}")
+        _check_url(endpoint, "embedding.endpoint", c)
     if "dims" in raw:
         dims = c.integer(raw["dims"], "embedding.dims", maximum=MAX_DIMS)
     elif local:
@@ -344,6 +346,18 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
             )
             add(WorkspaceSource(id=source_id, root=source_root, scope=scope), key)
     return sources
+
+
+def _check_url(url: str, key: str, c: _Checker) -> None:
+    """A URL that urllib cannot split (an unclosed `[`, a port above 65535) would otherwise fail as
+    a traceback at the first embedding request, after the sync has stored the text."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it validates the port range
+    except ValueError:
+        raise c.fail(key, f"not a valid URL ({url!r})") from None
+    if not parts.hostname:
+        raise c.fail(key, f"not a valid URL: no host ({url!r})")
 
 
 def _check_duplicate_keys(node: yaml.Node, key: str, c: _Checker, seen_nodes: set[int]) -> None:

@@ -104,6 +104,12 @@ def test_string_keep_alive_becomes_a_number() -> None:
          "c.yaml: embedding.model: write the Ollama tag explicitly as name:tag (e.g. 'qwen3-embedding:0.6b'"),
         ("embedding: {provider: ollama, model: 'hf.co/org/model', endpoint: 'http://x', dims: 8}\n",
          "c.yaml: embedding.model: write the Ollama tag explicitly"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://[::1', dims: 8}\n",
+         "c.yaml: embedding.endpoint: not a valid URL ('http://[::1')"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://127.0.0.1:99999', dims: 8}\n",
+         "c.yaml: embedding.endpoint: not a valid URL ('http://127.0.0.1:99999')"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://:8080', dims: 8}\n",
+         "c.yaml: embedding.endpoint: not a valid URL: no host"),
     ],
 )
 def test_bad_config_names_file_and_key(text: str, message: str) -> None:
