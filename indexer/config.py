@@ -209,6 +209,13 @@ def _expand(value: str, key: str, c: _Checker) -> str:
     return os.path.expanduser(_VARIABLE.sub(variable, value))
 
 
+def literal_path(path: str) -> str:
+    """The text for a path key that reads back as exactly `path`: path keys expand `~` and `$NAME`,
+    so a folder literally named `~` or `$HOME` written as is would point somewhere else."""
+    text = path.replace("$", "$$")
+    return "./" + text if text.startswith("~") else text
+
+
 def _resolve(base: Path, value: str, key: str, c: _Checker) -> Path:
     path = Path(_expand(value, key, c))
     return path if path.is_absolute() else (base / path)
