@@ -19,12 +19,13 @@ from typing import Any
 
 import yaml
 
+from indexer.config import load_yaml
+from indexer.errors import ConfigError
 from indexer.globs import Scope
 
 META_FILE = "_meta.yaml"
 
 _LOG = logging.getLogger("notes_search.collections")
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -235,8 +236,8 @@ def _read_meta(path: str, where: str, log: logging.Logger) -> dict[str, Any]:
     """Parse `_meta.yaml`; a broken one is logged and read as empty, never fatal."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            raw = yaml.load(f, Loader=_YAML_LOADER)  # the C or pure-Python *safe* loader
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raw = load_yaml(f.read(), path)  # the config's safe loader: duplicate keys are errors too
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError, RecursionError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         log.warning("%s: malformed %s, using the folder name: %s", where, META_FILE, problem)
         return {}

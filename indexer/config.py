@@ -402,6 +402,13 @@ def _load_yaml(text: str, c: _Checker) -> Any:
         loader.dispose()
 
 
+def load_yaml(text: str, file: str) -> Any:
+    """Other YAML the user writes (`_meta.yaml`) parsed like the config: safe, and a key written
+    twice is a ConfigError naming `file`, the key and both lines instead of a silent last-wins.
+    Syntax errors stay yaml.YAMLError (RecursionError when nested too deeply)."""
+    return _load_yaml(text, _Checker(file))
+
+
 def parse_config(text: str, file: str = "<config>", base: Path | None = None) -> Config:
     c = _Checker(file)
     try:
