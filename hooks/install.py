@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from indexer.config import Config, GitSource
 from indexer.errors import NotesSearchError
@@ -51,6 +51,15 @@ log = logging.getLogger("notes_search.hooks")
 
 class HookError(NotesSearchError):
     """A hook cannot be installed (no mirror yet, a foreign hook in the way, not a git source)."""
+
+
+class HookWriteError(HookError):
+    """Some hook files could not be written (a read-only or non-folder `hooks`); `written` holds
+    the ones that were, since the other sources are still handled."""
+
+    def __init__(self, message: str, written: list[Path]) -> None:
+        super().__init__(message)
+        self.written = written
 
 
 # ---- install --------------------------------------------------------------------------------
@@ -159,8 +168,7 @@ def install_hooks(
     for source in _git_sources(config, source_ids):
         mirror = _open_bare(source.mirror)
         if mirror is None:
-            raise HookError(f"source {source.id!r}: no mirror at {source.mirror} yet; "
-                            f"run `notes-search sync --source {source.id}` first")
+            _no_mirror(source)
         targets.append((Path(mirror.path) / "hooks" / "reference-transaction", source.id))
         if upstream:
             targets.append((_local_upstream(source) / "hooks" / "post-receive", source.id))
@@ -170,11 +178,37 @@ def install_hooks(
                             "Move it away (or call it from your own hook) and install again")
     config.log.parent.mkdir(parents=True, exist_ok=True)  # the hooks append their job's output to the log
     written = []
+    failures = []
     for path, source_id in targets:
         text = render(path.name, executable=exe, config_path=config_path, source_id=source_id, log_path=config.log)
-        _write_executable(path, text)
+        try:
+            _write_executable(path, text)
+        except OSError as exc:  # one mirror's hooks folder must not keep the others' hooks out
+            failures.append(_write_failure(path, exc))
+            continue
         written.append(path)
+    if failures:
+        raise HookWriteError("; ".join(failures), written)
     return written
+
+
+def _no_mirror(source: GitSource) -> NoReturn:
+    """Why a source's mirror cannot take a hook, in the words sync would use for it."""
+    from indexer.sources import git as git_source  # pygit2 and the git driver load only here
+
+    damage = git_source.mirror_damage(source)  # SourceError (sync's refusal) for a path not ours
+    if damage is not None:
+        raise HookError(f"source {source.id!r}: the mirror {source.mirror} is damaged ({damage}); "
+                        f"`notes-search sync --source {source.id}` clones it again, then install")
+    raise HookError(f"source {source.id!r}: no mirror at {source.mirror} yet; "
+                    f"run `notes-search sync --source {source.id}` first")
+
+
+def _write_failure(path: Path, exc: OSError) -> str:
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        return f"cannot write hook {path}: {folder} is not a folder"
+    return f"cannot write hook {path}: {exc.strerror or exc}"
 
 
 def _write_executable(path: Path, text: str) -> None:

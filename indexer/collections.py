@@ -7,8 +7,10 @@ the same folders; the driver imports this module, never the other way round.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,12 +19,13 @@ from typing import Any
 
 import yaml
 
+from indexer.config import load_yaml
+from indexer.errors import ConfigError
 from indexer.globs import Scope
 
 META_FILE = "_meta.yaml"
 
 _LOG = logging.getLogger("notes_search.collections")
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class WalkedFolder:
     is_collection: bool  # holds a `_meta.yaml` (whether or not the scope admits that file)
     # why the folder could not be listed (permissions, I/O); its files are then unknown, not gone
     unreadable: str | None = None
+    # (index path, why) of entries the scope admits that cannot be indexed (a FIFO, a device, a
+    # symlink out of the root or in a loop, a name that is not UTF-8 or collides after NFC)
+    skipped: tuple[tuple[str, str], ...] = ()
 
 
 def nfc(name: str) -> str:
@@ -123,34 +129,53 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             yield WalkedFolder(rel, path, (), False, exc.strerror or str(exc))
             continue
         files: list[tuple[str, os.DirEntry[str]]] = []
+        skipped: list[tuple[str, str]] = []
         subdirs: list[tuple[str, str, tuple[int, int], bool]] = []
         is_collection = False
         unsearchable: str | None = None
+        winners = _normalisation_winners(entries)
         for entry in entries:
-            if not is_utf8_name(entry.name):
-                # an index path must be text: a name that is not UTF-8 can never be stored
-                log.warning("skipping %s: its name is not valid UTF-8", os.fsencode(entry.path).decode("utf-8", "replace"))
-                continue
-            child = f"{rel}/{nfc(entry.name)}" if rel else nfc(entry.name)
+            undecodable = not is_utf8_name(entry.name)
+            # an index path must be text: a name that is not UTF-8 is shown with \xff escapes
+            name = os.fsencode(entry.name).decode("utf-8", "backslashreplace") if undecodable else nfc(entry.name)
+            child = f"{rel}/{name}" if rel else name
             try:
                 is_link = entry.is_symlink()
                 is_dir = entry.is_dir()
                 is_file = not is_dir and entry.is_file()
-            except OSError:  # vanished, or a symlink loop (ELOOP)
+            except OSError as exc:  # vanished, or a symlink loop (ELOOP)
+                if exc.errno == errno.ELOOP and scope.admits(child):
+                    skipped.append((child, "symlink loop"))
                 continue
             is_meta = is_file and entry.name == META_FILE
-            admitted = is_file and scope.admits(child)
+            admitted = not is_dir and scope.admits(child)
             # relevance first: out-of-root links that would be ignored anyway stay quiet
             if is_dir:
                 if entry.name == ".git" or not scope.may_contain(child):
                     continue
             elif not (is_meta or admitted):
                 continue
+            shown = f"{child}/" if is_dir else child
+            if undecodable:
+                skipped.append((shown, "its name is not valid UTF-8"))
+                continue
+            if winners.get(name, entry.name) != entry.name:
+                # NFC and NFD spellings of one name map to one index path; indexing both would
+                # flip that path between the two files on every sync
+                skipped.append((shown, f"its name (spelled {entry.name!a}) is the same as "
+                                       f"{winners[name]!a} after Unicode normalisation; only that one is indexed"))
+                continue
             if is_link and not _inside(entry.path, real_root):
                 # a folder that only a bare file name (`paths: [notes.md]`, any depth) reaches
                 # was not aimed at by the user: skipped quietly
-                if not is_dir or scope.aims_at(child):
+                if not is_dir:
+                    skipped.append((child, f"symlink whose target is outside {real_root}"))
+                elif scope.aims_at(child):
                     log.warning("skipping symlink %s: its target is outside %s", entry.path, real_root)
+                continue
+            if not is_dir and not is_file:
+                if admitted:
+                    skipped.append((child, _not_regular(entry, is_link)))
                 continue
             if is_file:
                 is_collection = is_collection or is_meta
@@ -174,8 +199,32 @@ def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) ->
             continue
         if files or is_collection:
             claimed.add(key)
-        yield WalkedFolder(rel, path, tuple(files), is_collection)
+        yield WalkedFolder(rel, path, tuple(files), is_collection, skipped=tuple(skipped))
         stack.extend(reversed(subdirs))
+
+
+def _normalisation_winners(entries: Sequence[os.DirEntry[str]]) -> dict[str, str]:
+    """For each NFC name that several entries share, the on-disk name that is indexed: the one
+    spelled in NFC, else the first by code point. A deterministic rule, so syncs converge."""
+    spellings: dict[str, list[str]] = {}
+    for entry in entries:
+        if not entry.name.isascii() and is_utf8_name(entry.name):
+            spellings.setdefault(nfc(entry.name), []).append(entry.name)
+    return {key: key if key in names else min(names) for key, names in spellings.items() if len(names) > 1}
+
+
+def _not_regular(entry: os.DirEntry[str], is_link: bool) -> str:
+    """Why an admitted name that is neither a file nor a folder is skipped (never opened: a FIFO
+    would block the read, a device never ends)."""
+    try:
+        mode = entry.stat().st_mode
+    except OSError:
+        return "broken symlink" if is_link else "vanished while scanning"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a regular file"
+    return "not a regular file"
 
 
 def _may_lack_search(st: os.stat_result) -> bool:
@@ -187,8 +236,8 @@ def _read_meta(path: str, where: str, log: logging.Logger) -> dict[str, Any]:
     """Parse `_meta.yaml`; a broken one is logged and read as empty, never fatal."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            raw = yaml.load(f, Loader=_YAML_LOADER)  # the C or pure-Python *safe* loader
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raw = load_yaml(f.read(), path)  # the config's safe loader: duplicate keys are errors too
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError, RecursionError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         log.warning("%s: malformed %s, using the folder name: %s", where, META_FILE, problem)
         return {}

@@ -10,6 +10,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -208,6 +209,13 @@ def _expand(value: str, key: str, c: _Checker) -> str:
     return os.path.expanduser(_VARIABLE.sub(variable, value))
 
 
+def literal_path(path: str) -> str:
+    """The text for a path key that reads back as exactly `path`: path keys expand `~` and `$NAME`,
+    so a folder literally named `~` or `$HOME` written as is would point somewhere else."""
+    text = path.replace("$", "$$")
+    return "./" + text if text.startswith("~") else text
+
+
 def _resolve(base: Path, value: str, key: str, c: _Checker) -> Path:
     path = Path(_expand(value, key, c))
     return path if path.is_absolute() else (base / path)
@@ -244,6 +252,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         endpoint = c.string(endpoint, "embedding.endpoint").rstrip("/")
         if not endpoint.startswith(("http://", "https://")):
             raise c.fail("embedding.endpoint", f"expected an http(s) URL, got {endpoint!r}")
+        _check_url(endpoint, "embedding.endpoint", c)
     if "dims" in raw:
         dims = c.integer(raw["dims"], "embedding.dims", maximum=MAX_DIMS)
     elif local:
@@ -346,6 +355,18 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
     return sources
 
 
+def _check_url(url: str, key: str, c: _Checker) -> None:
+    """A URL that urllib cannot split (an unclosed `[`, a port above 65535) would otherwise fail as
+    a traceback at the first embedding request, after the sync has stored the text."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it validates the port range
+    except ValueError:
+        raise c.fail(key, f"not a valid URL ({url!r})") from None
+    if not parts.hostname:
+        raise c.fail(key, f"not a valid URL: no host ({url!r})")
+
+
 def _check_duplicate_keys(node: yaml.Node, key: str, c: _Checker, seen_nodes: set[int]) -> None:
     """A key written twice is an error naming it and both (1-based) lines: PyYAML keeps the last
     one silently, so a second `db:` far down the file would win unnoticed."""
@@ -379,6 +400,13 @@ def _load_yaml(text: str, c: _Checker) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def load_yaml(text: str, file: str) -> Any:
+    """Other YAML the user writes (`_meta.yaml`) parsed like the config: safe, and a key written
+    twice is a ConfigError naming `file`, the key and both lines instead of a silent last-wins.
+    Syntax errors stay yaml.YAMLError (RecursionError when nested too deeply)."""
+    return _load_yaml(text, _Checker(file))
 
 
 def parse_config(text: str, file: str = "<config>", base: Path | None = None) -> Config:

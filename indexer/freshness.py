@@ -46,6 +46,10 @@ def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) 
     except SourceError:  # a mirror without the configured branch: the next sync fetches it
         mirror = None
     head = remote_head or mirror
+    # raises SourceError, as sync does, when something not ours sits at the mirror path
+    damage = git_source.mirror_damage(source)
+    if damage is None and indexed_rev is not None and not source.mirror.exists() and not source.mirror.is_symlink():
+        damage = f"the mirror {source.mirror} is missing"  # show and grep fail until sync clones it
     return {
         "kind": source.kind,
         "indexed_rev": indexed_rev,
@@ -53,7 +57,7 @@ def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) 
         "remote_head": remote_head,
         "remote_error": remote_error,
         # a damaged mirror is cloned again by the next sync (once the remote answers)
-        "mirror_damaged": git_source.mirror_damage(source),
+        "mirror_damaged": damage,
         "lags": None if head is None else head != indexed_rev,
     }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from indexer.config import Config
@@ -61,27 +61,10 @@ def _folder_heading(folder: str, rows: Sequence[FileRow]) -> str:
     return heading
 
 
-def _as_file_row(row: FileRow | Mapping[str, object]) -> FileRow:
-    """Transitional: a hand-written dict row (tests/test_show_grep_toc.py builds some) as the
-    FileRow the store returns. Delete once those tests build FileRow; mypy then flags the rest."""
-    if isinstance(row, FileRow):
-        return row
-
-    def strings(key: str) -> tuple[str, ...]:
-        value = row.get(key)
-        return tuple(str(item) for item in value) if isinstance(value, list | tuple) else ()
-
-    title, collection = row.get("title"), row.get("collection")
-    return FileRow(source_id=str(row.get("source_id", "")), path=str(row["path"]),
-                   title=None if title is None else str(title), tags=strings("tags"), headings=strings("headings"),
-                   collection=None if collection is None else str(collection), sha256="", size=0, updated_at=0.0)
-
-
-def render_toc(source_id: str, file_rows: Iterable[FileRow | Mapping[str, object]]) -> str:
+def render_toc(source_id: str, file_rows: Iterable[FileRow]) -> str:
     """The TOC markdown of one source from its `IndexReader.file_rows` (pure: no I/O)."""
     folders: dict[str, list[FileRow]] = {}
-    for given in file_rows:
-        row = _as_file_row(given)
+    for row in file_rows:
         path = row.path
         folders.setdefault(path.rsplit("/", 1)[0] if "/" in path else "", []).append(row)
     count = sum(len(rows) for rows in folders.values())

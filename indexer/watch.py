@@ -228,6 +228,33 @@ class _OverflowListener(logging.Handler):
             self.on_overflow()
 
 
+class _SkipsOnce(logging.Filter):
+    """Passes each skip warning once per process: every batch re-walks the folders it covers, and
+    an entry that can never be indexed (a name that is not UTF-8, a FIFO) would otherwise add
+    the same line to the log for every saved file, for as long as watch runs."""
+
+    MESSAGES = ("%s:%s: skipped: %s", "skipping symlink %s: its target is outside %s")  # sync's and the walker's
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in self.MESSAGES:
+            return True
+        line = record.getMessage()
+        with self._lock:
+            if line in self._seen:
+                return False
+            self._seen.add(line)
+        return True
+
+
+_SKIPS_ONCE = _SkipsOnce()
+_SYNC_LOG = "notes_search.sync"
+
+
 class Watcher:
     """Keeps the workspace sources' index in step with the disk while it runs.
 
@@ -301,6 +328,7 @@ class Watcher:
             raise RuntimeError("watcher already started")
         self._observer = self._start_observer()
         logging.getLogger("watchdog.observers").addHandler(self._overflow)
+        logging.getLogger(_SYNC_LOG).addFilter(_SKIPS_ONCE)
         with self._cond:
             self._stopping = False
             now = time.monotonic()
@@ -322,6 +350,7 @@ class Watcher:
             _halt(self._observer)
             self._observer = None
         logging.getLogger("watchdog.observers").removeHandler(self._overflow)
+        logging.getLogger(_SYNC_LOG).removeFilter(_SKIPS_ONCE)
 
     def _start_observer(self) -> BaseObserver:
         for root in self.watch_roots:

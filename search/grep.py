@@ -376,6 +376,10 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
             for where in ("-e option", "command line"):  # how PCRE and POSIX errors name the pattern
                 if reason.startswith(f"{where}, '{pattern}': "):
                     raise _invalid(pattern, reason.removeprefix(f"{where}, '{pattern}': ")) from None
+            from indexer.sources import git as git_source  # pygit2 loads only on this failure path
+
+            if git_source.note_git_failure(source, exc.stderr) is not None:
+                reason += "; the mirror is damaged: the next `notes-search sync` clones it again"
             raise SourceError(f"git source {source.id!r}: git grep failed: {reason}") from None
 
 

@@ -164,24 +164,11 @@ def comments_and_docstrings(path: Path) -> Iterator[tuple[int, str]]:
                 yield (node.body[0].lineno, doc)
 
 
-@pytest.mark.xfail(strict=True, reason="files owned by WP1-WP3 still cite the spec until their branches are merged")
 def test_comments_state_reasons_instead_of_citing_documents() -> None:
     """A reference to a spec section or a seed document goes stale; the reason itself does not."""
     found = [f"{path.relative_to(REPO)}:{line}: {CITATION.search(text).group()}"  # type: ignore[union-attr]
              for path in python_files(*PACKAGES) for line, text in comments_and_docstrings(path)
              if CITATION.search(text)]
-    assert found == []
-
-
-def test_the_citation_rule_holds_in_the_shared_helpers_and_hooks() -> None:
-    """The part of the rule that already holds: WP4's files (the rest follows at merge)."""
-    files = [*(REPO / "indexer" / f"{name}.py" for name in ("filetext", "gitenv", "hosts", "paths", "globs",
-                                                          "collections", "config", "chunker", "embedders",
-                                                          "embed_health", "errors")),
-             *python_files("indexer/sources", "hooks", "bench"), REPO / "search" / "cli" / "hooks.py",
-             Path(__file__)]
-    found = [f"{path.relative_to(REPO)}:{line}" for path in files if path.exists()
-             for line, text in comments_and_docstrings(path) if CITATION.search(text)]
     assert found == []
 
 

@@ -120,3 +120,22 @@ def test_collection_for_picks_the_nearest_enclosing_folder() -> None:
     assert collection_for("work/jira/notes.md", cols[1:]) == "jira"
     assert collection_for("life/x.md", cols[1:]) is None
     assert collection_for("x.md", []) is None
+
+
+def test_duplicate_key_in_meta_is_logged_with_both_lines(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Last-wins would silently name the collection `b`; the config's rule applies instead and
+    the folder is kept under its own name, as for any malformed `_meta.yaml`."""
+    meta = write(tmp_path, "dup/_meta.yaml", "name: a\ndescription: d\nname: b\n")
+    write(tmp_path, "dup/n.md")
+    with caplog.at_level(logging.WARNING):
+        [found] = find_collections("src", tmp_path, ALL)
+    assert (found.name, found.description, found.folder) == ("dup", "", "dup")
+    [record] = [r for r in caplog.records if "malformed _meta.yaml" in r.getMessage()]
+    assert record.getMessage().endswith(f"{meta}: name: duplicate key (lines 1 and 3)"), record.getMessage()
+
+
+def test_deeply_nested_meta_is_tolerated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write(tmp_path, "deep/_meta.yaml", "name: " + "[" * 5000 + "]" * 5000 + "\n")
+    with caplog.at_level(logging.WARNING):
+        [found] = find_collections("src", tmp_path, ALL)
+    assert found.name == "deep" and "malformed _meta.yaml" in caplog.text

@@ -104,6 +104,12 @@ def test_string_keep_alive_becomes_a_number() -> None:
          "c.yaml: embedding.model: write the Ollama tag explicitly as name:tag (e.g. 'qwen3-embedding:0.6b'"),
         ("embedding: {provider: ollama, model: 'hf.co/org/model', endpoint: 'http://x', dims: 8}\n",
          "c.yaml: embedding.model: write the Ollama tag explicitly"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://[::1', dims: 8}\n",
+         "c.yaml: embedding.endpoint: not a valid URL ('http://[::1')"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://127.0.0.1:99999', dims: 8}\n",
+         "c.yaml: embedding.endpoint: not a valid URL ('http://127.0.0.1:99999')"),
+        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://:8080', dims: 8}\n",
+         "c.yaml: embedding.endpoint: not a valid URL: no host"),
     ],
 )
 def test_bad_config_names_file_and_key(text: str, message: str) -> None:
@@ -193,3 +199,24 @@ def test_scope_precedence_and_pruning() -> None:
     narrowed = scope.within("develop/sub")
     assert narrowed.admits("develop/sub/a.md") and not narrowed.admits("develop/a.md")
     assert not narrowed.may_contain("develop/other")
+
+
+@pytest.mark.parametrize("name", ["~", "$HOME", "a$b", "~x", "${HOME}"])
+@pytest.mark.parametrize("absolute", [False, True])
+def test_init_root_means_exactly_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            name: str, absolute: bool) -> None:
+    """Path keys expand `~` and `$NAME`: `init` must write a folder named `~` or `$HOME` so it
+    still means that folder, not the home directory."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    work = tmp_path / "work"
+    notes = (work / name) if not absolute else (tmp_path / "elsewhere" / name)
+    notes.mkdir(parents=True)
+    work.mkdir(exist_ok=True)
+    monkeypatch.chdir(work)
+    result = CliRunner().invoke(cli, ["init", str(notes) if absolute else f"./{name}"])
+    assert result.exit_code == 0, result.output
+    assert load_config(work / "notes-search.yaml").sources["notes"].root == notes

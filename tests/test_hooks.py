@@ -343,3 +343,22 @@ def test_post_receive_needs_an_upstream_on_this_machine(index: Index, upstream: 
         result = cli(index.path, "hooks", "install", "--source", "notes", "--upstream")
         assert result.exit_code == 1, result.output
         assert f"url {remote} is not on this machine" in result.stderr
+
+
+def test_a_hooks_path_that_is_a_file_fails_that_source_alone(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    index = Index(tmp_path / "two", {"notes": {"url": url(upstream)}, "other": {"url": url(upstream)}})
+    index.sync()
+    blocked, fine = (index.config.sources[name].mirror for name in ("notes", "other"))
+    shutil.rmtree(blocked / "hooks")
+    (blocked / "hooks").write_text("not a folder\n")
+    result = CliRunner().invoke(cli_module.cli, ["--config", str(index.path), "hooks", "install"])
+    assert result.exit_code == 1 and result.exception is not None and isinstance(result.exception, SystemExit)
+    assert result.stderr == (f"Error: cannot write hook {blocked / 'hooks' / 'reference-transaction'}: "
+                             f"{blocked / 'hooks'} is not a folder\n"), result.stderr
+    assert result.stdout == f"installed {fine / 'hooks' / 'reference-transaction'}\n"
+    assert (blocked / "hooks").read_text() == "not a folder\n"
+    assert is_ours_file(fine / "hooks" / "reference-transaction")
+
+
+def is_ours_file(path: Path) -> bool:
+    return path.is_file() and MARKER in path.read_text() and os.access(path, os.X_OK)

@@ -566,3 +566,140 @@ def test_swap_puts_the_new_folder_in_place_and_the_old_one_aside(
     git._swap(new, old)
     assert (old / "HEAD").read_text() == "new\n" and (new / "HEAD").read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".repo.git.x.clone", "repo.git"]
+
+
+# ------------------------------------------------------------- damage no sync reads, lost mirrors
+
+
+def test_a_blob_that_show_finds_damaged_is_reported_and_recloned_by_the_next_plain_sync(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
+) -> None:
+    """An incremental sync reads only changed blobs, so it cannot notice a damaged old one: the
+    read that meets it marks the mirror, status says so, and the next plain sync clones again."""
+    url, repo = upstream
+    config, mirror = git_home(tmp_path, url)
+    synced([], config)
+    damage_one_blob(mirror)
+    commit(repo, {"new.md": "# New\n\nadded after the damage\n"}, time=T0 + 120)
+    [report] = json.loads(synced([], config, "--json").stdout)["sources"]
+    assert report["recloned"] is None, report  # nothing this sync read was broken
+    assert status_json([], config)["sources"][0]["lag"]["mirror_damaged"] is None
+
+    shown = {name: ns([], config, "show", f"repo:{name}") for name in sorted(NOTE_NAMES)}
+    broken = [name for name, proc in shown.items() if proc.returncode != 0]
+    assert len(broken) == 1 and "is damaged" in shown[broken[0]].stderr, shown
+    [entry] = status_json([], config)["sources"]
+    assert entry["lag"]["mirror_damaged"], entry
+    human = ns([], config, "status", "--offline").stdout
+    assert "mirror damaged" in human and "clones it again" in human, human
+
+    [report] = json.loads(synced([], config, "--json").stdout)["sources"]
+    assert report["recloned"] and report["error"] is None, report
+    assert ns([], config, "show", f"repo:{broken[0]}").returncode == 0
+    assert status_json([], config)["sources"][0]["lag"]["mirror_damaged"] is None
+    assert not (mirror / git.DAMAGE_MARK).exists() and leftovers(mirror) == []
+
+
+def test_a_grep_that_meets_damaged_objects_marks_the_mirror_for_the_next_sync(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
+) -> None:
+    """`grep` reads every blob: when git grep fails on a damaged one, it says so, status reports
+    the damage and the next plain sync clones the mirror again."""
+    url, _ = upstream
+    config, mirror = git_home(tmp_path, url)
+    synced([], config)
+    damage_one_blob(mirror)
+    found = ns([], config, "grep", "-i", "e")
+    assert found.returncode == 1 and "the mirror is damaged" in found.stderr, (found.stdout, found.stderr)
+    assert status_json([], config)["sources"][0]["lag"]["mirror_damaged"]
+    [report] = json.loads(synced([], config, "--json").stdout)["sources"]
+    assert report["recloned"] and report["error"] is None, report
+    assert ns([], config, "grep", "-i", "e").returncode == 0
+
+
+NOTE_NAMES = [f"n{i}.md" for i in range(6)]
+
+
+def test_a_git_grep_failing_on_damaged_objects_marks_the_mirror(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
+) -> None:
+    """What `grep` calls when git grep fails (note_git_failure): damage marks, other failures do not."""
+    url, _ = upstream
+    source = GitSource("repo", str(url), tmp_path / "mirrors" / "repo.git", "main", Scope())
+    head = git.sync_mirror(source)
+    assert git.note_git_failure(source, "fatal: bad revision 'nope'\nremote: packfile is corrupt\n") is None
+    assert git.mirror_damage(source) is None
+    subprocess.run(["git", "--git-dir", str(source.mirror), "gc", "-q"], check=True)
+    damage_one_blob(source.mirror)
+    proc = subprocess.run(["git", "--git-dir", str(source.mirror), "grep", "-e", "w", head, "--"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode not in (0, 1), proc  # git grep met the broken blob
+    line = git.note_git_failure(source, proc.stderr)
+    assert line and git.mirror_damage(source) == line
+    assert git.mirror_head(source) is None  # no base for "nothing changed": the sync fetches
+    assert git.update_mirror(source) == (head, line)
+    assert git.mirror_damage(source) is None and git.mirror_head(source) == head
+
+
+def test_a_missing_mirror_shows_in_status_and_sync_clones_it_again(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository]
+) -> None:
+    url, _ = upstream
+    config, mirror = git_home(tmp_path, url)
+    synced([], config)
+    shutil.move(mirror, mirror.with_name("gone.git"))
+    [entry] = status_json([], config)["sources"]
+    assert entry["lag"]["mirror_damaged"] == f"the mirror {mirror} is missing", entry
+    human = ns([], config, "status", "--offline").stdout
+    assert f"the mirror {mirror} is missing" in human and "`notes-search sync` clones it again" in human, human
+    synced([], config)
+    assert ns([], config, "show", "repo:deep/x.md").returncode == 0
+    [entry] = status_json([], config)["sources"]
+    assert entry["lag"]["mirror_damaged"] is None and entry["lag"]["lags"] is False, entry
+
+
+@pytest.mark.parametrize("what", ["a-file", "a-folder-of-other-files"])
+def test_a_mirror_path_that_is_not_ours_gets_one_answer(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository], what: str
+) -> None:
+    """status, sync and hooks install all say what sync does: move it away or change `mirror:`."""
+    url, _ = upstream
+    config, _ = git_home(tmp_path, url)
+    foreign = tmp_path / "not-a-mirror"
+    if what == "a-file":
+        foreign.write_text("notagit\n")
+    else:
+        write_tree(foreign, {"junk": "x\n"})
+    data = yaml.safe_load(config.read_text())
+    data["sources"]["git"]["repo"]["mirror"] = str(foreign)
+    config.write_text(yaml.safe_dump(data))
+    refusal = f"{foreign} exists but is not a bare git mirror; refusing to replace it"
+    sync = ns([], config, "sync")
+    after = ns([], config, "status", "--offline")
+    hooks = ns([], config, "hooks", "install")
+    assert sync.returncode == 1 and refusal in sync.stderr, sync.stderr
+    assert after.returncode == 0 and refusal in after.stdout and "clones it again" not in after.stdout, after.stdout
+    assert hooks.returncode == 1 and refusal in hooks.stderr and "no mirror" not in hooks.stderr, hooks.stderr
+    assert foreign.is_file() if what == "a-file" else sorted(os.listdir(foreign)) == ["junk"]
+
+
+def test_hooks_install_into_a_read_only_hooks_folder_says_which_and_installs_the_rest(
+    tmp_path: Path, upstream: tuple[Path, pygit2.Repository], unprivileged: list[str]
+) -> None:
+    url, _ = upstream
+    config, mirror = git_home(tmp_path, url)
+    data = yaml.safe_load(config.read_text())
+    other = tmp_path / "home" / "mirrors" / "other.git"
+    data["sources"]["git"]["other"] = {"url": str(url), "mirror": str(other)}
+    config.write_text(yaml.safe_dump(data))
+    synced([], config)
+    (mirror / "hooks").chmod(0o555)
+    try:
+        proc = ns(unprivileged, config, "hooks", "install")
+    finally:
+        (mirror / "hooks").chmod(0o755)
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and errors == [
+        f"Error: cannot write hook {mirror / 'hooks' / 'reference-transaction'}: Permission denied"], proc.stderr
+    assert proc.stdout.strip() == f"installed {other / 'hooks' / 'reference-transaction'}", proc.stdout
+    assert sorted(p.name for p in (mirror / "hooks").iterdir() if not p.name.endswith(".sample")) == []

@@ -1,4 +1,5 @@
-"""Sync end to end on real files and a real SQLite file (seed A "Verifikace" 1-6, seed B "Приёмка" 1)."""
+"""Sync end to end on real files and a real SQLite file: orphan vectors, idempotence, the lock,
+degraded mode, the identity guard and the coverage report; a second sync of the same files is a no-op."""
 
 from __future__ import annotations
 

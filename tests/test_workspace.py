@@ -276,9 +276,13 @@ def test_symlinks_are_followed_only_inside_the_root(tmp_path: Path, caplog: pyte
     os.symlink(tmp_path / "outside/secret.md", root / "real/pic.png")  # not included: quiet
     src = source(root, paths=("real/**", "view/**", "leakdir/**", "leak.md", "alias.md", "dangling.md"))
     with caplog.at_level(logging.WARNING):
-        found = upserted(changes(src))
+        found_changes = changes(src)
+    found = upserted(found_changes)
     assert found == {"real/a.md": "# A\n", "alias.md": "# A\n", "view/b.md": "# B\n"}
-    assert "leak.md" in caplog.text and "leakdir" in caplog.text
+    skips = {c.path: c.reason for c in found_changes if isinstance(c, Skipped)}  # counted and logged by the sync
+    assert skips.keys() == {"leak.md", "dangling.md"}, skips
+    assert "outside" in skips["leak.md"] and skips["dangling.md"] == "broken symlink"
+    assert "leakdir" in caplog.text
     assert "unrelated" not in caplog.text and "pic.png" not in caplog.text
 
 
@@ -402,3 +406,120 @@ def test_coverage_report_stops_counting_when_nothing_can_be_covered(
 
 def test_coverage_report_ignores_missing_roots(tmp_path: Path) -> None:
     assert coverage_report(config(tmp_path, source(tmp_path / "gone"))) == []
+
+
+def _unindexable_tree(root: Path) -> None:
+    """Entries the scope admits that can never be indexed, beside one ordinary note."""
+    write(root, "ok.md", "# ok\n")
+    os.mkfifo(root / "fifo.md")
+    os.mkfifo(root / "pipe.txt")  # not admitted: not a skip
+    os.symlink("/dev/zero", root / "zero.md")
+    os.symlink(root / "fifo.md", root / "fifolink.md")
+    os.symlink(root / "loop.md", root / "loop.md")
+    with open(os.path.join(os.fsencode(root), b"bad\xff\xfeutf.md"), "wb") as f:
+        f.write(b"# latin-1 name\n")
+
+
+def test_entries_that_cannot_be_indexed_are_skipped_with_a_reason(tmp_path: Path) -> None:
+    _unindexable_tree(tmp_path)
+    found = changes(source(tmp_path))  # a FIFO is never opened, so this cannot block
+    assert upserted(found) == {"ok.md": "# ok\n"}
+    skips = [(c.path, c.reason) for c in found if isinstance(c, Skipped)]
+    assert sorted(skips) == [
+        ("bad\\xff\\xfeutf.md", "its name is not valid UTF-8"),
+        ("fifo.md", "a FIFO, not a regular file"),
+        ("fifolink.md", "a FIFO, not a regular file"),
+        ("loop.md", "symlink loop"),
+        ("zero.md", f"symlink whose target is outside {os.path.realpath(tmp_path)}"),
+    ]
+
+
+def test_sync_counts_and_logs_each_skip_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from indexer.config import load_config
+    from indexer.sync import run_sync
+    from tests.conftest import make_config
+    from tests.fakes import FakeEmbedder
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    _unindexable_tree(notes)
+    config = load_config(make_config(tmp_path, notes))
+    with caplog.at_level(logging.WARNING):
+        report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    assert report.sources[0].skipped == 5
+    assert sorted(path for path, _ in report.sources[0].skips) == [
+        "bad\\xff\\xfeutf.md", "fifo.md", "fifolink.md", "loop.md", "zero.md"]
+    for name in ("bad\\xff\\xfeutf.md", "fifo.md", "fifolink.md", "loop.md", "zero.md"):
+        assert caplog.text.count(f"notes:{name}: skipped") == 1, caplog.text
+
+
+def test_watch_logs_a_skip_once_per_process(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Each reconcile and batch re-walks the folder; the undecodable name must not be logged again."""
+    from indexer.config import load_config
+    from indexer.watch import Watcher
+    from tests.conftest import make_config
+    from tests.fakes import FakeEmbedder
+
+    notes = tmp_path / "notes"
+    write(notes, "ok.md", "# ok\n")
+    with open(os.path.join(os.fsencode(notes), b"bad\xffname.md"), "wb") as f:
+        f.write(b"# x\n")
+    config = load_config(make_config(tmp_path, notes))
+    watcher = Watcher(config, lambda: FakeEmbedder(config.embedding), reconcile_on_start=False)
+    watcher.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(3):
+                assert watcher.reconcile() is not None
+    finally:
+        watcher.stop()
+    assert caplog.text.count("bad\\xffname.md: skipped: its name is not valid UTF-8") == 1, caplog.text
+
+
+def _twins(root: Path) -> tuple[str, str]:
+    nfc_name, nfd_name = (unicodedata.normalize(form, "é.md") for form in ("NFC", "NFD"))
+    write(root, nfd_name, "# nfd\n")
+    write(root, nfc_name, "# nfc\n")
+    if len(os.listdir(root)) != 2:
+        pytest.skip("this filesystem normalises names, so it cannot hold both spellings")
+    return nfc_name, nfd_name
+
+
+def test_nfc_and_nfd_twins_index_the_nfc_file_and_settle(tmp_path: Path) -> None:
+    nfc_name, nfd_name = _twins(tmp_path)
+    src = source(tmp_path)
+    first = changes(src)
+    assert upserted(first) == {nfc_name: "# nfc\n"}
+    skips = [c for c in first if isinstance(c, Skipped)]
+    assert [s.path for s in skips] == [nfc_name] and ascii(nfd_name) in skips[0].reason
+    known = apply({}, first)
+    for _ in range(2):  # the index converges: nothing flips back to the other file
+        again = changes(src, known)
+        assert not [c for c in again if isinstance(c, (Upsert, Delete, Touch))], again
+    # the rule does not depend on which name was created first, nor on a previous index
+    os.remove(tmp_path / nfc_name)
+    assert upserted(changes(src, known)) == {nfc_name: "# nfd\n"}
+
+
+def test_nfc_and_nfd_twins_status_settles_after_one_sync(tmp_path: Path) -> None:
+    from indexer.config import load_config
+    from indexer.freshness import workspace_freshness
+    from indexer.store import Store
+    from indexer.sync import run_sync
+    from tests.conftest import make_config
+    from tests.fakes import FakeEmbedder
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    _twins(notes)
+    config = load_config(make_config(tmp_path, notes))
+    first = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    assert first.sources[0].added == 1 and first.sources[0].skipped == 1
+    second = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    assert (second.sources[0].added, second.sources[0].updated, second.sources[0].deleted) == (0, 0, 0)
+    store = Store.open(config.db, readonly=True)
+    try:
+        fresh = workspace_freshness(config.sources["notes"], store, "", config.max_file_bytes)  # type: ignore[arg-type]
+    finally:
+        store.close()
+    assert fresh["lags"] is False, fresh

@@ -24,9 +24,9 @@ Mirror
     second sync while we index in process. Nothing is ever written upstream and no working tree
     is checked out. A mirror that is not a valid repository, or is damaged (a fetch that fails
     on corrupt or missing objects while the remote answers, or objects that cannot be read while
-    indexing: MirrorDamaged), is cloned again into a temporary sibling that is swapped in by a
-    rename only once complete, so the old mirror stays usable until then; hooks installed in it
-    are carried over. A failure that may be the network (the remote does not answer) never
+    indexing, `show` or `grep`: MirrorDamaged, or DAMAGE_MARK left for the next sync), is cloned
+    again into a temporary sibling that is swapped in by a rename only once complete, so the old
+    mirror stays usable until then; hooks installed in it are carried over. A failure that may be the network (the remote does not answer) never
     causes a clone. Only a folder that looks like a git directory or is empty is replaced;
     anything else (a folder with other files, a working tree, a bare repository that is not a
     mirror) raises SourceError and is left untouched.
@@ -90,8 +90,14 @@ _BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
 _GIT_DIR_ENTRIES = frozenset({
     "HEAD", "config", "description", "hooks", "info", "objects", "refs", "packed-refs",
     "FETCH_HEAD", "ORIG_HEAD", "logs", "branches", "shallow", "gc.log", "gc.pid",
-    "commondir", "modules", "worktrees",
+    "commondir", "modules", "worktrees", "notes-search-damaged",
 })
+
+# Written into a mirror when a read meets broken objects that no fetch would notice (a blob in a
+# corrupt pack that `grep` or `show` reads, while incremental syncs only read changed blobs):
+# the next sync clones the mirror again and `status` reports it until then. It lives inside the
+# mirror, so the re-clone that swaps the mirror out also removes it.
+DAMAGE_MARK = "notes-search-damaged"
 
 
 # Lines git prints when the objects of the repository it works on are broken. Lines from the
@@ -314,6 +320,48 @@ def _swap(new: Path, path: Path) -> None:
     os.rename(aside, new)
 
 
+def mark_damaged(source: GitSource, reason: str) -> None:
+    """Record that the mirror's objects are broken (see DAMAGE_MARK). Best effort: a reader that
+    may not write the mirror (another user's MCP server) still reports the error it met."""
+    path = source.mirror
+    if not path.is_dir() or path.is_symlink():
+        return
+    line = " ".join(reason.split())[:500] or "objects cannot be read"
+    try:
+        (path / DAMAGE_MARK).write_text(line + "\n", encoding="utf-8")
+    except OSError as exc:
+        _log.warning("git source %s: cannot mark mirror %s as damaged: %s", source.id, path, exc.strerror or exc)
+        return
+    _log.warning("git source %s: mirror %s is damaged (%s): the next sync clones it again", source.id, path, line)
+
+
+def note_git_failure(source: GitSource, stderr: str) -> str | None:
+    """For a git command run in the mirror outside this module (`git grep`): when what it printed
+    says the mirror's own objects are broken, mark the mirror damaged and return that line."""
+    line = _damage_line(stderr)
+    if line is not None:
+        mark_damaged(source, line)
+    return line
+
+
+def _damage_line(stderr: str) -> str | None:
+    """The first line git printed about broken objects of the repository it works on."""
+    for line in stderr.splitlines():
+        line = line.strip()
+        if not line.lower().startswith("remote:") and any(m in line.lower() for m in _DAMAGE_MARKERS):
+            return line
+    return None
+
+
+def marked_damage(source: GitSource) -> str | None:
+    """Why a read marked the mirror damaged, or None (no mark, or it cannot be read)."""
+    try:
+        text = (source.mirror / DAMAGE_MARK).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.strip() or "objects cannot be read"
+
+
 def _local_damage(source: GitSource) -> str | None:
     """What a connectivity check finds broken in the mirror (commits and trees), or None."""
     try:
@@ -337,11 +385,7 @@ def _damage(source: GitSource, failed: GitFailed) -> str | None:
     found = _local_damage(source)
     if found is not None:
         return found
-    for line in failed.stderr.splitlines():
-        line = line.strip()
-        if not line.lower().startswith("remote:") and any(m in line.lower() for m in _DAMAGE_MARKERS):
-            return line
-    return None
+    return _damage_line(failed.stderr)
 
 
 def reclone(source: GitSource, reason: str) -> str:
@@ -380,6 +424,10 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
     if not _is_mirror(repo):
         raise _error(source, "mirror", f"{source.mirror} is a bare repository but not a mirror "
                                        "(remote.origin.mirror unset); refusing to overwrite its refs")
+    marked = marked_damage(source)
+    if marked is not None:  # a search or a read met broken objects that a fetch would not read
+        repo.free()
+        return reclone(source, marked), marked
     default_ref = None if source.branch else _remote_branch(source)[0]
     try:
         _run_git(source, ["--git-dir", str(source.mirror), "-c", "core.hooksPath=/dev/null",
@@ -405,12 +453,16 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
 
 
 def mirror_damage(source: GitSource) -> str | None:
-    """A cheap look for damage (`status`): the mirror opens and its head commit and root tree
-    read. None when they do or when there is no mirror yet; deeper damage shows when indexing."""
-    path = source.mirror
-    repo = _open(path)
+    """A cheap look for damage (`status`): the damage a read marked (DAMAGE_MARK), else whether
+    the mirror opens and its head commit and root tree read. None when they do or when there is
+    no mirror; deeper damage shows when indexing or searching. Raises SourceError, as sync does,
+    when what is at the mirror path is not ours to replace."""
+    repo = _open(source.mirror)
     if repo is None:
-        return None if not path.exists() else "not a valid git repository"
+        return "not a valid git repository" if _broken_mirror(source) else None
+    marked = marked_damage(source)
+    if marked is not None:
+        return marked
     try:
         commit = _commit(repo, _branch_head(source, repo))
         if commit is None:
@@ -434,6 +486,7 @@ def _reading(source: GitSource) -> Iterator[pygit2.Repository]:
     except pygit2.GitError as exc:
         repo.free()
         gc.collect()  # and closed ones (in reference cycles): a long-lived process reads a re-clone
+        mark_damaged(source, str(exc))  # `show` meets it too: the next sync clones again
         raise MirrorDamaged(_message(source, "mirror", f"{source.mirror} is damaged: {exc}"), str(exc)) from None
 
 
@@ -457,9 +510,12 @@ def _branch_head(source: GitSource, repo: pygit2.Repository) -> str:
 
 
 def mirror_head(source: GitSource) -> str | None:
-    """The commit of the selected branch in the existing mirror (no network); None if no mirror."""
+    """The commit of the selected branch in the existing mirror (no network); None if there is
+    no mirror, or it is marked damaged: that mirror is no base for "nothing changed"."""
     repo = _open(source.mirror)
-    return None if repo is None else _branch_head(source, repo)
+    if repo is None or marked_damage(source) is not None:
+        return None
+    return _branch_head(source, repo)
 
 
 def _commit(repo: pygit2.Repository, rev: str | pygit2.Oid) -> pygit2.Commit | None:

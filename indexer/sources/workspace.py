@@ -103,6 +103,8 @@ def _listed(source: WorkspaceSource, log: logging.Logger) -> Iterator[ListedFile
     for folder in walk_folders(source.root, source.scope, log):
         if folder.unreadable is not None:
             log.warning("cannot list folder %s: %s", folder.path, folder.unreadable)
+        for rel, reason in folder.skipped:
+            log.warning("%s:%s: skipped: %s", source.id, rel, reason)
         yield from _admitted(folder)
 
 
@@ -157,6 +159,9 @@ def _scan(
         yield from _read(item, prev, full, limit, collections)
     for rel, reason in unstatable:
         yield Skipped(rel, reason)
+    for folder in folders:
+        for rel, reason in folder.skipped:
+            yield Skipped(rel, reason)
     present = {item.rel for item in listed} | {rel for rel, _ in unstatable}
     for path in sorted(known.keys() - present):
         if not any(_below(path, folder.rel) for folder in blocked):

@@ -9,7 +9,7 @@ that unpacking working without a copy per row on the hot search path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
@@ -27,23 +27,6 @@ class SearchScope:
     @property
     def is_all(self) -> bool:
         return not self.source_ids and self.collection is None and not self.path
-
-
-class _KeyAccess:
-    """Transitional: `row["name"]` and `dict.update(row)` for the two front-end call sites that
-    read these rows as dicts until they use the attributes (search/route.py `load_entries`,
-    the MCP status' per-path counts). Delete this class once nothing indexes the rows by key;
-    mypy then flags any reader left."""
-
-    __slots__ = ()
-
-    def keys(self) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(self))  # type: ignore[arg-type]
-
-    def __getitem__(self, key: str) -> object:
-        if key not in self.keys():
-            raise KeyError(key)
-        return getattr(self, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +69,7 @@ class SourceState(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class ScopeCounts(_KeyAccess):
+class ScopeCounts:
     """Files, chunks and chunks waiting for a vector of one source inside a scope."""
 
     files: int = 0
@@ -113,7 +96,7 @@ class FileRow:
 
 
 @dataclass(frozen=True, slots=True)
-class CollectionRow(_KeyAccess):
+class CollectionRow:
     """A collection declared in a source (`_meta.yaml`); `files` counts the indexed files in it
     (0 where the store returns the declarations only, as `collection_rows`)."""
 

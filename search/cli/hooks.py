@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from search.cli.context import CliContext, pass_context
@@ -26,10 +28,21 @@ def install(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> Non
     The hook starts a background sync of that source and returns at once; it never fails git.
     A hook file that notes-search did not write is never replaced.
     """
-    from hooks.install import hooks_path_override, install_hooks
+    from hooks.install import HookWriteError, install_hooks
 
     config = ctx.service().config  # the service first: it opens the log file
-    for path in install_hooks(config, source_ids, upstream=upstream):
+    try:
+        written = install_hooks(config, source_ids, upstream=upstream)
+    except HookWriteError as exc:
+        _report(exc.written)  # the hooks that were written work: say so before the error
+        raise
+    _report(written)
+
+
+def _report(written: list[Path]) -> None:
+    from hooks.install import hooks_path_override
+
+    for path in written:
         echo(f"installed {path}")
         override = hooks_path_override(path.parent.parent)
         if override:

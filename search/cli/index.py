@@ -27,7 +27,7 @@ REINDEX_LOCK_WAIT = 30.0  # seconds `reindex` waits for a running sync: a person
 @pass_context
 def init(ctx: CliContext, notes_dir: str, source_id: str) -> None:
     """Write a starter config that indexes DIR with the local embedder."""
-    from indexer.config import STARTER_CONFIG, find_config
+    from indexer.config import STARTER_CONFIG, find_config, literal_path
 
     target = find_config(ctx.config_option)
     if target.exists():
@@ -42,7 +42,7 @@ def init(ctx: CliContext, notes_dir: str, source_id: str) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
-            file.write(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(str(relative))))
+            file.write(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(literal_path(str(relative)))))
     except OSError as exc:
         raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
     echo(f"wrote {target}; next: notes-search -c {target} sync")
