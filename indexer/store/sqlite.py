@@ -281,12 +281,14 @@ class Store:
 
     def _refuse_foreign_database(self) -> None:
         """A file with tables but no schema version of ours belongs to another program: neither
-        `sync` (whose first migration would meet its tables) nor a read can make it an index."""
+        `sync` (whose first migration would meet its tables) nor a read can make it an index.
+        The first migration is one transaction, so at version 0 only the vector table (made
+        apart from the migrations) can be ours."""
         if self._user_version() != 0:
             return
         tables = [str(row[0]) for row in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%'"
-            " ORDER BY name LIMIT 4")]
+            " AND name NOT LIKE 'vec\\_chunks%' ESCAPE '\\' ORDER BY name LIMIT 4")]
         if tables:
             raise StoreError(f"index {self.path}: not a notes-search index (it holds other tables: "
                              f"{', '.join(tables)}); move it away or change `db:` in the config")
