@@ -12,7 +12,7 @@ import sys
 
 from indexer.config import Config
 from indexer.errors import ConfigError
-from search.terminal import SafeLogFormatter
+from search.terminal import SafeLogFormatter, echo
 
 ROOT_LOGGER = "notes_search"
 
@@ -52,8 +52,8 @@ class QuietFileHandler(logging.FileHandler):
         problem = sys.exc_info()[1]
         reason = (problem.strerror if isinstance(problem, OSError) else None) or problem
         with contextlib.suppress(OSError, ValueError):  # no stderr either: nothing left to tell
-            sys.stderr.write(f"warning: cannot write log file {self.baseFilename}: {reason}; "
-                             "log records are dropped from now on\n")
+            echo(f"warning: cannot write log file {self.baseFilename}: {reason}; "
+                 "log records are dropped from now on", err=True)
 
 
 def _attach_file(root: logging.Logger, config: Config, create: bool) -> None:
