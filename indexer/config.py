@@ -446,35 +446,41 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 
 def _read_config_text(path: Path) -> str:
-    """The config's text, from a regular file of at most MAX_CONFIG_BYTES. Opened without
-    blocking, so a FIFO cannot hang us, and checked on the open descriptor itself; a device
-    such as /dev/null is refused rather than read as an empty config rooted in /dev."""
+    return read_user_file(path, "config")
+
+
+def read_user_file(path: Path, what: str) -> str:
+    """The text of a file the user hands us (the config, an eval question file), from a regular
+    file of at most MAX_CONFIG_BYTES. Opened without blocking, so a FIFO cannot hang us, and
+    checked on the open descriptor itself; a device such as /dev/null is refused rather than
+    read as an empty file. `what` names the file in every error."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found (create one with `notes-search init DIR`)") from None
+        missing = "config file not found (create one with `notes-search init DIR`)" if what == "config" else f"no such {what}"
+        raise ConfigError(f"{path}: {missing}") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"{path}: is a folder, not a config file")
+            raise ConfigError(f"{path}: is a folder, not a {what} file")
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{path}: not a regular file (a config must be a YAML file)")
+            raise ConfigError(f"{path}: not a regular file (a {what} must be a YAML file)")
         if info.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: config is {info.st_size} bytes; the limit is {MAX_CONFIG_BYTES} (1 MiB)")
+            raise ConfigError(f"{path}: {what} is {info.st_size} bytes; the limit is {MAX_CONFIG_BYTES} (1 MiB)")
         with os.fdopen(os.dup(fd), "rb") as file:
             data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:  # grew between fstat and read
-        raise ConfigError(f"{path}: config is over the limit of {MAX_CONFIG_BYTES} bytes (1 MiB)")
+        raise ConfigError(f"{path}: {what} is over the limit of {MAX_CONFIG_BYTES} bytes (1 MiB)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: cannot read config: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise ConfigError(f"{path}: cannot read {what}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def selection_warnings(config: Config) -> list[str]:

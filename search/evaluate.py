@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from indexer.config import Config
+from indexer.config import Config, load_yaml, read_user_file
 from indexer.errors import NotesSearchError
 from indexer.store import IndexReader
 from search.engine import Hit, search
@@ -144,10 +144,7 @@ def parse_target(text: str, sources: Collection[str]) -> ExpectedLocation:
 
 def _raw_items(file: Path) -> list[tuple[str, object]]:
     """(where, item) pairs from a YAML list or a JSONL file."""
-    try:
-        content = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotesSearchError(f"{file}: cannot read question file: {exc}") from None
+    content = read_user_file(file, "question file")
     if file.suffix.lower() in (".jsonl", ".ndjson"):
         items: list[tuple[str, object]] = []
         for number, line in enumerate(content.splitlines(), 1):
@@ -158,7 +155,9 @@ def _raw_items(file: Path) -> list[tuple[str, object]]:
                     raise NotesSearchError(f"{file}:{number}: invalid JSON: {exc}") from None
         return items
     try:
-        data = yaml.safe_load(content)
+        data = load_yaml(content, str(file))
+    except RecursionError:
+        raise NotesSearchError(f"{file}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

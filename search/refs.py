@@ -70,7 +70,9 @@ def _check_relative(path: str, shown: str) -> None:
         raise PathOutsideSources(f"{shown!r}: a path cannot contain a NUL byte")
     if not is_utf8_name(path):
         raise PathOutsideSources(f"{shown!r}: not valid UTF-8, so no indexed file can have this path")
-    if path.startswith("/") or _DRIVE.match(path) or "\\" in path:
+    # a backslash is an ordinary character of a POSIX name (`a\b.md` can be indexed): only a
+    # leading one (`\\server\share`, `\x`) or a drive prefix says "absolute" or "Windows"
+    if path.startswith(("/", "\\")) or _DRIVE.match(path):
         raise PathOutsideSources(
             f"{shown!r}: paths are relative to a source root and use '/' (e.g. notes:folder/file.md); "
             "absolute and Windows paths are refused"

@@ -319,3 +319,24 @@ def test_run_all_runs_every_benchmark() -> None:
     assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-3:] == ["beir", "crosslingual", "corpora"]
     assert module("beir") == "bench.beir" and module("git") == "bench.bench_git"
     assert module("crosslingual") == "bench.crosslingual"
+
+
+def test_question_files_are_read_like_the_config(tmp_path: Path) -> None:
+    """A key written twice names both lines; a FIFO or a huge file is refused at once instead of
+    hanging or parsing for seconds; every problem is one error naming the file."""
+    import os
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("- question: one\n  path: a.md\n  path: b.md\n", encoding="utf-8")
+    with pytest.raises(NotesSearchError, match=r"duplicate key \(lines 2 and 3\)"):
+        load_questions(twice, {"notes"})
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(NotesSearchError, match="not a regular file"):
+        load_questions(fifo, {"notes"})
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("- question: x\n  path: a.md\n" + "#" * (2 << 20) + "\n", encoding="utf-8")
+    with pytest.raises(NotesSearchError, match="the limit is"):
+        load_questions(huge, {"notes"})
+    with pytest.raises(NotesSearchError, match="no such question file"):
+        load_questions(tmp_path / "missing.yaml", {"notes"})

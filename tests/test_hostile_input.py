@@ -779,3 +779,18 @@ def test_subprocess_calls_take_argument_lists() -> None:
             if first.startswith(("f\"", "f'", "\"", "'")):
                 offenders.append(f"{path.relative_to(REPO)}: {match.group(0)}")
     assert offenders == [], offenders
+
+
+def test_a_backslash_in_a_file_name_gives_a_ref_that_opens(ws: dict[str, Any]) -> None:
+    """On POSIX a backslash is an ordinary character of a name: the ref a search returns for
+    such a note must open with show (only a leading backslash or a drive prefix is refused)."""
+    (ws["notes"] / "a\\b.md").write_text("# Backslash\n\nbackslashmarker here\n", encoding="utf-8")
+    ws["guard"].refresh()
+    sync_ok(ws["config"], "--quiet")
+    found = cli(ws["config"], "query", "backslashmarker", "--mode", "lex", "--json")
+    [hit] = json.loads(found.stdout)["results"]
+    assert hit["path"] == "a\\b.md"
+    shown = cli(ws["config"], "show", hit["ref"])
+    assert shown.exit_code == 0 and "backslashmarker" in shown.stdout, shown.output
+    for refused in ("notes:\\\\server\\share.md", "notes:\\a.md", "C:\\x.md"):
+        assert_one_line_error(cli(ws["config"], "show", refused), "refused")
