@@ -21,7 +21,7 @@ import yaml
 
 from indexer.config import load_yaml
 from indexer.errors import ConfigError
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 
 META_FILE = "_meta.yaml"
 
@@ -73,7 +73,7 @@ def is_utf8_name(name: str) -> bool:
     return True
 
 
-def walk_folders(root: Path, scope: Scope, log: logging.Logger | None = None) -> Iterator[WalkedFolder]:
+def walk_folders(root: Path, scope: FileSelection, log: logging.Logger | None = None) -> Iterator[WalkedFolder]:
     """Yield every folder below `root` that `scope` may reach, parents before children.
 
     `.git` folders are never entered. A symlink is followed only if its resolved target stays
@@ -293,7 +293,7 @@ def load_collections(
 
 
 def find_collections(
-    source_id: str, root: Path, scope: Scope, log: logging.Logger | None = None
+    source_id: str, root: Path, scope: FileSelection, log: logging.Logger | None = None
 ) -> list[CollectionFolder]:
     """All collections of a workspace source, seen exactly as `workspace.scan` sees them."""
     return load_collections(source_id, walk_folders(root, scope, log), log)

@@ -16,7 +16,7 @@ import yaml
 
 from indexer import neutral
 from indexer.errors import ConfigError
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 
 DEFAULT_CONFIG_NAME = "notes-search.yaml"
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
@@ -79,7 +79,7 @@ def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str
 class WorkspaceSource:
     id: str
     root: Path
-    scope: Scope
+    selection: FileSelection
     kind: str = "workspace"
 
 
@@ -89,7 +89,7 @@ class GitSource:
     url: str
     mirror: Path
     branch: str | None
-    scope: Scope
+    selection: FileSelection
     kind: str = "git"
 
 
@@ -329,12 +329,12 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
         branch = spec.get("branch")
         if branch is not None:
             branch = c.string(branch, f"{key}.branch")
-        scope = Scope(
+        scope = FileSelection(
             paths=c.globs(spec.get("paths"), f"{key}.paths", ("**",)),
             include=c.globs(spec.get("include"), f"{key}.include", ("*.md",)),
             exclude=c.globs(spec.get("exclude"), f"{key}.exclude", ()),
         )
-        add(GitSource(id=source_id, url=url, mirror=mirror, branch=branch, scope=scope), key)
+        add(GitSource(id=source_id, url=url, mirror=mirror, branch=branch, selection=scope), key)
 
     for group in WORKSPACE_GROUPS:
         for source_id, spec in c.mapping(raw.get(group), f"sources.{group}").items():
@@ -345,13 +345,13 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
             source_root = _resolve(root, c.string(spec.get("root", "."), f"{key}.root"), f"{key}.root", c)
             if "paths" not in spec:
                 raise c.fail(f"{key}.paths", "workspace sources are opt-in: list the folders to index (e.g. ['notes/**'])")
-            scope = Scope(
+            scope = FileSelection(
                 # opt-in: an empty `paths:` selects nothing (and sync warns), never the whole root
                 paths=c.globs(spec.get("paths"), f"{key}.paths", ()),
                 include=c.globs(spec.get("include"), f"{key}.include", ("*.md",)),
                 exclude=c.globs(spec.get("exclude"), f"{key}.exclude", ()),
             )
-            add(WorkspaceSource(id=source_id, root=source_root, scope=scope), key)
+            add(WorkspaceSource(id=source_id, root=source_root, selection=scope), key)
     return sources
 
 
@@ -492,7 +492,7 @@ def selection_warnings(config: Config) -> list[str]:
     warnings = []
     for source in config.sources.values():
         for key in ("paths", "include"):
-            if not getattr(source.scope, key):
+            if not getattr(source.selection, key):
                 warnings.append(f"source {source.id} selects nothing: its {key} list is empty")
     return warnings
 

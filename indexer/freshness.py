@@ -67,7 +67,7 @@ def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str,
     "paths", "unreadable"} (counts of files added or edited and of files gone; the first LAG_LIST
     paths; folders (with a trailing '/') and files that cannot be read now, whose indexed copies
     are kept). Touches (same content, new mtime) and files that are never indexable do not count."""
-    scanned = dataclasses.replace(source, scope=source.scope.within(place)) if place else source
+    scanned = dataclasses.replace(source, selection=source.selection.within(place)) if place else source
     changed: list[str] = []
     deleted: list[str] = []
     unreadable: list[str] = []

@@ -66,7 +66,7 @@ def _literal_segments(pattern: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Scope:
+class FileSelection:
     """Which files of a source are indexed: `paths` gates, then `include` admits, and `exclude`
     wins over both (so one exclude line can take out a folder the other two let in)."""
 
@@ -75,8 +75,8 @@ class Scope:
     exclude: tuple[str, ...] = ()
     under: str = ""  # restrict to one file or folder (a scoped re-index); '' = everything
 
-    def within(self, path: str) -> Scope:
-        return Scope(self.paths, self.include, self.exclude, path.strip("/"))
+    def within(self, path: str) -> FileSelection:
+        return FileSelection(self.paths, self.include, self.exclude, path.strip("/"))
 
     def _in_under(self, path: str) -> bool:
         return not self.under or path == self.under or path.startswith(self.under + "/")

@@ -193,7 +193,7 @@ class Syncer:
         never_synced = self.store.source_state(source.id).last_sync_at is None
         if path:
             # a scoped re-index: walk and compare only below `path`
-            source = dataclasses.replace(source, scope=source.scope.within(path))
+            source = dataclasses.replace(source, selection=source.selection.within(path))
         changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
         self.apply(source.id, self._counting(self._noting_unlisted(changes, report), "files"), report, set(known_files))
         if not path:
@@ -221,7 +221,7 @@ class Syncer:
         # a logger that drops them, never registered with `logging` (nothing configured at import)
         rewalk = logging.Logger("notes_search.sync.rewalk")  # noqa: LOG001 - unregistered on purpose
         rewalk.addHandler(logging.NullHandler())
-        found = find_collections(source.id, source.root, source.scope, rewalk)
+        found = find_collections(source.id, source.root, source.selection, rewalk)
         stored = self.store.collection_rows(source.id)
         found += [
             CollectionFolder(row.name, row.description, row.tags, source.id, row.folder)
@@ -260,7 +260,7 @@ class Syncer:
         # A tree diff only visits paths that changed between commits: after the config's scope
         # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
         scope_key = f"scope:{source.id}"
-        scope = repr((source.scope.paths, source.scope.include, source.scope.exclude, self.config.max_file_bytes))
+        scope = repr((source.selection.paths, source.selection.include, source.selection.exclude, self.config.max_file_bytes))
         rescope = self.store.meta().get(scope_key) != scope
         full = full or (rescope and indexed_rev is not None)
         remote = git_source.remote_head(source)

@@ -117,7 +117,7 @@ def _wanted(source: WorkspaceSource, rel: str, is_directory: bool) -> bool:
         return True  # the root itself appeared, vanished or moved: re-check the whole source
     if ".git" in rel.split("/"):
         return False  # the workspace walk never enters .git folders
-    return source.scope.may_contain(rel) if is_directory else source.scope.admits(rel)
+    return source.selection.may_contain(rel) if is_directory else source.selection.admits(rel)
 
 
 def event_targets(event: FileSystemEvent, roots: Sequence[tuple[WorkspaceSource, str]]) -> set[Target]:

@@ -31,7 +31,7 @@ from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import NotesSearchError, SourceError
 from indexer.filetext import BINARY_PROBE
 from indexer.gitenv import git_environment
-from indexer.globs import Scope, literal_folder
+from indexer.globs import FileSelection, literal_folder
 from indexer.sources import workspace
 from indexer.store import IndexReader
 from search.refs import confine, indexed_rev
@@ -251,7 +251,7 @@ def _workspace_files(source: WorkspaceSource, folder: str, problems: _Problems) 
 
     The walk itself is narrowed to `folder`, so a --path search does not walk the whole tree.
     """
-    walked = dataclasses.replace(source, scope=source.scope.within(nfc(folder))) if folder else source
+    walked = dataclasses.replace(source, selection=source.selection.within(nfc(folder))) if folder else source
     root = os.fspath(source.root)
     # a logger of its own, outside the registry: concurrent greps (MCP threads) stay apart
     walk_log = logging.Logger("notes_search.grep.walk")  # noqa: LOG001
@@ -347,7 +347,7 @@ def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
 # ---- git sources ----------------------------------------------------------------------------
 
 
-def _pathspecs(scope: Scope, folder: str) -> list[str]:
+def _pathspecs(scope: FileSelection, folder: str) -> list[str]:
     """A superset of the admitted files as literal pathspecs; exact scope is applied afterwards."""
     if folder:
         return [f":(literal){folder}"]
@@ -364,7 +364,7 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
     while True:
         cmd = ["git", "--git-dir", str(source.mirror), "grep", "-n", "-I", "-z", "--no-color", "--no-column",
                syntax[0], *(["-i"] if ignore_case else []), "-e", pattern, rev, "--",
-               *_pathspecs(source.scope, folder)]
+               *_pathspecs(source.selection, folder)]
         try:
             yield from _git_lines(source, rev, folder, cmd)
             return
@@ -385,7 +385,7 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
 
 def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits:
     prefix = rev.encode() + b":"
-    scope = source.scope.within(folder)
+    scope = source.selection.within(folder)
     for raw in _records(_stream(cmd, None)):
         name, _, rest = raw.partition(b"\0")
         number, _, text = rest.partition(b"\0")

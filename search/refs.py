@@ -149,7 +149,7 @@ def _in_scope(source: Source, rel: str) -> bool:
     """Only files the index could hold are readable: the config's exclude rules keep secrets out."""
     if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
         return False
-    return source.scope.admits(rel)
+    return source.selection.admits(rel)
 
 
 def indexed_rev(store: IndexReader | None, source: GitSource) -> str:
@@ -181,7 +181,7 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
     where = f"{source_id}:{rel}"
     if not rel:
         raise SourceError(f"{source_id}:{path}: names the source root, not a file")
-    if source.scope.may_contain(rel) and has_path(config, store, source_id, rel) and not _in_scope(source, rel):
+    if source.selection.may_contain(rel) and has_path(config, store, source_id, rel) and not _in_scope(source, rel):
         raise SourceError(f"{where}: is a folder, not a file (search it with --path, or list it with toc)")
     if not _in_scope(source, rel):
         raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
@@ -248,7 +248,7 @@ def missing_file(config: Config, store: IndexReader | None, path: str) -> Source
             rel = confine(config, source_id, path)
         except PathOutsideSources:
             continue
-        if rel and config.sources[source_id].scope.may_contain(rel) and has_path(config, store, source_id, rel):
+        if rel and config.sources[source_id].selection.may_contain(rel) and has_path(config, store, source_id, rel):
             folders.append(f"{source_id}:{rel}")
     if folders:
         return SourceError(f"{path!r} is a folder, not a file ({', '.join(folders)}); "

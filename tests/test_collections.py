@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from indexer.collections import CollectionFolder, collection_for, find_collections, walk_folders
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 
-ALL = Scope(paths=("**",))
+ALL = FileSelection(paths=("**",))
 
 
 def write(root: Path, rel: str, text: str = "# note\n") -> Path:
@@ -94,14 +94,14 @@ def test_same_pruning_and_symlink_rules_as_the_scan(tmp_path: Path) -> None:
     write(tmp_path, "outside/_meta.yaml", "name: c5\n")
     (root / "notes" / "c5").mkdir()
     os.symlink(tmp_path / "outside/_meta.yaml", root / "notes" / "c5" / "_meta.yaml")
-    found = find_collections("src", root, Scope(paths=("notes/**",)))
+    found = find_collections("src", root, FileSelection(paths=("notes/**",)))
     assert sorted((c.name, c.folder) for c in found) == [("c1", "notes/c1"), ("c2", "notes/linked-in/c2")]
 
 
 def test_walk_prunes_folders_outside_paths_and_excluded_ones(tmp_path: Path) -> None:
     for rel in ("notes/a.md", "notes/deep/b.md", "notes/drafts/c.md", "big/x/y.md", ".git/objects/z.md"):
         write(tmp_path, rel)
-    scope = Scope(paths=("notes/**",), exclude=("notes/drafts/**",))
+    scope = FileSelection(paths=("notes/**",), exclude=("notes/drafts/**",))
     assert [f.rel for f in walk_folders(tmp_path, scope)] == ["", "notes", "notes/deep"]
     assert [f.rel for f in walk_folders(tmp_path, ALL)] == ["", "big", "big/x", "notes", "notes/deep", "notes/drafts"]
 

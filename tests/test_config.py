@@ -9,7 +9,7 @@ import pytest
 
 from indexer.config import GitSource, WorkspaceSource, find_config, load_config, parse_config
 from indexer.errors import ConfigError
-from indexer.globs import Scope, match
+from indexer.globs import FileSelection, match
 
 # The owner's original config ("Konfigurace" in the first brief), verbatim: it must keep loading.
 SEED_A = """\
@@ -61,10 +61,10 @@ def test_seed_a_config_means_ollama(tmp_path: Path) -> None:
     assert travel.mirror == tmp_path / "tmp/mirrors/travel.git"
     develop = config.sources["develop"]
     assert isinstance(develop, WorkspaceSource) and develop.root == tmp_path
-    assert develop.scope.admits("develop/knowledge.md") and not develop.scope.admits("develop/history.md")
+    assert develop.selection.admits("develop/knowledge.md") and not develop.selection.admits("develop/history.md")
     workspace = config.sources["workspace"]
-    assert workspace.scope.admits("notes/a.md") and not workspace.scope.admits("notes/inbox/x.md")
-    assert not workspace.scope.admits("tmp/clone/README.md")
+    assert workspace.selection.admits("notes/a.md") and not workspace.selection.admits("notes/inbox/x.md")
+    assert not workspace.selection.admits("tmp/clone/README.md")
     assert config.db == tmp_path / "db/notes-index.sqlite" and config.log == tmp_path / "log/notes_sync.log"
 
 
@@ -145,8 +145,8 @@ def test_merge_keys_may_be_overridden_and_aliases_are_checked_once() -> None:
     config = parse_config(text.replace("x-base: &base {paths: ['**'], include: ['*.md']}\n", "")
                           .replace("a: {<<: *base, root: a}", "a: &base {paths: ['**'], include: ['*.md'], root: a}"),
                           "c.yaml", base=Path("/r"))
-    assert config.sources["b"].scope.include == ("*.txt",)
-    assert config.sources["a"].scope.include == ("*.md",)
+    assert config.sources["b"].selection.include == ("*.txt",)
+    assert config.sources["a"].selection.include == ("*.md",)
 
 
 def test_missing_file_and_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,7 +192,7 @@ def test_globs(pattern: str, path: str, expected: bool) -> None:
 
 
 def test_scope_precedence_and_pruning() -> None:
-    scope = Scope(paths=("develop/**",), exclude=("develop/history.md",))
+    scope = FileSelection(paths=("develop/**",), exclude=("develop/history.md",))
     assert scope.admits("develop/x.md") and not scope.admits("develop/history.md") and not scope.admits("x.md")
     assert not scope.admits("develop/x.txt")
     assert scope.may_contain("") and scope.may_contain("develop/sub") and not scope.may_contain("notes")

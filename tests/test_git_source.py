@@ -16,7 +16,7 @@ import pytest
 from indexer.config import GitSource
 from indexer.errors import SourceError
 from indexer.gitenv import git_environment
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
 from indexer.paths import local_repository_path
 from indexer.sources import git
@@ -33,9 +33,9 @@ def upstream(tmp_path: Path) -> pygit2.Repository:
     return init_upstream(tmp_path / "upstream")
 
 
-def source_for(tmp_path: Path, url: str, *, branch: str | None = None, scope: Scope | None = None) -> GitSource:
+def source_for(tmp_path: Path, url: str, *, branch: str | None = None, scope: FileSelection | None = None) -> GitSource:
     return GitSource(id="notes", url=url, mirror=tmp_path / "mirrors" / "notes.git", branch=branch,
-                     scope=scope or Scope())
+                     selection=scope or FileSelection())
 
 
 def file_url(repo: pygit2.Repository) -> str:
@@ -78,7 +78,7 @@ def fresh_index(source: GitSource, rev: str) -> dict[str, str]:
 
 
 def test_first_index_applies_scope_and_reads_blobs(tmp_path: Path, upstream: pygit2.Repository) -> None:
-    scope = Scope(paths=("notes/**",), include=("*.md",), exclude=("notes/drafts/**",))
+    scope = FileSelection(paths=("notes/**",), include=("*.md",), exclude=("notes/drafts/**",))
     bom = b"\xef\xbb\xbf# Kazan\n\nKreml.\n"
     rev = commit(upstream, {
         "top.md": "# outside paths\n",
@@ -171,7 +171,7 @@ def test_add_modify_delete_rename(tmp_path: Path, upstream: pygit2.Repository) -
 
 
 def test_moves_across_the_scope_boundary(tmp_path: Path, upstream: pygit2.Repository) -> None:
-    scope = Scope(paths=("notes/**",), exclude=("notes/archive/**",))
+    scope = FileSelection(paths=("notes/**",), exclude=("notes/archive/**",))
     rev1 = commit(upstream, {"notes/out.md": "# O\n", "inbox/in.md": "# I\n", "notes/ext.md": "# X\n",
                              "notes/arch.md": "# A\n"}, time=T0)
     rev2 = commit(upstream, {"notes/out.md": None, "elsewhere/out.md": "# O\n",
@@ -310,7 +310,7 @@ def test_branch_selection(tmp_path: Path, upstream: pygit2.Repository) -> None:
     with pytest.raises(SourceError, match="branch 'nope' not found on the remote"):
         git.remote_head(missing)
     with pytest.raises(SourceError, match="branch 'nope' not found in"):
-        git.mirror_head(GitSource("notes", url, pinned.mirror, "nope", Scope()))
+        git.mirror_head(GitSource("notes", url, pinned.mirror, "nope", FileSelection()))
 
 
 def test_unreachable_remote_is_one_line_naming_source_and_url(tmp_path: Path, upstream: pygit2.Repository) -> None:
@@ -357,7 +357,7 @@ def test_upstream_is_never_written(tmp_path: Path, upstream: pygit2.Repository) 
     up_inodes = {p.stat().st_ino for p in up.rglob("*") if p.is_file()}
     assert not up_inodes & {p.stat().st_ino for p in source.mirror.rglob("*") if p.is_file()}
     with pytest.raises(SourceError, match="is the upstream repository itself"):
-        git.sync_mirror(GitSource("notes", str(up / ".git"), up / ".git", None, Scope()))
+        git.sync_mirror(GitSource("notes", str(up / ".git"), up / ".git", None, FileSelection()))
 
 
 def test_mirror_recovery_and_refusals(tmp_path: Path, upstream: pygit2.Repository) -> None:
@@ -376,18 +376,18 @@ def test_mirror_recovery_and_refusals(tmp_path: Path, upstream: pygit2.Repositor
     (user_dir / "objects").mkdir(parents=True)
     (user_dir / "thesis.tex").write_text("precious")
     with pytest.raises(SourceError, match="refusing to replace it"):
-        git.sync_mirror(GitSource("notes", str(upstream.workdir), user_dir, None, Scope()))
+        git.sync_mirror(GitSource("notes", str(upstream.workdir), user_dir, None, FileSelection()))
     assert (user_dir / "thesis.tex").read_text() == "precious"
 
     working = tmp_path / "working"
     init_upstream(working)
     with pytest.raises(SourceError, match="not a bare git mirror"):
-        git.sync_mirror(GitSource("notes", str(upstream.workdir), working, None, Scope()))
+        git.sync_mirror(GitSource("notes", str(upstream.workdir), working, None, FileSelection()))
 
     pushed_to = tmp_path / "pushed-to.git"
     pygit2.init_repository(str(pushed_to), bare=True)
     with pytest.raises(SourceError, match="not a mirror"):
-        git.sync_mirror(GitSource("notes", str(upstream.workdir), pushed_to, None, Scope()))
+        git.sync_mirror(GitSource("notes", str(upstream.workdir), pushed_to, None, FileSelection()))
 
 
 def test_fetch_does_not_fire_the_mirrors_hook_and_ignores_hook_env(

@@ -46,7 +46,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from hooks.install import install_hooks
 from indexer.config import GitSource, load_config
 from indexer.errors import SourceError
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 from indexer.lock import SyncLock
 from indexer.sources import git
 from indexer.sync import run_sync
@@ -398,7 +398,7 @@ def test_a_damaged_mirror_with_the_remote_unreachable_is_left_alone(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1 and len(errors) == 1 and "ls-remote" in errors[0], proc.stderr
     # the driver itself, past ls-remote: the fetch fails, the remote does not answer, no clone
-    offline = GitSource("repo", data["sources"]["git"]["repo"]["url"], mirror, "main", Scope())
+    offline = GitSource("repo", data["sources"]["git"]["repo"]["url"], mirror, "main", FileSelection())
     with pytest.raises(SourceError, match=r"\): fetch: ") as failure:
         git.update_mirror(offline)
     assert not isinstance(failure.value, git.MirrorDamaged) and "clon" not in str(failure.value)
@@ -447,11 +447,11 @@ def test_a_fetch_failing_for_another_reason_never_reclones(
     tmp_path: Path, upstream: tuple[Path, pygit2.Repository], refs_only_server: str
 ) -> None:
     url, repo = upstream
-    source = GitSource("repo", str(url), tmp_path / "mirrors" / "repo.git", "main", Scope())
+    source = GitSource("repo", str(url), tmp_path / "mirrors" / "repo.git", "main", FileSelection())
     git.sync_mirror(source)  # a healthy mirror, cloned from the local upstream
     commit(repo, {"new.md": "# New\n"}, time=T0 + 120)  # something to fetch
     healthy = mirror_digest(source.mirror)
-    flaky = GitSource("repo", refs_only_server, source.mirror, "main", Scope())
+    flaky = GitSource("repo", refs_only_server, source.mirror, "main", FileSelection())
     assert git.remote_head(flaky) == str(repo.references["refs/heads/main"].target)  # ls-remote works
     with pytest.raises(SourceError, match=r"\): fetch: ") as failure:
         git.update_mirror(flaky)
@@ -625,7 +625,7 @@ def test_a_git_grep_failing_on_damaged_objects_marks_the_mirror(
 ) -> None:
     """What `grep` calls when git grep fails (note_git_failure): damage marks, other failures do not."""
     url, _ = upstream
-    source = GitSource("repo", str(url), tmp_path / "mirrors" / "repo.git", "main", Scope())
+    source = GitSource("repo", str(url), tmp_path / "mirrors" / "repo.git", "main", FileSelection())
     head = git.sync_mirror(source)
     assert git.note_git_failure(source, "fatal: bad revision 'nope'\nremote: packfile is corrupt\n") is None
     assert git.mirror_damage(source) is None

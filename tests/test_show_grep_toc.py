@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from indexer.config import Config, load_config
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 from indexer.store import FileRow, Store
 from indexer.sync import run_sync
 from indexer.toc import render_toc, toc_path, write_tocs
@@ -192,7 +192,8 @@ def test_parse_ref_forms() -> None:
     assert parse_ref("x:y.md", ids) == Ref(None, "x:y.md")  # 'x' is not a source: part of the path
     assert parse_ref("a:b.md:4", ids) == Ref(None, "a:b.md", 4)
     assert parse_ref("notes:12", ids) == Ref("notes", "12")  # a file named 12, no line
-    for bad in ("/etc/passwd", "notes:/etc/passwd", "C:\\notes\\a.md", "C:/notes/a.md", "dir\\a.md", "a\0.md"):
+    assert parse_ref("dir\\a.md", ids) == Ref(None, "dir\\a.md")  # a backslash is part of a POSIX name
+    for bad in ("/etc/passwd", "notes:/etc/passwd", "C:\\notes\\a.md", "C:/notes/a.md", "\\a.md", "a\0.md"):
         with pytest.raises(PathOutsideSources):
             parse_ref(bad, ids)
     for bad in ("a.md:0", "a.md:3:0", "", "notes:"):
@@ -419,10 +420,10 @@ def test_grep_rg_survives_a_file_vanishing(cfg: Config, store: Store, monkeypatc
 
 
 def test_git_pathspecs_are_a_superset_of_the_scope() -> None:
-    assert grep_module._pathspecs(Scope(paths=("notes/**", "docs/*.md", "notes/a/**")), "") == [
+    assert grep_module._pathspecs(FileSelection(paths=("notes/**", "docs/*.md", "notes/a/**")), "") == [
         ":(literal)docs", ":(literal)notes", ":(literal)notes/a"]
-    assert grep_module._pathspecs(Scope(paths=("README.md",)), "") == []  # a name at any depth
-    assert grep_module._pathspecs(Scope(paths=("**",)), "ops") == [":(literal)ops"]
+    assert grep_module._pathspecs(FileSelection(paths=("README.md",)), "") == []  # a name at any depth
+    assert grep_module._pathspecs(FileSelection(paths=("**",)), "ops") == [":(literal)ops"]
 
 
 def test_grep_max_count_across_sources(engine: str, cfg: Config, store: Store) -> None:

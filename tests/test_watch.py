@@ -38,7 +38,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, EventEmitter
 
 from indexer.config import Config, WorkspaceSource, load_config
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 from indexer.lock import SyncLock
 from indexer.model import KnownFile
 from indexer.store import Store
@@ -156,7 +156,7 @@ def test_debouncer_ignores_empty_adds_and_holds_deferred_keys() -> None:
 
 @pytest.fixture
 def roots(tmp_path: Path) -> list[tuple[WorkspaceSource, str]]:
-    scope = Scope(paths=("notes/**",), include=("*.md",), exclude=("notes/private/**",))
+    scope = FileSelection(paths=("notes/**",), include=("*.md",), exclude=("notes/private/**",))
     return [(WorkspaceSource("ws", tmp_path, scope), str(tmp_path))]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from indexer.config import Config, EmbeddingConfig, WorkspaceSource
 from indexer.errors import SourceError
-from indexer.globs import Scope, literal_folder
+from indexer.globs import FileSelection, literal_folder
 from indexer.model import Change, Delete, KnownFile, Skipped, Touch, Upsert
 from indexer.sources import workspace
 from indexer.sources.workspace import coverage_report, list_files, scan
@@ -32,7 +32,7 @@ def write(root: Path, rel: str, data: str | bytes = "# note\n", mtime: float | N
 
 def source(root: Path, paths: tuple[str, ...] = ("**",), include: tuple[str, ...] = ("*.md",),
            exclude: tuple[str, ...] = ()) -> WorkspaceSource:
-    return WorkspaceSource(id="ws", root=root, scope=Scope(paths=paths, include=include, exclude=exclude))
+    return WorkspaceSource(id="ws", root=root, selection=FileSelection(paths=paths, include=include, exclude=exclude))
 
 
 def changes(src: WorkspaceSource, known: dict[str, KnownFile] | None = None, **kw: object) -> list[Change]:
@@ -90,7 +90,7 @@ def test_a_paths_entry_without_a_slash_matches_at_any_depth(tmp_path: Path) -> N
         write(tmp_path, rel)
     src = source(tmp_path, paths=("notes.md",))
     assert set(upserted(changes(src))) == {"notes.md", "sub/notes.md", "sub/deeper/notes.md"}
-    assert all(src.scope.admits(rel) for rel in ("sub/notes.md", "sub/deeper/notes.md"))
+    assert all(src.selection.admits(rel) for rel in ("sub/notes.md", "sub/deeper/notes.md"))
 
 
 @pytest.mark.parametrize(("pattern", "folder"), [
@@ -384,8 +384,8 @@ def test_coverage_report_names_uncovered_markdown_folders(tmp_path: Path) -> Non
     write(tmp_path, "single/one.md")
     write(tmp_path, "top.md")  # not in a folder
     main = source(tmp_path, paths=("notes/**", "mixed/covered.md"))
-    nested = WorkspaceSource(id="nested", root=tmp_path / "nested" / "sub", scope=Scope(paths=("**",)))
-    exact = WorkspaceSource(id="exact", root=tmp_path / "exact", scope=Scope(paths=("**",)))
+    nested = WorkspaceSource(id="nested", root=tmp_path / "nested" / "sub", selection=FileSelection(paths=("**",)))
+    exact = WorkspaceSource(id="exact", root=tmp_path / "exact", selection=FileSelection(paths=("**",)))
     root = os.path.realpath(tmp_path)
     assert coverage_report(config(tmp_path, main, nested, exact)) == [
         f"not indexed: notes-archive/ (2 .md files) under {root}",

@@ -47,7 +47,7 @@ Change contract of `changes(source, old_rev, new_rev)`
     - A file whose new content cannot be indexed (binary, invalid UTF-8, too large) yields
       Delete(path) then Skipped(path, reason): no stale text survives, whatever the caller does
       with Skipped. Symlinks and submodules are never indexed: Skipped (the caller logs it).
-    - Scope is applied to both sides: a file moved out of scope is a Delete, into scope an Upsert.
+    - FileSelection is applied to both sides: a file moved out of scope is a Delete, into scope an Upsert.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from indexer.collections import is_utf8_name
 from indexer.config import GitSource
 from indexer.errors import SourceError
 from indexer.gitenv import git_environment
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
 from indexer.paths import local_repository_path
 
@@ -537,7 +537,7 @@ def is_ancestor(source: GitSource, old_rev: str, new_rev: str) -> bool:
         return old is not None and (old.id == new.id or repo.descendant_of(new.id, old.id))
 
 
-def _relevant(scope: Scope, path: str, mode: int) -> bool:
+def _relevant(scope: FileSelection, path: str, mode: int) -> bool:
     """Does this tree entry concern the source? Submodules count when their folder is in scope,
     so a user sees in the log that notes inside one are not followed."""
     if not is_utf8_name(path):
@@ -548,7 +548,7 @@ def _relevant(scope: Scope, path: str, mode: int) -> bool:
     return scope.admits(path)
 
 
-def _entries(tree: pygit2.Tree, scope: Scope, prefix: str = "") -> Iterator[tuple[str, pygit2.Oid, int]]:
+def _entries(tree: pygit2.Tree, scope: FileSelection, prefix: str = "") -> Iterator[tuple[str, pygit2.Oid, int]]:
     """(path, oid, mode) of every relevant non-tree entry, pruning folders the scope excludes."""
     for entry in tree:
         if entry.name is None:  # only a tree's own root has no name
@@ -567,7 +567,7 @@ def tree_paths(source: GitSource, rev: str) -> set[str]:
         commit = _commit(repo, rev)
         if commit is None:
             raise _error(source, "mirror", f"revision {rev} not found in {source.mirror}")
-        return {path for path, _, mode in _entries(commit.tree, source.scope) if mode in _BLOB_MODES}
+        return {path for path, _, mode in _entries(commit.tree, source.selection) if mode in _BLOB_MODES}
 
 
 def _blob_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
@@ -675,7 +675,7 @@ def _changes(
     if new is None:
         raise _error(source, "diff", f"revision {new_rev} not found in {source.mirror}")
     old = None if full or old_rev is None else _commit(repo, old_rev)
-    scope = source.scope
+    scope = source.selection
 
     arrivals: list[tuple[str, pygit2.Oid, int]] = []
     departures: list[str] = []

@@ -24,7 +24,7 @@ from indexer.collections import (
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
 from indexer.filetext import looks_binary
-from indexer.globs import Scope
+from indexer.globs import FileSelection
 from indexer.model import (
     Change,
     Delete,
@@ -100,7 +100,7 @@ def list_files(source: WorkspaceSource, *, log: logging.Logger | None = None) ->
 
 
 def _listed(source: WorkspaceSource, log: logging.Logger) -> Iterator[ListedFile]:
-    for folder in walk_folders(source.root, source.scope, log):
+    for folder in walk_folders(source.root, source.selection, log):
         if folder.unreadable is not None:
             log.warning("cannot list folder %s: %s", folder.path, folder.unreadable)
         for rel, reason in folder.skipped:
@@ -142,7 +142,7 @@ def _scan(
 ) -> Iterator[Change]:
     # List everything before reading anything: collections must be known before the first
     # Upsert, and the Delete pass needs the complete set of present paths.
-    folders = list(walk_folders(source.root, source.scope, log))
+    folders = list(walk_folders(source.root, source.selection, log))
     collections = load_collections(source.id, folders, log)
     unstatable: list[tuple[str, str]] = []
     listed = [item for folder in folders for item in _admitted(folder, unstatable)]
@@ -247,7 +247,7 @@ def coverage_report(config: Config) -> list[str]:
     folders and symlinks are not looked at.
     """
     scopes = [
-        (os.path.realpath(s.root), s.scope) for s in config.sources.values() if isinstance(s, WorkspaceSource)
+        (os.path.realpath(s.root), s.selection) for s in config.sources.values() if isinstance(s, WorkspaceSource)
     ]
     lines: list[str] = []
     for root in sorted({root for root, _ in scopes}):
@@ -278,7 +278,7 @@ def relative_index_path(path: str, root: str) -> str | None:
     return nfc(path[len(base) :].replace(os.sep, "/"))
 
 
-def _uncovered_markdown(folder: str, scopes: list[tuple[str, Scope]]) -> tuple[int, bool]:
+def _uncovered_markdown(folder: str, scopes: list[tuple[str, FileSelection]]) -> tuple[int, bool]:
     """(count, exact) of the `.md` files below `folder`; 0 as soon as a source admits one."""
     # Counting may stop at the cap only when no source can reach below the folder; otherwise
     # an admitted file further on would still mean "covered".
