@@ -116,7 +116,9 @@ class CachingEmbedder(Embedder):
         if missing:
             text_of = dict(zip(keys, texts, strict=True))
             started = time.perf_counter()
-            vectors = np.asarray(self.inner.embed_batch([text_of[k] for k in missing], is_query=is_query), dtype=np.float32)
+            vectors = np.asarray(
+                self.inner.embed_batch([text_of[k] for k in missing], is_query=is_query), dtype=np.float32
+            )
             seconds = time.perf_counter() - started
             fresh = dict(zip(missing, vectors, strict=True))
             with self.db:
@@ -197,7 +199,10 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def load_set(folder: Path, split: str = "test") -> BeirSet:
-    corpus = {str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or "")) for d in read_jsonl(folder / "corpus.jsonl")}
+    corpus = {
+        str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or ""))
+        for d in read_jsonl(folder / "corpus.jsonl")
+    }
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
     all_queries = {str(q["_id"]): str(q["text"]) for q in read_jsonl(folder / "queries.jsonl")}
     queries = {qid: all_queries[qid] for qid in qrels if qid in all_queries}
@@ -238,7 +243,7 @@ def write_config(root: Path, docs: Path, embedding_yaml: str = LOCAL_EMBEDDING, 
     config = root / "config.yaml"
     config.write_text(
         f"root: {json.dumps(str(root))}\ndb: db/index.sqlite\nlog: log/sync.log\n{embedding_yaml}"
-        f"sources:\n  workspace:\n    {source_id}:\n      root: {json.dumps(str(docs))}\n      paths: [\"**\"]\n",
+        f'sources:\n  workspace:\n    {source_id}:\n      root: {json.dumps(str(docs))}\n      paths: ["**"]\n',
         encoding="utf-8",
     )
     return config
@@ -288,8 +293,13 @@ def embed_progress(name: str, log: Log, every: float = 30.0) -> Callable[[str, i
 
 
 def rank_documents(
-    store: Store, config: Config, query: str, mode: str, by_path: dict[str, str],
-    embedder_factory: Callable[[], Embedder], depth: int = DEPTH,
+    store: Store,
+    config: Config,
+    query: str,
+    mode: str,
+    by_path: dict[str, str],
+    embedder_factory: Callable[[], Embedder],
+    depth: int = DEPTH,
 ) -> list[str]:
     """Doc ids best first: one search with k=depth, each file at its best chunk."""
     response = search(store, config, query, k=depth, mode=mode, embedder_factory=embedder_factory)
@@ -357,7 +367,9 @@ def run_beir(
             per_query, means = score_queries(subset, rankings)
             run.per_query[mode] = per_query
             run.scores.append(
-                ModeScore(mode, means["ndcg@10"], means["recall@100"], means["recall@10"], means["mrr@10"], len(per_query))
+                ModeScore(
+                    mode, means["ndcg@10"], means["recall@100"], means["recall@10"], means["mrr@10"], len(per_query)
+                )
             )
             log(f"{data.name} {mode}: nDCG@10 {means['ndcg@10']:.4f}, recall@100 {means['recall@100']:.4f}")
     finally:
@@ -377,18 +389,27 @@ def results_table(runs: Sequence[BeirRun]) -> str:
     rows = []
     for run in runs:
         for s in run.scores:
-            rows.append([
-                run.dataset, s.mode, f"{s.ndcg_at_10:.4f}", f"{s.recall_at_100:.4f}", f"{s.recall_at_10:.4f}",
-                f"{s.mrr_at_10:.4f}", s.queries,
-            ])
+            rows.append(
+                [
+                    run.dataset,
+                    s.mode,
+                    f"{s.ndcg_at_10:.4f}",
+                    f"{s.recall_at_100:.4f}",
+                    f"{s.recall_at_10:.4f}",
+                    f"{s.mrr_at_10:.4f}",
+                    s.queries,
+                ]
+            )
     return md_table(["dataset", "mode", "nDCG@10", "recall@100", "recall@10", "MRR@10", "queries"], rows)
 
 
 def index_table(runs: Sequence[BeirRun]) -> str:
     return md_table(
         ["dataset", "docs", "chunks", "sync s (this run)", "vectors computed now", "embed s (uncached)"],
-        [[r.dataset, r.docs, r.chunks, f"{r.sync_seconds:.1f}", r.computed_now, f"{r.embed_seconds_uncached:.0f}"]
-         for r in runs],
+        [
+            [r.dataset, r.docs, r.chunks, f"{r.sync_seconds:.1f}", r.computed_now, f"{r.embed_seconds_uncached:.0f}"]
+            for r in runs
+        ],
     )
 
 
@@ -414,8 +435,16 @@ def run_all_sets(
             continue
         data = load_set(folder, split)
         with tempfile.TemporaryDirectory(prefix=f"beir-{name}-") as tmp:
-            runs.append(run_beir(data, Path(tmp), embedder_factory=cached_local_factory(cache), modes=modes,
-                                 query_limit=query_limit, log=log))
+            runs.append(
+                run_beir(
+                    data,
+                    Path(tmp),
+                    embedder_factory=cached_local_factory(cache),
+                    modes=modes,
+                    query_limit=query_limit,
+                    log=log,
+                )
+            )
     return runs
 
 
@@ -456,8 +485,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if mode not in MODES:
             parser.error(f"unknown mode {mode!r}")
     limit = args.queries or (QUICK_QUERIES if args.quick else None)
-    runs = run_all_sets(args.dataset or DATASETS, data_root=args.data, split=args.split, modes=modes,
-                        query_limit=limit, cache=args.cache, log=eprint)
+    runs = run_all_sets(
+        args.dataset or DATASETS,
+        data_root=args.data,
+        split=args.split,
+        modes=modes,
+        query_limit=limit,
+        cache=args.cache,
+        log=eprint,
+    )
     if args.per_query:
         args.per_query.write_text(json.dumps({r.dataset: r.per_query for r in runs}), encoding="utf-8")
     if args.json:

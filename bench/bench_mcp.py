@@ -68,8 +68,12 @@ def scratch_copy(ws: Workspace, tag: str) -> Workspace:
             shutil.rmtree(stale, ignore_errors=True)
     dest = cache_root() / f"scratch-{tag}-{os.getpid()}"
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(ws.root, dest, symlinks=True,
-                    ignore=shutil.ignore_patterns("proposal-vectors.sqlite*", "DONE.json", ".notes-sync.lock", "*.tmp"))
+    shutil.copytree(
+        ws.root,
+        dest,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("proposal-vectors.sqlite*", "DONE.json", ".notes-sync.lock", "*.tmp"),
+    )
     write_config(dest)
     return Workspace(dest, ws.files, ws.chunks)
 
@@ -138,8 +142,9 @@ async def mcp_client_run(ws: Workspace, qs: list[str], n_edits: int) -> dict[str
     async with AsyncExitStack() as stack:
         for name, extra in VARIANTS:
             before = child_pids()
-            params = StdioServerParameters(command=CLI, args=["--config", str(ws.config_path), "mcp"],
-                                           env=server_env() | extra, cwd=str(ws.root))
+            params = StdioServerParameters(
+                command=CLI, args=["--config", str(ws.config_path), "mcp"], env=server_env() | extra, cwd=str(ws.root)
+            )
             err = stack.enter_context((ws.root / f"server-{len(sessions)}.log").open("w"))
             t = time.perf_counter()
             read, write = await stack.enter_async_context(stdio_client(params, errlog=err))
@@ -150,9 +155,17 @@ async def mcp_client_run(ws: Workspace, qs: list[str], n_edits: int) -> dict[str
             if len(new) != 1:
                 raise RuntimeError(f"cannot tell the server process among new children {new}")
             pids[name] = new.pop()
-            out[name] = {"initialize_s": time.perf_counter() - t, "rows": {key: [] for key in ROWS},
-                         "sizes": {key: [] for key in ROWS}, "cpu": {key: [] for key in ROWS}, "ping": [],
-                         "client_validate": [], "edit": [], "edit_cpu": [], "edit_found": 0}
+            out[name] = {
+                "initialize_s": time.perf_counter() - t,
+                "rows": {key: [] for key in ROWS},
+                "sizes": {key: [] for key in ROWS},
+                "cpu": {key: [] for key in ROWS},
+                "ping": [],
+                "client_validate": [],
+                "edit": [],
+                "edit_cpu": [],
+                "edit_found": 0,
+            }
         cpu_used = 0.0  # the server's CPU during the last call
 
         async def call(name: str, args: dict[str, Any]) -> tuple[float, dict[str, Any], int, Any]:
@@ -209,8 +222,11 @@ async def mcp_client_run(ws: Workspace, qs: list[str], n_edits: int) -> dict[str
 
 
 BREAKDOWN = (  # key, part, scope
-    ("sdk all", "server: `MCPServer.call_tool` in process (argument validation, worker thread, tool, "
-     "result conversion)", "all"),
+    (
+        "sdk all",
+        "server: `MCPServer.call_tool` in process (argument validation, worker thread, tool, result conversion)",
+        "all",
+    ),
     (f"sdk {SCOPE}", "server: `MCPServer.call_tool` in process", SCOPE),
     ("tool all", "tool: `NotesTools.search` hybrid, the whole tool body", "all"),
     (f"tool {SCOPE}", "tool: `NotesTools.search` hybrid, the whole tool body", SCOPE),
@@ -225,8 +241,11 @@ BREAKDOWN = (  # key, part, scope
     ("wire", "server: result → wire JSON (≈ what stdio writes)", "all"),
     ("parse", "client: wire JSON → `CallToolResult` (≈ what the client parses)", "all"),
     ("json.dumps", "plain `json.dumps` of the result dict (comparison)", "all"),
-    ("edit catch-up", "edit: catch-up after an append (1 file re-chunked, TOC rewritten, its chunk(s) "
-     "embedded)", SCOPE),
+    (
+        "edit catch-up",
+        "edit: catch-up after an append (1 file re-chunked, TOC rewritten, its chunk(s) embedded)",
+        SCOPE,
+    ),
     ("write_tocs", "edit: of which `write_tocs` (TOC of every file of the source)", "—"),
 )
 
@@ -278,8 +297,12 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
             timed("open", lambda: Store.open(config.db, readonly=True).close())
             for scope_name, target in targets.items():
                 for mode in ("hybrid", "lex"):
-                    timed(f"engine {mode} {scope_name}", lambda q=q, mode=mode, target=target: search(
-                        store, config, q, k=K, mode=mode, scope=target.scope, embedder_factory=lambda: fixed))
+                    timed(
+                        f"engine {mode} {scope_name}",
+                        lambda q=q, mode=mode, target=target: search(
+                            store, config, q, k=K, mode=mode, scope=target.scope, embedder_factory=lambda: fixed
+                        ),
+                    )
             timed("catch-up scan", lambda: service.catch_up(service.resolve(SCOPE, store), embed=True))
             for scope_name, path in (("all", None), (SCOPE, SCOPE)):
                 data = timed(f"tool {scope_name}", lambda q=q, path=path: tools.search(q, path, K, "hybrid"))
@@ -291,7 +314,9 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
                 out[f"cpu sdk {scope_name}"].append(time.process_time() - c)
                 if path is None:
                     converted = timed("convert", lambda data=data: fm.convert_result(data))
-                    wire = timed("wire", lambda converted=converted: converted.model_dump_json(by_alias=True, exclude_none=True))
+                    wire = timed(
+                        "wire", lambda converted=converted: converted.model_dump_json(by_alias=True, exclude_none=True)
+                    )
                     timed("parse", lambda wire=wire: CallToolResult.model_validate_json(wire))
                     timed("json.dumps", lambda data=data: json.dumps(data, ensure_ascii=False))
 
@@ -333,8 +358,14 @@ def bench_mcp(quick: bool) -> str:
         for name, extra in VARIANTS:
             t = time.perf_counter()
             arg = json.dumps({"root": str(ws.root), "n": n, "n_edits": max(3, n_edits // 2), "budget": budget})
-            proc = subprocess.run([sys.executable, "-m", "bench.bench_mcp", "--child-breakdown", arg], cwd=REPO,
-                                  env=server_env() | extra, stdout=subprocess.PIPE, text=True, check=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.bench_mcp", "--child-breakdown", arg],
+                cwd=REPO,
+                env=server_env() | extra,
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
+            )
             parts[name] = json.loads(proc.stdout.strip().splitlines()[-1])
             eprint(f"[mcp] in-process breakdown ({name}) done in {time.perf_counter() - t:.1f} s")
     finally:
@@ -347,19 +378,62 @@ def bench_mcp(quick: bool) -> str:
             size = statistics.median(out["sizes"][key]) / 1024
             scope = "all" if key[1] is None else f"`{SCOPE}` (1 %, + catch-up)"
             cpu = statistics.fmean(out["cpu"][key])
-            rows.append([f"`search` {key[0]}", scope, name, *stats_row(times), ms(cpu), f"{size:.1f}",
-                         f"≤ {MCP_TARGET_MS:.0f}", f"{s.median * 1000 / MCP_TARGET_MS:.2f}",
-                         verdict(s.median * 1000 <= MCP_TARGET_MS)])
+            rows.append(
+                [
+                    f"`search` {key[0]}",
+                    scope,
+                    name,
+                    *stats_row(times),
+                    ms(cpu),
+                    f"{size:.1f}",
+                    f"≤ {MCP_TARGET_MS:.0f}",
+                    f"{s.median * 1000 / MCP_TARGET_MS:.2f}",
+                    verdict(s.median * 1000 <= MCP_TARGET_MS),
+                ]
+            )
     for name, out in runs.items():
-        rows.append([f"`search` hybrid right after appending a unique word to a note ({out['edit_found']}/"
-                     f"{len(out['edit'])} found)", f"`{SCOPE}` (catch-up indexes the edit)", name,
-                     *stats_row(out["edit"]), ms(statistics.fmean(out["edit_cpu"])), "", "", "", "(reported)"])
+        rows.append(
+            [
+                f"`search` hybrid right after appending a unique word to a note ({out['edit_found']}/"
+                f"{len(out['edit'])} found)",
+                f"`{SCOPE}` (catch-up indexes the edit)",
+                name,
+                *stats_row(out["edit"]),
+                ms(statistics.fmean(out["edit_cpu"])),
+                "",
+                "",
+                "",
+                "(reported)",
+            ]
+        )
     for name, out in runs.items():
-        rows.append(["`ping` (transport floor: JSON-RPC over the pipes)", "—", name, *stats_row(out["ping"]),
-                     "", "", "", "", ""])
+        rows.append(
+            [
+                "`ping` (transport floor: JSON-RPC over the pipes)",
+                "—",
+                name,
+                *stats_row(out["ping"]),
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
     for name, out in runs.items():
-        rows.append(["client: `validate_tool_result` (jsonschema, inside `call_tool`)", "all", name,
-                     *stats_row(out["client_validate"]), "", "", "", "", ""])
+        rows.append(
+            [
+                "client: `validate_tool_result` (jsonschema, inside `call_tool`)",
+                "all",
+                name,
+                *stats_row(out["client_validate"]),
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
     names = [name for name, _ in VARIANTS]
     part_rows = []
     for key, label, scope in BREAKDOWN:
@@ -372,31 +446,52 @@ def bench_mcp(quick: bool) -> str:
             else:
                 row += ["", "", "", ""]
         part_rows.append(row)
-    starts = "; ".join(f"{name}: start + `initialize` {out['initialize_s']:.2f} s, first `search` (loads the "
-                       f"model) {out['first_call_s'] * 1000:.0f} ms" for name, out in runs.items())
+    starts = "; ".join(
+        f"{name}: start + `initialize` {out['initialize_s']:.2f} s, first `search` (loads the "
+        f"model) {out['first_call_s'] * 1000:.0f} ms"
+        for name, out in runs.items()
+    )
     headers = ["part", "scope"]
     for name in names:
         headers += [f"n ({name})", "p50 ms", "p90 ms", "CPU ms (mean)"]
-    return "\n".join([
-        f"### MCP `tools/call search` round trip @ {ws.chunks} chunks (official client ↔ `notes-search mcp` "
-        f"over stdio, real local model, k={K})\n",
-        "Two servers run side by side on one private copy of the index: the embedder's default threads "
-        "(one per usable core) and `OMP_NUM_THREADS=1`. " + starts + f". After {WARMUP} hybrid + {WARMUP} "
-        f"scoped warm-up calls each, every one of {len(qs)} different queries goes to both servers in every "
-        "row's mode/scope, one call each, timed at the client (`await session.call_tool`).\n",
-        md_table(["call", "scope", "server", "calls", "p50 ms", "p90 ms", "min ms", "max ms",
-                  "server CPU ms/call (mean)", "response KB (median)", "target ms", "p50/target", "verdict"], rows),
-        "",
-        "`server CPU` is the server process's user+system time during the calls (from /proc, mean per call): "
-        "what a call costs regardless of how busy the machine is; wall time above it is waiting (for a core "
-        "or for the client).",
-        "",
-        "### Where the time of a call goes (in process, in a child with each server's environment; same index "
-        f"copy and queries, model warm; the parts interleaved query by query, at most {budget:.0f} s; CPU = the "
-        "child's user+system time during the part, all threads)\n",
-        md_table(headers, part_rows),
-        "",
-    ])
+    return "\n".join(
+        [
+            f"### MCP `tools/call search` round trip @ {ws.chunks} chunks (official client ↔ `notes-search mcp` "
+            f"over stdio, real local model, k={K})\n",
+            "Two servers run side by side on one private copy of the index: the embedder's default threads "
+            "(one per usable core) and `OMP_NUM_THREADS=1`. " + starts + f". After {WARMUP} hybrid + {WARMUP} "
+            f"scoped warm-up calls each, every one of {len(qs)} different queries goes to both servers in every "
+            "row's mode/scope, one call each, timed at the client (`await session.call_tool`).\n",
+            md_table(
+                [
+                    "call",
+                    "scope",
+                    "server",
+                    "calls",
+                    "p50 ms",
+                    "p90 ms",
+                    "min ms",
+                    "max ms",
+                    "server CPU ms/call (mean)",
+                    "response KB (median)",
+                    "target ms",
+                    "p50/target",
+                    "verdict",
+                ],
+                rows,
+            ),
+            "",
+            "`server CPU` is the server process's user+system time during the calls (from /proc, mean per call): "
+            "what a call costs regardless of how busy the machine is; wall time above it is waiting (for a core "
+            "or for the client).",
+            "",
+            "### Where the time of a call goes (in process, in a child with each server's environment; same index "
+            f"copy and queries, model warm; the parts interleaved query by query, at most {budget:.0f} s; CPU = the "
+            "child's user+system time during the part, all threads)\n",
+            md_table(headers, part_rows),
+            "",
+        ]
+    )
 
 
 # ---- 2. watch: edit to searchable ------------------------------------------------------------------
@@ -415,8 +510,11 @@ def bench_watch(quick: bool) -> str:
             eprint(f"[watch] {embedder_name} done in {time.perf_counter() - t:.1f} s")
         finally:
             shutil.rmtree(ws.root, ignore_errors=True)
-        name = ("FakeEmbedder (tests/fakes.py, 384 d)" if embedder_name == "fake"
-                else "local model (multilingual-e5-small, warm)")
+        name = (
+            "FakeEmbedder (tests/fakes.py, 384 d)"
+            if embedder_name == "fake"
+            else "local model (multilingual-e5-small, warm)"
+        )
         for kind, recs in results.items():
             seen = [r["visible"] for r in recs if r["visible"] is not None]
             missing = len(recs) - len(seen)
@@ -425,37 +523,71 @@ def bench_watch(quick: bool) -> str:
                 continue
             s = Stats.of(seen)
             note = f" ({missing} not seen within {VISIBLE_TIMEOUT_S:.0f} s)" if missing else ""
-            rows.append([name, kind + note, *stats_row(seen), f"≤ {WATCH_TARGET_MS:.0f}",
-                         f"{s.median * 1000 / WATCH_TARGET_MS:.2f}",
-                         verdict(s.median * 1000 <= WATCH_TARGET_MS and not missing)])
+            rows.append(
+                [
+                    name,
+                    kind + note,
+                    *stats_row(seen),
+                    f"≤ {WATCH_TARGET_MS:.0f}",
+                    f"{s.median * 1000 / WATCH_TARGET_MS:.2f}",
+                    verdict(s.median * 1000 <= WATCH_TARGET_MS and not missing),
+                ]
+            )
             with_sync = [r for r in recs if r["sync_start"] is not None and r["visible"] is not None]
             if with_sync:
-                parts.append([
-                    name, kind,
-                    ms(statistics.median(r["sync_start"] for r in with_sync)),
-                    ms(statistics.median(r["visible"] - r["sync_start"] for r in with_sync)),
-                    ms(statistics.median(r["sync_total"] for r in with_sync)),
-                    ms(statistics.median(r["sync_start"] + r["sync_total"] for r in with_sync)),
-                ])
-    return "\n".join([
-        f"### Hand edit → visible to search under `watch` ({base.files}-file workspace, in-process `Watcher` with "
-        "the `watch` command's defaults: debounce 0.5 s, max wait 2 s; inotify)\n",
-        "Time from the start of the write to the first lexical search (`search(mode=\"lex\")` on its own "
-        f"read-only connection, polled every {POLL_S * 1000:.0f} ms) that returns the edited note for its new "
-        "unique word. `append`: `open(..., 'a').write(...)`; `atomic save`: write `.name.md.tmp`, "
-        "`os.replace` over the note (what many editors do).\n",
-        md_table(["embedder", "edit", "edits", "p50 ms", "p90 ms", "min ms", "max ms", "target ms", "p50/target",
-                  "verdict"], rows),
-        "",
-        "Where it goes (medians): from the write until the watcher's scoped `run_sync` starts (inotify "
-        "delivery + the 0.5 s quiet period), from that start until the poll sees the commit, the whole "
-        "`run_sync` (after the commit it rewrites the source's TOC and embeds the changed chunks), and so "
-        "from the write until the new chunks also have vectors (the vector half of a hybrid search finds "
-        "them; until then only the keyword half does).\n",
-        md_table(["embedder", "edit", "write → sync start ms", "sync start → visible ms", "run_sync total ms",
-                  "write → vectors stored ms"], parts),
-        "",
-    ])
+                parts.append(
+                    [
+                        name,
+                        kind,
+                        ms(statistics.median(r["sync_start"] for r in with_sync)),
+                        ms(statistics.median(r["visible"] - r["sync_start"] for r in with_sync)),
+                        ms(statistics.median(r["sync_total"] for r in with_sync)),
+                        ms(statistics.median(r["sync_start"] + r["sync_total"] for r in with_sync)),
+                    ]
+                )
+    return "\n".join(
+        [
+            f"### Hand edit → visible to search under `watch` ({base.files}-file workspace, in-process `Watcher` with "
+            "the `watch` command's defaults: debounce 0.5 s, max wait 2 s; inotify)\n",
+            'Time from the start of the write to the first lexical search (`search(mode="lex")` on its own '
+            f"read-only connection, polled every {POLL_S * 1000:.0f} ms) that returns the edited note for its new "
+            "unique word. `append`: `open(..., 'a').write(...)`; `atomic save`: write `.name.md.tmp`, "
+            "`os.replace` over the note (what many editors do).\n",
+            md_table(
+                [
+                    "embedder",
+                    "edit",
+                    "edits",
+                    "p50 ms",
+                    "p90 ms",
+                    "min ms",
+                    "max ms",
+                    "target ms",
+                    "p50/target",
+                    "verdict",
+                ],
+                rows,
+            ),
+            "",
+            "Where it goes (medians): from the write until the watcher's scoped `run_sync` starts (inotify "
+            "delivery + the 0.5 s quiet period), from that start until the poll sees the commit, the whole "
+            "`run_sync` (after the commit it rewrites the source's TOC and embeds the changed chunks), and so "
+            "from the write until the new chunks also have vectors (the vector half of a hybrid search finds "
+            "them; until then only the keyword half does).\n",
+            md_table(
+                [
+                    "embedder",
+                    "edit",
+                    "write → sync start ms",
+                    "sync start → visible ms",
+                    "run_sync total ms",
+                    "write → vectors stored ms",
+                ],
+                parts,
+            ),
+            "",
+        ]
+    )
 
 
 def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list[dict[str, Any]]]:
@@ -526,11 +658,13 @@ def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list
                     time.sleep(0.01)  # the batch finished (embedding included): the next edit starts clean
                 time.sleep(0.05)
                 mine = [s for s in syncs if s[0] >= t0]
-                out[kind].append({
-                    "visible": visible,
-                    "sync_start": (mine[0][0] - t0) if mine else None,
-                    "sync_total": (mine[0][1] - mine[0][0]) if mine else None,
-                })
+                out[kind].append(
+                    {
+                        "visible": visible,
+                        "sync_start": (mine[0][0] - t0) if mine else None,
+                        "sync_total": (mine[0][1] - mine[0][0]) if mine else None,
+                    }
+                )
         finally:
             store.close()
     finally:

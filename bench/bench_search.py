@@ -85,8 +85,9 @@ def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
 
     def version(rel: str, text: str) -> FileVersion:
         data = text.encode()
-        return FileVersion(path=rel, text=text, sha256=hashlib.sha256(data).hexdigest(), size=len(data),
-                           mtime=1.0, updated_at=1.0)
+        return FileVersion(
+            path=rel, text=text, sha256=hashlib.sha256(data).hexdigest(), size=len(data), mtime=1.0, updated_at=1.0
+        )
 
     new = []
     for i in range(900_000, 900_010):  # notes beyond the corpus: new paths, new text
@@ -128,12 +129,16 @@ def _scopes():
     return {
         "all": SearchScope(),
         "1% (--path area-07)": SearchScope(path=f"area-{area:02d}"),
-        f"{100 / AREAS / TOPICS_PER_AREA:.1f}% (--path area-07/topic-2)": SearchScope(path=f"area-{area:02d}/topic-{topic}"),
+        f"{100 / AREAS / TOPICS_PER_AREA:.1f}% (--path area-07/topic-2)": SearchScope(
+            path=f"area-{area:02d}/topic-{topic}"
+        ),
         "1 file": SearchScope(path=one_file),
     }
 
 
-def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) -> tuple[list[list[object]], list[list[object]], list[list[object]]]:
+def bench_size(
+    ws: Workspace, quick: bool, label: str, target_size: int | None
+) -> tuple[list[list[object]], list[list[object]], list[list[object]]]:
     from indexer.store import Store
     from indexer.store.sqlite import scope_condition
     from search.engine import search
@@ -159,10 +164,16 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
             raise RuntimeError("the vectors could not be loaded into memory (see the log)")
         load_ms = (time.perf_counter() - t) * 1000
         resident_mib = resident.nbytes / 1024 / 1024
-        plan = [("hybrid", "all", None), ("hybrid", "all", resident), ("lex", "all", None),
-                ("vec", "all", None), ("vec", "all", resident),
-                ("hybrid", "1% (--path area-07)", None), ("lex", "1% (--path area-07)", None),
-                ("vec", "1% (--path area-07)", None)]
+        plan = [
+            ("hybrid", "all", None),
+            ("hybrid", "all", resident),
+            ("lex", "all", None),
+            ("vec", "all", None),
+            ("vec", "all", resident),
+            ("hybrid", "1% (--path area-07)", None),
+            ("lex", "1% (--path area-07)", None),
+            ("vec", "1% (--path area-07)", None),
+        ]
         for mode, scope_name, kept in plan:
             scope = scopes[scope_name]
 
@@ -176,11 +187,22 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
             scoped = scope_name != "all"
             target = TARGETS_MS.get((target_size, mode, scoped)) if target_size else None
             process = "—" if mode == "lex" or scoped else ("long-lived" if kept else "one-shot")
-            latency_rows.append([
-                label, mode, scope_name, process, s.n, ms(s.median), ms(s.p90), ms(s.min), ms(s.max),
-                f"≤ {target:.0f}" if target else "", f"{s.median * 1000 / target:.2f}" if target else "",
-                verdict(s.median * 1000 <= target) if target else "",
-            ])
+            latency_rows.append(
+                [
+                    label,
+                    mode,
+                    scope_name,
+                    process,
+                    s.n,
+                    ms(s.median),
+                    ms(s.p90),
+                    ms(s.min),
+                    ms(s.max),
+                    f"≤ {target:.0f}" if target else "",
+                    f"{s.median * 1000 / target:.2f}" if target else "",
+                    verdict(s.median * 1000 <= target) if target else "",
+                ]
+            )
         # where a hybrid query's time goes: the store calls it makes, one by one
         depth = 50
 
@@ -193,14 +215,18 @@ def bench_size(ws: Workspace, quick: bool, label: str, target_size: int | None) 
         for scope_name in ("all", "1% (--path area-07)"):
             scope = scopes[scope_name]
             ids_of = {
-                q: {c for c, _ in store.fts_search(matches[q], depth, scope)} | {c for c, _ in store.vec_search(vectors[q], depth, scope)}
+                q: {c for c, _ in store.fts_search(matches[q], depth, scope)}
+                | {c for c, _ in store.vec_search(vectors[q], depth, scope)}
                 for q in lexq
             }
             parts = [
                 ("fts_search(50)", lambda q, scope=scope: store.fts_search(matches[q], depth, scope), lexq),
                 ("vec_search(50)", lambda q, scope=scope: store.vec_search(vectors[q], depth, scope), qs),
-                *([("resident knn(50) (long-lived)", lambda q: resident.knn(store, vectors[q], depth), qs)]
-                  if scope.is_all else []),
+                *(
+                    [("resident knn(50) (long-lived)", lambda q: resident.knn(store, vectors[q], depth), qs)]
+                    if scope.is_all
+                    else []
+                ),
                 ("count_pending", lambda q, scope=scope: store.count_pending(scope), qs),
                 ("chunk_rows(≤100 ids)", lambda q, ids_of=ids_of: store.chunk_rows(ids_of[q]), lexq),
                 ("meta (identity check)", lambda q: store.meta(), qs),
@@ -228,13 +254,17 @@ def scoped_knn_check(store, scopes, label: str, topics: int) -> list[list[object
         if scope_name == "all":
             continue
         where, params = scope_condition(scope, "c")
-        ids = [r[0] for r in store.conn.execute(
-            f"SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", params)]
+        ids = [
+            r[0]
+            for r in store.conn.execute(
+                f"SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", params
+            )
+        ]
         id_set = set(ids)
         matrix = np.empty((len(ids), 384), dtype=np.float32)
-        for pos, (rowid, blob) in enumerate(store.conn.execute(
-            f"SELECT rowid, embedding FROM vec_chunks WHERE rowid IN ({','.join(map(str, ids))})"
-        )):
+        for pos, (rowid, blob) in enumerate(
+            store.conn.execute(f"SELECT rowid, embedding FROM vec_chunks WHERE rowid IN ({','.join(map(str, ids))})")
+        ):
             matrix[pos] = np.frombuffer(blob, dtype=np.float32)
             ids[pos] = rowid  # keep rows and ids aligned in the order vec0 returned them
         for k in (K, 50):
@@ -251,8 +281,18 @@ def scoped_knn_check(store, scopes, label: str, topics: int) -> list[list[object
                 got = np.array(sorted(d for _, d in hits))
                 ok_exact += len(got) == want and bool(np.allclose(got, best, atol=1e-5))
             good = ok_count == ok_inside == ok_exact == trials
-            rows.append([label, scope_name, len(ids), k, f"{ok_count}/{trials}", f"{ok_inside}/{trials}",
-                         f"{ok_exact}/{trials}", "**ok**" if good else "**WRONG**"])
+            rows.append(
+                [
+                    label,
+                    scope_name,
+                    len(ids),
+                    k,
+                    f"{ok_count}/{trials}",
+                    f"{ok_inside}/{trials}",
+                    f"{ok_exact}/{trials}",
+                    "**ok**" if good else "**WRONG**",
+                ]
+            )
     return rows
 
 
@@ -288,21 +328,47 @@ def bench_cli(ws: Workspace, quick: bool) -> str:
     ):
         s = Stats.of([w for w, _ in timed_runs])
         cpu = Stats.of([c for _, c in timed_runs])
-        rows.append([
-            name, s.n, ms(s.median), ms(s.p90), ms(s.min), ms(s.max), ms(cpu.median), ms(imports) if imports else "",
-            f"≤ {ms(target)}" if target else "", f"{s.median / target:.2f}" if target else "",
-            verdict(s.median <= target) if target else "",
-        ])
-    return "\n".join([
-        f"### Whole-process query latency @ {ws.chunks} chunks (`notes-search -c cfg query TEXT ...`)\n",
-        md_table(["command", "n", "median ms", "p90 ms", "min ms", "max ms", "CPU median ms", "imports ms",
-                  "target", "median/target", "verdict"], rows),
-        "",
-        "Wall times; `CPU` is user+sys of the process (what the wall time approaches on an idle "
-        "machine, for single-threaded work); imports from one `python -X importtime` run of the same "
-        "command (sum of top-level imports). The OMP rows only change the environment of the "
-        "process: they show what the local model's OpenMP threads cost (see the README).",
-    ])
+        rows.append(
+            [
+                name,
+                s.n,
+                ms(s.median),
+                ms(s.p90),
+                ms(s.min),
+                ms(s.max),
+                ms(cpu.median),
+                ms(imports) if imports else "",
+                f"≤ {ms(target)}" if target else "",
+                f"{s.median / target:.2f}" if target else "",
+                verdict(s.median <= target) if target else "",
+            ]
+        )
+    return "\n".join(
+        [
+            f"### Whole-process query latency @ {ws.chunks} chunks (`notes-search -c cfg query TEXT ...`)\n",
+            md_table(
+                [
+                    "command",
+                    "n",
+                    "median ms",
+                    "p90 ms",
+                    "min ms",
+                    "max ms",
+                    "CPU median ms",
+                    "imports ms",
+                    "target",
+                    "median/target",
+                    "verdict",
+                ],
+                rows,
+            ),
+            "",
+            "Wall times; `CPU` is user+sys of the process (what the wall time approaches on an idle "
+            "machine, for single-threaded work); imports from one `python -X importtime` run of the same "
+            "command (sum of top-level imports). The OMP rows only change the environment of the "
+            "process: they show what the local model's OpenMP threads cost (see the README).",
+        ]
+    )
 
 
 def _import_seconds(args: list[str], env: dict[str, str]) -> float:
@@ -347,16 +413,44 @@ def run(quick: bool, with_machine: bool = True) -> str:
         f"the queries; at most {BUDGET_S:.0f} s per row, so a pathological row has fewer queries)\n",
         "process: 'one-shot' is a CLI query (vec0 scans every vector for an unscoped KNN); "
         "'long-lived' is the MCP server, which keeps the vectors in memory (search.resident) and "
-        "reloads them in the background after a sync changed them (vec0 answers meanwhile). " + "; ".join(loads) + ".\n",
-        md_table(["index", "mode", "scope", "process", "queries", "p50 ms", "p90 ms", "min ms", "max ms", "target ms",
-                  "p50/target", "verdict"], latency),
+        "reloads them in the background after a sync changed them (vec0 answers meanwhile). "
+        + "; ".join(loads)
+        + ".\n",
+        md_table(
+            [
+                "index",
+                "mode",
+                "scope",
+                "process",
+                "queries",
+                "p50 ms",
+                "p90 ms",
+                "min ms",
+                "max ms",
+                "target ms",
+                "p50/target",
+                "verdict",
+            ],
+            latency,
+        ),
         "",
         "### Where the time goes: the store calls of one hybrid query, timed separately\n",
         md_table(["index", "scope", "call", "queries", "p50 ms", "p90 ms", "max ms"], breakdown),
         "",
         "### Scoped KNN correctness (10 query vectors per row)\n",
-        md_table(["index", "scope", "chunks in scope", "k", "count = min(k, scope)", "all inside scope",
-                  "exact top-k (vs brute force)", "verdict"], checks),
+        md_table(
+            [
+                "index",
+                "scope",
+                "chunks in scope",
+                "k",
+                "count = min(k, scope)",
+                "all inside scope",
+                "exact top-k (vs brute force)",
+                "verdict",
+            ],
+            checks,
+        ),
         "",
         "### Incremental write: `Store.write_file` of one file into the existing index (rolled back)\n",
         "What each changed file costs a sync before embedding (old vectors are deleted by rowid: "

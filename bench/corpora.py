@@ -190,11 +190,35 @@ def mib(n: int) -> str:
 
 def report_tables(runs: Sequence[CorpusRun]) -> str:
     timing = md_table(
-        ["corpus", "files", "chunks", "source MiB", "parse+chunk s", "embed s (uncached)", "chunks/s embed",
-         "write s", "other s", "full index s", "no-op sync ms"],
-        [[r.corpus, r.files, r.chunks, mib(r.source_bytes), f"{r.parse_s:.1f}", f"{r.embed_uncached_s:.0f}",
-          f"{r.chunks / r.embed_uncached_s:.1f}" if r.embed_uncached_s else "-", f"{r.write_s:.1f}",
-          f"{r.other_s:.1f}", f"{r.full_index_s:.0f}", f"{r.noop_sync_s * 1000:.0f}"] for r in runs],
+        [
+            "corpus",
+            "files",
+            "chunks",
+            "source MiB",
+            "parse+chunk s",
+            "embed s (uncached)",
+            "chunks/s embed",
+            "write s",
+            "other s",
+            "full index s",
+            "no-op sync ms",
+        ],
+        [
+            [
+                r.corpus,
+                r.files,
+                r.chunks,
+                mib(r.source_bytes),
+                f"{r.parse_s:.1f}",
+                f"{r.embed_uncached_s:.0f}",
+                f"{r.chunks / r.embed_uncached_s:.1f}" if r.embed_uncached_s else "-",
+                f"{r.write_s:.1f}",
+                f"{r.other_s:.1f}",
+                f"{r.full_index_s:.0f}",
+                f"{r.noop_sync_s * 1000:.0f}",
+            ]
+            for r in runs
+        ],
     )
     groups = sorted({g for r in runs for g in r.by_table}, key=lambda g: -max(r.by_table.get(g, 0) for r in runs))
     size = md_table(
@@ -207,8 +231,9 @@ def report_tables(runs: Sequence[CorpusRun]) -> str:
 QUICK_CORPORA = ("linux-spellbook-cs",)
 
 
-def run_corpora(names: Sequence[str] = CORPORA, *, data_root: Path = EVAL_ROOT / "corpora",
-                cache: Path | None = None) -> list[CorpusRun]:
+def run_corpora(
+    names: Sequence[str] = CORPORA, *, data_root: Path = EVAL_ROOT / "corpora", cache: Path | None = None
+) -> list[CorpusRun]:
     """Every available corpus, each indexed from scratch in its own temporary folder."""
     runs: list[CorpusRun] = []
     for name in names:

@@ -122,7 +122,9 @@ def _sentence(rng: random.Random, lang: str, words: list[str]) -> str:
     elif r < 0.28:
         ws.insert(rng.randrange(len(ws)), f"v{rng.randint(1, 9)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}")
     elif r < 0.34:
-        ws.insert(rng.randrange(len(ws)), f"`{rng.choice(['systemctl', 'restic', 'pg_dump', 'rsync', 'kubectl', 'git'])}`")
+        ws.insert(
+            rng.randrange(len(ws)), f"`{rng.choice(['systemctl', 'restic', 'pg_dump', 'rsync', 'kubectl', 'git'])}`"
+        )
     text = " ".join(ws)
     return text[0].upper() + text[1:] + rng.choice([".", ".", ".", "!", "?", ":"]) if text else text
 
@@ -153,7 +155,7 @@ def _code_block(rng: random.Random) -> list[str]:
             "services:",
             f"  app-{rng.randint(1, 9)}:",
             f"    image: registry.internal/app:{rng.randint(1, 9)}.{rng.randint(0, 20)}",
-            f"    ports: [\"{rng.randint(3000, 9999)}:80\"]",
+            f'    ports: ["{rng.randint(3000, 9999)}:80"]',
             "    restart: unless-stopped",
         ]
     else:
@@ -262,7 +264,7 @@ def queries(n: int = 50) -> list[str]:
         lambda: " ".join(rng.sample(RU, 2)),
         lambda: f"{rng.choice(EN)} {rng.choice(CS)} {rng.choice(RU)}",
         lambda: rng.choice(HOSTS),
-        lambda: f"\"{' '.join(rng.sample(EN[:40], 2))}\"",
+        lambda: f'"{" ".join(rng.sample(EN[:40], 2))}"',
         lambda: f"how do I {rng.choice(EN)} the {rng.choice(EN)} on {rng.choice(HOSTS)}",
         lambda: f"jak nastavit {rng.choice(CS)} pro {rng.choice(CS)}",
         lambda: f"как настроить {rng.choice(RU)} для {rng.choice(RU)}",

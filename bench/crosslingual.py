@@ -83,8 +83,12 @@ def split_scores(run: BeirRun, meta: dict[str, dict[str, str]]) -> dict[str, dic
 
 
 def run_sets(
-    names: Sequence[str] = SETS, *, data_root: Path = EVAL_ROOT, query_limit: int | None = None,
-    cache: Path | None = None, log=eprint,
+    names: Sequence[str] = SETS,
+    *,
+    data_root: Path = EVAL_ROOT,
+    query_limit: int | None = None,
+    cache: Path | None = None,
+    log=eprint,
 ) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     results = {}
     for name in names:
@@ -135,8 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="vector cache file (default: under the XDG cache)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    results = run_sets(args.set or SETS, data_root=args.data, query_limit=QUICK_QUERIES if args.quick else None,
-                       cache=args.cache)
+    results = run_sets(
+        args.set or SETS, data_root=args.data, query_limit=QUICK_QUERIES if args.quick else None, cache=args.cache
+    )
     print(json.dumps(results, indent=2) if args.json else report(results, args.quick, not args.no_machine))
     return 0
 

@@ -103,7 +103,9 @@ def loadavg() -> str:
         return "?"
 
 
-def run_process(args: Sequence[str], *, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[bytes]]:
+def run_process(
+    args: Sequence[str], *, env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[bytes]]:
     """Wall time of a whole process (fork+exec+imports+work+exit), output captured."""
     start = time.perf_counter()
     proc = subprocess.run(list(args), capture_output=True, env=env, cwd=REPO)

@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for lang in FOLDERS:
             pages = read_pages(lang, root)
-            names = sorted((n for n in pages if f"{lang}-{n}" not in in_benchmark),
-                           key=lambda n: hashlib.sha256(n.encode("utf-8")).hexdigest())[:PAGES_PER_LANGUAGE]
+            names = sorted(
+                (n for n in pages if f"{lang}-{n}" not in in_benchmark),
+                key=lambda n: hashlib.sha256(n.encode("utf-8")).hexdigest(),
+            )[:PAGES_PER_LANGUAGE]
             pages_used[lang] = len(names)
             items = embed_texts([pages[n].text for n in names])
             eprint(f"{lang}: {len(names)} pages, {len(items)} chunks")
@@ -79,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         "model": LOCAL_MODEL,
         "source": "tldr-pages (en, cs, ru) outside the bench/tldr_mixed.py corpus; bench/neutral_defaults.py",
         "languages": {
-            lang: {"pages": pages_used[lang], "chunks": chunks[lang],
-                   "mean": [round(float(x), 7) for x in sums[lang] / chunks[lang]]}
+            lang: {
+                "pages": pages_used[lang],
+                "chunks": chunks[lang],
+                "mean": [round(float(x), 7) for x in sums[lang] / chunks[lang]],
+            }
             for lang in sorted(sums)
         },
     }

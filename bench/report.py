@@ -62,8 +62,9 @@ def header(title: str, quick: bool) -> str:
     return f"## {title}{' (quick)' if quick else ''}\n\n_{stamp}, load average at start: {loadavg()}_\n"
 
 
-def report(title: str, tag: str, sections: Sequence[tuple[str, Callable[[bool], str]]], quick: bool,
-           with_machine: bool) -> str:
+def report(
+    title: str, tag: str, sections: Sequence[tuple[str, Callable[[bool], str]]], quick: bool, with_machine: bool
+) -> str:
     """A benchmark's markdown (the run_all convention): header, machine table, then each section,
     with its progress and duration on stderr."""
     parts = [header(title, quick)]

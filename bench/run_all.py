@@ -39,7 +39,7 @@ def discover() -> list[str]:
     for path in sorted((REPO / "bench").glob("bench_*.py")):
         text = path.read_text(encoding="utf-8")
         if "def run(quick" in text and ("--no-machine" in text or "arg_parser(" in text):
-            names.append(path.stem[len("bench_"):])
+            names.append(path.stem[len("bench_") :])
     ordered = sorted(names, key=lambda n: (FIRST.index(n) if n in FIRST else len(FIRST), n))
     return ordered + [name for name in QUALITY if (REPO / "bench" / f"{name}.py").exists()]
 
@@ -60,9 +60,12 @@ def main() -> None:
     started = time.perf_counter()
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         rev, dirty = "?", ""
     parts = [

@@ -109,7 +109,9 @@ def build_with_meta(root: Path = TLDR_ROOT) -> tuple[BeirSet, dict[str, dict[str
     for name in ru_candidates[:RU_COMMANDS]:
         placed[name] = "ru" if _stable(name, "ru") % 2 else "en"
     judged = dict(placed)
-    others = sorted((n for n in en if n not in placed and n not in ru and n not in cs), key=lambda n: _stable(n, "pick"))
+    others = sorted(
+        (n for n in en if n not in placed and n not in ru and n not in cs), key=lambda n: _stable(n, "pick")
+    )
     for name in others[:DISTRACTORS]:
         placed[name] = "en"
 

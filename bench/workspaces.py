@@ -69,15 +69,17 @@ def write_config(root: Path, db: Path | None = None, log: Path | None = None, pa
     log = log or root / "log" / "sync.log"
     path = path or root / "config.yaml"
     path.write_text(
-        CONFIG_TEMPLATE.format(root=json.dumps(str(root)), db=json.dumps(str(db)), log=json.dumps(str(log)),
-                               source=SOURCE_ID),
+        CONFIG_TEMPLATE.format(
+            root=json.dumps(str(root)), db=json.dumps(str(db)), log=json.dumps(str(log)), source=SOURCE_ID
+        ),
         encoding="utf-8",
     )
     return path
 
 
-def generate_notes(notes: Path, *, files: int | None = None, chunks: int | None = None,
-                   keep: list[tuple[str, object]] | None = None) -> tuple[int, int]:
+def generate_notes(
+    notes: Path, *, files: int | None = None, chunks: int | None = None, keep: list[tuple[str, object]] | None = None
+) -> tuple[int, int]:
     """Write notes 0.. into `notes` until `files` files or `chunks` chunks; returns (files, chunks).
     `keep` collects (path, ParsedDocument) of every note written."""
     from indexer.chunker import parse_markdown
@@ -99,8 +101,12 @@ def generate_notes(notes: Path, *, files: int | None = None, chunks: int | None 
     return i, total_chunks
 
 
-def _cached(name: str, build: Callable[[Path], dict[str, int]], log: Callable[[str], None],
-            current: Callable[[Path], bool] | None = None) -> tuple[Path, dict[str, int]]:
+def _cached(
+    name: str,
+    build: Callable[[Path], dict[str, int]],
+    log: Callable[[str], None],
+    current: Callable[[Path], bool] | None = None,
+) -> tuple[Path, dict[str, int]]:
     root = cache_root() / f"{name}-g{GEN_VERSION}-{code_key()}"
     done = root / "DONE.json"
     if done.exists():
@@ -171,8 +177,9 @@ def _current(root: Path) -> bool:
         store.close()
 
 
-def notes_corpus(name: str, *, files: int | None = None, chunks: int | None = None,
-                 log: Callable[[str], None] = print) -> Workspace:
+def notes_corpus(
+    name: str, *, files: int | None = None, chunks: int | None = None, log: Callable[[str], None] = print
+) -> Workspace:
     """Just the notes (no index): for benchmarks that index from scratch themselves."""
 
     def build(root: Path) -> dict[str, int]:
@@ -190,8 +197,9 @@ def fake_embedder_factory(config):  # -> Callable[[], Embedder]
     return lambda: embedder
 
 
-def synced_workspace(name: str, *, files: int | None = None, chunks: int | None = None,
-                     log: Callable[[str], None] = print) -> Workspace:
+def synced_workspace(
+    name: str, *, files: int | None = None, chunks: int | None = None, log: Callable[[str], None] = print
+) -> Workspace:
     """A workspace indexed by the real `run_sync` with the fake (hash) embedder at 384 d, under
     the local-embedder identity, so the CLI with the default config treats it as current."""
 
@@ -243,8 +251,14 @@ def store_built_workspace(name: str, *, chunks: int, log: Callable[[str], None] 
                 path = root / "notes" / rel
                 data = path.read_bytes()
                 st = path.stat()
-                fv = FileVersion(path=rel, text=data.decode("utf-8"), sha256=hashlib.sha256(data).hexdigest(),
-                                 size=st.st_size, mtime=st.st_mtime, updated_at=st.st_mtime)
+                fv = FileVersion(
+                    path=rel,
+                    text=data.decode("utf-8"),
+                    sha256=hashlib.sha256(data).hexdigest(),
+                    size=st.st_size,
+                    mtime=st.st_mtime,
+                    updated_at=st.st_mtime,
+                )
                 batch.append((fv, doc))
                 if len(batch) >= 200:
                     flush()

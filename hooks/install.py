@@ -105,7 +105,11 @@ def hooks_path_override(git_dir: Path) -> str | None:
     `<git_dir>/hooks` and our hook never runs."""
     proc = subprocess.run(
         ["git", "--git-dir", str(git_dir), "config", "--get", "core.hooksPath"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=git_environment(), check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=git_environment(),
+        check=False,
     )
     value = proc.stdout.strip()
     return value or None
@@ -126,12 +130,16 @@ def _local_upstream(source: GitSource) -> Path:
     """The bare repository a source's url names on this machine (push target with post-receive)."""
     path = local_repository_path(source.url)
     if path is None:
-        raise HookError(f"source {source.id!r}: url {source.url} is not on this machine; install post-receive "
-                        "on the server that receives the pushes, or rely on the mirror hook and cron")
+        raise HookError(
+            f"source {source.id!r}: url {source.url} is not on this machine; install post-receive "
+            "on the server that receives the pushes, or rely on the mirror hook and cron"
+        )
     repo = _open_bare(path)
     if repo is None:
-        raise HookError(f"source {source.id!r}: {path} is not a bare repository; post-receive only runs "
-                        "where pushes are received (commits made in a working copy fire no hook: use cron)")
+        raise HookError(
+            f"source {source.id!r}: {path} is not a bare repository; post-receive only runs "
+            "where pushes are received (commits made in a working copy fire no hook: use cron)"
+        )
     return Path(repo.path)
 
 
@@ -145,14 +153,20 @@ def _git_sources(config: Config, source_ids: Sequence[str]) -> list[GitSource]:
     for source_id in source_ids:
         source = config.source(source_id)
         if not isinstance(source, GitSource):
-            raise HookError(f"source {source_id!r} is a workspace source: hooks are for git sources only "
-                            "(`watch` or the cron sync keep workspaces current)")
+            raise HookError(
+                f"source {source_id!r} is a workspace source: hooks are for git sources only "
+                "(`watch` or the cron sync keep workspaces current)"
+            )
         selected.append(source)
     return selected
 
 
 def install_hooks(
-    config: Config, source_ids: Sequence[str], *, upstream: bool = False, executable: Path | None = None,
+    config: Config,
+    source_ids: Sequence[str],
+    *,
+    upstream: bool = False,
+    executable: Path | None = None,
 ) -> list[Path]:
     """Install reference-transaction into the mirror of each selected git source (all by default),
     and with `upstream` post-receive into its local bare upstream. Returns the files written.
@@ -174,8 +188,10 @@ def install_hooks(
             targets.append((_local_upstream(source) / "hooks" / "post-receive", source.id))
     for path, _ in targets:
         if (path.exists() or path.is_symlink()) and not is_ours(path):
-            raise HookError(f"{path} exists and was not written by notes-search; refusing to replace it. "
-                            "Move it away (or call it from your own hook) and install again")
+            raise HookError(
+                f"{path} exists and was not written by notes-search; refusing to replace it. "
+                "Move it away (or call it from your own hook) and install again"
+            )
     config.log.parent.mkdir(parents=True, exist_ok=True)  # the hooks append their job's output to the log
     written = []
     failures = []
@@ -198,10 +214,13 @@ def _no_mirror(source: GitSource) -> NoReturn:
 
     damage = git_source.mirror_damage(source)  # SourceError (sync's refusal) for a path not ours
     if damage is not None:
-        raise HookError(f"source {source.id!r}: the mirror {source.mirror} is damaged ({damage}); "
-                        f"`notes-search sync --source {source.id}` clones it again, then install")
-    raise HookError(f"source {source.id!r}: no mirror at {source.mirror} yet; "
-                    f"run `notes-search sync --source {source.id}` first")
+        raise HookError(
+            f"source {source.id!r}: the mirror {source.mirror} is damaged ({damage}); "
+            f"`notes-search sync --source {source.id}` clones it again, then install"
+        )
+    raise HookError(
+        f"source {source.id!r}: no mirror at {source.mirror} yet; run `notes-search sync --source {source.id}` first"
+    )
 
 
 def _write_failure(path: Path, exc: OSError) -> str:
@@ -256,8 +275,11 @@ def run_hook_job(
         log.info("hook: syncing source %s", source_id)
         report = run_sync(config, source_ids=[source_id], embedder_factory=embedder_factory, lock_timeout=lock_wait)
         if report.locked:
-            log.warning("hook: source %s not synced: another sync held the lock for %g s; "
-                        "the next sync picks the change up", source_id, lock_wait)
+            log.warning(
+                "hook: source %s not synced: another sync held the lock for %g s; the next sync picks the change up",
+                source_id,
+                lock_wait,
+            )
 
     marker = pending_marker(config, source_id)
     marker.parent.mkdir(parents=True, exist_ok=True)

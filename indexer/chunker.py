@@ -64,6 +64,7 @@ SECTION_LEVELS = {"h1": 1, "h2": 2, "h3": 3}
 LIST_TYPES = frozenset({"bullet_list_open", "ordered_list_open"})
 OPENABLE_CONTAINER_TYPES = frozenset({"list_item_open", "blockquote_open"})
 
+
 # Block structure and heading texts are all we need: skipping inline parsing is much faster.
 @cache
 def _parser() -> MarkdownIt:
@@ -71,6 +72,7 @@ def _parser() -> MarkdownIt:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark").enable("table").disable("inline")
+
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _ATX_SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -422,9 +424,7 @@ def _common_path(sections: Sequence[_Section]) -> tuple[_Heading, ...]:
 
 def _breadcrumb(title: str, path: Sequence[_Heading]) -> str:
     names = [title] + [
-        heading.text
-        for heading in path
-        if not (heading.level == 1 and heading.text.casefold() == title.casefold())
+        heading.text for heading in path if not (heading.level == 1 and heading.text.casefold() == title.casefold())
     ]
     return " > ".join(name for name in names if name)
 

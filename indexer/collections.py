@@ -162,8 +162,13 @@ def walk_folders(root: Path, scope: FileSelection, log: logging.Logger | None = 
             if winners.get(name, entry.name) != entry.name:
                 # NFC and NFD spellings of one name map to one index path; indexing both would
                 # flip that path between the two files on every sync
-                skipped.append((shown, f"its name (spelled {entry.name!a}) is the same as "
-                                       f"{winners[name]!a} after Unicode normalisation; only that one is indexed"))
+                skipped.append(
+                    (
+                        shown,
+                        f"its name (spelled {entry.name!a}) is the same as "
+                        f"{winners[name]!a} after Unicode normalisation; only that one is indexed",
+                    )
+                )
                 continue
             if is_link and not _inside(entry.path, real_root):
                 # a folder that only a bare file name (`paths: [notes.md]`, any depth) reaches
@@ -304,8 +309,6 @@ def collection_for(path: str, collections: Sequence[CollectionFolder]) -> str | 
     best: CollectionFolder | None = None
     for collection in collections:
         folder = collection.folder
-        if (not folder or path.startswith(folder + "/")) and (
-            best is None or len(folder) > len(best.folder)
-        ):
+        if (not folder or path.startswith(folder + "/")) and (best is None or len(folder) > len(best.folder)):
             best = collection
     return best.name if best else None

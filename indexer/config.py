@@ -124,8 +124,18 @@ class Config:
 
 TOP_KEYS = {"root", "db", "log", "embedding", "sources", "max_file_bytes"}
 EMBEDDING_KEYS = {
-    "provider", "model", "endpoint", "dims", "batch", "keep_alive",
-    "query_prefix", "passage_prefix", "timeout", "retries", "api_key_env", "language_neutral",
+    "provider",
+    "model",
+    "endpoint",
+    "dims",
+    "batch",
+    "keep_alive",
+    "query_prefix",
+    "passage_prefix",
+    "timeout",
+    "retries",
+    "api_key_env",
+    "language_neutral",
 }
 GIT_KEYS = {"url", "mirror", "branch", "paths", "include", "exclude"}
 WORKSPACE_KEYS = {"root", "paths", "include", "exclude"}
@@ -171,8 +181,9 @@ class _Checker:
         return value
 
     def number(self, value: Any, key: str, maximum: float = MAX_TIMEOUT) -> float:
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not (0 < value <= maximum)):  # also refuses NaN, which compares false
+        if (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= maximum)
+        ):  # also refuses NaN, which compares false
             raise self.fail(key, f"expected a number above 0 and at most {maximum:g}, got {value!r}")
         return float(value)
 
@@ -265,10 +276,16 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     if isinstance(keep_alive, str):
         with contextlib.suppress(ValueError):  # a duration string such as "24h" is valid for Ollama as is
             keep_alive = float(keep_alive) if "." in keep_alive else int(keep_alive)
-    if (isinstance(keep_alive, bool) or not isinstance(keep_alive, (int, float, str))
-            or (not isinstance(keep_alive, str) and not abs(keep_alive) <= MAX_KEEP_ALIVE)):  # NaN too
-        raise c.fail("embedding.keep_alive", f"expected a number of seconds up to {MAX_KEEP_ALIVE:g} "
-                                             f"(or a duration like '24h'), got {raw['keep_alive']!r}")
+    if (
+        isinstance(keep_alive, bool)
+        or not isinstance(keep_alive, (int, float, str))
+        or (not isinstance(keep_alive, str) and not abs(keep_alive) <= MAX_KEEP_ALIVE)
+    ):  # NaN too
+        raise c.fail(
+            "embedding.keep_alive",
+            f"expected a number of seconds up to {MAX_KEEP_ALIVE:g} "
+            f"(or a duration like '24h'), got {raw['keep_alive']!r}",
+        )
     default_q, default_p = ("query: ", "passage: ") if local else ("", "")
     query_prefix = raw.get("query_prefix", default_q)
     passage_prefix = raw.get("passage_prefix", default_p)
@@ -279,8 +296,11 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         raise c.fail("embedding.query_prefix", "the local e5 model uses 'query: ' / 'passage: ' and adds them itself")
     if provider == "ollama" and ":" not in model.rsplit("/", 1)[-1]:
         # without a tag Ollama takes ':latest', which for some models is a far larger variant
-        raise c.fail("embedding.model", f"write the Ollama tag explicitly as name:tag "
-                                        f"(e.g. 'qwen3-embedding:0.6b'; `ollama list` shows them), got {model!r}")
+        raise c.fail(
+            "embedding.model",
+            f"write the Ollama tag explicitly as name:tag "
+            f"(e.g. 'qwen3-embedding:0.6b'; `ollama list` shows them), got {model!r}",
+        )
     language_neutral = raw.get("language_neutral", True)
     if not isinstance(language_neutral, bool):
         raise c.fail("embedding.language_neutral", f"expected true or false, got {language_neutral!r}")
@@ -324,8 +344,9 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
         spec = c.mapping(spec, key)
         c.known(spec, GIT_KEYS, key)
         url = _resolve_url(root, c.string(spec.get("url"), f"{key}.url"), f"{key}.url", c)
-        mirror = _resolve(root, c.string(spec.get("mirror", f"mirrors/{source_id}.git"), f"{key}.mirror"),
-                          f"{key}.mirror", c)
+        mirror = _resolve(
+            root, c.string(spec.get("mirror", f"mirrors/{source_id}.git"), f"{key}.mirror"), f"{key}.mirror", c
+        )
         branch = spec.get("branch")
         if branch is not None:
             branch = c.string(branch, f"{key}.branch")
@@ -344,7 +365,9 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
             c.known(spec, WORKSPACE_KEYS, key)
             source_root = _resolve(root, c.string(spec.get("root", "."), f"{key}.root"), f"{key}.root", c)
             if "paths" not in spec:
-                raise c.fail(f"{key}.paths", "workspace sources are opt-in: list the folders to index (e.g. ['notes/**'])")
+                raise c.fail(
+                    f"{key}.paths", "workspace sources are opt-in: list the folders to index (e.g. ['notes/**'])"
+                )
             scope = FileSelection(
                 # opt-in: an empty `paths:` selects nothing (and sync warns), never the whole root
                 paths=c.globs(spec.get("paths"), f"{key}.paths", ()),
@@ -457,7 +480,9 @@ def read_user_file(path: Path, what: str) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        missing = "config file not found (create one with `notes-search init DIR`)" if what == "config" else f"no such {what}"
+        missing = (
+            "config file not found (create one with `notes-search init DIR`)" if what == "config" else f"no such {what}"
+        )
         raise ConfigError(f"{path}: {missing}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None

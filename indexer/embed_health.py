@@ -37,8 +37,9 @@ class EmbedderHealth:
     """What failed when, for one index folder. Thread-safe; a state file that cannot be read
     or written only costs the sharing between processes."""
 
-    def __init__(self, state_file: Path | None, window: float = OUTAGE_WINDOW,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, state_file: Path | None, window: float = OUTAGE_WINDOW, clock: Callable[[], float] = time.time
+    ) -> None:
         self.state_file = state_file
         self.window = window
         self.clock = clock  # wall clock: the file is shared between processes
@@ -87,7 +88,11 @@ class EmbedderHealth:
             return {}
         state = {}
         for key, value in raw.items():
-            if isinstance(value, dict) and isinstance(value.get("at"), (int, float)) and isinstance(value.get("error"), str):
+            if (
+                isinstance(value, dict)
+                and isinstance(value.get("at"), (int, float))
+                and isinstance(value.get("error"), str)
+            ):
                 state[key] = (float(value["at"]), value["error"])
         return state
 

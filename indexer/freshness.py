@@ -81,5 +81,10 @@ def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str,
             unreadable.append(f"{change.path}/" if change.path else "./")
         elif isinstance(change, Skipped) and change.reason.startswith("unreadable"):
             unreadable.append(change.path)
-    return {"lags": bool(changed or deleted), "changed": len(changed), "deleted": len(deleted),
-            "paths": (changed + deleted)[:LAG_LIST], "unreadable": unreadable[:LAG_LIST]}
+    return {
+        "lags": bool(changed or deleted),
+        "changed": len(changed),
+        "deleted": len(deleted),
+        "paths": (changed + deleted)[:LAG_LIST],
+        "unreadable": unreadable[:LAG_LIST],
+    }

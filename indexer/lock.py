@@ -26,11 +26,13 @@ class SyncLock:
         except OSError as exc:
             blocker = _not_a_folder(self.path.parent)
             if blocker is not None:  # mkdir says only "File exists" when a file sits on the path
-                raise StoreError(f"cannot create the sync lock {self.path} (next to the index): "
-                                 f"{blocker} is not a folder") from None
+                raise StoreError(
+                    f"cannot create the sync lock {self.path} (next to the index): {blocker} is not a folder"
+                ) from None
             # the lock lives next to the index: a folder we cannot write is the db's folder
-            raise StoreError(f"cannot create the sync lock {self.path} (next to the index): "
-                             f"{exc.strerror or exc}") from None
+            raise StoreError(
+                f"cannot create the sync lock {self.path} (next to the index): {exc.strerror or exc}"
+            ) from None
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -58,7 +60,9 @@ class SyncLock:
     def __enter__(self) -> SyncLock:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
 

@@ -89,14 +89,14 @@ class NeutralSpace:
         """One line for status and --explain: `cs:default/3 en:index/120 ru:index/98` (origin/chunks)."""
         if len(self.languages) < 2:
             return "none (fewer than two languages)"
-        return " ".join(
-            f"{lang}:{s.origin}/{s.chunks}" for lang, s in sorted(self.languages.items())
-        )
+        return " ".join(f"{lang}:{s.origin}/{s.chunks}" for lang, s in sorted(self.languages.items()))
 
     def to_json(self) -> str:
         return json.dumps(
-            {lang: {"chunks": s.chunks, "origin": s.origin, "mean": [round(float(x), 7) for x in s.mean]}
-             for lang, s in sorted(self.languages.items())},
+            {
+                lang: {"chunks": s.chunks, "origin": s.origin, "mean": [round(float(x), 7) for x in s.mean]}
+                for lang, s in sorted(self.languages.items())
+            },
             separators=(",", ":"),
         )
 
@@ -107,13 +107,19 @@ class NeutralSpace:
         if not text:
             return cls()
         raw = json.loads(text)
-        return cls({
-            lang: LanguageStats(np.asarray(item["mean"], dtype=np.float32), int(item["chunks"]), str(item["origin"]))
-            for lang, item in raw.items()
-        })
+        return cls(
+            {
+                lang: LanguageStats(
+                    np.asarray(item["mean"], dtype=np.float32), int(item["chunks"]), str(item["origin"])
+                )
+                for lang, item in raw.items()
+            }
+        )
 
 
-def _apply(vectors: np.ndarray, languages: Sequence[str | None], offsets: Mapping[str, np.ndarray], *, forward: bool) -> np.ndarray:
+def _apply(
+    vectors: np.ndarray, languages: Sequence[str | None], offsets: Mapping[str, np.ndarray], *, forward: bool
+) -> np.ndarray:
     import numpy as np
 
     out = np.array(vectors, dtype=np.float32, copy=True)
@@ -180,10 +186,13 @@ def estimate(raw_means: Mapping[str, tuple[np.ndarray, int]], model: str) -> Neu
     import numpy as np
 
     defaults = shipped_defaults(model)
-    present = {lang: (mean, count) for lang, (mean, count) in raw_means.items() if lang not in (UNKNOWN, "") and count > 0}
+    present = {
+        lang: (mean, count) for lang, (mean, count) in raw_means.items() if lang not in (UNKNOWN, "") and count > 0
+    }
     languages: dict[str, LanguageStats] = {
         lang: LanguageStats(np.asarray(mean, dtype=np.float32), count, INDEX)
-        for lang, (mean, count) in present.items() if count >= MIN_CHUNKS
+        for lang, (mean, count) in present.items()
+        if count >= MIN_CHUNKS
     }
     anchors = sorted((lang for lang in languages if lang in defaults), key=lambda lang: -languages[lang].chunks)
     for lang, (_, count) in sorted(present.items()):
@@ -238,4 +247,3 @@ def project_query(vector: np.ndarray, basis: np.ndarray) -> np.ndarray:
     projected = vector - basis.T @ (basis @ vector)
     norm = float(np.linalg.norm(projected))
     return (projected / norm).astype(np.float32) if norm > 0 else vector
-

@@ -119,14 +119,18 @@ class Syncer:
                 log.warning("%s", rebuilt)
             # a new space starts without language statistics: they are estimated from its vectors
             self.store.reset_vectors(
-                self.config.embedding.dims, {**self.config.embedding.identity(), neutral.STATS_KEY: "", neutral.SUMMARY_KEY: ""}
+                self.config.embedding.dims,
+                {**self.config.embedding.identity(), neutral.STATS_KEY: "", neutral.SUMMARY_KEY: ""},
             )
         elif config_space := self._adopt_unrecorded_space(meta):
             self.store.set_meta(config_space)
         # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
         # the global key is what indexes written before per-source keys hold
-        stale = {source_id for source_id in self.config.sources
-                 if meta.get(f"chunker_version:{source_id}", meta.get("chunker_version")) != chunker.CHUNKER_VERSION}
+        stale = {
+            source_id
+            for source_id in self.config.sources
+            if meta.get(f"chunker_version:{source_id}", meta.get("chunker_version")) != chunker.CHUNKER_VERSION
+        }
         return rebuilt, stale
 
     def _adopt_unrecorded_space(self, meta: dict[str, str]) -> dict[str, str]:
@@ -134,8 +138,11 @@ class Syncer:
         statistics: a valid space of either kind. Record it instead of re-embedding."""
         if VECTOR_SPACE_KEY in meta:
             return {}
-        return {VECTOR_SPACE_KEY: self.config.embedding.identity()[VECTOR_SPACE_KEY], neutral.STATS_KEY: "",
-                neutral.SUMMARY_KEY: ""}
+        return {
+            VECTOR_SPACE_KEY: self.config.embedding.identity()[VECTOR_SPACE_KEY],
+            neutral.STATS_KEY: "",
+            neutral.SUMMARY_KEY: "",
+        }
 
     # ---- applying changes -----------------------------------------------------------------
 
@@ -208,8 +215,13 @@ class Syncer:
         for change in changes:
             if isinstance(change, Unlisted):
                 report.unreadable.append(change.path)
-                log.warning("%s:%s/: cannot read the folder (%s); keeping its %d indexed files until it can be read",
-                            report.source_id, change.path or ".", change.reason, change.kept)
+                log.warning(
+                    "%s:%s/: cannot read the folder (%s); keeping its %d indexed files until it can be read",
+                    report.source_id,
+                    change.path or ".",
+                    change.reason,
+                    change.kept,
+                )
             else:
                 yield change
 
@@ -226,10 +238,14 @@ class Syncer:
         found += [
             CollectionFolder(row.name, row.description, row.tags, source.id, row.folder)
             for row in stored
-            if any(not blocked or row.folder == blocked or row.folder.startswith(blocked + "/") for blocked in unreadable)
+            if any(
+                not blocked or row.folder == blocked or row.folder.startswith(blocked + "/") for blocked in unreadable
+            )
         ]
         declared = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
-        rows = [CollectionRow(source.id, name, folder, description, tags) for name, folder, description, tags in declared]
+        rows = [
+            CollectionRow(source.id, name, folder, description, tags) for name, folder, description, tags in declared
+        ]
         if rows == stored:
             return
         with self.store.transaction():  # one transaction: a kill must not split table and file rows
@@ -260,7 +276,9 @@ class Syncer:
         # A tree diff only visits paths that changed between commits: after the config's scope
         # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
         scope_key = f"scope:{source.id}"
-        scope = repr((source.selection.paths, source.selection.include, source.selection.exclude, self.config.max_file_bytes))
+        scope = repr(
+            (source.selection.paths, source.selection.include, source.selection.exclude, self.config.max_file_bytes)
+        )
         rescope = self.store.meta().get(scope_key) != scope
         full = full or (rescope and indexed_rev is not None)
         remote = git_source.remote_head(source)
@@ -336,7 +354,9 @@ class Syncer:
             except EmbedderUnavailable as exc:
                 if interactive:
                     health.failed(self.config.embedding, str(exc))
-                report.embed_notice = f"{exc}; {total - done} chunks stored without vectors (lexical only until the next sync)"
+                report.embed_notice = (
+                    f"{exc}; {total - done} chunks stored without vectors (lexical only until the next sync)"
+                )
                 log.warning("%s", report.embed_notice)
                 return
             except EmbedderError as exc:
@@ -377,15 +397,18 @@ class Syncer:
             for page in self._vector_pages():
                 raw = old.restore(page.matrix, page.languages)
                 for lang in set(page.languages):
-                    rows = np.fromiter((chunk_lang == lang for chunk_lang in page.languages), dtype=bool,
-                                       count=len(page.languages))
+                    rows = np.fromiter(
+                        (chunk_lang == lang for chunk_lang in page.languages), dtype=bool, count=len(page.languages)
+                    )
                     sums[lang] = sums.get(lang, 0) + raw[rows].sum(axis=0, dtype=np.float64)
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
             new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
             if not neutral.same_offsets(old, new):  # a one-language index moves nothing
                 for page in self._vector_pages():
-                    self.store.rewrite_vectors(page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages))
+                    self.store.rewrite_vectors(
+                        page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages)
+                    )
             summary = new.summary()
             self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
         log.info("language statistics re-estimated: %s", summary)
@@ -407,7 +430,9 @@ class Syncer:
     ) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
-        if embed_budget is not None and (identity_mismatch(self.config.embedding, self.store.meta()) or not self.store.has_vector_table()):
+        if embed_budget is not None and (
+            identity_mismatch(self.config.embedding, self.store.meta()) or not self.store.has_vector_table()
+        ):
             # a catch-up inside a query never starts a rebuild: that is sync's job
             report.embed_notice = "index needs a full sync (embedding identity changed); catch-up skipped"
             return report
@@ -445,7 +470,8 @@ class Syncer:
         # a scoped run (catch-up, watcher batch, reindex PATH) leaves the TOC to the next full
         # sync: rebuilding a large source's TOC costs more than the edit itself
         changed_tocs = [
-            s.source_id for s in report.sources
+            s.source_id
+            for s in report.sources
             if not s.error and path is None and (s.changed or not toc.toc_path(self.config, s.source_id).exists())
         ]
         try:
@@ -453,8 +479,11 @@ class Syncer:
         except OSError as exc:  # the TOC is a convenience: a sync never fails over it
             log.warning("cannot write a table of contents under %s: %s", self.config.toc_dir, exc)
         # a path-scoped run re-chunked only that path of a workspace source (git ignores paths)
-        rechunked = {s.source_id for s in report.sources
-                     if not s.error and s.source_id in stale_chunking and (path is None or s.kind == "git")}
+        rechunked = {
+            s.source_id
+            for s in report.sources
+            if not s.error and s.source_id in stale_chunking and (path is None or s.kind == "git")
+        }
         if rechunked:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
         deadline = None if embed_budget is None else started + embed_budget
@@ -535,8 +564,13 @@ def _log_summary(report: SyncReport) -> None:
         if s.changed or s.error or s.skipped:
             log.info(
                 "source %s: +%d ~%d -%d, %d skipped%s%s",
-                s.source_id, s.added, s.updated, s.deleted, s.skipped,
-                f", rev {s.rev[:12]}" if s.rev else "", f", error: {s.error}" if s.error else "",
+                s.source_id,
+                s.added,
+                s.updated,
+                s.deleted,
+                s.skipped,
+                f", rev {s.rev[:12]}" if s.rev else "",
+                f", error: {s.error}" if s.error else "",
             )
     if report.changed:
         log.info("sync done in %.2fs: %d chunks embedded, %d pending", report.seconds, report.embedded, report.pending)
@@ -558,7 +592,8 @@ def catch_up(
     the next sync, found by keywords meanwhile. A lexical search passes no embedder factory: it
     never waits on embedding. Returns a notice when the index may lag."""
     workspace_ids = [
-        sid for sid, src in config.sources.items()
+        sid
+        for sid, src in config.sources.items()
         if isinstance(src, WorkspaceSource) and (not source_ids or sid in source_ids)
     ]
     if not workspace_ids or not config.db.exists():

@@ -51,8 +51,14 @@ K = TypeVar("K", bound=Hashable)
 # Only what can change indexed content. Opened / closed-without-write / attribute events are
 # left out of the inotify mask, so the sync reading a file never wakes the watcher again.
 EVENT_FILTER: list[type[FileSystemEvent]] = [
-    FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent, FileDeletedEvent,
-    DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+    DirDeletedEvent,
 ]
 SCOPED_LIMIT = 50  # more changed paths than this in one source: one stat-only walk of it is cheaper
 MAX_BACKOFF = 30.0  # seconds between retries after unexpected errors, at most
@@ -385,7 +391,9 @@ class Watcher:
             self._observer = self._start_observer()
         except Exception as exc:  # noqa: BLE001 - counted; the watcher gives up after enough of them
             self._restart_failures += 1
-            log.error("restarting the file observer failed (%d/%d): %s", self._restart_failures, self.restart_attempts, exc)
+            log.error(
+                "restarting the file observer failed (%d/%d): %s", self._restart_failures, self.restart_attempts, exc
+            )
             if self._restart_failures >= self.restart_attempts:
                 self.failure = f"the file observer died and could not be restarted: {exc}"
                 log.critical("%s; giving up", self.failure)
@@ -451,7 +459,7 @@ class Watcher:
 
     def _backoff(self) -> float:
         self._failures += 1
-        return min(self.retry_delay * 2.0 ** self._failures, MAX_BACKOFF)
+        return min(self.retry_delay * 2.0**self._failures, MAX_BACKOFF)
 
     def flush(self) -> Batch:
         """Index everything pending now, debounce or not (tests; a caller that wants it done)."""
@@ -469,8 +477,11 @@ class Watcher:
             for n, (source_id, rel) in enumerate(batch.targets):
                 try:
                     report = run_sync(
-                        self.config, source_ids=[source_id], path=rel or None,
-                        embedder_factory=self.embedder_factory, lock_timeout=self.lock_timeout,
+                        self.config,
+                        source_ids=[source_id],
+                        path=rel or None,
+                        embedder_factory=self.embedder_factory,
+                        lock_timeout=self.lock_timeout,
                     )
                 except Exception as exc:
                     if isinstance(exc, NotesSearchError):  # e.g. a damaged index: one line, no traceback
@@ -499,6 +510,7 @@ class Watcher:
     def _arrivals_first(self, targets: list[Target]) -> list[Target]:
         """Paths that exist before paths that are gone: after a rename (`alpha/` -> `zeta/`) the new
         path is indexed while the old one's vectors are still there to be reused by content hash."""
+
         def gone(target: Target) -> bool:
             source_id, rel = target
             source = self.config.sources[source_id]
@@ -533,7 +545,9 @@ class Watcher:
         with self._work:
             try:
                 report = run_sync(
-                    self.config, source_ids=source_ids, embedder_factory=self.embedder_factory,
+                    self.config,
+                    source_ids=source_ids,
+                    embedder_factory=self.embedder_factory,
                     lock_timeout=self.lock_timeout,
                 )
             except NotesSearchError as exc:  # e.g. a damaged index: one line per try, no traceback

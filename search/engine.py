@@ -106,7 +106,8 @@ def keyword_blind(
     if not query_language or query_language == UNKNOWN:
         return {}
     return {
-        cid: ("bm25",) for cid in candidates - lexical_ids
+        cid: ("bm25",)
+        for cid in candidates - lexical_ids
         if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)
     }
 
@@ -166,7 +167,9 @@ def search(
                 basis = neutral.query_basis(meta.get(neutral.STATS_KEY) or "")
                 if basis is not None:
                     query_vector = neutral.project_query(query_vector, basis)
-                    response.vector_space = f"{response.vector_space}; query projected off the index's language directions"
+                    response.vector_space = (
+                        f"{response.vector_space}; query projected off the index's language directions"
+                    )
             if query_vector is not None:
                 from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
                 vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
@@ -197,7 +200,9 @@ def search(
         response.keyword_weight = weights["bm25"]
     fused = rrf(
         {"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]},
-        recency=recency, blind=blind, weights=weights,
+        recency=recency,
+        blind=blind,
+        weights=weights,
     )
     bm25 = dict(lexical)
     distance = dict(vector)
@@ -232,7 +237,11 @@ def search(
 
 
 def _embed_query(
-    config: Config, embedder_factory: Callable[[], Embedder], query: str, mode: str, notices: list[str],
+    config: Config,
+    embedder_factory: Callable[[], Embedder],
+    query: str,
+    mode: str,
+    notices: list[str],
     info: list[str],
 ) -> np.ndarray | None:
     """The query vector, or None with a notice when the embedder is down (hybrid degrades to lex).

@@ -107,5 +107,6 @@ def exact_value_terms(terms: Sequence[tuple[tuple[str, ...], bool]]) -> list[tup
     (a term with a digit, or words the query joined by punctuation: `5432`, `db-01.lan`,
     `51820/udp`). They match a note in any language, so keywords are not blind across languages
     when such a term is found."""
-    return [(words, prefix) for words, prefix in terms if len(words) > 1 or any(ch.isdigit() for w in words for ch in w)]
-
+    return [
+        (words, prefix) for words, prefix in terms if len(words) > 1 or any(ch.isdigit() for w in words for ch in w)
+    ]

@@ -180,8 +180,7 @@ def _stream(cmd: list[str], cwd: Path | None) -> Iterator[bytes]:
     env = git_environment(LC_ALL="C.UTF-8")
     with tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=err, env=env)
+            proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env)
         except OSError as exc:
             raise _ToolFailed(f"error: cannot run {cmd[0]}: {exc}") from None
         timer = threading.Timer(GREP_TIMEOUT, proc.kill)
@@ -301,21 +300,41 @@ sys.exit(2 if failed else 0)
 """
 
 
-def _search_files(source: WorkspaceSource, files: Sequence[tuple[str, str]], pattern: str, ignore_case: bool,
-                  fixed: bool, rg: str | None, problems: _Problems) -> Hits:
+def _search_files(
+    source: WorkspaceSource,
+    files: Sequence[tuple[str, str]],
+    pattern: str,
+    ignore_case: bool,
+    fixed: bool,
+    rg: str | None,
+    problems: _Problems,
+) -> Hits:
     """rg (or the Python fallback) over the files, in batches; hits carry index paths, files
     that cannot be read go to `problems`."""
     if rg is not None:
-        flags = ["--no-config", "--no-heading", "--with-filename", "--line-number", "--null", "--color=never",
-                 "--sort=path", "--engine=auto"]
+        flags = [
+            "--no-config",
+            "--no-heading",
+            "--with-filename",
+            "--line-number",
+            "--null",
+            "--color=never",
+            "--sort=path",
+            "--engine=auto",
+        ]
         flags += ["--ignore-case"] if ignore_case else ["--case-sensitive"]
         if fixed:
             flags.append("--fixed-strings")
         prefix = [rg, *flags, "-e", pattern, "--"]
     else:
         _check_pattern(pattern, ignore_case, fixed)  # an invalid regex is one clear line, here
-        prefix = [sys.executable, "-c", _PYTHON_GREP, "i" if ignore_case else "c",
-                  re.escape(pattern) if fixed else pattern]
+        prefix = [
+            sys.executable,
+            "-c",
+            _PYTHON_GREP,
+            "i" if ignore_case else "c",
+            re.escape(pattern) if fixed else pattern,
+        ]
     index_path = {os.fsencode(disk): rel for rel, disk in files}
     by_name = {disk: rel for rel, disk in files}
     for batch in _batches([disk for _, disk in files]):
@@ -357,14 +376,28 @@ def _pathspecs(scope: FileSelection, folder: str) -> list[str]:
     return [f":(literal){prefix}" for prefix in sorted(set(prefixes))]
 
 
-def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_case: bool,
-              fixed: bool) -> Hits:
+def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_case: bool, fixed: bool) -> Hits:
     """`git grep` in the mirror at `rev`: PCRE like rg, or POSIX ERE where git lacks PCRE."""
     syntax = ["-F"] if fixed else ["-P", "-E"]
     while True:
-        cmd = ["git", "--git-dir", str(source.mirror), "grep", "-n", "-I", "-z", "--no-color", "--no-column",
-               syntax[0], *(["-i"] if ignore_case else []), "-e", pattern, rev, "--",
-               *_pathspecs(source.selection, folder)]
+        cmd = [
+            "git",
+            "--git-dir",
+            str(source.mirror),
+            "grep",
+            "-n",
+            "-I",
+            "-z",
+            "--no-color",
+            "--no-column",
+            syntax[0],
+            *(["-i"] if ignore_case else []),
+            "-e",
+            pattern,
+            rev,
+            "--",
+            *_pathspecs(source.selection, folder),
+        ]
         try:
             yield from _git_lines(source, rev, folder, cmd)
             return
@@ -398,8 +431,16 @@ def _git_lines(source: GitSource, rev: str, folder: str, cmd: list[str]) -> Hits
 # ---- entry point ----------------------------------------------------------------------------
 
 
-def _source_hits(store: IndexReader | None, source: Source, folder: str, pattern: str,
-                 ignore_case: bool, fixed: bool, rg: str | None, problems: _Problems) -> tuple[Hits, int]:
+def _source_hits(
+    store: IndexReader | None,
+    source: Source,
+    folder: str,
+    pattern: str,
+    ignore_case: bool,
+    fixed: bool,
+    rg: str | None,
+    problems: _Problems,
+) -> tuple[Hits, int]:
     """The source's hits and how many files they come from (git: -1, unknown and not needed)."""
     if isinstance(source, GitSource):
         return _git_grep(source, indexed_rev(store, source), folder, pattern, ignore_case, fixed), -1

@@ -52,8 +52,10 @@ class QuietFileHandler(logging.FileHandler):
         problem = sys.exc_info()[1]
         reason = (problem.strerror if isinstance(problem, OSError) else None) or problem
         with contextlib.suppress(OSError, ValueError):  # no stderr either: nothing left to tell
-            echo(f"warning: cannot write log file {self.baseFilename}: {reason}; "
-                 "log records are dropped from now on", err=True)
+            echo(
+                f"warning: cannot write log file {self.baseFilename}: {reason}; log records are dropped from now on",
+                err=True,
+            )
 
 
 def _attach_file(root: logging.Logger, config: Config, create: bool) -> None:

@@ -69,7 +69,9 @@ class NotesTools:
         for hit in data["results"]:  # type: ignore[attr-defined]
             hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
         if not data["results"] and not data["notice"]:
-            data["notice"] = f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
+            data["notice"] = (
+                f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
+            )
         return data
 
     def status(self, path: str | None) -> dict[str, Any]:
@@ -87,8 +89,12 @@ class NotesTools:
         return {
             "scope": outcome.target.label,
             "full": full,
-            "sources": [source_report_json(s, place=place, shape="reindex")
-                        for run in outcome.runs for place in run.places for s in run.report.sources],
+            "sources": [
+                source_report_json(s, place=place, shape="reindex")
+                for run in outcome.runs
+                for place in run.places
+                for s in run.report.sources
+            ],
             "embedded": sum(r.embedded for r in reports),
             "pending": reports[-1].pending if reports else 0,
             "seconds": round(sum(r.seconds for r in reports), 3),
@@ -118,8 +124,9 @@ class NotesTools:
 
         with self.service.reading_if_indexed() as store:
             target = self.service.resolve(path, store)
-        outcome = self.service.grep(pattern, target=target, ignore_case=ignore_case, fixed=fixed,
-                                    max_count=GREP_MAX_HITS)
+        outcome = self.service.grep(
+            pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS
+        )
         results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in outcome.hits]
         notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if outcome.truncated else []
         if outcome.unsearched:
@@ -199,8 +206,12 @@ def build_server(service: "NotesService") -> "MCPServer":
         with _tool_errors():
             return tools.status(path)
 
-    @server.tool(name="reindex", annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                                              idempotent_hint=True, open_world_hint=False))
+    @server.tool(
+        name="reindex",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
     def reindex_tool(
         path: Annotated[
             str, Field(description="A folder or file (`source:path` allowed), a collection, or a source id.")
@@ -286,8 +297,11 @@ class HttpGuard:
                 await JSONResponse({"error": f"origin {origin} is not allowed"}, status_code=403)(scope, receive, send)
                 return
             if self.token is not None and not _bearer_matches(headers.get("authorization"), self.token):
-                response = JSONResponse({"error": "missing or wrong bearer token"}, status_code=401,
-                                        headers={"WWW-Authenticate": 'Bearer realm="notes-search"'})
+                response = JSONResponse(
+                    {"error": "missing or wrong bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="notes-search"'},
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -295,8 +309,7 @@ class HttpGuard:
 
 MIN_REMOTE_TOKEN_CHARS = 16  # the floor for a random token; MAKE_TOKEN prints 43 chars (256 bits)
 # split at "print" only so the raw-output guard's line scan does not take the text for a call
-MAKE_TOKEN = ('python -c "import secrets; print'
-              '(secrets.token_urlsafe(32))"')
+MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 def token_problem(token: str, remote: bool) -> str | None:

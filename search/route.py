@@ -99,8 +99,11 @@ class CollectionsView:
             return view
         view["layout"] = "tree"
         view["groups"] = [
-            {"prefix": group.prefix, "count": len(group.members),
-             "collections": [collection_json(e) for e in group.members]}
+            {
+                "prefix": group.prefix,
+                "count": len(group.members),
+                "collections": [collection_json(e) for e in group.members],
+            }
             for group in self.groups
         ]
         return view
@@ -116,8 +119,9 @@ def list_collections(entries: Sequence[CollectionRow], prefix: str | None = None
     groups: dict[str, list[CollectionRow]] = {}
     for entry in entries:
         groups.setdefault(group_key(entry), []).append(entry)
-    return CollectionsView(tuple(entries), tuple(CollectionGroup(key, tuple(members))
-                                                 for key, members in sorted(groups.items())))
+    return CollectionsView(
+        tuple(entries), tuple(CollectionGroup(key, tuple(members)) for key, members in sorted(groups.items()))
+    )
 
 
 def collections_view(entries: Sequence[CollectionRow], prefix: str | None = None) -> dict[str, object]:

@@ -26,8 +26,11 @@ def styled(text: str, **style: Any) -> Safe:
 
 def echo(*parts: str, err: bool = False, nl: bool = True, multiline: bool = False) -> None:
     """Print the parts as one line (several only with `multiline`), escaping all but `Safe` parts."""
-    click.echo("".join(part if isinstance(part, Safe) else safe_for_terminal(part, multiline=multiline)
-                       for part in parts), err=err, nl=nl)
+    click.echo(
+        "".join(part if isinstance(part, Safe) else safe_for_terminal(part, multiline=multiline) for part in parts),
+        err=err,
+        nl=nl,
+    )
 
 
 def echo_json(data: object) -> None:

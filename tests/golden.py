@@ -218,7 +218,9 @@ def run_cli(ws: Workspace, args: list[str]) -> str:
         text=True,
         timeout=120,
     )
-    return f"$ notes-search {' '.join(args)}\n[exit {done.returncode}]\n--- stdout\n{done.stdout}--- stderr\n{done.stderr}"
+    return (
+        f"$ notes-search {' '.join(args)}\n[exit {done.returncode}]\n--- stdout\n{done.stdout}--- stderr\n{done.stderr}"
+    )
 
 
 def run_mcp(ws: Workspace) -> dict[str, str]:

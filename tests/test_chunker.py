@@ -188,7 +188,9 @@ def test_breadcrumbs_follow_h1_h2_h3_and_heading_starts_its_chunk() -> None:
     assert doc.title == "Guide"
     assert doc.headings == ["Guide", "Install", "Linux", "Usage"]
     assert breadcrumbs(doc) == ["Guide", "Guide > Install", "Guide > Install > Linux", "Guide > Usage"]
-    assert [c.start_line for c in doc.chunks] == [line_of(text, h) for h in ("# Guide", "## Install", "### Linux", "## Usage")]
+    assert [c.start_line for c in doc.chunks] == [
+        line_of(text, h) for h in ("# Guide", "## Install", "### Linux", "## Usage")
+    ]
     assert doc.chunks[2].embed_text.startswith("Guide > Install > Linux\n\n### Linux")
     assert_invariants(doc, text)
 
@@ -495,7 +497,12 @@ def test_arbitrary_unicode_never_raises(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(yaml_body=st.lists(st.sampled_from([*"ab:-[]{}!&*?|>'\"#%@`,. \n\t01~\x00", "!!binary ", "!!int ", "!!float ", "2024-13-45"]), max_size=40).map("".join))
+@given(
+    yaml_body=st.lists(
+        st.sampled_from([*"ab:-[]{}!&*?|>'\"#%@`,. \n\t01~\x00", "!!binary ", "!!int ", "!!float ", "2024-13-45"]),
+        max_size=40,
+    ).map("".join)
+)
 def test_arbitrary_front_matter_never_raises(yaml_body: str) -> None:
     text = f"---\n{yaml_body}\n---\n# Heading\n"
     doc = parse_markdown(text, "x.md")

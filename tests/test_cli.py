@@ -93,8 +93,12 @@ def test_russian_query_finds_russian_note(run) -> None:  # type: ignore[no-untyp
 
 def test_exact_values_found_lexically(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
-    for value, path in [("5432", "devops/postgres.md"), ("ERR_CONN_RESET", "devops/postgres.md"),
-                        ("db-01.lan", "devops/zalohovani.md"), ("RPO", "devops/zalohovani.md")]:
+    for value, path in [
+        ("5432", "devops/postgres.md"),
+        ("ERR_CONN_RESET", "devops/postgres.md"),
+        ("db-01.lan", "devops/zalohovani.md"),
+        ("RPO", "devops/zalohovani.md"),
+    ]:
         assert paths(query_json(run, value, "--mode", "lex"))[0] == path, value
 
 

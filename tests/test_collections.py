@@ -32,8 +32,12 @@ def test_meta_yaml_makes_a_folder_a_collection(tmp_path: Path) -> None:
     write(tmp_path, "plain/x.md")
     found = find_collections("memo", tmp_path, ALL)
     assert found == [
-        CollectionFolder(name="life/books", description="Books I read", tags=("books",), source_id="memo", folder="life/books"),
-        CollectionFolder(name="work/jira", description="Jira: tickets", tags=("corp", "jira"), source_id="memo", folder="work/jira"),
+        CollectionFolder(
+            name="life/books", description="Books I read", tags=("books",), source_id="memo", folder="life/books"
+        ),
+        CollectionFolder(
+            name="work/jira", description="Jira: tickets", tags=("corp", "jira"), source_id="memo", folder="work/jira"
+        ),
     ]
 
 

@@ -63,8 +63,16 @@ from tests.test_crash_safety import (
 MODEL_3 = "fake-embed-3:latest"
 DIMS_3 = 32
 CORPUS_FILES = 200
-QUERIES = ["backup server", "záloha databáze", "поезд река", "restic backup --tag", "flour starter oven",
-           "replica latency", "Section 2 kernel", "id17"]
+QUERIES = [
+    "backup server",
+    "záloha databáze",
+    "поезд река",
+    "restic backup --tag",
+    "flour starter oven",
+    "replica latency",
+    "Section 2 kernel",
+    "id17",
+]
 MODES = ["hybrid", "lex", "vec"]
 LOCKED = "database is locked"
 
@@ -128,7 +136,8 @@ class Space:
             expected = 1.0 - float(np.dot(q, p))
             assert abs(distance - expected) < 2e-3, (
                 f"{hit['path']}:{hit['line']}: distance {distance} is not the {emb.model} distance {expected:.4f}: "
-                "a vector of another embedding space was used")
+                "a vector of another embedding space was used"
+            )
             checked += 1
         return checked
 
@@ -175,6 +184,7 @@ class Load:
                 target()
             except BaseException as exc:  # noqa: BLE001 - a dead client thread is a failure too
                 self.tally.fail(f"{name} thread died: {exc!r}")
+
         return run
 
     def work(self) -> Iterator[tuple[int, str, str]]:
@@ -195,8 +205,9 @@ class Load:
                 started = time.monotonic()
                 conn = store or Store.open(space.config.db, readonly=True)
                 try:
-                    response = search(conn, space.config, query, k=5, mode=mode,
-                                      embedder_factory=lambda index=index: embedders[index])
+                    response = search(
+                        conn, space.config, query, k=5, mode=mode, embedder_factory=lambda index=index: embedders[index]
+                    )
                     hits = [h.to_json(explain=True) for h in response.results]
                     self.tally.ok(kind, started, space.check_hits(query, hits))
                 except ReindexNeeded as exc:
@@ -224,9 +235,24 @@ class Load:
             scope = ["--source", "notes"] if n % 2 else []  # scoped: a catch-up competes for the lock
             started = time.monotonic()
             proc = subprocess.run(
-                [NOTES_SEARCH, "--config", str(self.config_paths[index]), "query", query, "--json", "--explain",
-                 "--mode", mode, "-k", "5", *scope],
-                env=subprocess_env(), capture_output=True, text=True, timeout=120,
+                [
+                    NOTES_SEARCH,
+                    "--config",
+                    str(self.config_paths[index]),
+                    "query",
+                    query,
+                    "--json",
+                    "--explain",
+                    "--mode",
+                    mode,
+                    "-k",
+                    "5",
+                    *scope,
+                ],
+                env=subprocess_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             if LOCKED in proc.stderr or LOCKED in proc.stdout:
                 self.tally.fail(f"{kind}: {proc.stderr.strip()}")
@@ -258,7 +284,6 @@ class Load:
             except Exception as exc:  # noqa: BLE001
                 self.tally.fail(f"{kind} {mode} {query!r}: {type(exc).__name__}: {exc}")
 
-
     def mcp_stdio(self) -> None:
         """A real `notes-search mcp` server per config, called over stdio like an agent does."""
         import anyio
@@ -270,8 +295,12 @@ class Load:
             async with contextlib.AsyncExitStack() as stack:
                 sessions = []
                 for path in self.config_paths:
-                    params = StdioServerParameters(command=NOTES_SEARCH, args=["--config", str(path), "mcp"],
-                                                   env=subprocess_env(), cwd=str(path.parent))
+                    params = StdioServerParameters(
+                        command=NOTES_SEARCH,
+                        args=["--config", str(path), "mcp"],
+                        env=subprocess_env(),
+                        cwd=str(path.parent),
+                    )
                     errlog = stack.enter_context(path.with_suffix(".mcp.log").open("w"))
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
                     session = await stack.enter_async_context(ClientSession(read, write))
@@ -301,8 +330,13 @@ class Load:
 def run_sync_subprocess(config_path: Path, *args: str) -> dict[str, Any]:
     """A real `notes-search sync --json`; retried while a query's catch-up holds the lock."""
     for _ in range(200):
-        proc = subprocess.run([NOTES_SEARCH, "--config", str(config_path), "sync", "--json", *args],
-                              env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [NOTES_SEARCH, "--config", str(config_path), "sync", "--json", *args],
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0 and LOCKED not in proc.stderr, proc.stderr
         if proc.stdout.strip():
             return json.loads(proc.stdout)
@@ -342,7 +376,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, server: CachingOllamaServer)
         embed_texts = {
             (src, path, line): f"{crumb}\n\n{text}"
             for src, path, line, crumb, text in store.conn.execute(
-                "SELECT source_id, path, start_line, breadcrumb, text FROM chunks")
+                "SELECT source_id, path, start_line, breadcrumb, text FROM chunks"
+            )
         }
     finally:
         store.close()
@@ -395,7 +430,9 @@ def test_queries_during_full_reindex(setup: dict[str, Any]) -> None:
 
 def test_queries_during_model_change_never_mix_spaces(setup: dict[str, Any]) -> None:
     """Space 1 -> space 2 (same 64 dims, different vectors): clients query with both configs."""
-    tally, report = under_load(setup, [0, 1], "model change (same dims)", lambda: run_sync_subprocess(setup["paths"][1]))
+    tally, report = under_load(
+        setup, [0, 1], "model change (same dims)", lambda: run_sync_subprocess(setup["paths"][1])
+    )
     assert report["rebuilt"] and MODEL_2 in report["rebuilt"] and report["pending"] == 0
     assert tally.checked_distances > 0
     assert sum(tally.refused.values()) > 0, "one of the two configs must have been refused at some point"

@@ -94,22 +94,38 @@ def test_string_keep_alive_becomes_a_number() -> None:
         ("embedding: {batch: 0}\n", "c.yaml: embedding.batch: expected an integer from 1 to 4096"),
         ("embedding: {batch: true}\n", "c.yaml: embedding.batch: expected an integer from 1 to 4096"),
         ("sources: {workspace: {n: {root: .}}}\n", "c.yaml: sources.workspace.n.paths: workspace sources are opt-in"),
-        ("sources: {workspace: {n: {paths: ['../up/**']}}}\n", "c.yaml: sources.workspace.n.paths: glob must be relative"),
-        ("sources: {git: {a: {url: x}}, workspace: {a: {paths: ['**']}}}\n", "c.yaml: sources.workspace.a: source id 'a' is already used"),
+        (
+            "sources: {workspace: {n: {paths: ['../up/**']}}}\n",
+            "c.yaml: sources.workspace.n.paths: glob must be relative",
+        ),
+        (
+            "sources: {git: {a: {url: x}}, workspace: {a: {paths: ['**']}}}\n",
+            "c.yaml: sources.workspace.a: source id 'a' is already used",
+        ),
         ("sources: {git: {'a:b': {url: x}}}\n", "c.yaml: sources.git.a:b: source id must be"),
         ("sources: {svn: {}}\n", "c.yaml: sources.svn: unknown key"),
         ("- just\n- a list\n", "c.yaml: expected a mapping"),
         ("sources: [unclosed\n", "c.yaml: invalid YAML (line 2, column 1)"),
-        ("embedding: {provider: ollama, model: qwen3-embedding, endpoint: 'http://x', dims: 8}\n",
-         "c.yaml: embedding.model: write the Ollama tag explicitly as name:tag (e.g. 'qwen3-embedding:0.6b'"),
-        ("embedding: {provider: ollama, model: 'hf.co/org/model', endpoint: 'http://x', dims: 8}\n",
-         "c.yaml: embedding.model: write the Ollama tag explicitly"),
-        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://[::1', dims: 8}\n",
-         "c.yaml: embedding.endpoint: not a valid URL ('http://[::1')"),
-        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://127.0.0.1:99999', dims: 8}\n",
-         "c.yaml: embedding.endpoint: not a valid URL ('http://127.0.0.1:99999')"),
-        ("embedding: {provider: ollama, model: 'm:1', endpoint: 'http://:8080', dims: 8}\n",
-         "c.yaml: embedding.endpoint: not a valid URL: no host"),
+        (
+            "embedding: {provider: ollama, model: qwen3-embedding, endpoint: 'http://x', dims: 8}\n",
+            "c.yaml: embedding.model: write the Ollama tag explicitly as name:tag (e.g. 'qwen3-embedding:0.6b'",
+        ),
+        (
+            "embedding: {provider: ollama, model: 'hf.co/org/model', endpoint: 'http://x', dims: 8}\n",
+            "c.yaml: embedding.model: write the Ollama tag explicitly",
+        ),
+        (
+            "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://[::1', dims: 8}\n",
+            "c.yaml: embedding.endpoint: not a valid URL ('http://[::1')",
+        ),
+        (
+            "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://127.0.0.1:99999', dims: 8}\n",
+            "c.yaml: embedding.endpoint: not a valid URL ('http://127.0.0.1:99999')",
+        ),
+        (
+            "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://:8080', dims: 8}\n",
+            "c.yaml: embedding.endpoint: not a valid URL: no host",
+        ),
     ],
 )
 def test_bad_config_names_file_and_key(text: str, message: str) -> None:
@@ -123,11 +139,16 @@ def test_bad_config_names_file_and_key(text: str, message: str) -> None:
     ("text", "message"),
     [
         ("db: a.sqlite\nlog: l.log\ndb: b.sqlite\n", "c.yaml: db: duplicate key (lines 1 and 3)"),
-        ("sources:\n  workspace:\n    notes: {paths: ['**']}\n    other: {paths: ['**']}\n"
-         "    notes: {paths: ['a/**']}\n", "c.yaml: sources.workspace.notes: duplicate key (lines 3 and 5)"),
+        (
+            "sources:\n  workspace:\n    notes: {paths: ['**']}\n    other: {paths: ['**']}\n"
+            "    notes: {paths: ['a/**']}\n",
+            "c.yaml: sources.workspace.notes: duplicate key (lines 3 and 5)",
+        ),
         ("embedding: {batch: 2, batch: 3}\n", "c.yaml: embedding.batch: duplicate key (lines 1 and 1)"),
-        ("sources:\n  git:\n    r:\n      url: x\n      mirror: m.git\n      url: y\n",
-         "c.yaml: sources.git.r.url: duplicate key (lines 4 and 6)"),
+        (
+            "sources:\n  git:\n    r:\n      url: x\n      mirror: m.git\n      url: y\n",
+            "c.yaml: sources.git.r.url: duplicate key (lines 4 and 6)",
+        ),
     ],
 )
 def test_duplicate_keys_name_the_key_and_both_lines(text: str, message: str) -> None:
@@ -138,13 +159,19 @@ def test_duplicate_keys_name_the_key_and_both_lines(text: str, message: str) -> 
 
 def test_merge_keys_may_be_overridden_and_aliases_are_checked_once() -> None:
     """`<<: *base` then an explicit key is an override on purpose, not a duplicate."""
-    text = ("x-base: &base {paths: ['**'], include: ['*.md']}\n"
-            "sources:\n  workspace:\n    a: {<<: *base, root: a}\n    b: {<<: *base, include: ['*.txt'], root: b}\n")
+    text = (
+        "x-base: &base {paths: ['**'], include: ['*.md']}\n"
+        "sources:\n  workspace:\n    a: {<<: *base, root: a}\n    b: {<<: *base, include: ['*.txt'], root: b}\n"
+    )
     with pytest.raises(ConfigError, match="x-base: unknown key"):  # the anchor holder is not a config key
         parse_config(text, "c.yaml")
-    config = parse_config(text.replace("x-base: &base {paths: ['**'], include: ['*.md']}\n", "")
-                          .replace("a: {<<: *base, root: a}", "a: &base {paths: ['**'], include: ['*.md'], root: a}"),
-                          "c.yaml", base=Path("/r"))
+    config = parse_config(
+        text.replace("x-base: &base {paths: ['**'], include: ['*.md']}\n", "").replace(
+            "a: {<<: *base, root: a}", "a: &base {paths: ['**'], include: ['*.md'], root: a}"
+        ),
+        "c.yaml",
+        base=Path("/r"),
+    )
     assert config.sources["b"].selection.include == ("*.txt",)
     assert config.sources["a"].selection.include == ("*.md",)
 
@@ -203,8 +230,9 @@ def test_scope_precedence_and_pruning() -> None:
 
 @pytest.mark.parametrize("name", ["~", "$HOME", "a$b", "~x", "${HOME}"])
 @pytest.mark.parametrize("absolute", [False, True])
-def test_init_root_means_exactly_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            name: str, absolute: bool) -> None:
+def test_init_root_means_exactly_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, absolute: bool
+) -> None:
     """Path keys expand `~` and `$NAME`: `init` must write a folder named `~` or `$HOME` so it
     still means that folder, not the home directory."""
     from click.testing import CliRunner

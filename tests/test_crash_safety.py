@@ -81,7 +81,9 @@ SEED = 20240611
 
 def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of every child: this repo importable, no user git config, no proxies."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTES_SEARCH", "GIT_")) and "proxy" not in k.lower()}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("NOTES_SEARCH", "GIT_")) and "proxy" not in k.lower()
+    }
     env["PYTHONPATH"] = str(REPO)
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["GIT_CONFIG_GLOBAL"] = os.devnull
@@ -153,7 +155,17 @@ WORDS = (
     "záloha obnova síť úložiště výkon uzel nasazení vlak hrad řeka chléb zahrada "
     "сервер резерв сеть поезд река хлеб сад город музей"
 ).split()
-FOLDERS = ["devops", "devops/db", "travel", "cooking", "projects/alpha", "projects/beta", "journal/2024", "journal/2025", ""]
+FOLDERS = [
+    "devops",
+    "devops/db",
+    "travel",
+    "cooking",
+    "projects/alpha",
+    "projects/beta",
+    "journal/2024",
+    "journal/2025",
+    "",
+]
 COLLECTIONS = {"devops": "Servers, backups and databases", "projects/alpha": "Project Alpha planning"}
 
 
@@ -197,8 +209,6 @@ def corpus_files(n: int, seed: int = SEED) -> dict[str, str]:
     return files
 
 
-
-
 def write_config(
     home: Path,
     endpoint: str,
@@ -220,8 +230,14 @@ def write_config(
     data = {
         "root": str(home),
         "embedding": {
-            "provider": "ollama", "model": model, "endpoint": endpoint, "dims": dims, "batch": 16,
-            "passage_prefix": passage_prefix, "timeout": 30, **embedding,
+            "provider": "ollama",
+            "model": model,
+            "endpoint": endpoint,
+            "dims": dims,
+            "batch": 16,
+            "passage_prefix": passage_prefix,
+            "timeout": 30,
+            **embedding,
         },
         "sources": sources,
     }
@@ -247,10 +263,13 @@ def index_state(db: Path) -> dict[str, Any]:
     store = Store.open(db, readonly=True)
     try:
         return {
-            "files": [{k: v for k, v in dataclasses.asdict(row).items() if k != "updated_at"} for row in store.file_rows()],
+            "files": [
+                {k: v for k, v in dataclasses.asdict(row).items() if k != "updated_at"} for row in store.file_rows()
+            ],
             "chunks": chunk_fingerprint(store),
             "collections": store.conn.execute(
-                "SELECT source_id, name, folder, description, tags FROM collections ORDER BY 1, 2").fetchall(),
+                "SELECT source_id, name, folder, description, tags FROM collections ORDER BY 1, 2"
+            ).fetchall(),
             "sources": store.conn.execute("SELECT source_id, kind, indexed_rev FROM sources ORDER BY 1").fetchall(),
             # vectors_generation counts committed vector changes: a history, not content; so do
             # the language statistics' chunk counts and means (frozen until a language doubles),
@@ -265,12 +284,17 @@ def index_state(db: Path) -> dict[str, Any]:
 def index_vectors(db: Path) -> dict[tuple[str, str, int], bytes]:
     store = Store.open(db, readonly=True)
     try:
-        keys = {cid: (src, path, idx) for cid, src, path, idx in store.conn.execute(
-            "SELECT id, source_id, path, chunk_idx FROM chunks")}
+        keys = {
+            cid: (src, path, idx)
+            for cid, src, path, idx in store.conn.execute("SELECT id, source_id, path, chunk_idx FROM chunks")
+        }
         if not store.has_vector_table():
             return {}
-        return {keys[rowid]: bytes(blob) for rowid, blob in store.conn.execute("SELECT rowid, embedding FROM vec_chunks")
-                if rowid in keys}
+        return {
+            keys[rowid]: bytes(blob)
+            for rowid, blob in store.conn.execute("SELECT rowid, embedding FROM vec_chunks")
+            if rowid in keys
+        }
     finally:
         store.close()
 
@@ -282,8 +306,11 @@ def vectors_by_text(db: Path) -> list[tuple[str, bytes]]:
         if not store.has_vector_table():
             return []
         hashes = dict(store.conn.execute("SELECT id, content_hash FROM chunks"))
-        return [(hashes[rowid], bytes(blob)) for rowid, blob in store.conn.execute("SELECT rowid, embedding FROM vec_chunks")
-                if rowid in hashes]
+        return [
+            (hashes[rowid], bytes(blob))
+            for rowid, blob in store.conn.execute("SELECT rowid, embedding FROM vec_chunks")
+            if rowid in hashes
+        ]
     finally:
         store.close()
 
@@ -401,8 +428,9 @@ def timed_sync(config_path: Path) -> float:
 
 def kill_after(config_path: Path, delay: float) -> bool:
     """Start a sync, SIGKILL it after `delay` s. True if it was killed (not already finished)."""
-    proc = subprocess.Popen(sync_command(config_path), env=subprocess_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        sync_command(config_path), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         proc.wait(timeout=delay)
     except subprocess.TimeoutExpired:
@@ -418,8 +446,13 @@ def kill_after(config_path: Path, delay: float) -> bool:
 
 def kill_at(config_path: Path, kill_point: str) -> None:
     """Run a sync that SIGKILLs itself at `kill_point`; the point must be reached."""
-    proc = subprocess.run(sync_command(config_path, kill_point=kill_point), env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        sync_command(config_path, kill_point=kill_point),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, f"kill point {kill_point} was never reached: {proc.stderr[-2000:]}"
 
 
@@ -585,7 +618,10 @@ def references(tmp_path_factory: pytest.TempPathFactory, corpus: Path, server: O
         "duration": duration,
         "db": db,
         "files": len(files),
-        "vectors": {MODEL: dict(vectors_by_text(db["a"]) + vectors_by_text(db["b"])), MODEL_2: dict(vectors_by_text(db["c"]))},
+        "vectors": {
+            MODEL: dict(vectors_by_text(db["a"]) + vectors_by_text(db["b"])),
+            MODEL_2: dict(vectors_by_text(db["c"])),
+        },
     }
 
 
@@ -593,8 +629,9 @@ def apply_edits(root: Path) -> None:
     """An incremental change set: edits, deletions, renames, a new collection, a file gone binary."""
     notes = sorted(p for p in root.rglob("note-*.md"))
     for path in notes[0:30]:
-        path.write_text(path.read_text(encoding="utf-8") + "\n## Added later\n\nA new paragraph about replicas.\n",
-                        encoding="utf-8")
+        path.write_text(
+            path.read_text(encoding="utf-8") + "\n## Added later\n\nA new paragraph about replicas.\n", encoding="utf-8"
+        )
     for path in notes[30:45]:
         path.unlink()
     for path in notes[45:55]:
@@ -644,12 +681,12 @@ def test_random_kill_during_first_index_converges(
 # -------------------------------------------------------------------------- precise kill points
 
 FIRST_INDEX_POINTS = [
-    "sql@COMMIT@1",                                    # the schema migration itself
-    "sql@INSERT INTO chunks(@250",                     # deep inside the first batch transaction
-    "call@indexer.sync:Syncer._write_batch@2",         # first batch committed, second not started
-    "sql@INSERT INTO vec_chunks@20",                   # inside a vector transaction
-    "call@indexer.store:Store.set_meta@1",             # before chunker_version is recorded
-    "call@indexer.lock:SyncLock.release@1",            # done, lock still held when killed
+    "sql@COMMIT@1",  # the schema migration itself
+    "sql@INSERT INTO chunks(@250",  # deep inside the first batch transaction
+    "call@indexer.sync:Syncer._write_batch@2",  # first batch committed, second not started
+    "sql@INSERT INTO vec_chunks@20",  # inside a vector transaction
+    "call@indexer.store:Store.set_meta@1",  # before chunker_version is recorded
+    "call@indexer.lock:SyncLock.release@1",  # done, lock still held when killed
 ]
 
 
@@ -713,15 +750,19 @@ def test_kill_between_collection_table_and_file_rows_converges(tmp_path: Path, s
     rerun_and_compare(config_path, clean_db)
 
 
-@pytest.mark.parametrize("kill_point", [
-    "sql@DROP TABLE IF EXISTS vec_chunks@1",         # inside the space switch transaction
-    "call@indexer.store:Store.store_vectors@3",      # new space partly filled
-])
+@pytest.mark.parametrize(
+    "kill_point",
+    [
+        "sql@DROP TABLE IF EXISTS vec_chunks@1",  # inside the space switch transaction
+        "call@indexer.store:Store.store_vectors@3",  # new space partly filled
+    ],
+)
 def test_precise_kill_during_model_change_never_mixes_spaces(
     kill_point: str, tmp_path: Path, corpus: Path, server: OllamaServer, references: dict[str, Any]
 ) -> None:
-    config_path = copy_index(references["db"]["a"], tmp_path / "home", server.url, corpus,
-                             model=MODEL_2, passage_prefix="doc: ")
+    config_path = copy_index(
+        references["db"]["a"], tmp_path / "home", server.url, corpus, model=MODEL_2, passage_prefix="doc: "
+    )
     kill_at(config_path, kill_point)
     # check_after_kill compares each vector with the reference of the model meta names
     check_after_kill(config_path, references["vectors"])
@@ -750,7 +791,12 @@ def git_reference(tmp_path_factory: pytest.TempPathFactory, upstream: Path, serv
     sync_in_process(config_path)  # warms the vector cache
     duration = timed_sync(write_config(home / "timed", server.url, git_url=upstream))
     db = load_config(config_path).db
-    return {"duration": duration, "db": db, "files": len(index_state(db)["files"]), "vectors": {MODEL: dict(vectors_by_text(db))}}
+    return {
+        "duration": duration,
+        "db": db,
+        "files": len(index_state(db)["files"]),
+        "vectors": {MODEL: dict(vectors_by_text(db))},
+    }
 
 
 @pytest.mark.parametrize("fraction", _fractions(GIT_KILLS, SEED + 3), ids=lambda f: f"at{f:.3f}T")
@@ -761,17 +807,22 @@ def test_random_kill_during_first_mirror_index_converges(
     config_path = write_config(home, server.url, git_url=upstream)
     delay = 0.05 + fraction * (git_reference["duration"] - 0.05)
     killed = kill_after(config_path, delay)
-    PHASES[("git: " + phase_of(load_config(config_path).db, git_reference["files"])) if killed else "git: after exit"] += 1
+    PHASES[
+        ("git: " + phase_of(load_config(config_path).db, git_reference["files"])) if killed else "git: after exit"
+    ] += 1
     check_after_kill(config_path, git_reference["vectors"])
     rerun_and_compare(config_path, git_reference["db"])
     wait_for_strays(str(home))  # a clone in its own session outlives the killed sync: let it end
 
 
-@pytest.mark.parametrize("kill_point", [
-    "call@indexer.sources.git:_run_git@2",   # ls-remote done, clone about to start
-    "sql@INSERT INTO chunks(@100",           # mirror cloned, inside the first write transaction
-    "call@indexer.store:Store.mark_synced@1",  # every file written, indexed_rev not yet moved
-])
+@pytest.mark.parametrize(
+    "kill_point",
+    [
+        "call@indexer.sources.git:_run_git@2",  # ls-remote done, clone about to start
+        "sql@INSERT INTO chunks(@100",  # mirror cloned, inside the first write transaction
+        "call@indexer.store:Store.mark_synced@1",  # every file written, indexed_rev not yet moved
+    ],
+)
 def test_precise_kill_during_first_mirror_index_converges(
     kill_point: str, tmp_path: Path, upstream: Path, server: OllamaServer, git_reference: dict[str, Any]
 ) -> None:
@@ -810,10 +861,13 @@ def without_fetch_head(digest: dict[str, tuple[object, ...]]) -> dict[str, tuple
     return {k: v for k, v in digest.items() if k != "FETCH_HEAD"}
 
 
-@pytest.mark.parametrize("kill_point", [
-    "call@indexer.sources.git:_carry_hooks@1",  # the new clone is complete, not yet swapped in
-    "call@shutil:rmtree@1",                     # swapped in, the old mirror not yet removed
-])
+@pytest.mark.parametrize(
+    "kill_point",
+    [
+        "call@indexer.sources.git:_carry_hooks@1",  # the new clone is complete, not yet swapped in
+        "call@shutil:rmtree@1",  # swapped in, the old mirror not yet removed
+    ],
+)
 def test_kill_during_reclone_of_a_damaged_mirror_converges(
     kill_point: str, tmp_path: Path, upstream: Path, server: OllamaServer, git_reference: dict[str, Any]
 ) -> None:
@@ -823,13 +877,21 @@ def test_kill_during_reclone_of_a_damaged_mirror_converges(
     mirror = home / "mirrors" / "repo.git"
     damage_pack(mirror)
     damaged = without_fetch_head(tree_digest(mirror))
-    proc = subprocess.run(sync_command(config_path, "--full", kill_point=kill_point), env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        sync_command(config_path, "--full", kill_point=kill_point),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == -signal.SIGKILL, f"kill point {kill_point} was never reached: {proc.stderr[-2000:]}"
     temporary = [p for p in mirror.parent.iterdir() if p.name.endswith(".clone")]
     assert len(temporary) == 1, "the kill point missed the re-clone"
     if kill_point.startswith("call@indexer"):
-        assert without_fetch_head(tree_digest(mirror)) == damaged, "the old mirror was replaced before the new one was complete"
+        assert without_fetch_head(tree_digest(mirror)) == damaged, (
+            "the old mirror was replaced before the new one was complete"
+        )
     else:
         assert without_fetch_head(tree_digest(temporary[0])) == damaged, "the swapped-out folder is not the old mirror"
     check_after_kill(config_path, git_reference["vectors"])
@@ -844,8 +906,10 @@ def test_kill_during_reclone_of_a_damaged_mirror_converges(
 
 def test_kill_point_summary(references: dict[str, Any], git_reference: dict[str, Any]) -> None:
     """Where the kills landed (printed with -s; recorded in RELIABILITY.md)."""
-    summary = {"first index duration s": round(references["duration"], 2),
-               "mirror first index duration s": round(git_reference["duration"], 2),
-               "phases": dict(sorted(PHASES.items())),
-               "lock free only after a moment (holders)": LATE_LOCKS}
+    summary = {
+        "first index duration s": round(references["duration"], 2),
+        "mirror first index duration s": round(git_reference["duration"], 2),
+        "phases": dict(sorted(PHASES.items())),
+        "lock free only after a moment (holders)": LATE_LOCKS,
+    }
     print("\nkill points:", json.dumps(summary, ensure_ascii=False, indent=1))

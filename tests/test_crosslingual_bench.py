@@ -11,14 +11,14 @@ from bench.tldr_mixed import build_with_meta, question
 PAGES = {
     "en": {
         "tar": "# tar\n\n> Archiving utility.\n\n- Create an archive from [f]iles with `tar`:\n\n`tar cf {{target.tar}} {{file}}`\n\n- Extract an archive into the current directory:\n\n`tar xf {{source.tar}}`\n",
-        "grep": "# grep\n\n> Find patterns in files.\n\n- Search for a pattern in a file:\n\n`grep \"{{pattern}}\" {{path}}`\n",
+        "grep": '# grep\n\n> Find patterns in files.\n\n- Search for a pattern in a file:\n\n`grep "{{pattern}}" {{path}}`\n',
         "gtar": "# gtar\n\n> This command is an alias of GNU `tar`.\n\n- View documentation for the original command:\n\n`tldr tar`\n",
     },
     "cs": {
         "tar": "# tar\n\n> Archivovací nástroj.\n\n- Vytvořit archiv ze souborů pomocí příkazu tar:\n\n`tar cf {{cil.tar}} {{soubor}}`\n\n- Rozbalit archiv do aktuálního adresáře:\n\n`tar xf {{zdroj.tar}}`\n",
     },
     "ru": {
-        "grep": "# grep\n\n> Поиск шаблонов в файлах.\n\n- Найти шаблон в файле:\n\n`grep \"{{шаблон}}\" {{путь}}`\n",
+        "grep": '# grep\n\n> Поиск шаблонов в файлах.\n\n- Найти шаблон в файле:\n\n`grep "{{шаблон}}" {{путь}}`\n',
     },
 }
 FOLDERS = {"en": "pages", "cs": "pages.cs", "ru": "pages.ru"}
@@ -64,8 +64,11 @@ def test_split_scores_counts_czech_cross_queries_twice() -> None:
         "b": {"ndcg@10": 0.0, "recall@10": 0.0, "mrr@10": 0.0},
         "c": {"ndcg@10": 0.5, "recall@10": 1.0, "mrr@10": 0.5},
     }
-    meta = {"a": {"kind": "cross", "lang": "cs", "doc_lang": "en"}, "b": {"kind": "cross", "lang": "ru", "doc_lang": "en"},
-            "c": {"kind": "same", "lang": "en", "doc_lang": "en"}}
+    meta = {
+        "a": {"kind": "cross", "lang": "cs", "doc_lang": "en"},
+        "b": {"kind": "cross", "lang": "ru", "doc_lang": "en"},
+        "c": {"kind": "same", "lang": "en", "doc_lang": "en"},
+    }
     scores = split_scores(run, meta)["vec"]
     assert scores["cross"]["ndcg@10"] == 0.5 and scores["cross"]["queries"] == 2
     assert scores["cross-cs"]["ndcg@10"] == 1.0 and scores["cross-cs"]["queries"] == 1

@@ -166,7 +166,9 @@ def test_hybrid_query_remembers_a_failure_for_the_window_then_retries(
     assert len(server.embed_requests) == base + 4
 
 
-def test_a_successful_sync_ends_a_remembered_outage(tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock) -> None:
+def test_a_successful_sync_ends_a_remembered_outage(
+    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock
+) -> None:
     config = synced(tmp_path, notes, server)
     use_clock(config, clock)
     server.fail_next = 1
@@ -219,11 +221,21 @@ def test_one_shot_cli_processes_share_the_outage(tmp_path: Path, notes: Path) ->
     cmd = [sys.executable, "-c", driver, "--config", str(config_path)]
     sync = subprocess.run([*cmd, "sync"], env=subprocess_env(), capture_output=True, text=True, timeout=60)
     assert sync.returncode == 0 and "unreachable" in sync.stderr
-    probe = ("import sys; sys.argv = ['notes-search', *sys.argv[1:]]\n"
-             "from search.cli import main\n"
-             "try:\n    main()\nfinally:\n    print('requests loaded' if 'requests' in sys.modules else 'requests not loaded', file=sys.stderr)\n")
-    runs = [subprocess.run([sys.executable, "-c", probe, "--config", str(config_path), "query", "5432", "--json"],
-                           env=subprocess_env(), capture_output=True, text=True, timeout=60) for _ in range(2)]
+    probe = (
+        "import sys; sys.argv = ['notes-search', *sys.argv[1:]]\n"
+        "from search.cli import main\n"
+        "try:\n    main()\nfinally:\n    print('requests loaded' if 'requests' in sys.modules else 'requests not loaded', file=sys.stderr)\n"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe, "--config", str(config_path), "query", "5432", "--json"],
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for _ in range(2)
+    ]
     first, second = (json.loads(run.stdout) for run in runs)
     assert first["degraded"] and "connection refused" in first["notice"] and "requests loaded" in runs[0].stderr
     assert second["degraded"] and "not retried for" in second["notice"] and "requests not loaded" in runs[1].stderr

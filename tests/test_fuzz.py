@@ -56,18 +56,70 @@ SECRET = "FUZZSECRET-51c2"
 # ------------------------------------------------------------------------------------ chunker
 
 MD_PIECES = [
-    "#", "##", "###", "####", "# ", "## ", "### ", "- ", "* ", "+ ", "1. ", "> ", "```", "~~~", "    ", "\t",
-    "|", "| a | b |", "|---|---|", "---", "===", "***", "___", "<div>", "</div>", "<!--", "-->", "[", "]", "(", ")",
-    "!", "`", "\\", "\n", "\n\n", "\r\n", "\r", " ", "\x00", "\ufeff", "\u2028", "\u200b", "é", "ž", "я", "漢",
-    "\U0001F600", "word", "záloha", "- [ ] task", "[link](http://x)", "&amp;", "&#0;", "\x0b", "\x0c",
+    "#",
+    "##",
+    "###",
+    "####",
+    "# ",
+    "## ",
+    "### ",
+    "- ",
+    "* ",
+    "+ ",
+    "1. ",
+    "> ",
+    "```",
+    "~~~",
+    "    ",
+    "\t",
+    "|",
+    "| a | b |",
+    "|---|---|",
+    "---",
+    "===",
+    "***",
+    "___",
+    "<div>",
+    "</div>",
+    "<!--",
+    "-->",
+    "[",
+    "]",
+    "(",
+    ")",
+    "!",
+    "`",
+    "\\",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\r",
+    " ",
+    "\x00",
+    "\ufeff",
+    "\u2028",
+    "\u200b",
+    "é",
+    "ž",
+    "я",
+    "漢",
+    "\U0001f600",
+    "word",
+    "záloha",
+    "- [ ] task",
+    "[link](http://x)",
+    "&amp;",
+    "&#0;",
+    "\x0b",
+    "\x0c",
 ]
 markdownish = st.lists(st.one_of(st.sampled_from(MD_PIECES), st.text(max_size=8)), max_size=120).map("".join)
 nested = st.builds(
     lambda marker, depth, tail: marker * depth + tail,
-    st.sampled_from(["- ", "> ", "* ", "1. ", "  ", "[", "#", "`"]), st.integers(0, 3000), st.text(max_size=10),
+    st.sampled_from(["- ", "> ", "* ", "1. ", "  ", "[", "#", "`"]),
+    st.integers(0, 3000),
+    st.text(max_size=10),
 )
-
-
 
 
 def assert_chunk_invariants(doc: ParsedDocument, text: str, check_coverage: bool) -> None:
@@ -118,11 +170,19 @@ def test_chunker_invariants_with_oversized_sections(blocks: list[str], big: int)
 # ------------------------------------------------------------------------------- front matter
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=30), st.dates(), st.sampled_from(["", " ", "yes", "no", "~", "null", "2024-13-45", "0x1F", "1e3"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.dates(),
+    st.sampled_from(["", " ", "yes", "no", "~", "null", "2024-13-45", "0x1F", "1e3"]),
 )
-yaml_values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
+yaml_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 front_matter_data = st.fixed_dictionaries(
     {},
     optional={"title": yaml_values, "tags": yaml_values, "id": yaml_values, "updated": yaml_values},
@@ -166,7 +226,11 @@ def test_generated_front_matter_gives_the_promised_fields(data: dict[str, Any], 
 
 
 @FUZZ
-@given(data=front_matter_data, cut=st.integers(0, 400), junk=st.sampled_from(["", ":", "- [", "{", "\t", "&a", "*b", "!!", "'", '"', "\x00", "%YAML 9"]))
+@given(
+    data=front_matter_data,
+    cut=st.integers(0, 400),
+    junk=st.sampled_from(["", ":", "- [", "{", "\t", "&a", "*b", "!!", "'", '"', "\x00", "%YAML 9"]),
+)
 def test_mangled_front_matter_never_raises_and_never_loses_text(data: dict[str, Any], cut: int, junk: str) -> None:
     dumped = yaml.safe_dump(data, allow_unicode=True)
     mangled = dumped[:cut] + junk + dumped[cut:]
@@ -178,9 +242,50 @@ def test_mangled_front_matter_never_raises_and_never_loses_text(data: dict[str, 
 
 # ------------------------------------------------------------------------------- query building
 
-FTS_PIECES = ['"', "'", "*", "^", ":", "(", ")", "-", "+", "NEAR", "NEAR(", "AND", "OR", "NOT", "breadcrumb:",
-              "text:", "{", "}", ",", ".", "?", "!", "\\", "\x00", " ", "\t", "\n", "záloha", "db-01.lan", "10.0.0.1",
-              "C++", "e-mail", "ERR_CONN_RESET", "ä", "ß", "İ", "ﬁ", "\u0301", "\u200d", "\U0001F4A9", "漢字", "5432"]
+FTS_PIECES = [
+    '"',
+    "'",
+    "*",
+    "^",
+    ":",
+    "(",
+    ")",
+    "-",
+    "+",
+    "NEAR",
+    "NEAR(",
+    "AND",
+    "OR",
+    "NOT",
+    "breadcrumb:",
+    "text:",
+    "{",
+    "}",
+    ",",
+    ".",
+    "?",
+    "!",
+    "\\",
+    "\x00",
+    " ",
+    "\t",
+    "\n",
+    "záloha",
+    "db-01.lan",
+    "10.0.0.1",
+    "C++",
+    "e-mail",
+    "ERR_CONN_RESET",
+    "ä",
+    "ß",
+    "İ",
+    "ﬁ",
+    "\u0301",
+    "\u200d",
+    "\U0001f4a9",
+    "漢字",
+    "5432",
+]
 fts_hostile = st.lists(st.one_of(st.sampled_from(FTS_PIECES), st.text(max_size=6)), max_size=40).map("".join)
 
 _FTS = apsw.Connection(":memory:")
@@ -219,12 +324,19 @@ def real_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Confi
 
 
 @FUZZ
-@given(text=st.one_of(fts_hostile, st.text(max_size=120)), mode=st.sampled_from(["hybrid", "lex", "vec"]),
-       k=st.integers(1, 60), path=st.sampled_from([None, "devops", "devops/postgres.md", "travel/", "nothing/here"]))
-def test_engine_answers_any_query(real_store: tuple[Config, Store, FakeEmbedder], text: str, mode: str, k: int,
-                                  path: str | None) -> None:
+@given(
+    text=st.one_of(fts_hostile, st.text(max_size=120)),
+    mode=st.sampled_from(["hybrid", "lex", "vec"]),
+    k=st.integers(1, 60),
+    path=st.sampled_from([None, "devops", "devops/postgres.md", "travel/", "nothing/here"]),
+)
+def test_engine_answers_any_query(
+    real_store: tuple[Config, Store, FakeEmbedder], text: str, mode: str, k: int, path: str | None
+) -> None:
     config, store, embedder = real_store
-    response = search(store, config, text, k=k, mode=mode, scope=SearchScope(path=path), embedder_factory=lambda: embedder)
+    response = search(
+        store, config, text, k=k, mode=mode, scope=SearchScope(path=path), embedder_factory=lambda: embedder
+    )
     assert len(response.results) <= k
     for hit in response.results:
         assert hit.source == "notes" and 1 <= hit.line <= hit.end_line
@@ -235,9 +347,36 @@ def test_engine_answers_any_query(real_store: tuple[Config, Store, FakeEmbedder]
 
 # ---------------------------------------------------------------------------------- references
 
-REF_PIECES = ["notes", "other", ":", "/", "..", ".", "devops", "postgres.md", "zalohovani.md", "leak.md", "leakdir",
-              "secret.md", "\\", "\x00", "C:", "~", "%2e%2e", "0", "1", "12", "-3", "99999999999999999999", " ",
-              "\n", "é", "e\u0301", "*", "?"]
+REF_PIECES = [
+    "notes",
+    "other",
+    ":",
+    "/",
+    "..",
+    ".",
+    "devops",
+    "postgres.md",
+    "zalohovani.md",
+    "leak.md",
+    "leakdir",
+    "secret.md",
+    "\\",
+    "\x00",
+    "C:",
+    "~",
+    "%2e%2e",
+    "0",
+    "1",
+    "12",
+    "-3",
+    "99999999999999999999",
+    " ",
+    "\n",
+    "é",
+    "e\u0301",
+    "*",
+    "?",
+]
 ref_text = st.lists(st.one_of(st.sampled_from(REF_PIECES), st.text(max_size=4)), max_size=14).map("".join)
 
 
@@ -263,9 +402,29 @@ def test_parse_ref_parses_or_says_why_in_one_line(text: str) -> None:
     assert parse_ref(spelled, sources) == ref, "a parsed reference spells back to itself"
 
 
-path_text = st.lists(st.sampled_from(["..", ".", "", "devops", "postgres.md", "leak.md", "leakdir", "secret.md",
-                                      "outside", "notes", "\\", "%2e", "/", "travel", "kazan.md", "x"]),
-                     max_size=8).map("/".join)
+path_text = st.lists(
+    st.sampled_from(
+        [
+            "..",
+            ".",
+            "",
+            "devops",
+            "postgres.md",
+            "leak.md",
+            "leakdir",
+            "secret.md",
+            "outside",
+            "notes",
+            "\\",
+            "%2e",
+            "/",
+            "travel",
+            "kazan.md",
+            "x",
+        ]
+    ),
+    max_size=8,
+).map("/".join)
 
 
 @FUZZ

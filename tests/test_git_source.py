@@ -26,16 +26,19 @@ T0 = 1_600_000_000  # explicit commit times, one day apart
 DAY = 86_400
 
 
-
-
 @pytest.fixture
 def upstream(tmp_path: Path) -> pygit2.Repository:
     return init_upstream(tmp_path / "upstream")
 
 
 def source_for(tmp_path: Path, url: str, *, branch: str | None = None, scope: FileSelection | None = None) -> GitSource:
-    return GitSource(id="notes", url=url, mirror=tmp_path / "mirrors" / "notes.git", branch=branch,
-                     selection=scope or FileSelection())
+    return GitSource(
+        id="notes",
+        url=url,
+        mirror=tmp_path / "mirrors" / "notes.git",
+        branch=branch,
+        selection=scope or FileSelection(),
+    )
 
 
 def file_url(repo: pygit2.Repository) -> str:
@@ -80,15 +83,19 @@ def fresh_index(source: GitSource, rev: str) -> dict[str, str]:
 def test_first_index_applies_scope_and_reads_blobs(tmp_path: Path, upstream: pygit2.Repository) -> None:
     scope = FileSelection(paths=("notes/**",), include=("*.md",), exclude=("notes/drafts/**",))
     bom = b"\xef\xbb\xbf# Kazan\n\nKreml.\n"
-    rev = commit(upstream, {
-        "top.md": "# outside paths\n",
-        "other/x.md": "# subfolder outside paths\n",
-        "notes/a.md": "# A\n\nŽluťoučký kůň.\n",
-        "notes/deep/er/b.md": "# B\n",
-        "notes/bom.md": bom,
-        "notes/c.txt": "not markdown\n",
-        "notes/drafts/d.md": "# excluded: exclude wins over paths\n",
-    }, time=T0)
+    rev = commit(
+        upstream,
+        {
+            "top.md": "# outside paths\n",
+            "other/x.md": "# subfolder outside paths\n",
+            "notes/a.md": "# A\n\nŽluťoučký kůň.\n",
+            "notes/deep/er/b.md": "# B\n",
+            "notes/bom.md": bom,
+            "notes/c.txt": "not markdown\n",
+            "notes/drafts/d.md": "# excluded: exclude wins over paths\n",
+        },
+        time=T0,
+    )
     source = source_for(tmp_path, str(upstream.workdir), scope=scope)
     assert git.sync_mirror(source) == rev
 
@@ -106,8 +113,11 @@ def test_first_index_applies_scope_and_reads_blobs(tmp_path: Path, upstream: pyg
 
 
 def test_unreadable_files_are_deleted_then_skipped(tmp_path: Path, upstream: pygit2.Repository) -> None:
-    rev = commit(upstream, {"bin.md": b"PK\x00\x03", "latin1.md": "café".encode("latin-1"),
-                            "big.md": "x" * 200, "ok.md": "# ok\n"}, time=T0)
+    rev = commit(
+        upstream,
+        {"bin.md": b"PK\x00\x03", "latin1.md": "café".encode("latin-1"), "big.md": "x" * 200, "ok.md": "# ok\n"},
+        time=T0,
+    )
     source = source_for(tmp_path, str(upstream.workdir))
     git.sync_mirror(source)
     out = run(source, None, rev, max_file_bytes=100)
@@ -121,12 +131,16 @@ def test_unreadable_files_are_deleted_then_skipped(tmp_path: Path, upstream: pyg
 def test_symlinks_and_submodules_are_skipped(tmp_path: Path, upstream: pygit2.Repository) -> None:
     """Skipped, not logged here: the sync logs each skip once (test_sync_logs_each_skip_once)."""
     rev1 = commit(upstream, {"a.md": "# A\n", "was-file.md": "# W\n", "vendor/lib/x.py": "x"}, time=T0)
-    rev2 = commit(upstream, {
-        "link.md": Symlink("a.md"),
-        "notes-sub": Gitlink(),
-        ".gitmodules": '[submodule "notes-sub"]\n\tpath = notes-sub\n\turl = ../sub\n',
-        "was-file.md": Symlink("a.md"),  # type change: the indexed copy goes
-    }, time=T0 + DAY)
+    rev2 = commit(
+        upstream,
+        {
+            "link.md": Symlink("a.md"),
+            "notes-sub": Gitlink(),
+            ".gitmodules": '[submodule "notes-sub"]\n\tpath = notes-sub\n\turl = ../sub\n',
+            "was-file.md": Symlink("a.md"),  # type change: the indexed copy goes
+        },
+        time=T0 + DAY,
+    )
     source = source_for(tmp_path, str(upstream.workdir))
     git.sync_mirror(source)
 
@@ -149,11 +163,30 @@ def test_symlinks_and_submodules_are_skipped(tmp_path: Path, upstream: pygit2.Re
 
 
 def test_add_modify_delete_rename(tmp_path: Path, upstream: pygit2.Repository) -> None:
-    rev1 = commit(upstream, {"keep.md": "# K\n", "edit.md": "# E1\n", "gone.md": "# G\n",
-                             "old-name.md": "# same content\n", "moved.md": "# M1\n"}, time=T0)
-    rev2 = commit(upstream, {"new.md": "# N\n", "edit.md": "# E2\n", "gone.md": None,
-                             "old-name.md": None, "dir/new-name.md": "# same content\n",
-                             "moved.md": None, "dir/moved.md": "# M2\n"}, time=T0 + DAY)
+    rev1 = commit(
+        upstream,
+        {
+            "keep.md": "# K\n",
+            "edit.md": "# E1\n",
+            "gone.md": "# G\n",
+            "old-name.md": "# same content\n",
+            "moved.md": "# M1\n",
+        },
+        time=T0,
+    )
+    rev2 = commit(
+        upstream,
+        {
+            "new.md": "# N\n",
+            "edit.md": "# E2\n",
+            "gone.md": None,
+            "old-name.md": None,
+            "dir/new-name.md": "# same content\n",
+            "moved.md": None,
+            "dir/moved.md": "# M2\n",
+        },
+        time=T0 + DAY,
+    )
     source = source_for(tmp_path, file_url(upstream))
     git.sync_mirror(source)
     index: dict[str, str] = {}
@@ -172,12 +205,25 @@ def test_add_modify_delete_rename(tmp_path: Path, upstream: pygit2.Repository) -
 
 def test_moves_across_the_scope_boundary(tmp_path: Path, upstream: pygit2.Repository) -> None:
     scope = FileSelection(paths=("notes/**",), exclude=("notes/archive/**",))
-    rev1 = commit(upstream, {"notes/out.md": "# O\n", "inbox/in.md": "# I\n", "notes/ext.md": "# X\n",
-                             "notes/arch.md": "# A\n"}, time=T0)
-    rev2 = commit(upstream, {"notes/out.md": None, "elsewhere/out.md": "# O\n",
-                             "inbox/in.md": None, "notes/in.md": "# I\n",
-                             "notes/ext.md": None, "notes/ext.txt": "# X\n",
-                             "notes/arch.md": None, "notes/archive/arch.md": "# A\n"}, time=T0 + DAY)
+    rev1 = commit(
+        upstream,
+        {"notes/out.md": "# O\n", "inbox/in.md": "# I\n", "notes/ext.md": "# X\n", "notes/arch.md": "# A\n"},
+        time=T0,
+    )
+    rev2 = commit(
+        upstream,
+        {
+            "notes/out.md": None,
+            "elsewhere/out.md": "# O\n",
+            "inbox/in.md": None,
+            "notes/in.md": "# I\n",
+            "notes/ext.md": None,
+            "notes/ext.txt": "# X\n",
+            "notes/arch.md": None,
+            "notes/archive/arch.md": "# A\n",
+        },
+        time=T0 + DAY,
+    )
     source = source_for(tmp_path, str(upstream.workdir), scope=scope)
     git.sync_mirror(source)
     out = run(source, rev1, rev2)
@@ -194,8 +240,9 @@ def test_force_push_ends_in_a_correct_index(tmp_path: Path, upstream: pygit2.Rep
     sync_index(index, source, None, rev2)
 
     # history rewritten: rev2 replaced by a sibling that drops b.md and brings a.md back to A1
-    rewritten = commit(upstream, {"a.md": "# A1\n", "c.md": "# C2\n", "b.md": None, "d.md": "# D\n"},
-                       time=T0 + 3 * DAY, parents=[rev1])
+    rewritten = commit(
+        upstream, {"a.md": "# A1\n", "c.md": "# C2\n", "b.md": None, "d.md": "# D\n"}, time=T0 + 3 * DAY, parents=[rev1]
+    )
     assert git.sync_mirror(source) == rewritten
     assert not git.is_ancestor(source, rev2, rewritten)
     expected = fresh_index(source, rewritten)
@@ -246,12 +293,13 @@ def test_updated_at_is_the_commit_time_of_the_last_change(tmp_path: Path, upstre
     git.sync_mirror(source)
 
     times = {p: f.updated_at for p, f in upserts(run(source, None, head)).items()}
-    assert times == {"a.md": t[1], "b.md": t[0], "r.md": t[3], "c.md": t[3], "m.md": t[0],
-                     "n.md": t[4], "s.md": t[5]}
+    assert times == {"a.md": t[1], "b.md": t[0], "r.md": t[3], "c.md": t[3], "m.md": t[0], "n.md": t[4], "s.md": t[5]}
     inc = {p: f.updated_at for p, f in upserts(run(source, base, head)).items()}
     assert inc == {"n.md": t[4], "s.md": t[5]}
-    assert git.last_change_times(pygit2.Repository(str(source.mirror)), rev_a, ["a.md", "b.md", "zz.md"]) \
-        == {"a.md": t[1], "b.md": t[0]}
+    assert git.last_change_times(pygit2.Repository(str(source.mirror)), rev_a, ["a.md", "b.md", "zz.md"]) == {
+        "a.md": t[1],
+        "b.md": t[0],
+    }
 
 
 def test_recency_is_fast_enough_for_a_large_history(tmp_path: Path, upstream: pygit2.Repository) -> None:
@@ -433,7 +481,9 @@ def test_read_blob(tmp_path: Path, upstream: pygit2.Repository) -> None:
 
 
 def test_git_ignores_the_repository_of_a_hook_that_runs_us(
-    tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    upstream: pygit2.Repository,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Inside a git hook GIT_DIR/GIT_WORK_TREE point at the firing repository: our clone, fetch
     and ls-remote must still work on the url and mirror we name."""
@@ -454,13 +504,16 @@ def test_git_ignores_the_repository_of_a_hook_that_runs_us(
     assert not list(pygit2.Repository(str(elsewhere)).references)  # nothing went into the hook's repository
 
 
-@pytest.mark.parametrize(("url", "path"), [
-    ("/srv/notes.git", "/srv/notes.git"),
-    ("relative/notes.git", "relative/notes.git"),
-    ("file:///srv/my%20notes.git", "/srv/my notes.git"),
-    ("ssh://host/notes.git", None),
-    ("https://host/notes.git", None),
-    ("git@host:notes.git", None),  # scp-style: a ':' before the first '/'
-])
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("/srv/notes.git", "/srv/notes.git"),
+        ("relative/notes.git", "relative/notes.git"),
+        ("file:///srv/my%20notes.git", "/srv/my notes.git"),
+        ("ssh://host/notes.git", None),
+        ("https://host/notes.git", None),
+        ("git@host:notes.git", None),  # scp-style: a ':' before the first '/'
+    ],
+)
 def test_local_repository_path(url: str, path: str | None) -> None:
     assert local_repository_path(url) == (Path(path) if path else None)

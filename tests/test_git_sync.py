@@ -38,8 +38,6 @@ DAY = 86_400
 EMBEDDING = {"provider": "ollama", "model": "fake:1", "endpoint": "http://127.0.0.1:9", "dims": 64}
 
 
-
-
 def note(title: str, body: str) -> str:
     return f"# {title}\n\n{body}\n"
 
@@ -48,7 +46,10 @@ class Index:
     """A config file in its own folder (db, log, mirrors inside) and a sync with a fake embedder."""
 
     def __init__(
-        self, home: Path, git: dict[str, dict[str, Any]], workspace: dict[str, dict[str, Any]] | None = None,
+        self,
+        home: Path,
+        git: dict[str, dict[str, Any]],
+        workspace: dict[str, dict[str, Any]] | None = None,
         embedding: dict[str, Any] = EMBEDDING,
     ) -> None:
         home.mkdir(parents=True, exist_ok=True)
@@ -136,23 +137,31 @@ def paths(index: Index, source_id: str = "notes") -> set[str]:
 
 
 def test_first_index_then_add_modify_delete_rename(tmp_path: Path, upstream: pygit2.Repository, index: Index) -> None:
-    rev1 = commit(upstream, {
-        "a.md": note("Alpha", "restic backup of db-01 every night"),
-        "b.md": note("Beta", "WireGuard tunnel on port 51820"),
-        "c.md": note("Gamma", "sourdough starter feeding"),
-        "d.md": note("Delta", "kvas recipe with rye bread"),
-    }, time=T0)
+    rev1 = commit(
+        upstream,
+        {
+            "a.md": note("Alpha", "restic backup of db-01 every night"),
+            "b.md": note("Beta", "WireGuard tunnel on port 51820"),
+            "c.md": note("Gamma", "sourdough starter feeding"),
+            "d.md": note("Delta", "kvas recipe with rye bread"),
+        },
+        time=T0,
+    )
     report = index.sync()
     assert (report.sources[0].added, report.sources[0].rev, index.rev()) == (4, rev1, rev1)
     assert paths(index) == {"a.md", "b.md", "c.md", "d.md"}
 
-    rev2 = commit(upstream, {
-        "e.md": note("Epsilon", "new note about borsch"),
-        "b.md": note("Beta", "WireGuard tunnel moved to port 51821"),
-        "c.md": None,
-        "d.md": None,
-        "food/d.md": note("Delta", "kvas recipe with rye bread"),  # renamed, same content
-    }, time=T0 + DAY)
+    rev2 = commit(
+        upstream,
+        {
+            "e.md": note("Epsilon", "new note about borsch"),
+            "b.md": note("Beta", "WireGuard tunnel moved to port 51821"),
+            "c.md": None,
+            "d.md": None,
+            "food/d.md": note("Delta", "kvas recipe with rye bread"),  # renamed, same content
+        },
+        time=T0 + DAY,
+    )
     s = index.sync().sources[0]
     assert (s.added, s.updated, s.deleted, s.rev, index.rev()) == (2, 1, 2, rev2, rev2)
     assert paths(index) == {"a.md", "b.md", "e.md", "food/d.md"}
@@ -195,8 +204,12 @@ def test_force_push_ends_in_a_fresh_index(
     index.sync()
     assert index.rev() == old
     # history rewritten: a new tip on top of `base`, the old commits are no longer reachable
-    new = commit(upstream, {"edit.md": note("Edit", "v3 after the rewrite"), "new.md": note("New", "x")},
-                 time=T0 + 3 * DAY, parents=[base])
+    new = commit(
+        upstream,
+        {"edit.md": note("Edit", "v3 after the rewrite"), "new.md": note("New", "x")},
+        time=T0 + 3 * DAY,
+        parents=[base],
+    )
     if gc_before_sync:  # a mirror fetched by hand and gc'ed: the indexed rev is gone from it
         git = ["git", "--git-dir", str(index.mirror())]
         subprocess.run([*git, "fetch", "--quiet", "--prune", "--force", url(upstream), "+refs/*:refs/*"], check=True)
@@ -212,28 +225,45 @@ def test_force_push_ends_in_a_fresh_index(
 
 
 def test_scope_paths_include_exclude(tmp_path: Path, upstream: pygit2.Repository) -> None:
-    commit(upstream, {
-        "notes/a.md": note("A", "in scope"),
-        "notes/b.txt": "not markdown",
-        "notes/c.markdown": "# other extension",
-        "notes/img.png": b"\x89PNG\r\n\x1a\n\x00",
-        "notes/private/p.md": note("P", "exclude wins over paths"),
-        "notes/moving.md": note("Moving", "leaves the scope next"),
-        "outside/in.md": note("In", "enters the scope next"),
-        "README.md": note("Readme", "outside paths"),
-    }, time=T0)
-    index = Index(tmp_path / "ix", {"notes": {
-        "url": url(upstream), "paths": ["notes/**"], "exclude": ["notes/private/**"],
-    }})
+    commit(
+        upstream,
+        {
+            "notes/a.md": note("A", "in scope"),
+            "notes/b.txt": "not markdown",
+            "notes/c.markdown": "# other extension",
+            "notes/img.png": b"\x89PNG\r\n\x1a\n\x00",
+            "notes/private/p.md": note("P", "exclude wins over paths"),
+            "notes/moving.md": note("Moving", "leaves the scope next"),
+            "outside/in.md": note("In", "enters the scope next"),
+            "README.md": note("Readme", "outside paths"),
+        },
+        time=T0,
+    )
+    index = Index(
+        tmp_path / "ix",
+        {
+            "notes": {
+                "url": url(upstream),
+                "paths": ["notes/**"],
+                "exclude": ["notes/private/**"],
+            }
+        },
+    )
     index.sync()
     assert paths(index) == {"notes/a.md", "notes/moving.md"}
 
-    commit(upstream, {
-        "notes/moving.md": None, "archive/moving.md": note("Moving", "leaves the scope next"),
-        "outside/in.md": None, "notes/in.md": note("In", "enters the scope next"),
-        "notes/private/p.md": note("P", "edited, still excluded"),
-        "notes/b.txt": "still not markdown, edited",
-    }, time=T0 + DAY)
+    commit(
+        upstream,
+        {
+            "notes/moving.md": None,
+            "archive/moving.md": note("Moving", "leaves the scope next"),
+            "outside/in.md": None,
+            "notes/in.md": note("In", "enters the scope next"),
+            "notes/private/p.md": note("P", "edited, still excluded"),
+            "notes/b.txt": "still not markdown, edited",
+        },
+        time=T0 + DAY,
+    )
     s = index.sync().sources[0]
     assert (s.added, s.updated, s.deleted) == (1, 0, 1)
     assert paths(index) == {"notes/a.md", "notes/in.md"}
@@ -266,8 +296,11 @@ def test_sources_with_the_same_relative_path_stay_apart(tmp_path: Path, upstream
     commit(other, {"same.md": note("Same", "from the second repository")}, time=T0)
     folder = tmp_path / "folder"
     write(folder, {"same.md": note("Same", "from the workspace folder")})
-    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "second": {"url": url(other)}},
-                  {"ws": {"root": str(folder), "paths": ["**"]}})
+    index = Index(
+        tmp_path / "ix",
+        {"notes": {"url": url(upstream)}, "second": {"url": url(other)}},
+        {"ws": {"root": str(folder), "paths": ["**"]}},
+    )
     index.sync()
 
     def rows(source_id: str) -> list[tuple[object, ...]]:
@@ -306,8 +339,14 @@ def test_identical_sync_fetches_nothing_and_writes_nothing(upstream: pygit2.Repo
     commit(upstream, {"b.md": note("B", "b")}, time=T0 + DAY)
     index.sync()  # a real fetch: FETCH_HEAD exists from here on
     mirror, db = index.mirror(), index.config.db
-    watched = [mirror / "packed-refs", mirror / "FETCH_HEAD", mirror / "refs" / "heads", mirror / "objects" / "pack",
-               db, db.with_name(db.name + "-wal")]
+    watched = [
+        mirror / "packed-refs",
+        mirror / "FETCH_HEAD",
+        mirror / "refs" / "heads",
+        mirror / "objects" / "pack",
+        db,
+        db.with_name(db.name + "-wal"),
+    ]
     assert (mirror / "FETCH_HEAD").exists()
     with closing(index.store()) as store:
         counts_before, state_before = store.counts(), store.source_stats()
@@ -333,8 +372,11 @@ def test_unreachable_remote_fails_only_its_source(
     commit(upstream, {"a.md": note("A", "reachable git note")}, time=T0)
     folder = tmp_path / "folder"
     write(folder, {"w.md": note("W", "workspace note")})
-    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "gone": {"url": str(tmp_path / "no-such-repo")}},
-                  {"ws": {"root": str(folder), "paths": ["**"]}})
+    index = Index(
+        tmp_path / "ix",
+        {"notes": {"url": url(upstream)}, "gone": {"url": str(tmp_path / "no-such-repo")}},
+        {"ws": {"root": str(folder), "paths": ["**"]}},
+    )
     result = cli_run(index.path, monkeypatch, "sync")
     assert result.exit_code == 1
     errors = result.stderr.splitlines()
@@ -378,8 +420,11 @@ def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, An
     """Each git source's `git_freshness`; each workspace source's `lag` as `status` reports it."""
     config = index.config
     with closing(Store.open(config.db, readonly=True)) as store:
-        state = {sid: git_freshness(src, store, check_remote=check_remote)
-                 for sid, src in config.sources.items() if isinstance(src, GitSource)}
+        state = {
+            sid: git_freshness(src, store, check_remote=check_remote)
+            for sid, src in config.sources.items()
+            if isinstance(src, GitSource)
+        }
     # built as `notes-search mcp` builds it, with its log file
     report = NotesTools(CliContext(str(index.path)).service(check_remote=check_remote)).status(None)
     state.update({s["id"]: s["lag"] for s in report["sources"] if s["kind"] == "workspace"})
@@ -391,15 +436,28 @@ def test_freshness_of_git_sources(tmp_path: Path, upstream: pygit2.Repository) -
     index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "gone": {"url": str(tmp_path / "nope")}})
     index.sync()
     state = freshness(index)
-    assert state["notes"] == {"kind": "git", "indexed_rev": rev1, "mirror_head": rev1, "remote_head": rev1,
-                              "remote_error": None, "mirror_damaged": None, "lags": False}
+    assert state["notes"] == {
+        "kind": "git",
+        "indexed_rev": rev1,
+        "mirror_head": rev1,
+        "remote_head": rev1,
+        "remote_error": None,
+        "mirror_damaged": None,
+        "lags": False,
+    }
     gone = state["gone"]
     assert gone["lags"] is None and gone["remote_head"] is None and "ls-remote" in gone["remote_error"]
 
     rev2 = commit(upstream, {"b.md": note("B", "b")}, time=T0 + DAY)
-    assert freshness(index)["notes"] == {"kind": "git", "indexed_rev": rev1, "mirror_head": rev1,
-                                               "remote_head": rev2, "remote_error": None, "mirror_damaged": None,
-                                               "lags": True}
+    assert freshness(index)["notes"] == {
+        "kind": "git",
+        "indexed_rev": rev1,
+        "mirror_head": rev1,
+        "remote_head": rev2,
+        "remote_error": None,
+        "mirror_damaged": None,
+        "lags": True,
+    }
     assert freshness(index, check_remote=False)["notes"]["lags"] is False  # the mirror is all it knows
     subprocess.run(["git", "--git-dir", str(index.mirror()), "fetch", "--quiet"], check=True)
     assert freshness(index, check_remote=False)["notes"]["lags"] is True
@@ -450,8 +508,15 @@ def test_excluded_folder_pattern_gives_the_same_index_incrementally_and_from_scr
     commit(upstream, {"keep.md": note("Keep", "k")}, time=T0)
     index = Index(tmp_path / "ix", {"notes": {"url": url(upstream), "exclude": ["archive/*"]}})
     index.sync()
-    commit(upstream, {"archive/2023/old.md": note("Old", "o"), "archive/top.md": note("Top", "t"),
-                      "notes/archive.md": note("Not archived", "n")}, time=T0 + DAY)
+    commit(
+        upstream,
+        {
+            "archive/2023/old.md": note("Old", "o"),
+            "archive/top.md": note("Top", "t"),
+            "notes/archive.md": note("Not archived", "n"),
+        },
+        time=T0 + DAY,
+    )
     index.sync()
     assert sorted(row.path for row in index.state()[1]) == ["keep.md", "notes/archive.md"]
     assert_same_as_fresh(tmp_path, index)

@@ -57,11 +57,18 @@ def unprivileged() -> list[str]:
 def locked_world(tmp_path: Path) -> Iterator[Path]:
     """A workspace with a readable note, an unreadable file and an unreadable folder."""
     notes = tmp_path / "notes"
-    write(notes, {"open.md": "# Open\n\nneedle in the open\n", "locked.md": "# Locked\n\nneedle locked\n",
-                  "sub/inner.md": "# Inner\n\nneedle inside\n"})
+    write(
+        notes,
+        {
+            "open.md": "# Open\n\nneedle in the open\n",
+            "locked.md": "# Locked\n\nneedle locked\n",
+            "sub/inner.md": "# Inner\n\nneedle inside\n",
+        },
+    )
     (tmp_path / "notes-search.yaml").write_text(
         f"root: {tmp_path}\nsources:\n  workspace:\n    notes:\n      root: {notes}\n      paths: ['**']\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     (notes / "locked.md").chmod(0)
     (notes / "sub").chmod(0)
     try:
@@ -72,8 +79,13 @@ def locked_world(tmp_path: Path) -> Iterator[Path]:
 
 
 def run_cli(prefix: list[str], matcher: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*prefix, sys.executable, "-c", DRIVER, matcher, "--config", str(config), *args],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", DRIVER, matcher, "--config", str(config), *args],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("matcher", ["rg", "fallback"])

@@ -40,8 +40,6 @@ POLL_SECONDS = 15.0
 WEIRD = "dir with spaces $(touch pwned) `touch pwned2`; 'q\" $HOME"
 
 
-
-
 def hook_jobs(needle: str) -> list[int]:
     """Pids of processes whose command line mentions `needle` (the hook jobs of one test)."""
     pids = []
@@ -126,8 +124,10 @@ def test_install_refuses_what_it_must_not_touch(tmp_path: Path, upstream: pygit2
 
     folder = tmp_path / "folder"
     folder.mkdir()
-    index.configure({"notes": {"url": url(upstream)}, "later": {"url": url(upstream)}},
-                    {"ws": {"root": str(folder), "paths": ["**"]}})
+    index.configure(
+        {"notes": {"url": url(upstream)}, "later": {"url": url(upstream)}},
+        {"ws": {"root": str(folder), "paths": ["**"]}},
+    )
     for args, message in [
         (["--source", "later"], "no mirror at"),
         (["--source", "ws"], "is a workspace source"),
@@ -238,9 +238,12 @@ def test_a_burst_of_fires_costs_one_sync_that_waits_for_the_lock(upstream: pygit
     lock = SyncLock(config.lock_path)
     assert lock.acquire()  # a cron sync is running: the job must wait for it, not give up
     counts: list[int] = []
-    jobs = [threading.Thread(target=lambda: counts.append(run_hook_job(config, "notes", lambda: index.embedder,
-                                                                       debounce=0.2)))
-            for _ in range(6)]
+    jobs = [
+        threading.Thread(
+            target=lambda: counts.append(run_hook_job(config, "notes", lambda: index.embedder, debounce=0.2))
+        )
+        for _ in range(6)
+    ]
     for job in jobs:
         job.start()
         time.sleep(0.02)
@@ -294,8 +297,10 @@ def test_command_line_fetch_reindexes_in_the_background(tmp_path: Path, upstream
         seconds = wait_until_indexed(index, "zanzibarite", "c.md", server, tmp_path)
         assert index.rev() == rev and index.search("hook") == {"b.md"}
         syncs = (index.home / "log" / "notes_sync.log").read_text().count("hook: syncing source notes")
-        print(f"\nfetch of 4 moved branches: without hook {without * 1000:.0f} ms, with hook {with_hook * 1000:.0f} ms; "
-              f"searchable {seconds:.1f} s after the fetch; 4 hook fires -> {syncs} sync(s)")
+        print(
+            f"\nfetch of 4 moved branches: without hook {without * 1000:.0f} ms, with hook {with_hook * 1000:.0f} ms; "
+            f"searchable {seconds:.1f} s after the fetch; 4 hook fires -> {syncs} sync(s)"
+        )
         assert 1 <= syncs < 4
 
 
@@ -320,7 +325,9 @@ def test_push_into_a_bare_upstream_reindexes_in_the_background(tmp_path: Path, u
 
 
 def test_hooks_path_override_ignores_the_firing_repository_but_keeps_user_settings(
-    tmp_path: Path, index: Index, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    index: Index,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A hook runs us with GIT_DIR set to the repository that fired it; the check must still read
     the mirror's config, while the user's global config (GIT_CONFIG_GLOBAL) stays in force."""
@@ -353,8 +360,9 @@ def test_a_hooks_path_that_is_a_file_fails_that_source_alone(tmp_path: Path, ups
     (blocked / "hooks").write_text("not a folder\n")
     result = CliRunner().invoke(cli_module.cli, ["--config", str(index.path), "hooks", "install"])
     assert result.exit_code == 1 and result.exception is not None and isinstance(result.exception, SystemExit)
-    assert result.stderr == (f"Error: cannot write hook {blocked / 'hooks' / 'reference-transaction'}: "
-                             f"{blocked / 'hooks'} is not a folder\n"), result.stderr
+    assert result.stderr == (
+        f"Error: cannot write hook {blocked / 'hooks' / 'reference-transaction'}: {blocked / 'hooks'} is not a folder\n"
+    ), result.stderr
     assert result.stdout == f"installed {fine / 'hooks' / 'reference-transaction'}\n"
     assert (blocked / "hooks").read_text() == "not a folder\n"
     assert is_ours_file(fine / "hooks" / "reference-transaction")

@@ -76,8 +76,6 @@ main()
 # ------------------------------------------------------------------------------------- helpers
 
 
-
-
 @pytest.fixture
 def server() -> Iterator[OllamaServer]:
     with OllamaServer({MODEL: 64}) as srv:
@@ -87,10 +85,6 @@ def server() -> Iterator[OllamaServer]:
 def cli(config: Path | None, *args: str) -> Result:
     prefix = ["--config", str(config)] if config is not None else []
     return CliRunner().invoke(cli_module.cli, [*prefix, *args])
-
-
-
-
 
 
 def good_rows(db: Path, paths: set[str] | None = None) -> list[tuple[object, ...]]:
@@ -145,25 +139,69 @@ BAD_CONFIGS: list[tuple[str, str, str]] = [
     ("max-file-bytes-zero", "max_file_bytes: 0\n", "max_file_bytes"),
     ("max-file-bytes-huge", "max_file_bytes: 99999999999999999999999\n", "max_file_bytes"),
     ("duplicate-db", "db: a.sqlite\ndb: b.sqlite\n", "db: duplicate key (lines 1 and 2)"),
-    ("ollama-no-tag", "embedding: {provider: ollama, model: nomic-embed-text, endpoint: 'http://x', dims: 3}\n", "name:tag"),
-    ("dims-too-big", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 100000}\n", "embedding.dims"),
-    ("timeout-nan", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, timeout: .nan}\n", "embedding.timeout"),
+    (
+        "ollama-no-tag",
+        "embedding: {provider: ollama, model: nomic-embed-text, endpoint: 'http://x', dims: 3}\n",
+        "name:tag",
+    ),
+    (
+        "dims-too-big",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 100000}\n",
+        "embedding.dims",
+    ),
+    (
+        "timeout-nan",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, timeout: .nan}\n",
+        "embedding.timeout",
+    ),
     ("embedding-scalar", "embedding: fast\n", "embedding"),
     ("embedding-unknown-key", "embedding: {temperature: 1}\n", "embedding.temperature"),
     ("provider-unknown", "embedding: {provider: magic}\n", "embedding.provider"),
     ("ollama-no-model", "embedding: {provider: ollama, endpoint: 'http://x', dims: 3}\n", "embedding.model"),
     ("ollama-no-dims", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x'}\n", "embedding.dims"),
     ("dims-text", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: abc}\n", "embedding.dims"),
-    ("dims-negative", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: -5}\n", "embedding.dims"),
+    (
+        "dims-negative",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: -5}\n",
+        "embedding.dims",
+    ),
     ("dims-bool", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: true}\n", "embedding.dims"),
-    ("dims-huge-float", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 1e400}\n", "embedding.dims"),
-    ("batch-zero", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, batch: 0}\n", "embedding.batch"),
-    ("endpoint-ftp", "embedding: {provider: ollama, model: 'm:1', endpoint: 'ftp://x', dims: 3}\n", "embedding.endpoint"),
+    (
+        "dims-huge-float",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 1e400}\n",
+        "embedding.dims",
+    ),
+    (
+        "batch-zero",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, batch: 0}\n",
+        "embedding.batch",
+    ),
+    (
+        "endpoint-ftp",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'ftp://x', dims: 3}\n",
+        "embedding.endpoint",
+    ),
     ("endpoint-list", "embedding: {provider: ollama, model: 'm:1', endpoint: [a], dims: 3}\n", "embedding.endpoint"),
-    ("keep-alive-list", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, keep_alive: [1]}\n", "embedding.keep_alive"),
-    ("timeout-negative", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, timeout: -1}\n", "embedding.timeout"),
-    ("retries-negative", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, retries: -1}\n", "embedding.retries"),
-    ("prefix-number", "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, query_prefix: 5}\n", "embedding.query_prefix"),
+    (
+        "keep-alive-list",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, keep_alive: [1]}\n",
+        "embedding.keep_alive",
+    ),
+    (
+        "timeout-negative",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, timeout: -1}\n",
+        "embedding.timeout",
+    ),
+    (
+        "retries-negative",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, retries: -1}\n",
+        "embedding.retries",
+    ),
+    (
+        "prefix-number",
+        "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 3, query_prefix: 5}\n",
+        "embedding.query_prefix",
+    ),
     ("local-wrong-dims", "embedding: {dims: 100}\n", "embedding.dims"),
     ("local-other-model", "embedding: {model: bge-m3}\n", "embedding.model"),
     ("sources-list", "sources: [a, b]\n", "sources"),
@@ -174,16 +212,28 @@ BAD_CONFIGS: list[tuple[str, str, str]] = [
     ("git-branch-list", "sources: {git: {r: {url: u, branch: [main]}}}\n", "sources.git.r.branch"),
     ("workspace-no-paths", "sources: {workspace: {w: {root: n}}}\n", "sources.workspace.w.paths"),
     ("workspace-paths-number", "sources: {workspace: {w: {root: n, paths: 5}}}\n", "sources.workspace.w.paths"),
-    ("workspace-absolute-glob", "sources: {workspace: {w: {root: n, paths: ['/etc/**']}}}\n", "sources.workspace.w.paths"),
+    (
+        "workspace-absolute-glob",
+        "sources: {workspace: {w: {root: n, paths: ['/etc/**']}}}\n",
+        "sources.workspace.w.paths",
+    ),
     ("workspace-dotdot-glob", "sources: {workspace: {w: {root: n, paths: ['../**']}}}\n", "sources.workspace.w.paths"),
-    ("workspace-empty-include", "sources: {workspace: {w: {root: n, paths: ['**'], include: ['']}}}\n", "sources.workspace.w.include"),
+    (
+        "workspace-empty-include",
+        "sources: {workspace: {w: {root: n, paths: ['**'], include: ['']}}}\n",
+        "sources.workspace.w.include",
+    ),
     ("workspace-spec-list", "sources: {workspace: {w: [a]}}\n", "sources.workspace.w"),
     ("source-id-colon", "sources: {workspace: {'a:b': {root: n, paths: ['**']}}}\n", "sources.workspace.a:b"),
     ("source-id-slash", "sources: {git: {'a/b': {url: u}}}\n", "sources.git.a/b"),
     ("duplicate-id", "sources: {git: {x: {url: u}}, nanobot: {x: {root: n, paths: ['**']}}}\n", "already used"),
-    ("billion-laughs", "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-                       "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
-                       "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n", "a"),
+    (
+        "billion-laughs",
+        "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+        "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+        "a",
+    ),
 ]
 
 
@@ -208,8 +258,10 @@ NUL_VALUES = [
 @pytest.mark.parametrize("key, text", NUL_VALUES, ids=[k for k, _ in NUL_VALUES])
 def test_nul_in_a_config_path_is_one_line(tmp_path: Path, key: str, text: str) -> None:
     path = tmp_path / "nul.yaml"
-    path.write_text('embedding: {provider: ollama, model: "m:1", endpoint: "http://127.0.0.1:9", dims: 4, retries: 0}\n'
-                    + text, encoding="utf-8")
+    path.write_text(
+        'embedding: {provider: ollama, model: "m:1", endpoint: "http://127.0.0.1:9", dims: 4, retries: 0}\n' + text,
+        encoding="utf-8",
+    )
     (tmp_path / "n").mkdir()
     assert_one_line_error(cli(path, "sync"), str(path), key)
 
@@ -257,8 +309,15 @@ def test_unusable_db_and_log_paths_are_one_line(tmp_path: Path, server: OllamaSe
 def upstream(tmp_path: Path) -> tuple[Path, pygit2.Repository]:
     path = tmp_path / "user-repo"
     repo = init_upstream(path)
-    commit(repo, {"a.md": "# Alpha\n\nalpha backup notes\n", "b.md": "# Beta\n\nbeta restore\n",
-                  "deep/c.md": "# Gamma\n\ngamma kernel\n"}, time=1_700_000_000)
+    commit(
+        repo,
+        {
+            "a.md": "# Alpha\n\nalpha backup notes\n",
+            "b.md": "# Beta\n\nbeta restore\n",
+            "deep/c.md": "# Gamma\n\ngamma kernel\n",
+        },
+        time=1_700_000_000,
+    )
     return path, repo
 
 
@@ -323,16 +382,23 @@ def test_foreign_folder_at_mirror_path_is_refused_and_kept(
 
 @pytest.mark.parametrize("bad_url", ["missing-local", "closed-port-http", "not-a-repo"])
 def test_unreachable_remote_keeps_the_last_index(
-    tmp_path: Path, server: OllamaServer, upstream: tuple[Path, pygit2.Repository], bad_url: str,
-    clean_good: Any, untouched: Any,
+    tmp_path: Path,
+    server: OllamaServer,
+    upstream: tuple[Path, pygit2.Repository],
+    bad_url: str,
+    clean_good: Any,
+    untouched: Any,
 ) -> None:
     url, _ = upstream
     untouched(url)
     config_path, _ = git_setup(tmp_path, server, url)
     assert cli(config_path, "sync", "--quiet").exit_code == 0
     before = index_state(load_config(config_path).db)
-    target = {"missing-local": str(tmp_path / "gone.git"), "closed-port-http": closed_port_url() + "/notes.git",
-              "not-a-repo": str(tmp_path)}[bad_url]
+    target = {
+        "missing-local": str(tmp_path / "gone.git"),
+        "closed-port-http": closed_port_url() + "/notes.git",
+        "not-a-repo": str(tmp_path),
+    }[bad_url]
     data = yaml.safe_load(config_path.read_text())
     data["sources"]["git"]["repo"]["url"] = target
     config_path.write_text(yaml.safe_dump(data))
@@ -343,7 +409,9 @@ def test_unreachable_remote_keeps_the_last_index(
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("error: source repo: git source 'repo'"), errors
     after = index_state(load_config(config_path).db)
-    assert after["files"] == before["files"] and after["chunks"] == before["chunks"], "an outage must not empty the index"
+    assert after["files"] == before["files"] and after["chunks"] == before["chunks"], (
+        "an outage must not empty the index"
+    )
     assert good_rows(load_config(config_path).db) == clean_good
     status = json.loads(cli(config_path, "status", "--json").stdout)
     assert any(s["id"] == "repo" and s["error"] for s in status["sources"])
@@ -355,12 +423,18 @@ def test_force_pushed_remote_converges(
 ) -> None:
     url, repo = upstream
     first = str(repo.references["refs/heads/main"].target)
-    commit(repo, {"b.md": "# Beta\n\nbeta restore, second take\n", "e.md": "# Epsilon\n\nepsilon\n"}, time=1_700_100_000)
+    commit(
+        repo, {"b.md": "# Beta\n\nbeta restore, second take\n", "e.md": "# Epsilon\n\nepsilon\n"}, time=1_700_100_000
+    )
     config_path, _ = git_setup(tmp_path, server, url)
     assert cli(config_path, "sync", "--quiet").exit_code == 0
     # rewrite history: drop the second commit, change and delete files on a new branch tip
-    commit(repo, {"a.md": "# Alpha rewritten\n\nrewritten history\n", "deep/c.md": None, "f.md": "# Phi\n\nphi\n"},
-           time=1_700_200_000, parents=[first])
+    commit(
+        repo,
+        {"a.md": "# Alpha rewritten\n\nrewritten history\n", "deep/c.md": None, "f.md": "# Phi\n\nphi\n"},
+        time=1_700_200_000,
+        parents=[first],
+    )
     untouched(url)
     result = cli(config_path, "sync", "--quiet")
     assert result.exit_code == 0, result.output
@@ -374,8 +448,15 @@ def test_large_and_binary_blobs_in_git_are_skipped_with_a_log_line(
     tmp_path: Path, server: OllamaServer, upstream: tuple[Path, pygit2.Repository], untouched: Any
 ) -> None:
     url, repo = upstream
-    commit(repo, {"big.md": b"# Big\n" + b"x" * 6_000_000, "bin.md": b"\x89PNG\r\n\x00\x00", "latin.md": "Příliš".encode("cp1250")},
-           time=1_700_300_000)
+    commit(
+        repo,
+        {
+            "big.md": b"# Big\n" + b"x" * 6_000_000,
+            "bin.md": b"\x89PNG\r\n\x00\x00",
+            "latin.md": "Příliš".encode("cp1250"),
+        },
+        time=1_700_300_000,
+    )
     untouched(url)
     config_path, _ = git_setup(tmp_path, server, url)
     result = cli(config_path, "sync", "--quiet")
@@ -384,7 +465,9 @@ def test_large_and_binary_blobs_in_git_are_skipped_with_a_log_line(
     assert paths == {"a.md", "b.md", "deep/c.md"}
     log = log_text(config_path)
     for name in ("big.md", "bin.md", "latin.md"):
-        assert re.search(rf"{name}.*(too large|binary|UTF-8)|(too large|binary|UTF-8).*{name}", log), f"no log line for {name}"
+        assert re.search(rf"{name}.*(too large|binary|UTF-8)|(too large|binary|UTF-8).*{name}", log), (
+            f"no log line for {name}"
+        )
 
 
 # ------------------------------------------------------------------------------------- workspace
@@ -423,8 +506,13 @@ def test_200mb_note_is_skipped_without_reading_it(ws: dict[str, Any], clean_good
     before = big.stat()
     # VmHWM of the sync's own address space (ru_maxrss would include the pre-exec copy of pytest)
     peak_file = ws["notes"].parent / "peak.txt"
-    proc = subprocess.run([PYTHON, "-c", PEAK_RSS_DRIVER, str(peak_file), "--config", str(ws["config"]), "sync", "--quiet"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [PYTHON, "-c", PEAK_RSS_DRIVER, str(peak_file), "--config", str(ws["config"]), "sync", "--quiet"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     peak_mb = int(peak_file.read_text().split()[1]) / 1024
     print(f"\npeak RSS of a sync next to a 200 MB note: {peak_mb:.0f} MB")
@@ -455,7 +543,8 @@ HOSTILE_FILES: dict[str, bytes] = {
     "front-matter-bomb.md": (
         b"---\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
         b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-        b"tags: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\ntitle: *d\n---\n# Bomb\n\nbombbody\n"),
+        b"tags: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\ntitle: *d\n---\n# Bomb\n\nbombbody\n"
+    ),
     "front-matter-python.md": b"---\ntitle: !!python/object/apply:os.system ['touch /tmp/pwned']\n---\n# Py\n\npybody\n",
     "front-matter-deep.md": ("---\ntitle: " + "[" * 5_000 + "]" * 5_000 + "\n---\n# Deep FM\n\ndeepfmbody\n").encode(),
     "control-chars.md": "# Ctl\n\nbell\x07 esc\x1b[31m red\x1b[0m del\x7f ls\u2028ps\u2029 rlo\u202e txt\n".encode(),
@@ -470,11 +559,24 @@ NAMES: dict[str, bytes] = {
     "quote'\"`$(echo).md": b"# Quote\n\nquotemarker\n",
     "%s%n%x.md": b"# Format\n\nformatmarker\n",
     ("n" * 250) + ".md": b"# Long name\n\nlongnamemarker\n",
-    "emoji-\U0001F4A9.md": b"# Emoji\n\nemojimarker\n",
+    "emoji-\U0001f4a9.md": b"# Emoji\n\nemojimarker\n",
 }
-INDEXED_HOSTILE = {"nul-late.md", "nested-list.md", "nested-indent.md", "nested-quote.md", "nested-brackets.md",
-                   "headings.md", "crlf-bom.md", "long-line.md", "front-matter-bomb.md", "front-matter-python.md",
-                   "front-matter-deep.md", "control-chars.md", "empty.md", "blank.md"}
+INDEXED_HOSTILE = {
+    "nul-late.md",
+    "nested-list.md",
+    "nested-indent.md",
+    "nested-quote.md",
+    "nested-brackets.md",
+    "headings.md",
+    "crlf-bom.md",
+    "long-line.md",
+    "front-matter-bomb.md",
+    "front-matter-python.md",
+    "front-matter-deep.md",
+    "control-chars.md",
+    "empty.md",
+    "blank.md",
+}
 SKIPPED_HOSTILE = {"binary.md", "latin1.md", "utf16.md", "nul-early.md", "surrogate-escape.md"}
 
 
@@ -489,11 +591,23 @@ def test_hostile_files_are_indexed_or_skipped_with_a_log_line(ws: dict[str, Any]
     assert {p.removeprefix("hostile/") for p in paths if p.startswith("hostile/")} == INDEXED_HOSTILE
     log = log_text(ws["config"])
     for name in SKIPPED_HOSTILE:
-        assert re.search(rf"hostile/{re.escape(name)}: skipped: (binary|too large|not UTF-8)", log), f"no log line for {name}"
+        assert re.search(rf"hostile/{re.escape(name)}: skipped: (binary|too large|not UTF-8)", log), (
+            f"no log line for {name}"
+        )
     assert_consistent(load_config(ws["config"]).db)
     assert good_rows(load_config(ws["config"]).db) == clean_good
-    for marker in ("deepestlistitem", "deepestquote", "bracketword", "crlfmarker", "heading2999", "bombbody",
-                   "pybody", "deepfmbody", "longlineword", "latenulmarker"):
+    for marker in (
+        "deepestlistitem",
+        "deepestquote",
+        "bracketword",
+        "crlfmarker",
+        "heading2999",
+        "bombbody",
+        "pybody",
+        "deepfmbody",
+        "longlineword",
+        "latenulmarker",
+    ):
         data = query_json(ws["config"], marker, "--mode", "lex", "-k", "3")
         assert data["results"], f"{marker} not found"
     assert not Path("/tmp/pwned").exists()
@@ -515,6 +629,7 @@ def test_hostile_file_names(ws: dict[str, Any], clean_good: Any) -> None:
     sync_ok(ws["config"], "--quiet")
     paths = indexed_paths(ws["config"])
     import unicodedata
+
     expected = {unicodedata.normalize("NFC", f"names/{k}") for k in NAMES}
     assert expected <= paths, expected - paths
     for name, content in NAMES.items():
@@ -667,8 +782,9 @@ def test_transient_500_is_retried(ws: dict[str, Any], server: OllamaServer) -> N
 # ------------------------------------------------------------------------------------- security
 
 
-@pytest.mark.parametrize("path", ["../..", "..", "../outside", "notes:../outside", "devops/../../outside",
-                                  "./../x", "/etc", "notes:/etc"])
+@pytest.mark.parametrize(
+    "path", ["../..", "..", "../outside", "notes:../outside", "devops/../../outside", "./../x", "/etc", "notes:/etc"]
+)
 def test_query_path_cannot_leave_the_sources(ws: dict[str, Any], path: str) -> None:
     sync_ok(ws["config"], "--quiet")
     result = cli(ws["config"], "query", SECRET, "--path", path, "--mode", "lex")
@@ -676,11 +792,25 @@ def test_query_path_cannot_leave_the_sources(ws: dict[str, Any], path: str) -> N
     assert_one_line_error(result, "--path")
 
 
-@pytest.mark.parametrize("ref", ["../outside/secret.md", "notes:../outside/secret.md", "/etc/passwd",
-                                 str(Path("/") / "tmp"), "notes:/etc/passwd", "notes:devops/../../outside/secret.md",
-                                 "leak.md", "notes:leak.md", "notes:leakdir/also.md", "C:\\Windows\\win.ini",
-                                 "notes:..\\outside\\secret.md", "notes:secret.txt", "notes:.git/config",
-                                 "notes:devops/zalohovani.md\x00.txt"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "../outside/secret.md",
+        "notes:../outside/secret.md",
+        "/etc/passwd",
+        str(Path("/") / "tmp"),
+        "notes:/etc/passwd",
+        "notes:devops/../../outside/secret.md",
+        "leak.md",
+        "notes:leak.md",
+        "notes:leakdir/also.md",
+        "C:\\Windows\\win.ini",
+        "notes:..\\outside\\secret.md",
+        "notes:secret.txt",
+        "notes:.git/config",
+        "notes:devops/zalohovani.md\x00.txt",
+    ],
+)
 def test_show_cannot_read_outside_the_sources(ws: dict[str, Any], ref: str) -> None:
     notes, outside = ws["notes"], ws["outside"]
     os.symlink(outside / "secret.md", notes / "leak.md")
@@ -704,8 +834,17 @@ def test_show_and_grep_read_inside_the_sources(ws: dict[str, Any]) -> None:
     assert found.exit_code == 0 and json.loads(found.stdout)["results"] == []
 
 
-MCP_ESCAPES = ["../outside/secret.md", "notes:../outside/secret.md", "/etc/passwd", "leak.md", "notes:leakdir",
-               "notes:leakdir/also.md", "notes:devops/../../outside", "..", "notes:..\\outside"]
+MCP_ESCAPES = [
+    "../outside/secret.md",
+    "notes:../outside/secret.md",
+    "/etc/passwd",
+    "leak.md",
+    "notes:leakdir",
+    "notes:leakdir/also.md",
+    "notes:devops/../../outside",
+    "..",
+    "notes:..\\outside",
+]
 
 
 @pytest.mark.parametrize("path", MCP_ESCAPES)
@@ -750,8 +889,10 @@ def code_files() -> list[Path]:
 
 def test_no_shell_with_user_data_anywhere() -> None:
     """A guard: nothing hands a string to a shell (shell=True, os.system, os.popen, getoutput)."""
-    pattern = re.compile(r"shell\s*=\s*True|os\.system\s*\(|os\.popen\s*\(|subprocess\.getoutput|"
-                         r"subprocess\.getstatusoutput|\bcommands\.getoutput|pty\.spawn")
+    pattern = re.compile(
+        r"shell\s*=\s*True|os\.system\s*\(|os\.popen\s*\(|subprocess\.getoutput|"
+        r"subprocess\.getstatusoutput|\bcommands\.getoutput|pty\.spawn"
+    )
     offenders = []
     for path in code_files():
         if path.suffix != ".py":
@@ -776,7 +917,7 @@ def test_subprocess_calls_take_argument_lists() -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         for match in re.finditer(r"subprocess\.(?:run|Popen|call|check_call|check_output)\(\s*([^\s,)]+)", text):
             first = match.group(1)
-            if first.startswith(("f\"", "f'", "\"", "'")):
+            if first.startswith(('f"', "f'", '"', "'")):
                 offenders.append(f"{path.relative_to(REPO)}: {match.group(0)}")
     assert offenders == [], offenders
 

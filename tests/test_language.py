@@ -111,7 +111,9 @@ def test_mixed_text_is_unknown() -> None:
 
 def test_languages_outside_the_supported_set_are_unknown_not_a_neighbour() -> None:
     assert detect_language(POLISH) == UNKNOWN
-    assert detect_language("Comment restaurer la sauvegarde de la base de données après une panne du serveur") == UNKNOWN
+    assert (
+        detect_language("Comment restaurer la sauvegarde de la base de données après une panne du serveur") == UNKNOWN
+    )
 
 
 @pytest.mark.parametrize(
@@ -140,17 +142,29 @@ def test_prose_for_language_keeps_prose_and_drops_the_rest() -> None:
         "a <https://a.example/b>, www.example.cz/x a mail admin@example.cz.\n\n"
         f"{CODE_BLOCK}\n\n~~~\nfenced with tildes\n~~~\n\n"
         "| a | b |\n|---|---|\n| c | d |\n\n[ref]: https://example.com/ref\n"
-        "<div class=\"note\">poznámka</div> <!-- komentář -->\n"
+        '<div class="note">poznámka</div> <!-- komentář -->\n'
     )
     prose = prose_for_language(text)
     for kept in ("Obnova serveru", "Postup", "Text s", "odkazem na návod", "poznámka"):
         assert kept in prose
-    for dropped in ("title", "inline_kodem", "https", "www", "admin@", "tar czf", "tildes", "| a |", "ref]", "div", "komentář"):
+    for dropped in (
+        "title",
+        "inline_kodem",
+        "https",
+        "www",
+        "admin@",
+        "tar czf",
+        "tildes",
+        "| a |",
+        "ref]",
+        "div",
+        "komentář",
+    ):
         assert dropped not in prose
 
 
 def test_an_unclosed_fence_hides_the_rest_and_list_continuations_stay() -> None:
-    assert prose_for_language("Úvod.\n\n```\ncode\nmore code") .strip() == "Úvod."
+    assert prose_for_language("Úvod.\n\n```\ncode\nmore code").strip() == "Úvod."
     assert "pokračování" in prose_for_language("- položka\n    pokračování položky\n")
 
 
@@ -186,6 +200,13 @@ def test_detection_never_raises_and_answers_a_supported_code_or_unknown(text: st
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from(["záloha", "server", "`code`", "| a | b |", "```", "\n", "база", "http://x.y/z", "<b>", "    x"]), max_size=40))
+@given(
+    st.lists(
+        st.sampled_from(
+            ["záloha", "server", "`code`", "| a | b |", "```", "\n", "база", "http://x.y/z", "<b>", "    x"]
+        ),
+        max_size=40,
+    )
+)
 def test_markdown_fragments_never_raise(parts: list[str]) -> None:
     assert chunk_language(" ".join(parts)) in ANSWERS

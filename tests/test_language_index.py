@@ -91,7 +91,9 @@ def test_unchanged_text_is_not_detected_again(
     seen = count_detections(monkeypatch)
     do_sync()
     assert seen == []  # a no-op sync detects nothing
-    write(root, {"cz/long.md": "# Dlouhá\n\n" + "\n".join([*sections[:2], sections[2] + "\nA ještě jedna věta navíc.\n"])})
+    write(
+        root, {"cz/long.md": "# Dlouhá\n\n" + "\n".join([*sections[:2], sections[2] + "\nA ještě jedna věta navíc.\n"])}
+    )
     do_sync()
     assert len(seen) == 1 and "navíc" in seen[0]  # only the edited chunk
     assert languages_by_path(config)["cz/long.md"] == {"cs"}

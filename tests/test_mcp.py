@@ -237,7 +237,10 @@ def http_server(tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer) 
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(NOTES_SEARCH), "--config", str(config), "mcp", "--http", "--port", str(port), "--token", TOKEN],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=server_env(),
         )
     try:
         wait_for_port(proc, port, log)
@@ -266,7 +269,9 @@ def test_http_lists_and_calls_every_tool(http_server: str) -> None:
 
 
 INITIALIZE: dict[str, Any] = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}},
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -275,11 +280,17 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 def test_http_requires_the_bearer_token(http_server: str) -> None:
     missing = requests.post(http_server, json=INITIALIZE, headers=MCP_HEADERS, timeout=10)
     assert missing.status_code == 401 and missing.headers["WWW-Authenticate"].startswith("Bearer")
-    wrong = requests.post(http_server, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer nope"},
-                          timeout=10)
+    wrong = requests.post(
+        http_server, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": "Bearer nope"}, timeout=10
+    )
     assert wrong.status_code == 401
-    good = requests.post(http_server, json=INITIALIZE, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"},
-                         timeout=10, stream=True)
+    good = requests.post(
+        http_server,
+        json=INITIALIZE,
+        headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"},
+        timeout=10,
+        stream=True,
+    )
     assert good.status_code == 200
     good.close()
 
@@ -288,20 +299,35 @@ def test_http_refuses_foreign_origins(http_server: str) -> None:
     auth = {**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"}
     evil = requests.post(http_server, json=INITIALIZE, headers={**auth, "Origin": "http://evil.example"}, timeout=10)
     assert evil.status_code == 403
-    rebound = requests.post(http_server, json=INITIALIZE,
-                            headers={**auth, "Origin": "http://localhost.evil.example:80"}, timeout=10)
+    rebound = requests.post(
+        http_server, json=INITIALIZE, headers={**auth, "Origin": "http://localhost.evil.example:80"}, timeout=10
+    )
     assert rebound.status_code == 403
-    local = requests.post(http_server, json=INITIALIZE, headers={**auth, "Origin": "http://localhost:3000"},
-                          timeout=10, stream=True)
+    local = requests.post(
+        http_server, json=INITIALIZE, headers={**auth, "Origin": "http://localhost:3000"}, timeout=10, stream=True
+    )
     assert local.status_code == 200
     local.close()
 
 
 def test_non_loopback_bind_without_token_is_refused(workspace: Path) -> None:
     result = subprocess.run(
-        [str(NOTES_SEARCH), "--config", str(workspace), "mcp", "--http", "--host", "0.0.0.0",
-         "--port", str(free_port())],
-        capture_output=True, text=True, timeout=60, env=server_env(), stdin=subprocess.DEVNULL,
+        [
+            str(NOTES_SEARCH),
+            "--config",
+            str(workspace),
+            "mcp",
+            "--http",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode != 0
     assert "--token" in result.stderr and TOKEN_ENV in result.stderr
@@ -309,8 +335,17 @@ def test_non_loopback_bind_without_token_is_refused(workspace: Path) -> None:
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.8.0.1", True), ("localhost", True), ("::1", True), ("[::1]", True),
-     ("0.0.0.0", False), ("::", False), ("192.168.1.5", False), ("myhost.lan", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.8.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.5", False),
+        ("myhost.lan", False),
+    ],
 )
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
@@ -318,28 +353,33 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 @pytest.mark.parametrize(
     ("origin", "allowed"),
-    [("http://localhost:3000", True), ("https://127.0.0.1", True), ("http://[::1]:8765", True),
-     ("http://localhost.evil.example", False), ("http://127.0.0.1.evil.example", False), ("null", False),
-     ("https://example.com", False)],
+    [
+        ("http://localhost:3000", True),
+        ("https://127.0.0.1", True),
+        ("http://[::1]:8765", True),
+        ("http://localhost.evil.example", False),
+        ("http://127.0.0.1.evil.example", False),
+        ("null", False),
+        ("https://example.com", False),
+    ],
 )
 def test_local_origins(origin: str, allowed: bool) -> None:
     assert bool(LOCAL_ORIGIN.fullmatch(origin)) is allowed
 
 
 def test_help_names_the_token_env() -> None:
-    result = subprocess.run([str(NOTES_SEARCH), "mcp", "--help"], capture_output=True, text=True, timeout=60,
-                            env=server_env())
+    result = subprocess.run(
+        [str(NOTES_SEARCH), "mcp", "--help"], capture_output=True, text=True, timeout=60, env=server_env()
+    )
     assert result.returncode == 0 and TOKEN_ENV in result.stdout
 
 
-def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callable[..., object],
-                                              notes: Path) -> None:
+def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callable[..., object], notes: Path) -> None:
     """Form feeds, vertical tabs and U+2028 are not line breaks for `show`, grep or the chunker."""
     from search.mcp_server import NotesTools
     from search.service import NotesService
 
-    (notes / "odd.md").write_text("one\ntwo \x0c still two\nthree \u2028 still three\nfour\r\nfive\n",
-                                  encoding="utf-8")
+    (notes / "odd.md").write_text("one\ntwo \x0c still two\nthree \u2028 still three\nfour\r\nfive\n", encoding="utf-8")
     do_sync()
     tools = NotesTools(NotesService.from_config_file(str(config_path)))
     got = tools.get("notes:odd.md:5", None, 10)
@@ -349,8 +389,9 @@ def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callab
     assert [h["line"] for h in hits] == [5]
 
 
-def test_grep_is_truncated_only_when_more_lines_exist(config_path: Path, do_sync: Callable[..., object],
-                                                      notes: Path) -> None:
+def test_grep_is_truncated_only_when_more_lines_exist(
+    config_path: Path, do_sync: Callable[..., object], notes: Path
+) -> None:
     from search.mcp_server import GREP_MAX_HITS, NotesTools
     from search.service import NotesService
 

@@ -41,7 +41,9 @@ def biased(topics: range, language_axis: int, weight: float = 1.5) -> np.ndarray
 
 
 def estimated(vectors: dict[str, np.ndarray]) -> NeutralSpace:
-    return neutral.estimate({lang: (v.mean(axis=0), neutral.MIN_CHUNKS) for lang, v in vectors.items()}, "no-such-model")
+    return neutral.estimate(
+        {lang: (v.mean(axis=0), neutral.MIN_CHUNKS) for lang, v in vectors.items()}, "no-such-model"
+    )
 
 
 # ---- the transform ---------------------------------------------------------------------------
@@ -76,10 +78,12 @@ def test_same_language_order_is_kept() -> None:
 
 def test_restore_inverts_neutralise_and_leaves_zero_and_unknown_vectors() -> None:
     rng = np.random.default_rng(1)
-    space = NeutralSpace({
-        "en": LanguageStats(unit(rng.normal(size=DIMS)) * 0.6, 40, INDEX),
-        "ru": LanguageStats(unit(rng.normal(size=DIMS)) * 0.6, 25, INDEX),
-    })
+    space = NeutralSpace(
+        {
+            "en": LanguageStats(unit(rng.normal(size=DIMS)) * 0.6, 40, INDEX),
+            "ru": LanguageStats(unit(rng.normal(size=DIMS)) * 0.6, 25, INDEX),
+        }
+    )
     vectors = unit(rng.normal(size=(8, DIMS)))
     vectors[3] = 0.0
     languages = ["en", "ru", "unknown", "en", "ru", "cs", "en", "ru"]
@@ -328,19 +332,24 @@ def test_only_candidates_in_another_known_language_are_keyword_blind() -> None:
     assert keyword_blind(None, set(), {1, 2}, languages) == {}
 
 
-def test_a_language_less_term_keeps_keywords_in_charge(config: Config, notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_language_less_term_keeps_keywords_in_charge(
+    config: Config, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A Czech question naming port 5432 finds the Czech note that holds 5432 first, although
     many English notes are near in meaning: a number matches in every language, so the keyword
     half is not blind across languages and is not down-weighted."""
     import search.engine as engine
 
-    write(notes, {
-        "db.md": "# Databázový server\n\nPostgreSQL běží na stroji db-01 a poslouchá na portu 5432.\n",
-        **{
-            f"en/topic{i}.md": f"# Server notes {i}\n\nThe server listens on a port and access is allowed from the LAN, topic {i}.\n"
-            for i in range(12)
+    write(
+        notes,
+        {
+            "db.md": "# Databázový server\n\nPostgreSQL běží na stroji db-01 a poslouchá na portu 5432.\n",
+            **{
+                f"en/topic{i}.md": f"# Server notes {i}\n\nThe server listens on a port and access is allowed from the LAN, topic {i}.\n"
+                for i in range(12)
+            },
         },
-    })
+    )
     question = "Na jakém portu poslouchá databázový server a odkud je povolený přístup 5432?"
 
     class MeaningEmbedder(FakeEmbedder):
@@ -377,11 +386,13 @@ def test_a_language_less_term_keeps_keywords_in_charge(config: Config, notes: Pa
 
 def test_query_is_projected_off_the_index_language_directions_only() -> None:
     cs, en = basis(9), basis(10)
-    space = NeutralSpace({
-        "cs": LanguageStats(unit(basis(0) + 1.5 * cs), 40, INDEX),
-        "en": LanguageStats(unit(basis(1) + 1.5 * en), 40, INDEX),
-        "ru": LanguageStats(unit(basis(2) + 1.5 * basis(11)), 5, DEFAULT),
-    })
+    space = NeutralSpace(
+        {
+            "cs": LanguageStats(unit(basis(0) + 1.5 * cs), 40, INDEX),
+            "en": LanguageStats(unit(basis(1) + 1.5 * en), 40, INDEX),
+            "ru": LanguageStats(unit(basis(2) + 1.5 * basis(11)), 5, DEFAULT),
+        }
+    )
     rows = neutral.query_basis(space.to_json())
     assert rows is not None and rows.shape == (1, DIMS)  # two index languages: one direction
     along = unit(space.offsets()["cs"] - space.offsets()["en"])

@@ -15,8 +15,15 @@ from search.querybuild import MAX_TERMS, build_fts_query
 def fts() -> apsw.Connection:
     conn = apsw.Connection(":memory:")
     conn.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize='unicode61 remove_diacritics 2')")
-    for body in ["záloha databáze", "zálohování serveru", "zálohy na disk", "db-01.lan port 5432",
-                 "Поезд из Москвы", "NEAR the end", "plain english words"]:
+    for body in [
+        "záloha databáze",
+        "zálohování serveru",
+        "zálohy na disk",
+        "db-01.lan port 5432",
+        "Поезд из Москвы",
+        "NEAR the end",
+        "plain english words",
+    ]:
         conn.execute("INSERT INTO t(body) VALUES (?)", (body,))
     return conn
 

@@ -91,8 +91,12 @@ def unprivileged() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         locked = Path(tmp, "locked")
         locked.mkdir(mode=0)
-        probe = subprocess.run([*prefix, PYTHON, "-c", f"import os; os.listdir({str(locked)!r})"],
-                               capture_output=True, text=True, check=False)
+        probe = subprocess.run(
+            [*prefix, PYTHON, "-c", f"import os; os.listdir({str(locked)!r})"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         locked.chmod(0o700)
     if "PermissionError" not in probe.stderr:
         pytest.skip(f"setpriv cannot drop root's file capabilities here: {probe.stderr.strip()[-200:]}")
@@ -101,8 +105,14 @@ def unprivileged() -> list[str]:
 
 def ns(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess (under `prefix`)."""
-    return subprocess.run([*prefix, NOTES_SEARCH, "--config", str(config), *args], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [*prefix, NOTES_SEARCH, "--config", str(config), *args],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def synced(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -180,10 +190,12 @@ def test_mcp_status_tool_names_the_unreadable_folder(tmp_path: Path, unprivilege
     synced(unprivileged, config)
     (notes / "sub").chmod(0)
     found: dict[str, Any] = {}
-    params = StdioServerParameters(command=(unprivileged or [NOTES_SEARCH])[0],
-                                   args=[*unprivileged[1:], *([NOTES_SEARCH] if unprivileged else []),
-                                         "--config", str(config), "mcp"],
-                                   env=subprocess_env(), cwd=str(tmp_path))
+    params = StdioServerParameters(
+        command=(unprivileged or [NOTES_SEARCH])[0],
+        args=[*unprivileged[1:], *([NOTES_SEARCH] if unprivileged else []), "--config", str(config), "mcp"],
+        env=subprocess_env(),
+        cwd=str(tmp_path),
+    )
 
     async def main() -> None:
         with (tmp_path / "server.log").open("w") as err:
@@ -225,8 +237,14 @@ def test_watcher_and_catch_up_keep_an_unreadable_folder(tmp_path: Path, unprivil
     before = comparable(config)
     (notes / "sub").chmod(0)
     try:
-        proc = subprocess.run([*unprivileged, PYTHON, "-c", WATCH_AND_CATCH_UP, str(config)], env=subprocess_env(),
-                              capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            [*unprivileged, PYTHON, "-c", WATCH_AND_CATCH_UP, str(config)],
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         (notes / "sub").chmod(0o755)
     assert proc.returncode == 0, proc.stderr
@@ -254,7 +272,11 @@ def test_a_lost_source_root_keeps_its_index(tmp_path: Path, loss: str, request: 
         proc = ns(prefix, config, "sync")
         assert proc.returncode == 1, proc.stderr
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-        expected = {"vanished": "does not exist", "unreadable": "cannot read folder", "empty": "is empty but 3 indexed"}[loss]
+        expected = {
+            "vanished": "does not exist",
+            "unreadable": "cannot read folder",
+            "empty": "is empty but 3 indexed",
+        }[loss]
         assert len(errors) == 1 and expected in errors[0] and "index is kept" in errors[0], proc.stderr
         assert comparable(config) == before
         [entry] = status_json(prefix, config)["sources"]
@@ -322,8 +344,9 @@ def damage_everywhere(mirror: Path) -> None:
 def damage_one_blob(mirror: Path) -> None:
     """Flip a byte inside one blob's compressed data: refs, commits and trees still read."""
     pack = pack_of(mirror)
-    listing = subprocess.run(["git", "verify-pack", "-v", str(pack.with_suffix(".idx"))], capture_output=True,
-                             text=True, check=True).stdout
+    listing = subprocess.run(
+        ["git", "verify-pack", "-v", str(pack.with_suffix(".idx"))], capture_output=True, text=True, check=True
+    ).stdout
     blobs = [line.split() for line in listing.splitlines() if re.match(r"^[0-9a-f]{40} blob ", line)]
     _, _, size, packed, offset = max(blobs, key=lambda fields: int(fields[3]))[:5]
     pack.chmod(0o644)
@@ -413,8 +436,9 @@ class _RefsOnlyHandler(BaseHTTPRequestHandler):
     repo = ""
 
     def do_GET(self) -> None:
-        refs = subprocess.run(["git", "upload-pack", "--stateless-rpc", "--advertise-refs", self.repo],
-                              capture_output=True, check=True).stdout
+        refs = subprocess.run(
+            ["git", "upload-pack", "--stateless-rpc", "--advertise-refs", self.repo], capture_output=True, check=True
+        ).stdout
         head = b"# service=git-upload-pack\n"
         body = b"%04x" % (len(head) + 4) + head + b"0000" + refs
         self.send_response(200)
@@ -485,8 +509,14 @@ def test_status_says_when_a_sync_is_running(tmp_path: Path) -> None:
 
 
 def kill_sync_at(config: Path, kill_point: str) -> None:
-    proc = subprocess.run([PYTHON, "-c", KILL_DRIVER, kill_point, "--config", str(config), "sync", "--quiet"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [PYTHON, "-c", KILL_DRIVER, kill_point, "--config", str(config), "sync", "--quiet"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == -signal.SIGKILL, f"kill point {kill_point} never reached: {proc.stderr[-2000:]}"
 
 
@@ -519,8 +549,17 @@ def test_each_skip_is_logged_once_per_sync(tmp_path: Path, upstream: tuple[Path,
     url, repo = upstream
     commit(repo, {"blob.md": b"PK\x00\x03 binary", "link.md": Symlink("n1.md")}, time=T0 + 120)
     notes = tmp_path / "notes"
-    write_tree(notes, {"ok.md": "# Ok\n\nfine\n", "nul.md": b"# x\n\x00\x01", "latin1.md": "# Caf\xe9\n".encode("latin-1"),
-                       "huge.md": "# Huge\n\n" + "x" * 3000, "coll/_meta.yaml": "name: [unclosed\n", "coll/y.md": "# Y\n"})
+    write_tree(
+        notes,
+        {
+            "ok.md": "# Ok\n\nfine\n",
+            "nul.md": b"# x\n\x00\x01",
+            "latin1.md": "# Caf\xe9\n".encode("latin-1"),
+            "huge.md": "# Huge\n\n" + "x" * 3000,
+            "coll/_meta.yaml": "name: [unclosed\n",
+            "coll/y.md": "# Y\n",
+        },
+    )
     config = write_config(tmp_path / "home", CLOSED, notes=notes, git_url=url, retries=0)
     data = yaml.safe_load(config.read_text())
     data["max_file_bytes"] = 2000
@@ -557,8 +596,10 @@ def test_swap_puts_the_new_folder_in_place_and_the_old_one_aside(
     tmp_path: Path, exchange: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if exchange == "two-renames":  # a kernel or libc without RENAME_EXCHANGE
+
         def no_libc(*args: object, **kwargs: object) -> None:
             raise OSError("no renameat2")
+
         monkeypatch.setattr(git.ctypes, "CDLL", no_libc)
     old, new = tmp_path / "repo.git", tmp_path / ".repo.git.x.clone"
     write_tree(old, {"HEAD": "old\n"})
@@ -631,8 +672,12 @@ def test_a_git_grep_failing_on_damaged_objects_marks_the_mirror(
     assert git.mirror_damage(source) is None
     subprocess.run(["git", "--git-dir", str(source.mirror), "gc", "-q"], check=True)
     damage_one_blob(source.mirror)
-    proc = subprocess.run(["git", "--git-dir", str(source.mirror), "grep", "-e", "w", head, "--"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["git", "--git-dir", str(source.mirror), "grep", "-e", "w", head, "--"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode not in (0, 1), proc  # git grep met the broken blob
     line = git.note_git_failure(source, proc.stderr)
     assert line and git.mirror_damage(source) == line
@@ -700,6 +745,7 @@ def test_hooks_install_into_a_read_only_hooks_folder_says_which_and_installs_the
         (mirror / "hooks").chmod(0o755)
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and errors == [
-        f"Error: cannot write hook {mirror / 'hooks' / 'reference-transaction'}: Permission denied"], proc.stderr
+        f"Error: cannot write hook {mirror / 'hooks' / 'reference-transaction'}: Permission denied"
+    ], proc.stderr
     assert proc.stdout.strip() == f"installed {other / 'hooks' / 'reference-transaction'}", proc.stdout
     assert sorted(p.name for p in (mirror / "hooks").iterdir() if not p.name.endswith(".sample")) == []

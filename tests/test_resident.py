@@ -150,7 +150,9 @@ def test_rolled_back_transaction_keeps_the_generation(config: Config, do_sync: C
         store.close()
 
 
-def test_engine_uses_it_unscoped_only(config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport]) -> None:
+def test_engine_uses_it_unscoped_only(
+    config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport]
+) -> None:
     do_sync()
     calls: list[int] = []
 
@@ -165,11 +167,14 @@ def test_engine_uses_it_unscoped_only(config: Config, embedder: FakeEmbedder, do
     store = Store.open(config.db, readonly=True)
     try:
         for scope in (SearchScope(), SearchScope(path="devops")):
-            with_copy = search(store, config, "záloha", mode="vec", scope=scope,
-                               embedder_factory=lambda: embedder, resident=resident)
+            with_copy = search(
+                store, config, "záloha", mode="vec", scope=scope, embedder_factory=lambda: embedder, resident=resident
+            )
             without = search(store, config, "záloha", mode="vec", scope=scope, embedder_factory=lambda: embedder)
             assert [h.score for h in with_copy.results] == [h.score for h in without.results]
-            assert [h.explain["distance"] for h in with_copy.results] == [h.explain["distance"] for h in without.results]
+            assert [h.explain["distance"] for h in with_copy.results] == [
+                h.explain["distance"] for h in without.results
+            ]
             assert with_copy.results
     finally:
         store.close()
@@ -177,7 +182,10 @@ def test_engine_uses_it_unscoped_only(config: Config, embedder: FakeEmbedder, do
 
 
 def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
-    config_path: Path, config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport],
+    config_path: Path,
+    config: Config,
+    embedder: FakeEmbedder,
+    do_sync: Callable[..., SyncReport],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from search import cli as cli_module
@@ -201,7 +209,9 @@ def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
         store.close()
 
 
-def test_zero_vectors_are_never_hits(config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport]) -> None:
+def test_zero_vectors_are_never_hits(
+    config: Config, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport]
+) -> None:
     """A zero vector has no direction (sqlite-vec gives it no cosine distance): vec0, the exact
     scoped path and the copy all leave it out, and a zero query finds nothing."""
     do_sync()

@@ -266,8 +266,9 @@ def test_route_asks_a_down_embedder_once_and_remembers_the_outage(tmp_path: Path
         embedder_health(config).clock = lambda: now[0]
 
         def route(question: str) -> dict[str, object]:
-            result = CliRunner().invoke(cli_module.cli, ["--config", str(config_path), "route", question, "--json"],
-                                        catch_exceptions=False)
+            result = CliRunner().invoke(
+                cli_module.cli, ["--config", str(config_path), "route", question, "--json"], catch_exceptions=False
+            )
             assert result.exit_code == 0, result.output
             return json.loads(result.stdout)
 

@@ -92,8 +92,19 @@ def test_a_source_prefix_narrows_and_must_agree_with_the_sources_given() -> None
 def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
     report = SourceReport("notes", "workspace", added=1, skipped=1, skips=[("x.bin", "binary")], unreadable=[""])
     assert list(source_report_json(report)) == [
-        "id", "kind", "added", "updated", "deleted", "touched", "skipped", "rev", "error", "unreadable", "recloned",
-        "skips"]
+        "id",
+        "kind",
+        "added",
+        "updated",
+        "deleted",
+        "touched",
+        "skipped",
+        "rev",
+        "error",
+        "unreadable",
+        "recloned",
+        "skips",
+    ]
     assert source_report_json(report)["unreadable"] == ["./"]
     assert source_report_json(report)["skips"] == [{"path": "x.bin", "reason": "binary"}]
     shaped = source_report_json(report, place=Place("notes", "devops"), shape="reindex")
@@ -128,8 +139,10 @@ def test_the_cli_builds_its_embedder_through_the_package_at_call_time(
 
 
 def test_main_makes_openmp_wait_passively_unless_told_otherwise(tmp_path: Path) -> None:
-    probe = ("import os, sys; from search.cli import main; sys.argv = ['notes-search', '--version']\n"
-             "try:\n    main()\nexcept SystemExit:\n    pass\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+    probe = (
+        "import os, sys; from search.cli import main; sys.argv = ['notes-search', '--version']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\nprint(os.environ.get('OMP_WAIT_POLICY'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.splitlines()[-1] == "PASSIVE"

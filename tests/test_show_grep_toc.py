@@ -38,9 +38,12 @@ from tests.fakes import FakeEmbedder
 HAVE_RG = shutil.which("rg") is not None
 GIT_ENV = {
     **os.environ,
-    "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
 }
 
 EXTRA_NOTES = {
@@ -111,7 +114,9 @@ def build_world(base: Path) -> Path:
     upstream.mkdir()
     git(upstream, "init", "-q", "-b", "main")
     commit(upstream, WIKI_V1, "v1")
-    config_path = write_config(base, f"""\
+    config_path = write_config(
+        base,
+        f"""\
   workspace:
     notes:
       root: {base / "notes"}
@@ -124,7 +129,8 @@ def build_world(base: Path) -> Path:
     wiki:
       url: {upstream}
       exclude: ["drafts/**"]
-""")
+""",
+    )
     sync(load_config(config_path))
     return config_path
 
@@ -256,8 +262,16 @@ def test_show_whole_file_and_line_ranges(run: Callable[..., Result], cfg: Config
     to_end = run("show", "devops/zalohovani.md:10")  # bare path: only `notes` has it
     assert to_end.stdout.splitlines() == lines[9:]
     data = json.loads(run("show", "notes:devops/zalohovani.md:6:3", "--json").stdout)
-    assert data["results"] == [{"source": "notes", "path": "devops/zalohovani.md", "rev": None, "start_line": 6,
-                    "end_line": 8, "text": "\n".join(lines[5:8]) + "\n"}]
+    assert data["results"] == [
+        {
+            "source": "notes",
+            "path": "devops/zalohovani.md",
+            "rev": None,
+            "start_line": 6,
+            "end_line": 8,
+            "text": "\n".join(lines[5:8]) + "\n",
+        }
+    ]
     past = run("show", "notes:devops/zalohovani.md:999")
     assert past.exit_code == 1 and "past the end" in past.output
 
@@ -283,12 +297,19 @@ def test_show_and_get_of_a_crlf_file_give_the_same_lines(tmp_path: Path) -> None
     from search.service import NotesService
 
     write(tmp_path / "notes", {"win.md": "# Windows\r\n\r\nfirst line\r\nsecond line\r\nthird\r\n"})
-    service = NotesService.from_config_file(str(write_config(tmp_path, f"""\
+    service = NotesService.from_config_file(
+        str(
+            write_config(
+                tmp_path,
+                f"""\
   workspace:
     notes:
       root: {tmp_path / "notes"}
       paths: ["**"]
-""")))
+""",
+            )
+        )
+    )
     (shown,) = service.show("notes:win.md:3:2")
     window = service.get("notes:win.md:3:2", None, 10)
     assert shown.range is not None and window.view.range is not None
@@ -305,12 +326,18 @@ def test_show_bare_path_in_several_sources(run: Callable[..., Result]) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     headers = [line for line in out.splitlines() if line.startswith("==> ")]
-    assert headers == ["==> wiki:devops/postgres.md <==", "==> notes:devops/postgres.md <==",
-                       "==> other:devops/postgres.md <=="]
+    assert headers == [
+        "==> wiki:devops/postgres.md <==",
+        "==> notes:devops/postgres.md <==",
+        "==> other:devops/postgres.md <==",
+    ]
     assert "port 5432" in out and "port 6432" in out and "PG in wiki" in out
     data = json.loads(run("show", "devops/postgres.md:1:1", "--json").stdout)
     assert [(d["source"], d["text"]) for d in data["results"]] == [
-        ("wiki", "# PG in wiki\n"), ("notes", "# PostgreSQL\n"), ("other", "# PostgreSQL elsewhere\n")]
+        ("wiki", "# PG in wiki\n"),
+        ("notes", "# PostgreSQL\n"),
+        ("other", "# PostgreSQL elsewhere\n"),
+    ]
     single = run("show", "notes:devops/postgres.md")
     assert "==>" not in single.stdout
 
@@ -334,8 +361,17 @@ def test_show_reads_the_mirror_at_the_indexed_rev(tmp_path: Path) -> None:
     assert run("show", "wiki:guide.md").stdout == "# Guide\n\nversion two\n"
 
 
-@pytest.mark.parametrize("ref", ["../notes-search.yaml", "notes:../notes-search.yaml", "notes:devops/../../x.md",
-                                 "/etc/passwd", "notes:/etc/passwd", "wiki:../upstream/guide.md"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "../notes-search.yaml",
+        "notes:../notes-search.yaml",
+        "notes:devops/../../x.md",
+        "/etc/passwd",
+        "notes:/etc/passwd",
+        "wiki:../upstream/guide.md",
+    ],
+)
 def test_show_refuses_paths_outside_sources(run: Callable[..., Result], ref: str) -> None:
     result = run("show", ref)
     assert result.exit_code == 1
@@ -370,14 +406,17 @@ def test_grep_regex_fixed_and_case(engine: str, cfg: Config, store: Store) -> No
     assert grep(cfg, store, r"db-0\d", source_ids=["notes"], fixed=True) == []
     assert where(grep(cfg, store, "db-01.lan", source_ids=["notes"], fixed=True)) == ["notes:devops/zalohovani.md:7"]
     assert grep(cfg, store, "postgresql", source_ids=["notes"]) == []
-    assert where(grep(cfg, store, "postgresql", source_ids=["notes"], ignore_case=True)) == ["notes:devops/postgres.md:1"]
+    assert where(grep(cfg, store, "postgresql", source_ids=["notes"], ignore_case=True)) == [
+        "notes:devops/postgres.md:1"
+    ]
     assert where(grep(cfg, store, "КРЕМЛЬ", source_ids=["notes"], ignore_case=True)) == ["notes:travel/kazan.md:3"]
 
 
 def test_grep_pattern_starting_with_dash(engine: str, cfg: Config, store: Store, run: Callable[..., Result]) -> None:
     assert where(grep(cfg, store, "--dry-run", source_ids=["notes"])) == ["notes:devops/flags.md:3"]
     assert where(grep(cfg, store, "-", source_ids=["notes"], path="devops/flags.md", fixed=True)) == [
-        "notes:devops/flags.md:3"]
+        "notes:devops/flags.md:3"
+    ]
     result = run("grep", "--source", "notes", "--", "--dry-run")
     assert result.exit_code == 0, result.output
     assert result.stdout == "notes:devops/flags.md:3: Run the deploy with --dry-run first.\n"
@@ -398,10 +437,14 @@ def test_grep_scope_source_path_and_exclude(engine: str, cfg: Config, store: Sto
     # secret/ is excluded from `notes`, drafts/ from `wiki`: never grepped
     assert not any("secret/" in w or "drafts/" in w for w in everywhere)
     assert where(grep(cfg, store, "port", path="devops")) == [
-        "wiki:devops/postgres.md:3", "notes:devops/postgres.md:3", "other:devops/postgres.md:3"]
+        "wiki:devops/postgres.md:3",
+        "notes:devops/postgres.md:3",
+        "other:devops/postgres.md:3",
+    ]
     assert where(grep(cfg, store, "port", source_ids=["other"])) == ["other:devops/postgres.md:3"]
     assert where(grep(cfg, store, "port", path="devops/postgres.md", source_ids=["notes"])) == [
-        "notes:devops/postgres.md:3"]
+        "notes:devops/postgres.md:3"
+    ]
     assert grep(cfg, store, "port", path="travel") == []
     assert grep(cfg, store, "hunter2", path="secret") == []
     with pytest.raises(PathOutsideSources):
@@ -412,8 +455,11 @@ def test_grep_scope_source_path_and_exclude(engine: str, cfg: Config, store: Sto
 def test_grep_rg_survives_a_file_vanishing(cfg: Config, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """rg exits 2 for a file deleted between the walk and the search: not a pattern error."""
     listed = grep_module._workspace_files
-    monkeypatch.setattr(grep_module, "_workspace_files",
-                        lambda source, folder, problems: [("gone.md", "gone.md"), *listed(source, folder, problems)])
+    monkeypatch.setattr(
+        grep_module,
+        "_workspace_files",
+        lambda source, folder, problems: [("gone.md", "gone.md"), *listed(source, folder, problems)],
+    )
     found = grep(cfg, store, "port", source_ids=["other"])
     assert where(found) == ["other:devops/postgres.md:3"]
     assert found.unsearched == []  # gone: nothing left to search, so nothing missed
@@ -421,7 +467,10 @@ def test_grep_rg_survives_a_file_vanishing(cfg: Config, store: Store, monkeypatc
 
 def test_git_pathspecs_are_a_superset_of_the_scope() -> None:
     assert grep_module._pathspecs(FileSelection(paths=("notes/**", "docs/*.md", "notes/a/**")), "") == [
-        ":(literal)docs", ":(literal)notes", ":(literal)notes/a"]
+        ":(literal)docs",
+        ":(literal)notes",
+        ":(literal)notes/a",
+    ]
     assert grep_module._pathspecs(FileSelection(paths=("README.md",)), "") == []  # a name at any depth
     assert grep_module._pathspecs(FileSelection(paths=("**",)), "ops") == [":(literal)ops"]
 
@@ -443,7 +492,8 @@ def test_grep_git_mirror_at_indexed_rev(tmp_path: Path) -> None:
     assert where(grep(cfg, store, "VERSION ONE", source_ids=["wiki"], ignore_case=True)) == ["wiki:guide.md:3"]
     assert where(grep(cfg, store, "КРЕМЛЬ", source_ids=["wiki"], ignore_case=True)) == ["wiki:ru.md:3"]
     assert where(grep(cfg, store, "restart", source_ids=["wiki"], path="ops", ignore_case=True)) == [
-        "wiki:ops/runbook.md:3"]
+        "wiki:ops/runbook.md:3"
+    ]
     assert grep(cfg, store, "db-01", source_ids=["wiki"], path="drafts") == []
     assert where(grep(cfg, store, "--", source_ids=["wiki"], fixed=True)) == []
     with pytest.raises(NotesSearchError, match="invalid regex"):
@@ -451,8 +501,9 @@ def test_grep_git_mirror_at_indexed_rev(tmp_path: Path) -> None:
     store.close()
 
 
-def test_grep_git_ignores_the_repository_a_hook_points_at(cfg: Config, store: Store, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grep_git_ignores_the_repository_a_hook_points_at(
+    cfg: Config, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A git hook runs us with GIT_DIR, GIT_OBJECT_DIRECTORY and the like set for its own
     repository: git grep must still read the mirror (the one git environment drops them)."""
     elsewhere = tmp_path / "elsewhere"
@@ -469,9 +520,21 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
     assert human.exit_code == 0, human.output
     assert human.stdout == "wiki:ops/runbook.md:3: Restart db-01 with care.\n"
     data = json.loads(run("grep", "port", "--json", "--source", "other").stdout)
-    assert data == {"pattern": "port", "truncated": False, "unsearched": [], "results": [
-        {"source": "other", "path": "devops/postgres.md", "line": 3, "text": "port 6432 via pgbouncer", "rev": None,
-         "ref": "other:devops/postgres.md:3"}]}
+    assert data == {
+        "pattern": "port",
+        "truncated": False,
+        "unsearched": [],
+        "results": [
+            {
+                "source": "other",
+                "path": "devops/postgres.md",
+                "line": 3,
+                "text": "port 6432 via pgbouncer",
+                "rev": None,
+                "ref": "other:devops/postgres.md:3",
+            }
+        ],
+    }
     capped = run("grep", "e", "--max-count", "2", "--json")
     body = json.loads(capped.stdout)
     assert len(body["results"]) == 2 and body["truncated"] is True and "--max-count" in capped.stderr
@@ -522,11 +585,15 @@ def test_write_tocs_and_toc_command(cfg: Config, store: Store, run: Callable[...
     assert "- devops/postgres.md — PostgreSQL elsewhere" in result.stdout
     everything = run("toc").stdout
     assert [line for line in everything.splitlines() if line.startswith("# ")] == [
-        "# Contents of source wiki", "# Contents of source notes", "# Contents of source other"]
+        "# Contents of source wiki",
+        "# Contents of source notes",
+        "# Contents of source other",
+    ]
     assert run("toc", "--source", "nope").exit_code == 1
     data = json.loads(run("toc", "--json").stdout)
     assert [(r["source"], r["file"]) for r in data["results"]] == [
-        (sid, str(toc_path(cfg, sid))) for sid in ("wiki", "notes", "other")]
+        (sid, str(toc_path(cfg, sid))) for sid in ("wiki", "notes", "other")
+    ]
     assert data["results"][2]["text"] == toc_path(cfg, "other").read_text(encoding="utf-8")
 
 

@@ -32,7 +32,9 @@ def doc(path: str, texts: list[str]) -> tuple[FileVersion, ParsedDocument]:
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     store = Store.open(tmp_path / "index.sqlite")
-    store.reset_vectors(DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity())
+    store.reset_vectors(
+        DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
+    )
     store.ensure_source("s", "workspace")
     yield store
     store.close()
@@ -141,15 +143,21 @@ def _stopped_after(path: Path, steps: int) -> None:
     conn.execute(f"CREATE VIRTUAL TABLE vec_chunks USING vec0(embedding float[{DIMS}] distance_metric=cosine)")
     if steps:
         conn.execute("INSERT INTO sources(source_id, kind) VALUES ('s', 'workspace')")
-        conn.execute("INSERT INTO files(source_id, path, sha256, size, updated_at, indexed_at)"
-                     " VALUES ('s', 'a.md', 'x', 1, 1.0, '2024-01-01T00:00:00Z')")
+        conn.execute(
+            "INSERT INTO files(source_id, path, sha256, size, updated_at, indexed_at)"
+            " VALUES ('s', 'a.md', 'x', 1, 1.0, '2024-01-01T00:00:00Z')"
+        )
         for idx, embedded in ((0, "2024-01-01T00:00:00Z"), (1, None)):
-            conn.execute("INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,"
-                         " content_hash, embedded_at) VALUES ('s', 'a.md', ?, 'a', 'Dobrý den, jak se máte?', 1, 1, ?, ?)",
-                         (idx, f"h{idx}", embedded))
+            conn.execute(
+                "INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,"
+                " content_hash, embedded_at) VALUES ('s', 'a.md', ?, 'a', 'Dobrý den, jak se máte?', 1, 1, ?, ?)",
+                (idx, f"h{idx}", embedded),
+            )
         conn.execute("INSERT INTO vec_chunks(rowid, embedding) VALUES (1, ?)", (np.ones(DIMS, np.float32).tobytes(),))
         if steps > 2:  # chunk_vectors exists: the version kept both copies
-            conn.execute("INSERT INTO chunk_vectors(id, embedding) VALUES (1, ?)", (np.ones(DIMS, np.float32).tobytes(),))
+            conn.execute(
+                "INSERT INTO chunk_vectors(id, embedding) VALUES (1, ?)", (np.ones(DIMS, np.float32).tobytes(),)
+            )
     conn.close()
 
 

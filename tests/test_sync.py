@@ -145,8 +145,12 @@ def test_degraded_mode_stores_pending_then_fills(do_sync: Sync, config: Config, 
 
 def test_identity_change_rebuilds_vectors(tmp_path: Path, notes: Path, do_sync: Sync, config: Config) -> None:
     do_sync()
-    changed = config.__class__(**{**config.__dict__, "embedding": config.embedding.__class__(
-        **{**config.embedding.__dict__, "model": "fake:2", "dims": 32})})
+    changed = config.__class__(
+        **{
+            **config.__dict__,
+            "embedding": config.embedding.__class__(**{**config.embedding.__dict__, "model": "fake:2", "dims": 32}),
+        }
+    )
     other = FakeEmbedder(changed.embedding)
     report = run_sync(changed, embedder_factory=lambda: other)
     assert report.rebuilt and "fake:2" in report.rebuilt and "fake:1" in report.rebuilt
@@ -163,8 +167,12 @@ def test_identity_change_rebuilds_vectors(tmp_path: Path, notes: Path, do_sync: 
 
 def test_identity_change_with_embedder_down_leaves_no_old_vectors(do_sync: Sync, config: Config) -> None:
     do_sync()
-    changed = config.__class__(**{**config.__dict__, "embedding": config.embedding.__class__(
-        **{**config.embedding.__dict__, "model": "fake:2"})})
+    changed = config.__class__(
+        **{
+            **config.__dict__,
+            "embedding": config.embedding.__class__(**{**config.embedding.__dict__, "model": "fake:2"}),
+        }
+    )
     down = FakeEmbedder(changed.embedding)
     down.down = True
     run_sync(changed, embedder_factory=lambda: down)
@@ -197,11 +205,16 @@ def test_lock_held_means_exit_quietly(do_sync: Sync, config: Config) -> None:
 
 def test_lock_is_released_when_holder_is_killed(config: Config) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from indexer.lock import SyncLock;"
-         "l = SyncLock(Path(sys.argv[1])); assert l.acquire(); print('held', flush=True); time.sleep(60)",
-         str(config.lock_path)],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from indexer.lock import SyncLock;"
+            "l = SyncLock(Path(sys.argv[1])); assert l.acquire(); print('held', flush=True); time.sleep(60)",
+            str(config.lock_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -248,7 +261,9 @@ def test_file_that_becomes_binary_leaves_the_index(do_sync: Sync, config: Config
 def test_removed_source_is_dropped(tmp_path: Path, notes: Path, do_sync: Sync, config: Config) -> None:
     other = tmp_path / "other"
     write(other, {"a.md": "# A\n\nalpha\n"})
-    two = load_config(make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n"))
+    two = load_config(
+        make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+    )
     run_sync(two, embedder_factory=lambda: FakeEmbedder(two.embedding))
     assert {s.source_id for s in Store.open(two.db).source_stats()} == {"notes", "other"}
     do_sync()
@@ -262,7 +277,9 @@ def test_removed_source_is_dropped(tmp_path: Path, notes: Path, do_sync: Sync, c
 
 def test_missing_workspace_root_is_a_source_error(tmp_path: Path, notes: Path) -> None:
     gone = tmp_path / "gone"
-    config = load_config(make_config(tmp_path, notes, extra_sources=f"    gone:\n      root: {gone}\n      paths: ['**']\n"))
+    config = load_config(
+        make_config(tmp_path, notes, extra_sources=f"    gone:\n      root: {gone}\n      paths: ['**']\n")
+    )
     report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     errors = {s.source_id: s.error for s in report.sources}
     assert errors["notes"] is None and errors["gone"] and "does not exist" in errors["gone"]
@@ -270,7 +287,9 @@ def test_missing_workspace_root_is_a_source_error(tmp_path: Path, notes: Path) -
 
 def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Sync, config: Config, notes: Path) -> None:
     do_sync()
-    (notes / "travel/_meta.yaml").write_text("name: trips\ndescription: Cesty a výlety\ntags: [travel]\n", encoding="utf-8")
+    (notes / "travel/_meta.yaml").write_text(
+        "name: trips\ndescription: Cesty a výlety\ntags: [travel]\n", encoding="utf-8"
+    )
     do_sync()
     store = Store.open(config.db)
     try:
@@ -284,7 +303,9 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
 
 def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path) -> None:
     later = tmp_path / "later"
-    config = load_config(make_config(tmp_path, notes, extra_sources=f"    later:\n      root: {later}\n      paths: ['**']\n"))
+    config = load_config(
+        make_config(tmp_path, notes, extra_sources=f"    later:\n      root: {later}\n      paths: ['**']\n")
+    )
     embedder = FakeEmbedder(config.embedding)
     run_sync(config, embedder_factory=lambda: embedder)
     store = Store.open(config.db)
@@ -320,8 +341,9 @@ def test_renamed_source_reuses_vectors(tmp_path: Path, notes: Path, embedder: Fa
     config_path = make_config(tmp_path, notes)
     run_sync(load_config(config_path), embedder_factory=lambda: embedder)
     before = embedder.texts_embedded
-    config_path.write_text(config_path.read_text(encoding="utf-8").replace("    notes:\n", "    renamed:\n"),
-                           encoding="utf-8")
+    config_path.write_text(
+        config_path.read_text(encoding="utf-8").replace("    notes:\n", "    renamed:\n"), encoding="utf-8"
+    )
     config = load_config(config_path)
     assert list(config.sources) == ["renamed"]
     report = run_sync(config, embedder_factory=lambda: embedder)
@@ -376,7 +398,9 @@ def test_a_new_chunker_version_is_recorded_per_source(
 
     other = tmp_path / "other"
     write(other, {"a.md": "# A\n\nalpha\n"})
-    config = load_config(make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n"))
+    config = load_config(
+        make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+    )
     run_sync(config, embedder_factory=lambda: embedder)
     monkeypatch.setattr(chunker, "CHUNKER_VERSION", "next")
     first = run_sync(config, source_ids=["notes"], embedder_factory=lambda: embedder)

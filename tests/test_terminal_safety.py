@@ -40,7 +40,9 @@ from tests.conftest import FAKE_EMBEDDING, assert_one_line_error
 from tests.fakes import FakeEmbedder
 
 # Written out here, not imported: the test must not share a mistake with the code it checks.
-UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+UNSAFE = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 CLICK_STYLE = re.compile(r"\x1b\[[0-9;]*m")  # what click.style emits: colour, bold, reset
 SYNC_PROGRESS = re.compile(r"\r(?:[a-z]+: [0-9/]+ *| {40}\r)")  # "\rembed: 2/2   ", then a blank-out
 HAVE_RG = shutil.which("rg") is not None
@@ -78,7 +80,7 @@ def fake_embedder(config: EmbeddingConfig) -> FakeEmbedder:
 def write_config(path: Path, root: Path, notes: Path, extra: str = "") -> Path:
     path.write_text(
         f"root: {json.dumps(str(root))}\n{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n"
-        f"      root: {json.dumps(str(notes))}\n      paths: [\"**\"]\n      exclude: [\"drafts/**\"]\n{extra}",
+        f'      root: {json.dumps(str(notes))}\n      paths: ["**"]\n      exclude: ["drafts/**"]\n{extra}',
         encoding="utf-8",
     )
     return path
@@ -105,7 +107,8 @@ def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Callable[.
     (notes / "drafts" / "wip.md").write_text("# WIP\n\nhostilemarker draft\n", encoding="utf-8")
     (notes / "ops").mkdir()
     (notes / "ops" / "_meta.yaml").write_text(
-        json.dumps({"name": "ops", "description": f"Servers {OSC} and {CSI} backups"}), encoding="utf-8")
+        json.dumps({"name": "ops", "description": f"Servers {OSC} and {CSI} backups"}), encoding="utf-8"
+    )
     (notes / "ops" / "runbook.md").write_text("# Runbook\n\nrestart the servers\n", encoding="utf-8")
     run = make_runner(write_config(tmp_path / "notes-search.yaml", tmp_path, notes))
     assert run("sync").exit_code == 0
@@ -118,20 +121,26 @@ def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Callable[.
 def test_controls_are_shown_as_escapes() -> None:
     assert safe_for_terminal(f"# t {OSC}") == "# t \\x1b]0;HACKED\\x07"
     assert safe_for_terminal(f"a{CSI}b\rc\x08d\x7f\x9b\x00") == "a\\x1b[2Jb\\rc\\x08d\\x7f\\x9b\\x00"
-    assert safe_for_terminal("rev\u202eersed \u2066iso\u2069 \u200f \u061c") == \
-        "rev\\u202eersed \\u2066iso\\u2069 \\u200f \\u061c"
+    assert (
+        safe_for_terminal("rev\u202eersed \u2066iso\u2069 \u200f \u061c")
+        == "rev\\u202eersed \\u2066iso\\u2069 \\u200f \\u061c"
+    )
     assert safe_for_terminal("sep\u2028para\u2029") == "sep\\u2028para\\u2029"
     assert safe_for_terminal("name\udcff.md") == "name\\udcff.md"  # an undecodable file name byte
     assert safe_for_terminal("a\nb") == "a\\nb"
     # kept: what cannot move the cursor or reorder text
-    for harmless in ("tab\there", "Zálohování, Кремль, 漢字", "family \U0001F468\u200d\U0001F469", "soft\u00adhyphen",
-                     "back\\slash"):
+    for harmless in (
+        "tab\there",
+        "Zálohování, Кремль, 漢字",
+        "family \U0001f468\u200d\U0001f469",
+        "soft\u00adhyphen",
+        "back\\slash",
+    ):
         assert safe_for_terminal(harmless) == harmless
 
 
 def test_multiline_keeps_lines_and_crlf_but_not_a_lone_cr() -> None:
-    assert safe_for_terminal("one\ntwo\r\nthree\rover\x1b[2K\n", multiline=True) == \
-        "one\ntwo\r\nthree\\rover\\x1b[2K\n"
+    assert safe_for_terminal("one\ntwo\r\nthree\rover\x1b[2K\n", multiline=True) == "one\ntwo\r\nthree\\rover\\x1b[2K\n"
 
 
 @settings(max_examples=300, deadline=None, database=None, derandomize=True)
@@ -146,8 +155,12 @@ def test_any_text_comes_out_safe_and_safe_text_unchanged(text: str) -> None:
 
 
 @settings(max_examples=300, deadline=None, database=None, derandomize=True)
-@given(st.recursive(st.text() | st.integers() | st.none(),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4)))
+@given(
+    st.recursive(
+        st.text() | st.integers() | st.none(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    )
+)
 def test_json_stays_exact_and_printable(data: object) -> None:
     dumped = safe_json(json.dumps(data, ensure_ascii=False, indent=2))
     assert json.loads(dumped) == data
@@ -194,7 +207,12 @@ def test_show_keeps_lines_and_escapes_controls(hostile) -> None:  # type: ignore
     assert result.exit_code == 0, result.output
     assert_result_safe(result)
     assert result.stdout.split("\n") == [
-        "# t \\x1b]0;HACKED\\x07", "", "hostilemarker \\x1b[2J clears the screen", "line one\\roverwritten", ""]
+        "# t \\x1b]0;HACKED\\x07",
+        "",
+        "hostilemarker \\x1b[2J clears the screen",
+        "line one\\roverwritten",
+        "",
+    ]
     crlf = run("show", "notes:crlf.md")
     assert crlf.stdout_bytes == HOSTILE["crlf.md"].encode()  # CRLF line ends are line ends, shown as they are
     named = run("show", f"notes:esc{CSI}name.md:3")
@@ -205,8 +223,12 @@ def test_show_keeps_lines_and_escapes_controls(hostile) -> None:  # type: ignore
 
 
 @pytest.mark.parametrize("engine", ["rg", "python"])
-def test_grep_escapes_lines_and_names(hostile, engine: str, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grep_escapes_lines_and_names(
+    hostile,
+    engine: str,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     run, _ = hostile
     use_engine(engine, tmp_path, monkeypatch)
     result = run("grep", "hostilemarker|overwritten")
@@ -272,7 +294,9 @@ def test_reindex_says_what_was_skipped_and_why(hostile) -> None:  # type: ignore
     assert result.stdout.splitlines() == ["notes: +0 ~0 -0, 1 skipped", "    skipped binary.md: binary or not UTF-8"]
     excluded = run("reindex", "drafts/wip.md")
     assert excluded.stdout.splitlines() == [
-        "notes: +0 ~0 -0, 1 skipped", "    skipped drafts/wip.md: excluded by the config (paths/include/exclude)"]
+        "notes: +0 ~0 -0, 1 skipped",
+        "    skipped drafts/wip.md: excluded by the config (paths/include/exclude)",
+    ]
     (notes / "huge.md").write_text("# Huge\n" + "x" * 100, encoding="utf-8")
     config = notes.parent / "notes-search.yaml"
     config.write_text(config.read_text(encoding="utf-8") + "max_file_bytes: 50\n", encoding="utf-8")
@@ -288,9 +312,15 @@ def test_reindex_says_what_was_skipped_and_why(hostile) -> None:  # type: ignore
 
 def test_error_lines_quote_names_escaped(hostile) -> None:  # type: ignore[no-untyped-def]
     run, _ = hostile
-    for args in (("show", f"notes:gone{OSC}.md"), ("show", f"nothing{CSI}\n.md:3"), ("query", "x", "--path", f"no{OSC}"),
-                 ("reindex", f"notes:missing{CSI}.md"), ("status", f"no{OSC}"), ("grep", "x", "--source", f"no{CSI}"),
-                 ("show", f"notes:osc.md:{9}")):
+    for args in (
+        ("show", f"notes:gone{OSC}.md"),
+        ("show", f"nothing{CSI}\n.md:3"),
+        ("query", "x", "--path", f"no{OSC}"),
+        ("reindex", f"notes:missing{CSI}.md"),
+        ("status", f"no{OSC}"),
+        ("grep", "x", "--source", f"no{CSI}"),
+        ("show", f"notes:osc.md:{9}"),
+    ):
         result = run(*args)
         assert result.exit_code == 1, (args, result.output)
         assert_result_safe(result)
@@ -313,8 +343,13 @@ def test_show_negative_line_says_lines_start_at_1(hostile) -> None:  # type: ign
 
 
 def git(cwd: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "T",
-           "GIT_COMMITTER_EMAIL": "t@e"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "T",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "T",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
@@ -332,8 +367,10 @@ def test_status_sync_hooks_and_init_escape_paths(tmp_path: Path, monkeypatch: py
     git(upstream, "add", "-A")
     git(upstream, "commit", "-q", "-m", "one")
     missing = tmp_path / f"gone{OSC}"
-    extra = (f"  git:\n    wiki:\n      url: {json.dumps(str(upstream))}\n"
-             f"    broken:\n      url: {json.dumps(str(missing))}\n")
+    extra = (
+        f"  git:\n    wiki:\n      url: {json.dumps(str(upstream))}\n"
+        f"    broken:\n      url: {json.dumps(str(missing))}\n"
+    )
     config = write_config(root / "notes-search.yaml", root, notes, extra)
     run = make_runner(config)
     synced = run("sync")
@@ -368,8 +405,14 @@ def test_git_source_names_and_text_are_escaped(tmp_path: Path, monkeypatch: pyte
     git(upstream, "commit", "-q", "-m", "hostile")
     notes = tmp_path / "notes"
     notes.mkdir()
-    run = make_runner(write_config(tmp_path / "notes-search.yaml", tmp_path, notes,
-                                   f"  git:\n    wiki:\n      url: {json.dumps(str(upstream))}\n"))
+    run = make_runner(
+        write_config(
+            tmp_path / "notes-search.yaml",
+            tmp_path,
+            notes,
+            f"  git:\n    wiki:\n      url: {json.dumps(str(upstream))}\n",
+        )
+    )
     assert run("sync").exit_code == 0
     found = run("grep", "hostilemarker", "--source", "wiki")
     assert_result_safe(found)
@@ -389,8 +432,9 @@ def test_eval_report_escapes_questions(hostile, tmp_path: Path) -> None:  # type
     run, _ = hostile
     questions = tmp_path / "q.jsonl"
     # a miss (another file answers first), so the report prints the question and the expected path
-    questions.write_text(json.dumps({"question": f"restart {OSC}\nservers", "path": f"esc{CSI}name.md"}) + "\n",
-                         encoding="utf-8")
+    questions.write_text(
+        json.dumps({"question": f"restart {OSC}\nservers", "path": f"esc{CSI}name.md"}) + "\n", encoding="utf-8"
+    )
     result = run("eval", str(questions), "--mode", "lex")
     assert result.exit_code == 0, result.output
     assert_result_safe(result)
@@ -402,9 +446,19 @@ def test_eval_report_escapes_questions(hostile, tmp_path: Path) -> None:  # type
 def test_watch_log_lines_are_one_line_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The formatter `watch` puts on stderr: a record stays one line, a traceback keeps its lines."""
     formatter = SafeLogFormatter("%(levelname)s %(name)s: %(message)s")
-    record = logging.LogRecord("notes_search.watch", logging.WARNING, __file__, 1, "skipping %s: %s",
-                               (f"notes:a\n{CSI}.md", f"bad {OSC}"), None)
-    assert formatter.format(record) == "WARNING notes_search.watch: skipping notes:a\\n\\x1b[2J.md: bad \\x1b]0;HACKED\\x07"
+    record = logging.LogRecord(
+        "notes_search.watch",
+        logging.WARNING,
+        __file__,
+        1,
+        "skipping %s: %s",
+        (f"notes:a\n{CSI}.md", f"bad {OSC}"),
+        None,
+    )
+    assert (
+        formatter.format(record)
+        == "WARNING notes_search.watch: skipping notes:a\\n\\x1b[2J.md: bad \\x1b]0;HACKED\\x07"
+    )
     try:
         raise ValueError(f"boom {CSI}")
     except ValueError:
@@ -449,6 +503,20 @@ def test_log_file_records_stay_one_line(hostile, tmp_path: Path) -> None:  # typ
     assert_terminal_safe(log.read_text(encoding="utf-8"), "the log file")
 
 
+def code_lines(path: Path) -> list[tuple[int, str]]:
+    """A module's lines with string literals and comments blanked: a help text that shows a
+    `print(...)` command is not output."""
+    import tokenize
+
+    lines: dict[int, list[str]] = {}
+    with open(path, encoding="utf-8") as source:
+        for token in tokenize.generate_tokens(source.readline):
+            if token.type in (tokenize.STRING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE):
+                continue
+            lines.setdefault(token.start[0], []).append(token.string)
+    return [(number, "".join(parts)) for number, parts in sorted(lines.items())]
+
+
 def test_no_output_bypasses_the_boundary() -> None:
     """Every print of the CLI goes through search.terminal (echo / styled / echo_json)."""
     repo = Path(__file__).resolve().parent.parent
@@ -457,7 +525,7 @@ def test_no_output_bypasses_the_boundary() -> None:
         for path in sorted((repo / folder).glob("*.py")):
             if path.name == "terminal.py":
                 continue
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for number, line in code_lines(path):
                 if re.search(r"click\.(echo|secho|style)\(|\bprint\(|sys\.std(out|err)\.write", line):
                     offenders.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
     assert not offenders, "raw output (use search.terminal.echo):\n" + "\n".join(offenders)
@@ -467,12 +535,42 @@ def test_no_output_bypasses_the_boundary() -> None:
 
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
-PIECES = [OSC, CSI, "\x1b[31m", "\x1b", "\r", "\n", "\r\n", "\x08", "\x00", "\x07", "\x0b", "\x0c", "\x7f", "\x85",
-          "\x9b", "\x9d", "\u202e", "\u2066", "\u200f", "\u2028", "\u2029", "\ufeff", "\t", "# ", "## ", "- ", "fuzzmark"]
+PIECES = [
+    OSC,
+    CSI,
+    "\x1b[31m",
+    "\x1b",
+    "\r",
+    "\n",
+    "\r\n",
+    "\x08",
+    "\x00",
+    "\x07",
+    "\x0b",
+    "\x0c",
+    "\x7f",
+    "\x85",
+    "\x9b",
+    "\x9d",
+    "\u202e",
+    "\u2066",
+    "\u200f",
+    "\u2028",
+    "\u2029",
+    "\ufeff",
+    "\t",
+    "# ",
+    "## ",
+    "- ",
+    "fuzzmark",
+]
 noteish = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), max_size=30).map("".join)
 name_chars = st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",))
-file_name = st.lists(st.one_of(st.sampled_from([p for p in PIECES if "\x00" not in p]), st.text(name_chars, max_size=4)),
-                     min_size=1, max_size=6).map(lambda parts: "".join(parts)[:60] + ".md")
+file_name = st.lists(
+    st.one_of(st.sampled_from([p for p in PIECES if "\x00" not in p]), st.text(name_chars, max_size=4)),
+    min_size=1,
+    max_size=6,
+).map(lambda parts: "".join(parts)[:60] + ".md")
 body = st.one_of(noteish.map(str.encode), st.binary(max_size=200))
 
 
@@ -487,11 +585,17 @@ def fuzz_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_config(base / "notes-search.yaml", base, base / "notes")
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not os.environ.get("FUZZ_RANDOM"),
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=not os.environ.get("FUZZ_RANDOM"),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(name=file_name, data=body)
-def test_no_byte_of_a_note_or_its_name_reaches_the_terminal(fuzz_world: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            tmp_path: Path, name: str, data: bytes) -> None:
+def test_no_byte_of_a_note_or_its_name_reaches_the_terminal(
+    fuzz_world: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, data: bytes
+) -> None:
     monkeypatch.setattr(cli_module, "make_embedder", fake_embedder)
     notes = fuzz_world.parent / "notes"
     for old in notes.iterdir():
@@ -503,8 +607,14 @@ def test_no_byte_of_a_note_or_its_name_reaches_the_terminal(fuzz_world: Path, mo
     run = make_runner(fuzz_world)
     assert_result_safe(run("sync"))
     ref = f"notes:{name}"
-    for args in (("query", "fuzzmark", "--mode", "lex"), ("show", ref), ("show", f"{ref}:2:3"),
-                 ("status", "--offline"), ("status", ref, "--offline"), ("reindex", ref)):
+    for args in (
+        ("query", "fuzzmark", "--mode", "lex"),
+        ("show", ref),
+        ("show", f"{ref}:2:3"),
+        ("status", "--offline"),
+        ("status", ref, "--offline"),
+        ("reindex", ref),
+    ):
         result = run(*args)
         assert result.exit_code in (0, 1), (args, result.output)
         assert_result_safe(result)

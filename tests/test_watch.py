@@ -180,7 +180,9 @@ def test_event_targets_follow_editor_saves(tmp_path: Path, roots: list[tuple[Wor
     assert event_targets(FileClosedNoWriteEvent(f"{n}/a.md"), roots) == set()
 
 
-def test_event_targets_ignore_what_the_scope_does_not_admit(tmp_path: Path, roots: list[tuple[WorkspaceSource, str]]) -> None:
+def test_event_targets_ignore_what_the_scope_does_not_admit(
+    tmp_path: Path, roots: list[tuple[WorkspaceSource, str]]
+) -> None:
     for path in ("other/a.md", "notes/a.txt", "notes/private/a.md", "notes/.git/a.md", "../outside/notes/a.md"):
         assert event_targets(FileModifiedEvent(f"{tmp_path}/{path}"), roots) == set(), path
     assert event_targets(DirCreatedEvent(f"{tmp_path}/notes/private"), roots) == set()
@@ -222,7 +224,9 @@ def test_vim_style_save_reaches_the_index(config: Config, notes: Path, embedder:
 
 
 @pytest.mark.parametrize("temp_name", [".postgres.md.tmp", "postgres.md.tmp"])
-def test_atomic_rename_save_reaches_the_index(config: Config, notes: Path, embedder: FakeEmbedder, temp_name: str) -> None:
+def test_atomic_rename_save_reaches_the_index(
+    config: Config, notes: Path, embedder: FakeEmbedder, temp_name: str
+) -> None:
     folder = notes / "devops"
     with watching(config, embedder):
         save(folder / temp_name, "# PostgreSQL\n\nReplaced atomically: renamedzebra.\n")
@@ -277,7 +281,9 @@ def deaf_observer() -> BaseObserver:
     return BaseObserver(DeafEmitter, timeout=0.1)
 
 
-def test_the_periodic_reconcile_picks_up_changes_the_events_missed(config: Config, notes: Path, embedder: FakeEmbedder) -> None:
+def test_the_periodic_reconcile_picks_up_changes_the_events_missed(
+    config: Config, notes: Path, embedder: FakeEmbedder
+) -> None:
     with watching(config, embedder, reconcile_every=0.3, observer_factory=deaf_observer) as watcher:
         save(notes / "travel" / "prague.md", "# Praha\n\nKarlův most v noci: unseenotter.\n")
         wait_for(lambda: lex(config, "unseenotter") and watcher.stats.reconciles >= 2, "the next reconcile")
@@ -287,7 +293,9 @@ def test_the_periodic_reconcile_picks_up_changes_the_events_missed(config: Confi
 def test_an_inotify_overflow_reconciles_at_once(config: Config, notes: Path, embedder: FakeEmbedder) -> None:
     with watching(config, embedder, reconcile_every=0, observer_factory=deaf_observer) as watcher:
         save(notes / "travel" / "brno.md", "# Brno\n\nLost in an overflow: droppedlynx.\n")
-        logging.getLogger("watchdog.observers.inotify_c").warning("Inotify queue overflowed; filesystem events were lost")
+        logging.getLogger("watchdog.observers.inotify_c").warning(
+            "Inotify queue overflowed; filesystem events were lost"
+        )
         wait_for(lambda: lex(config, "droppedlynx") and watcher.stats.reconciles == 2, "the overflow reconcile")
 
 
@@ -387,7 +395,9 @@ def test_readers_never_see_database_is_locked_while_the_watcher_writes(
         try:
             for round_ in range(3):  # three bursts: writes keep overlapping the reads
                 for i in range(80):
-                    save(notes / "burst" / f"note-{i:02d}.md", f"# Burst {i}\n\nA burst of writes, roundmark{round_}.\n")
+                    save(
+                        notes / "burst" / f"note-{i:02d}.md", f"# Burst {i}\n\nA burst of writes, roundmark{round_}.\n"
+                    )
                 word = f"roundmark{round_}"
                 wait_for(lambda word=word: len(lex(config, word)) == 20, f"burst {round_}", timeout=15.0)
         finally:
@@ -414,10 +424,16 @@ def test_the_watch_command_indexes_and_exits_cleanly_on_sigterm(config_path: Pat
     with stderr.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", script, "-c", str(config_path), "watch", "--debounce", "0.1"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
         )
     try:
-        wait_for(lambda: "watching" in stderr.read_text() and "reconciled" in stderr.read_text(), "the command to start", timeout=15.0)
+        wait_for(
+            lambda: "watching" in stderr.read_text() and "reconciled" in stderr.read_text(),
+            "the command to start",
+            timeout=15.0,
+        )
         config = load_config(config_path)
         save(notes / "cli.md", "# CLI\n\nWatched by the command: commandcrane.\n")
         wait_for(lambda: lex(config, "commandcrane"), "the command to index an edit")

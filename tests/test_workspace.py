@@ -30,8 +30,9 @@ def write(root: Path, rel: str, data: str | bytes = "# note\n", mtime: float | N
     return path
 
 
-def source(root: Path, paths: tuple[str, ...] = ("**",), include: tuple[str, ...] = ("*.md",),
-           exclude: tuple[str, ...] = ()) -> WorkspaceSource:
+def source(
+    root: Path, paths: tuple[str, ...] = ("**",), include: tuple[str, ...] = ("*.md",), exclude: tuple[str, ...] = ()
+) -> WorkspaceSource:
     return WorkspaceSource(id="ws", root=root, selection=FileSelection(paths=paths, include=include, exclude=exclude))
 
 
@@ -93,11 +94,21 @@ def test_a_paths_entry_without_a_slash_matches_at_any_depth(tmp_path: Path) -> N
     assert all(src.selection.admits(rel) for rel in ("sub/notes.md", "sub/deeper/notes.md"))
 
 
-@pytest.mark.parametrize(("pattern", "folder"), [
-    ("notes.md", ""), ("*.md", ""), ("**", ""), ("**/x.md", ""), ("/docs/", ""),
-    ("docs/**", "docs"), ("docs/a/*.md", "docs/a"), ("/docs/a/", "docs/a"), ("docs/x[12]/y", "docs"),
-    ("docs/notes.md", "docs/notes.md"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "folder"),
+    [
+        ("notes.md", ""),
+        ("*.md", ""),
+        ("**", ""),
+        ("**/x.md", ""),
+        ("/docs/", ""),
+        ("docs/**", "docs"),
+        ("docs/a/*.md", "docs/a"),
+        ("/docs/a/", "docs/a"),
+        ("docs/x[12]/y", "docs"),
+        ("docs/notes.md", "docs/notes.md"),
+    ],
+)
 def test_literal_folder(pattern: str, folder: str) -> None:
     assert literal_folder(pattern) == folder
 
@@ -172,7 +183,9 @@ def test_scope_change_deletes_files_no_longer_admitted(tmp_path: Path) -> None:
 # --- content -----------------------------------------------------------------------------
 
 
-def test_unindexable_files_are_skipped_and_left_to_the_caller_to_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_unindexable_files_are_skipped_and_left_to_the_caller_to_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     write(tmp_path, "nul.md", b"# title\n\x00\x01binary")
     write(tmp_path, "latin1.md", "# Café\n".encode("latin-1"))
     write(tmp_path, "huge.md", "x" * 101)
@@ -365,8 +378,12 @@ def test_ten_thousand_unchanged_files_yield_no_changes(tmp_path: Path) -> None:
 
 def config(root: Path, *sources: WorkspaceSource) -> Config:
     return Config(
-        path=None, root=root, db=root / "db.sqlite", log=root / "log.txt",
-        embedding=EmbeddingConfig(), sources={s.id: s for s in sources},
+        path=None,
+        root=root,
+        db=root / "db.sqlite",
+        log=root / "log.txt",
+        embedding=EmbeddingConfig(),
+        sources={s.id: s for s in sources},
     )
 
 
@@ -448,7 +465,12 @@ def test_sync_counts_and_logs_each_skip_once(tmp_path: Path, caplog: pytest.LogC
         report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     assert report.sources[0].skipped == 5
     assert sorted(path for path, _ in report.sources[0].skips) == [
-        "bad\\xff\\xfeutf.md", "fifo.md", "fifolink.md", "loop.md", "zero.md"]
+        "bad\\xff\\xfeutf.md",
+        "fifo.md",
+        "fifolink.md",
+        "loop.md",
+        "zero.md",
+    ]
     for name in ("bad\\xff\\xfeutf.md", "fifo.md", "fifolink.md", "loop.md", "zero.md"):
         assert caplog.text.count(f"notes:{name}: skipped") == 1, caplog.text
 

@@ -87,11 +87,29 @@ _log = logging.getLogger("notes_search.git")
 _BLOB_MODES = frozenset({FileMode.BLOB, FileMode.BLOB_EXECUTABLE})
 
 # Entries a bare repository may hold; a folder with anything else is not ours to delete.
-_GIT_DIR_ENTRIES = frozenset({
-    "HEAD", "config", "description", "hooks", "info", "objects", "refs", "packed-refs",
-    "FETCH_HEAD", "ORIG_HEAD", "logs", "branches", "shallow", "gc.log", "gc.pid",
-    "commondir", "modules", "worktrees", "notes-search-damaged",
-})
+_GIT_DIR_ENTRIES = frozenset(
+    {
+        "HEAD",
+        "config",
+        "description",
+        "hooks",
+        "info",
+        "objects",
+        "refs",
+        "packed-refs",
+        "FETCH_HEAD",
+        "ORIG_HEAD",
+        "logs",
+        "branches",
+        "shallow",
+        "gc.log",
+        "gc.pid",
+        "commondir",
+        "modules",
+        "worktrees",
+        "notes-search-damaged",
+    }
+)
 
 # Written into a mirror when a read meets broken objects that no fetch would notice (a blob in a
 # corrupt pack that `grep` or `show` reads, while incremental syncs only read changed blobs):
@@ -103,9 +121,20 @@ DAMAGE_MARK = "notes-search-damaged"
 # Lines git prints when the objects of the repository it works on are broken. Lines from the
 # other side ("remote: ...") never count: those are the remote's own trouble.
 _DAMAGE_MARKERS = (
-    "inflate:", "is corrupt", "corrupt loose", "bad object", "unable to read", "checksum mismatch",
-    "did not send all necessary objects", "missing blob", "missing tree", "missing commit",
-    "broken link", "unable to unpack", "packfile", "invalid sha1 pointer",
+    "inflate:",
+    "is corrupt",
+    "corrupt loose",
+    "bad object",
+    "unable to read",
+    "checksum mismatch",
+    "did not send all necessary objects",
+    "missing blob",
+    "missing tree",
+    "missing commit",
+    "broken link",
+    "unable to unpack",
+    "packfile",
+    "invalid sha1 pointer",
 )
 
 
@@ -155,8 +184,12 @@ def _run_git(source: GitSource, args: list[str], *, timeout: float, what: str) -
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
-                ["git", *args], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                env=env, start_new_session=True,
+                ["git", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
             )
         except OSError as exc:
             raise _error(source, what, f"cannot run git: {exc}") from None
@@ -190,15 +223,15 @@ def _remote_branch(source: GitSource) -> tuple[str | None, str]:
     """
     if source.branch:
         ref = f"refs/heads/{source.branch}"
-        out = _run_git(source, ["ls-remote", "--", source.url, ref],
-                       timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+        out = _run_git(source, ["ls-remote", "--", source.url, ref], timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
         for line in out.splitlines():
             rev, _, name = line.partition("\t")
             if name == ref:
                 return ref, rev
         raise _error(source, "ls-remote", f"branch {source.branch!r} not found on the remote")
-    out = _run_git(source, ["ls-remote", "--symref", "--", source.url, "HEAD"],
-                   timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+    out = _run_git(
+        source, ["ls-remote", "--symref", "--", source.url, "HEAD"], timeout=LS_REMOTE_TIMEOUT, what="ls-remote"
+    )
     symref: str | None = None
     for line in out.splitlines():
         left, _, name = line.partition("\t")
@@ -246,8 +279,11 @@ def _broken_mirror(source: GitSource) -> bool:
             return False
         if names <= _GIT_DIR_ENTRIES and names & {"HEAD", "objects", "refs"}:
             return True
-    raise _error(source, "mirror", f"{path} exists but is not a bare git mirror; "
-                                   "refusing to replace it (move it away or change `mirror:`)")
+    raise _error(
+        source,
+        "mirror",
+        f"{path} exists but is not a bare git mirror; refusing to replace it (move it away or change `mirror:`)",
+    )
 
 
 def _leftovers(path: Path) -> list[Path]:
@@ -266,9 +302,22 @@ def _clone(source: GitSource) -> None:
     except OSError as exc:  # the mirrors' folder is ours to write; say so instead of a traceback
         raise _error(source, "mirror", f"cannot create a mirror in {path.parent}: {exc.strerror or exc}") from None
     try:
-        _run_git(source, ["-c", "core.hooksPath=/dev/null", "clone", "--mirror", "--no-local",
-                          "--quiet", "--", source.url, str(tmp)],
-                 timeout=TRANSFER_TIMEOUT, what="clone --mirror")
+        _run_git(
+            source,
+            [
+                "-c",
+                "core.hooksPath=/dev/null",
+                "clone",
+                "--mirror",
+                "--no-local",
+                "--quiet",
+                "--",
+                source.url,
+                str(tmp),
+            ],
+            timeout=TRANSFER_TIMEOUT,
+            what="clone --mirror",
+        )
         if path.is_dir() and not path.is_symlink():
             _carry_hooks(source, path, tmp)
             # libgit2 shares open pack files by path, and the new pack may bear the old one's
@@ -285,8 +334,9 @@ def _clone(source: GitSource) -> None:
 def _carry_hooks(source: GitSource, old: Path, new: Path) -> None:
     """Hooks installed in the mirror being replaced (`hooks install`) keep working in the new one."""
     try:
-        entries = [e for e in os.scandir(old / "hooks")
-                   if not e.name.endswith(".sample") and e.is_file(follow_symlinks=False)]
+        entries = [
+            e for e in os.scandir(old / "hooks") if not e.name.endswith(".sample") and e.is_file(follow_symlinks=False)
+        ]
     except OSError:
         return
     for entry in entries:
@@ -365,8 +415,12 @@ def marked_damage(source: GitSource) -> str | None:
 def _local_damage(source: GitSource) -> str | None:
     """What a connectivity check finds broken in the mirror (commits and trees), or None."""
     try:
-        _run_git(source, ["--git-dir", str(source.mirror), "fsck", "--connectivity-only", "--no-dangling",
-                          "--no-progress"], timeout=TRANSFER_TIMEOUT, what="fsck")
+        _run_git(
+            source,
+            ["--git-dir", str(source.mirror), "fsck", "--connectivity-only", "--no-dangling", "--no-progress"],
+            timeout=TRANSFER_TIMEOUT,
+            what="fsck",
+        )
     except GitFailed as exc:
         return _reason(exc.stderr, 1)
     return None
@@ -395,8 +449,11 @@ def reclone(source: GitSource, reason: str) -> str:
     try:
         _clone(source)
     except GitFailed as exc:
-        raise _error(source, "mirror", f"{source.mirror} is damaged ({reason}) and cloning it again failed: "
-                                       f"{_reason(exc.stderr, 1)}") from None
+        raise _error(
+            source,
+            "mirror",
+            f"{source.mirror} is damaged ({reason}) and cloning it again failed: {_reason(exc.stderr, 1)}",
+        ) from None
     _log.info("git source %s: mirror %s cloned again", source.id, source.mirror)
     return _branch_head(source, _mirror(source))
 
@@ -422,17 +479,36 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
         _clone(source)  # clone --mirror sets HEAD to the remote's default branch
         return _branch_head(source, _mirror(source)), None
     if not _is_mirror(repo):
-        raise _error(source, "mirror", f"{source.mirror} is a bare repository but not a mirror "
-                                       "(remote.origin.mirror unset); refusing to overwrite its refs")
+        raise _error(
+            source,
+            "mirror",
+            f"{source.mirror} is a bare repository but not a mirror "
+            "(remote.origin.mirror unset); refusing to overwrite its refs",
+        )
     marked = marked_damage(source)
     if marked is not None:  # a search or a read met broken objects that a fetch would not read
         repo.free()
         return reclone(source, marked), marked
     default_ref = None if source.branch else _remote_branch(source)[0]
     try:
-        _run_git(source, ["--git-dir", str(source.mirror), "-c", "core.hooksPath=/dev/null",
-                          "fetch", "--quiet", "--prune", "--force", "--", source.url, "+refs/*:refs/*"],
-                 timeout=TRANSFER_TIMEOUT, what="fetch")
+        _run_git(
+            source,
+            [
+                "--git-dir",
+                str(source.mirror),
+                "-c",
+                "core.hooksPath=/dev/null",
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--force",
+                "--",
+                source.url,
+                "+refs/*:refs/*",
+            ],
+            timeout=TRANSFER_TIMEOUT,
+            what="fetch",
+        )
     except GitFailed as exc:
         damage = _damage(source, exc)
         if damage is None:
@@ -440,8 +516,7 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
         repo.free()  # open packs are shared by path: the clone's must not be served from these
         return reclone(source, damage), damage
     # fetch never moves HEAD: follow a remote whose default branch changed
-    if default_ref is not None and default_ref in repo.references \
-            and repo.references["HEAD"].target != default_ref:
+    if default_ref is not None and default_ref in repo.references and repo.references["HEAD"].target != default_ref:
         repo.set_head(default_ref)
     head = _branch_head(source, repo)
     if _commit(repo, head) is None:
@@ -586,15 +661,22 @@ def _introduced(commit: pygit2.Commit, wanted: dict[str, pygit2.Oid]) -> list[st
     if not commit.parents:
         return [p for p, oid in wanted.items() if _blob_id(commit.tree, p) == oid]
     first, *others = commit.parents
-    found = [d.new_file.path for d in first.tree.diff_to_tree(commit.tree).deltas
-             if wanted.get(d.new_file.path) == d.new_file.id]
+    found = [
+        d.new_file.path
+        for d in first.tree.diff_to_tree(commit.tree).deltas
+        if wanted.get(d.new_file.path) == d.new_file.id
+    ]
     for parent in others:
         found = [p for p in found if _blob_id(parent.tree, p) != wanted[p]]
     return found
 
 
 def last_change_times(
-    repo: pygit2.Repository, rev: str | pygit2.Oid, paths: Iterable[str], *, since: str | pygit2.Oid | None = None,
+    repo: pygit2.Repository,
+    rev: str | pygit2.Oid,
+    paths: Iterable[str],
+    *,
+    since: str | pygit2.Oid | None = None,
 ) -> dict[str, float]:
     """Commit time of the commit that gave each path its content at `rev` (recency ranking).
 
@@ -626,8 +708,9 @@ def last_change_times(
     return times
 
 
-def _read(repo: pygit2.Repository, path: str, oid: pygit2.Oid, updated_at: float,
-          max_file_bytes: int) -> FileVersion | str:
+def _read(
+    repo: pygit2.Repository, path: str, oid: pygit2.Oid, updated_at: float, max_file_bytes: int
+) -> FileVersion | str:
     """The file as text, or the reason it cannot be indexed."""
     _, size = repo.odb.read_header(oid)
     if size > max_file_bytes:
@@ -669,7 +752,12 @@ def changes(
 
 
 def _changes(
-    source: GitSource, repo: pygit2.Repository, old_rev: str | None, new_rev: str, full: bool, max_file_bytes: int,
+    source: GitSource,
+    repo: pygit2.Repository,
+    old_rev: str | None,
+    new_rev: str,
+    full: bool,
+    max_file_bytes: int,
 ) -> Iterator[Change]:
     new = _commit(repo, new_rev)
     if new is None:
@@ -689,13 +777,16 @@ def _changes(
             after = None if delta.status == DeltaStatus.DELETED else delta.new_file
             if after is not None and _relevant(scope, after.path, after.mode):
                 arrivals.append((after.path, after.id, after.mode))
-            if (before is not None and before.mode in _BLOB_MODES and scope.admits(before.path)
-                    and (after is None or after.mode not in _BLOB_MODES)):
+            if (
+                before is not None
+                and before.mode in _BLOB_MODES
+                and scope.admits(before.path)
+                and (after is None or after.mode not in _BLOB_MODES)
+            ):
                 departures.append(before.path)
 
     blobs = [(path, oid) for path, oid, mode in arrivals if mode in _BLOB_MODES]
-    times = last_change_times(repo, new.id, [path for path, _ in blobs],
-                              since=None if old is None else old.id)
+    times = last_change_times(repo, new.id, [path for path, _ in blobs], since=None if old is None else old.id)
     for path, oid in blobs:
         version = _read(repo, path, oid, times[path], max_file_bytes)
         if isinstance(version, FileVersion):

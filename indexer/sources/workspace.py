@@ -65,8 +65,9 @@ def _check_root(source: WorkspaceSource, indexed: int = 0, *, accept_empty: bool
         with os.scandir(source.root) as it:
             empty = next(it, None) is None
     except OSError as exc:
-        raise SourceError(f"{where}: cannot read folder {source.root}: {exc.strerror or exc}; "
-                          "its index is kept") from None
+        raise SourceError(
+            f"{where}: cannot read folder {source.root}: {exc.strerror or exc}; its index is kept"
+        ) from None
     if empty and indexed and not accept_empty:
         raise SourceError(
             f"{where}: folder {source.root} is empty but {indexed} indexed files came from it "
@@ -154,7 +155,13 @@ def _scan(
         prev = known.get(item.rel)
         st = item.stat
         # unchanged stat: nothing to read, unless a lowered max_file_bytes now excludes the file
-        if prev is not None and not full and prev.size == st.st_size and prev.mtime == st.st_mtime and st.st_size <= limit:
+        if (
+            prev is not None
+            and not full
+            and prev.size == st.st_size
+            and prev.mtime == st.st_mtime
+            and st.st_size <= limit
+        ):
             continue
         yield from _read(item, prev, full, limit, collections)
     for rel, reason in unstatable:
@@ -307,7 +314,8 @@ def _uncovered_markdown(folder: str, scopes: list[tuple[str, FileSelection]]) ->
             except OSError:
                 continue
             if reachable and any(
-                (rel := relative_index_path(entry.path, root)) is not None and scope.admits(rel) for root, scope in scopes
+                (rel := relative_index_path(entry.path, root)) is not None and scope.admits(rel)
+                for root, scope in scopes
             ):
                 return 0, True
             count += 1

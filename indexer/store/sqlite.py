@@ -72,16 +72,26 @@ def vec_extension_path() -> str:
 
 # What the file system, the file itself or another program holding it can do to a read or a
 # write; anything else is a bug to see whole.
-STORAGE_ERRORS = (apsw.FullError, apsw.ReadOnlyError, apsw.IOError, apsw.CorruptError, apsw.NotADBError,
-                  apsw.CantOpenError, apsw.PermissionsError, apsw.BusyError)
+STORAGE_ERRORS = (
+    apsw.FullError,
+    apsw.ReadOnlyError,
+    apsw.IOError,
+    apsw.CorruptError,
+    apsw.NotADBError,
+    apsw.CantOpenError,
+    apsw.PermissionsError,
+    apsw.BusyError,
+)
 
 
 def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreError:
     """One line naming the index file and what went wrong with it."""
     if reading and isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError)):
         # a WAL database is read through its -shm/-wal files, created next to it on first use
-        problem = (f"cannot be read by this user ({exc}): SQLite keeps {path.name}-shm and -wal next "
-                   "to the index, so its folder must be writable for this user")
+        problem = (
+            f"cannot be read by this user ({exc}): SQLite keeps {path.name}-shm and -wal next "
+            "to the index, so its folder must be writable for this user"
+        )
     elif isinstance(exc, apsw.FullError):
         problem = "the disk is full (free some space, then run `notes-search sync` again)"
     elif isinstance(exc, apsw.ReadOnlyError):
@@ -89,8 +99,10 @@ def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreEr
     elif isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
         problem = f"it is not a usable SQLite index ({exc}); move it away and run `notes-search sync` to rebuild"
     elif isinstance(exc, apsw.BusyError):
-        problem = (f"it is locked by another process ({exc}): a program holding a write lock on it (an open "
-                   "`sqlite3` shell or DB browser, say) must close it first")
+        problem = (
+            f"it is locked by another process ({exc}): a program holding a write lock on it (an open "
+            "`sqlite3` shell or DB browser, say) must close it first"
+        )
     else:
         problem = str(exc)
     return StoreError(f"index {path}: {problem}")
@@ -247,8 +259,9 @@ class Store:
             if not readonly:
                 if conn.readonly("main"):
                     # SQLite falls back to read-only without a word; the first write would fail
-                    raise StoreError(f"index {path} is read-only for this user: a sync needs "
-                                     "write access to it and to its folder")
+                    raise StoreError(
+                        f"index {path} is read-only for this user: a sync needs write access to it and to its folder"
+                    )
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
             store = cls(conn, path)
@@ -257,7 +270,9 @@ class Store:
             if not readonly:
                 store._migrate()
             elif store._user_version() != SCHEMA_VERSION:
-                raise StoreError(f"index {path} has schema {store._user_version()}, expected {SCHEMA_VERSION}: run `notes-search sync`")
+                raise StoreError(
+                    f"index {path} has schema {store._user_version()}, expected {SCHEMA_VERSION}: run `notes-search sync`"
+                )
         except StoreError:
             conn.close()
             raise
@@ -286,12 +301,18 @@ class Store:
         apart from the migrations) can be ours."""
         if self._user_version() != 0:
             return
-        tables = [str(row[0]) for row in self.conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%'"
-            " AND name NOT LIKE 'vec\\_chunks%' ESCAPE '\\' ORDER BY name LIMIT 4")]
+        tables = [
+            str(row[0])
+            for row in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%'"
+                " AND name NOT LIKE 'vec\\_chunks%' ESCAPE '\\' ORDER BY name LIMIT 4"
+            )
+        ]
         if tables:
-            raise StoreError(f"index {self.path}: not a notes-search index (it holds other tables: "
-                             f"{', '.join(tables)}); move it away or change `db:` in the config")
+            raise StoreError(
+                f"index {self.path}: not a notes-search index (it holds other tables: "
+                f"{', '.join(tables)}); move it away or change `db:` in the config"
+            )
 
     def _migrate(self) -> None:
         version = self._user_version()
@@ -491,9 +512,17 @@ class Store:
                                  updated_at, indexed_at)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
-                source_id, file.path, doc.title, json.dumps(doc.tags, ensure_ascii=False),
-                json.dumps(doc.headings, ensure_ascii=False), file.collection, file.sha256, file.size,
-                file.mtime, file.updated_at, utc_now(),
+                source_id,
+                file.path,
+                doc.title,
+                json.dumps(doc.tags, ensure_ascii=False),
+                json.dumps(doc.headings, ensure_ascii=False),
+                file.collection,
+                file.sha256,
+                file.size,
+                file.mtime,
+                file.updated_at,
+                utc_now(),
             ),
         )
         now = utc_now()
@@ -507,8 +536,16 @@ class Store:
                                       content_hash, embedded_at, language)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (
-                    source_id, file.path, chunk.idx, chunk.breadcrumb, chunk.text, chunk.start_line,
-                    chunk.end_line, digest, now if vector is not None else None, chunk_language,
+                    source_id,
+                    file.path,
+                    chunk.idx,
+                    chunk.breadcrumb,
+                    chunk.text,
+                    chunk.start_line,
+                    chunk.end_line,
+                    digest,
+                    now if vector is not None else None,
+                    chunk_language,
                 ),
             )
             if vector is not None:
@@ -612,6 +649,7 @@ class Store:
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
         """Attach vectors to chunks that still exist and are still pending. Returns how many."""
         import numpy as np
+
         now = utc_now()
         stored = 0
         with self.transaction():
@@ -654,9 +692,9 @@ class Store:
         else:
             where, scope_params = scope_condition(scope, "c")
             params.update(scope_params)
-            in_scope = int(self._one(
-                f"SELECT COUNT(*) FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", scope_params
-            ))
+            in_scope = int(
+                self._one(f"SELECT COUNT(*) FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", scope_params)
+            )
             if in_scope <= SCOPED_EXACT_MAX:
                 # exact distances over the scope's own vectors, found through the path index
                 sql = f"""SELECT id, distance FROM (
@@ -793,7 +831,10 @@ class Store:
     def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
         """Chunk id -> language, for `ids` or for every chunk."""
         if ids is None:
-            return {int(chunk_id): str(language) for chunk_id, language in self.conn.execute("SELECT id, language FROM chunks")}
+            return {
+                int(chunk_id): str(language)
+                for chunk_id, language in self.conn.execute("SELECT id, language FROM chunks")
+            }
         ordered = list(ids)
         found: dict[int, str] = {}
         for start in range(0, len(ordered), 500):
@@ -836,7 +877,9 @@ class Store:
             params = (source_id,)
         sql += " ORDER BY source_id, path"
         return [
-            FileRow(source, path, title, _strings(tags), _strings(headings), collection, sha256, int(size), float(updated))
+            FileRow(
+                source, path, title, _strings(tags), _strings(headings), collection, sha256, int(size), float(updated)
+            )
             for source, path, title, tags, headings, collection, sha256, size, updated in self.conn.execute(sql, params)
         ]
 

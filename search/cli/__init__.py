@@ -86,7 +86,10 @@ def stderr_is_terminal() -> bool:
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--config", "-c", "config_path", metavar="PATH",
+    "--config",
+    "-c",
+    "config_path",
+    metavar="PATH",
     help="Config file (default: $NOTES_SEARCH_CONFIG, then ./notes-search.yaml).",
 )
 @click.version_option(package_name="notes-search")

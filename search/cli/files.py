@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("ref", metavar="REF")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one entry per source that has the file.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object: results, one entry per source that has the file."
+)
 @pass_context
 def show(context: CliContext, ref: str, as_json: bool) -> None:
     """Print a file or a line range: REF is [SOURCE:]PATH[:LINE[:COUNT]].
@@ -57,12 +59,25 @@ def _print_hit(hit: GrepHit) -> None:
 @click.option("--path", metavar="P", help="A file, or a folder searched recursively; SOURCE:P names one source.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Match regardless of case.")
 @click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is literal text, not a regex.")
-@click.option("--max-count", default=200, show_default=True, type=click.IntRange(1, 100_000),
-              help="Stop after this many matching lines in total.")
+@click.option(
+    "--max-count",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Stop after this many matching lines in total.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated, unsearched.")
 @pass_context
-def grep(context: CliContext, pattern: str, source_ids: tuple[str, ...], path: str | None, ignore_case: bool,
-         fixed: bool, max_count: int, as_json: bool) -> None:
+def grep(
+    context: CliContext,
+    pattern: str,
+    source_ids: tuple[str, ...],
+    path: str | None,
+    ignore_case: bool,
+    fixed: bool,
+    max_count: int,
+    as_json: bool,
+) -> None:
     """Exact or regex search of the live files, without the index.
 
     Same scope rules as the index. Git sources are searched at the indexed commit. A PATTERN
@@ -75,11 +90,22 @@ def grep(context: CliContext, pattern: str, source_ids: tuple[str, ...], path: s
     from search.service.lookup import grep_target
 
     service = context.service()
-    found = service.grep(pattern, target=grep_target(service.config, source_ids, path), ignore_case=ignore_case,
-                         fixed=fixed, max_count=max_count)
+    found = service.grep(
+        pattern,
+        target=grep_target(service.config, source_ids, path),
+        ignore_case=ignore_case,
+        fixed=fixed,
+        max_count=max_count,
+    )
     if as_json:
-        echo_json({"pattern": pattern, "results": [hit.to_json() for hit in found.hits], "truncated": found.truncated,
-                   "unsearched": [item.to_json() for item in found.unsearched]})
+        echo_json(
+            {
+                "pattern": pattern,
+                "results": [hit.to_json() for hit in found.hits],
+                "truncated": found.truncated,
+                "unsearched": [item.to_json() for item in found.unsearched],
+            }
+        )
     else:
         for hit in found.hits:
             _print_hit(hit)

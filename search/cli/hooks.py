@@ -17,10 +17,18 @@ def hooks() -> None:
 
 
 @hooks.command("install")
-@click.option("--source", "source_ids", multiple=True, metavar="ID",
-              help="Only this git source (repeatable; default: every git source).")
-@click.option("--upstream", is_flag=True,
-              help="Also install post-receive into each source's local bare upstream repository (where you push).")
+@click.option(
+    "--source",
+    "source_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only this git source (repeatable; default: every git source).",
+)
+@click.option(
+    "--upstream",
+    is_flag=True,
+    help="Also install post-receive into each source's local bare upstream repository (where you push).",
+)
 @pass_context
 def install(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> None:
     """Install the re-index hook into each git source's mirror (the mirror must exist: sync first).
@@ -46,8 +54,7 @@ def _report(written: list[Path]) -> None:
         echo(f"installed {path}")
         override = hooks_path_override(path.parent.parent)
         if override:
-            echo(f"warning: core.hooksPath is set ({override}): git runs hooks from there, "
-                 f"not {path.parent}", err=True)
+            echo(f"warning: core.hooksPath is set ({override}): git runs hooks from there, not {path.parent}", err=True)
 
 
 @hooks.command("run", hidden=True)

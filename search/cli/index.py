@@ -66,8 +66,9 @@ def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, 
     interactive = package.stderr_is_terminal() and not quiet and not as_json
     progress, finish = _progress_printer() if interactive else (None, lambda: None)
     try:
-        outcome = service.sync(list(source_ids) or None, full=full, progress=progress,
-                               on_warning=None if quiet else _warn)
+        outcome = service.sync(
+            list(source_ids) or None, full=full, progress=progress, on_warning=None if quiet else _warn
+        )
     finally:
         finish()
     report = outcome.report
@@ -120,7 +121,11 @@ def _print_sync_summary(report: SyncReport) -> None:
         if s.error:
             continue
         if s.changed or s.skipped:
-            echo(f"{s.source_id}: +{s.added} ~{s.updated} -{s.deleted}" + (f", {s.skipped} skipped" if s.skipped else ""), err=True)
+            echo(
+                f"{s.source_id}: +{s.added} ~{s.updated} -{s.deleted}"
+                + (f", {s.skipped} skipped" if s.skipped else ""),
+                err=True,
+            )
         else:
             echo(f"{s.source_id}: up to date", err=True)
     if report.embedded or report.pending:

@@ -23,8 +23,17 @@ if TYPE_CHECKING:
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @pass_context
-def query(ctx: CliContext, text: str, k: int, mode: str, source_ids: tuple[str, ...], collection: str | None,
-          path: str | None, explain: bool, as_json: bool) -> None:
+def query(
+    ctx: CliContext,
+    text: str,
+    k: int,
+    mode: str,
+    source_ids: tuple[str, ...],
+    collection: str | None,
+    path: str | None,
+    explain: bool,
+    as_json: bool,
+) -> None:
     """Search the index."""
     service = ctx.service()
     target = service.scope_from_options(source_ids, collection, path)  # bad flags fail before the index opens

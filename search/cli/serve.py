@@ -14,8 +14,13 @@ from search.mcp_server import DEFAULT_PORT, TOKEN_ENV
 @click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP (path /mcp) instead of stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="HTTP port.")
-@click.option("--token", envvar=TOKEN_ENV, show_envvar=True, metavar="TOKEN",
-              help="HTTP: require `Authorization: Bearer TOKEN`; mandatory for a non-loopback --host.")
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    show_envvar=True,
+    metavar="TOKEN",
+    help="HTTP: require `Authorization: Bearer TOKEN`; mandatory for a non-loopback --host.",
+)
 @pass_context
 def mcp(ctx: CliContext, use_http: bool, host: str, port: int, token: str | None) -> None:
     """MCP server for agents: search, status, reindex, get, grep, collections, route (stdio by default)."""

@@ -17,12 +17,27 @@ from search.cli.context import CliContext, pass_context
 
 
 @click.command()
-@click.option("--debounce", type=click.FloatRange(0.05, 60.0), default=0.5, show_default=True, metavar="SECONDS",
-              help="Quiet time after the last change before a burst is indexed.")
-@click.option("--reconcile-every", type=click.FloatRange(min=0.0), default=600.0, show_default=True, metavar="SECONDS",
-              help="Full rescan interval, for changes the events missed (network filesystems); 0 = never.")
-@click.option("--polling", is_flag=True,
-              help="Poll the folders instead of using inotify (NFS, SMB, sshfs, FUSE: inotify sees nothing there).")
+@click.option(
+    "--debounce",
+    type=click.FloatRange(0.05, 60.0),
+    default=0.5,
+    show_default=True,
+    metavar="SECONDS",
+    help="Quiet time after the last change before a burst is indexed.",
+)
+@click.option(
+    "--reconcile-every",
+    type=click.FloatRange(min=0.0),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Full rescan interval, for changes the events missed (network filesystems); 0 = never.",
+)
+@click.option(
+    "--polling",
+    is_flag=True,
+    help="Poll the folders instead of using inotify (NFS, SMB, sshfs, FUSE: inotify sees nothing there).",
+)
 @pass_context
 def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: bool) -> None:
     """Keep the index of the workspace sources in step with the disk until stopped.
@@ -39,7 +54,10 @@ def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: boo
 
     service = ctx.service()
     watcher = Watcher(
-        service.config, service.embedder, debounce=debounce, reconcile_every=reconcile_every,
+        service.config,
+        service.embedder,
+        debounce=debounce,
+        reconcile_every=reconcile_every,
         observer_factory=PollingObserver if polling else Observer,
     )
     stderr = configure_log_file(service.config, create=True, also_stderr=True)

@@ -29,12 +29,31 @@ def source_report_json(
     """One source's part of a sync (`sync --json`, `reindex --json`) or of an MCP reindex, which
     names the place re-scanned and leaves out what only a whole sync reports."""
     if shape == "reindex":
-        return {"id": s.source_id, "kind": s.kind, "path": (place.folder if place else "") or None, "added": s.added,
-                "updated": s.updated, "deleted": s.deleted, "skipped": s.skipped, "rev": s.rev, "error": s.error}
-    return {"id": s.source_id, "kind": s.kind, "added": s.added, "updated": s.updated, "deleted": s.deleted,
-            "touched": s.touched, "skipped": s.skipped, "rev": s.rev, "error": s.error,
-            "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable], "recloned": s.recloned,
-            "skips": [{"path": path, "reason": reason} for path, reason in s.skips]}
+        return {
+            "id": s.source_id,
+            "kind": s.kind,
+            "path": (place.folder if place else "") or None,
+            "added": s.added,
+            "updated": s.updated,
+            "deleted": s.deleted,
+            "skipped": s.skipped,
+            "rev": s.rev,
+            "error": s.error,
+        }
+    return {
+        "id": s.source_id,
+        "kind": s.kind,
+        "added": s.added,
+        "updated": s.updated,
+        "deleted": s.deleted,
+        "touched": s.touched,
+        "skipped": s.skipped,
+        "rev": s.rev,
+        "error": s.error,
+        "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable],
+        "recloned": s.recloned,
+        "skips": [{"path": path, "reason": reason} for path, reason in s.skips],
+    }
 
 
 def sync_report_json(report: SyncReport) -> dict[str, object]:
@@ -102,8 +121,13 @@ def sync(
         log.warning("%s", warning)
         if on_warning is not None:
             on_warning(warning)
-    report = run_sync(service.config, source_ids=list(source_ids or ()) or None, full=full,
-                      embedder_factory=service.embedder, progress=progress)
+    report = run_sync(
+        service.config,
+        source_ids=list(source_ids or ()) or None,
+        full=full,
+        embedder_factory=service.embedder,
+        progress=progress,
+    )
     return SyncOutcome(report, warnings)
 
 
@@ -140,8 +164,14 @@ def reindex(service: NotesService, path: str, *, full: bool, lock_wait: float, w
     runs: list[ReindexRun] = []
     for group in groups:
         folder = group[0].folder
-        report = run_sync(config, source_ids=[p.source_id for p in group], path=folder or None, full=full,
-                          embedder_factory=service.embedder, lock_timeout=lock_wait)
+        report = run_sync(
+            config,
+            source_ids=[p.source_id for p in group],
+            path=folder or None,
+            full=full,
+            embedder_factory=service.embedder,
+            lock_timeout=lock_wait,
+        )
         if report.locked:
             return ReindexOutcome(target, tuple(runs), True)
         if whole_sources:
@@ -167,8 +197,9 @@ def catch_up(service: NotesService, target: Target, *, embed: bool) -> list[str]
     notices: list[str] = []
     for place in target.places:
         if isinstance(service.config.sources[place.source_id], WorkspaceSource):
-            notice = catch_up_place(service.config, (place.source_id,), place.folder or None,
-                                    service.embedder if embed else None)
+            notice = catch_up_place(
+                service.config, (place.source_id,), place.folder or None, service.embedder if embed else None
+            )
             if notice and notice not in notices:
                 notices.append(notice)
     return notices

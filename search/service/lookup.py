@@ -81,8 +81,18 @@ def grep(
             places = [((p.source_id,), p.folder or None) for p in target.places]
         for source_ids, place in places:
             # one line more than shown: "truncated" only when there really is more
-            found.merge(run_grep(service.config, store, pattern, source_ids=source_ids, path=place,
-                                 ignore_case=ignore_case, fixed=fixed, max_count=max_count + 1 - len(found)))
+            found.merge(
+                run_grep(
+                    service.config,
+                    store,
+                    pattern,
+                    source_ids=source_ids,
+                    path=place,
+                    ignore_case=ignore_case,
+                    fixed=fixed,
+                    max_count=max_count + 1 - len(found),
+                )
+            )
             if len(found) > max_count:
                 break
     found.check_searched()
@@ -130,5 +140,11 @@ def evaluate(service: NotesService, file: Path, modes: tuple[str, ...]) -> EvalR
         unknown = unknown_targets(store, questions)
         if unknown:
             raise NotesSearchError(f"{file}: expected files not in the index: " + "; ".join(unknown))
-        return run_eval(store, config, questions, embedder_factory=service.embedder,
-                        modes=modes or ("lex", "vec", "hybrid"), file=str(file))
+        return run_eval(
+            store,
+            config,
+            questions,
+            embedder_factory=service.embedder,
+            modes=modes or ("lex", "vec", "hybrid"),
+            file=str(file),
+        )

@@ -142,5 +142,6 @@ def get(service: NotesService, path: str, from_line: int | None, max_lines: int)
         truncated=truncated,
         next_from_line=window.end + 1 if truncated else None,
         notice=f"showing lines {start}-{window.end} of {window.total}; call get with from_line={window.end + 1} for more"
-        if truncated else None,
+        if truncated
+        else None,
     )

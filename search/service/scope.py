@@ -46,8 +46,9 @@ def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection
     if prefix is None:
         return source_ids, rest
     if source_ids and prefix not in source_ids:
-        raise NotesSearchError(f"--path {path!r} is in source {prefix!r}, which --source "
-                               f"{', '.join(source_ids)} leaves out")
+        raise NotesSearchError(
+            f"--path {path!r} is in source {prefix!r}, which --source {', '.join(source_ids)} leaves out"
+        )
     return (prefix,), rest
 
 
@@ -74,6 +75,7 @@ def resolve_path(config: Config, store: IndexReader | None, path: str | None) ->
     """Source id -> that source; collection name -> its folder(s); else a confined path
     (`source:path`, or a bare path in every source that has it). None -> everything."""
     from search.refs import split_source
+
     text = (path or "").strip()
     if not text:
         return Target(SearchScope(), "all sources", tuple(Place(sid, "") for sid in config.sources), is_all=True)
@@ -93,8 +95,9 @@ def resolve_path(config: Config, store: IndexReader | None, path: str | None) ->
         raise SourceError(f"{text!r}: no such file, folder, collection or source in {where}")
     key = nfc(rel)  # index paths are NFC
     label = f"{found[0]}:{key}" if len(found) == 1 else key
-    return Target(SearchScope(source_ids=tuple(found), path=key or None), label,
-                  tuple(Place(sid, rel) for sid in found))
+    return Target(
+        SearchScope(source_ids=tuple(found), path=key or None), label, tuple(Place(sid, rel) for sid in found)
+    )
 
 
 def resolve_options(config: Config, source_ids: tuple[str, ...], collection: str | None, path: str | None) -> Target:
@@ -132,10 +135,12 @@ def scope_label(scope: SearchScope) -> str:
 def check_scope_exists(config: Config, store: IndexReader, scope: SearchScope) -> None:
     """A --path or --collection that names nothing is a mistake to report, not an empty answer."""
     if scope.collection is not None and scope.collection not in {e.name for e in store.collections()}:
-        raise NotesSearchError(f"--collection {scope.collection!r}: no such collection "
-                               "(`notes-search collections` lists them)")
+        raise NotesSearchError(
+            f"--collection {scope.collection!r}: no such collection (`notes-search collections` lists them)"
+        )
     if scope.path:
         sources = scope.source_ids or tuple(config.sources)
         if not any(has_path(config, store, source_id, scope.path) for source_id in sources):
-            raise NotesSearchError(f"--path {scope.path!r}: no such file or folder in "
-                                   f"{', '.join(sources)} (on disk or in the index)")
+            raise NotesSearchError(
+                f"--path {scope.path!r}: no such file or folder in {', '.join(sources)} (on disk or in the index)"
+            )

@@ -49,7 +49,13 @@ def search(
             check_scope_exists(service.config, store, target.scope)
         lag = catch_up(service, target, embed=mode != "lex") if not target.is_all else []
         response = engine_search(
-            store, service.config, query, k=k, mode=mode, scope=target.scope, embedder_factory=service.embedder,
+            store,
+            service.config,
+            query,
+            k=k,
+            mode=mode,
+            scope=target.scope,
+            embedder_factory=service.embedder,
             resident=service.resident_vectors() if resident else None,
         )
     return SearchOutcome(response, target, tuple(lag))

@@ -30,8 +30,12 @@ class EmbeddingState:
     reindex_needed: tuple[str, ...] | None  # why the index's vectors do not match the config
 
     def to_json(self) -> dict[str, object]:
-        return {"provider": self.provider, "model": self.model, "dims": self.dims,
-                "reindex_needed": list(self.reindex_needed) if self.reindex_needed else None}
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "dims": self.dims,
+            "reindex_needed": list(self.reindex_needed) if self.reindex_needed else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,11 @@ def status(service: NotesService, path: str | None) -> StatusReport:
             if path:
                 entry.update(counts.get(source_id, ScopeCounts()).to_json())
             else:
-                entry.update(files=stats.files if stats else 0, chunks=stats.chunks if stats else 0,
-                             pending=stats.pending if stats else 0)
+                entry.update(
+                    files=stats.files if stats else 0,
+                    chunks=stats.chunks if stats else 0,
+                    pending=stats.pending if stats else 0,
+                )
             # files written but no whole sync finished: a first sync was killed (or still runs)
             entry["incomplete"] = bool(stats and stats.files and stats.last_sync_at is None)
             entry["languages"] = languages.get(source_id, {})
@@ -103,8 +110,12 @@ def status(service: NotesService, path: str | None) -> StatusReport:
         scope=target.label,
         db=str(config.db),
         sync_running=None if running is None else SyncRunning(running or None),
-        embedding=EmbeddingState(config.embedding.provider, config.embedding.model, config.embedding.dims,
-                                 tuple(mismatch) if mismatch else None),
+        embedding=EmbeddingState(
+            config.embedding.provider,
+            config.embedding.model,
+            config.embedding.dims,
+            tuple(mismatch) if mismatch else None,
+        ),
         # each source once, however many of its folders a collection spans
         languages=language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
         sources=tuple(sources),
