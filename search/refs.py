@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -53,11 +54,13 @@ def parse_ref(text: str, source_ids: Collection[str]) -> Ref:
         line = int(tail[1])
         count = int(tail[2]) if tail[2] is not None else None
         if line < 1:
-            raise NotesSearchError(f"{text!r}: line {line} does not exist: lines are numbered from 1 "
-                                   "([SOURCE:]PATH[:LINE[:COUNT]])")
+            raise NotesSearchError(
+                f"{text!r}: line {line} does not exist: lines are numbered from 1 ([SOURCE:]PATH[:LINE[:COUNT]])"
+            )
         if count is not None and count < 1:
-            raise NotesSearchError(f"{text!r}: a line count must be at least 1, not {count} "
-                                   "([SOURCE:]PATH[:LINE[:COUNT]])")
+            raise NotesSearchError(
+                f"{text!r}: a line count must be at least 1, not {count} ([SOURCE:]PATH[:LINE[:COUNT]])"
+            )
     _check_relative(rest, text)
     if all(part in ("", ".") for part in rest.split("/")):
         raise NotesSearchError(f"{text!r}: no file path (expected [SOURCE:]PATH[:LINE[:COUNT]])")
@@ -191,10 +194,14 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
             raise SourceError(f"{where}: too large ({len(data)} bytes > {config.max_file_bytes})")
         return _decode(data, where)
     real = _real_inside(source, rel)
-    if not os.path.isfile(real):  # also keeps a FIFO from blocking the reader forever
-        if os.path.isdir(real):
-            raise SourceError(f"{where}: is a folder, not a file")
-        raise SourceError(f"{where}: {'not a regular file' if os.path.exists(real) else 'no such file'}")
+    try:
+        mode = os.stat(real).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise SourceError(f"{where}: no such file") from None
+    except OSError as exc:  # a folder on the way we may not search: say so, not "no such file"
+        raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):  # also keeps a FIFO from blocking the reader forever
+        raise SourceError(f"{where}: {'is a folder, not a file' if stat.S_ISDIR(mode) else 'not a regular file'}")
     try:
         with open(real, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -251,8 +258,9 @@ def missing_file(config: Config, store: IndexReader | None, path: str) -> Source
         if rel and config.sources[source_id].selection.may_contain(rel) and has_path(config, store, source_id, rel):
             folders.append(f"{source_id}:{rel}")
     if folders:
-        return SourceError(f"{path!r} is a folder, not a file ({', '.join(folders)}); "
-                           "search it with --path, or list it with toc")
+        return SourceError(
+            f"{path!r} is a folder, not a file ({', '.join(folders)}); search it with --path, or list it with toc"
+        )
     return SourceError(f"{path!r}: no such file in any source ({', '.join(config.sources) or 'none configured'})")
 
 

@@ -43,8 +43,14 @@ def write_config(folder: Path, notes: Path, **top: object) -> Path:
     """A config whose embedder is unreachable (no retries): syncs index text, vectors stay pending."""
     data: dict[str, object] = {
         "root": str(folder),
-        "embedding": {"provider": "ollama", "model": "fake:1", "endpoint": closed_port_url(), "dims": 8,
-                      "retries": 0, "timeout": 1},
+        "embedding": {
+            "provider": "ollama",
+            "model": "fake:1",
+            "endpoint": closed_port_url(),
+            "dims": 8,
+            "retries": 0,
+            "timeout": 1,
+        },
         "sources": {"workspace": {"notes": {"root": str(notes), "paths": ["**"]}}},
         **top,
     }
@@ -74,8 +80,12 @@ def _unprivileged_prefix() -> list[str] | None:
     if shutil.which("setpriv") is None:
         return None
     prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import os; print(os.geteuid(), os.getegid())"],
-                           capture_output=True, text=True, timeout=TIMEOUT)
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import os; print(os.geteuid(), os.getegid())"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     return prefix if probe.returncode == 0 and probe.stdout.split() == ["65534", "65534"] else None
 
 
@@ -83,8 +93,9 @@ def _unprivileged_prefix() -> list[str] | None:
 def as_user() -> list[str]:
     prefix = _unprivileged_prefix()
     if prefix is None:
-        pytest.skip("running as root without setpriv (or setpriv cannot drop the privileges): "
-                    "chmod would not block anything")
+        pytest.skip(
+            "running as root without setpriv (or setpriv cannot drop the privileges): chmod would not block anything"
+        )
     return prefix
 
 
@@ -103,9 +114,15 @@ def shared(tmp_path: Path) -> Iterator[Path]:
 
 
 def run_as(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*prefix, sys.executable, "-c", RUN_CLI, "--config", str(config), *args],
-                          capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(),
-                          cwd=config.parent, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", RUN_CLI, "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=subprocess_env(),
+        cwd=config.parent,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def notes_in(folder: Path) -> Path:
@@ -121,8 +138,9 @@ def test_db_folder_not_writable_is_one_line(as_user: list[str], shared: Path) ->
     locked = shared / "locked"
     locked.mkdir(mode=0o555)
     locked.chmod(0o555)
-    config = write_config(shared, notes_in(shared), db=str(locked / "db" / "index.sqlite"),
-                          log=str(shared / "log" / "sync.log"))
+    config = write_config(
+        shared, notes_in(shared), db=str(locked / "db" / "index.sqlite"), log=str(shared / "log" / "sync.log")
+    )
     (shared / "log").mkdir(mode=0o777)
     (shared / "log").chmod(0o777)
     assert_one_line(run_as(as_user, config, "sync"), str(locked / "db"), "Permission denied")
@@ -140,8 +158,9 @@ def test_read_only_index_is_one_line(as_user: list[str], shared: Path) -> None:
     """Synced by its owner, then synced and read by a user who may not write it."""
     (shared / "db").mkdir(mode=0o777)
     (shared / "db").chmod(0o777)
-    config = write_config(shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"),
-                          log=str(shared / "db" / "sync.log"))
+    config = write_config(
+        shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"), log=str(shared / "db" / "sync.log")
+    )
     assert cli(config, "sync").exit_code == 0
     for name in ("sync.log", ".notes-sync.lock"):
         (shared / "db" / name).chmod(0o666)
@@ -158,8 +177,11 @@ def test_read_only_index_is_one_line(as_user: list[str], shared: Path) -> None:
         extra.unlink()
     (shared / "db" / "index.sqlite").chmod(0o644)
     (shared / "db").chmod(0o755)
-    assert_one_line(run_as(as_user, config, "query", "restic", "--mode", "lex"),
-                    str(shared / "db" / "index.sqlite"), "folder must be writable")
+    assert_one_line(
+        run_as(as_user, config, "query", "restic", "--mode", "lex"),
+        str(shared / "db" / "index.sqlite"),
+        "folder must be writable",
+    )
 
 
 def test_log_that_cannot_be_opened_is_one_line(as_user: list[str], shared: Path) -> None:
@@ -168,8 +190,9 @@ def test_log_that_cannot_be_opened_is_one_line(as_user: list[str], shared: Path)
     locked.chmod(0o555)
     (shared / "db").mkdir(mode=0o777)
     (shared / "db").chmod(0o777)
-    config = write_config(shared, notes_in(shared), db=str(shared / "db" / "i.sqlite"),
-                          log=str(locked / "log" / "sync.log"))
+    config = write_config(
+        shared, notes_in(shared), db=str(shared / "db" / "i.sqlite"), log=str(locked / "log" / "sync.log")
+    )
     assert_one_line(run_as(as_user, config, "sync"), str(locked / "log" / "sync.log"), "log")
 
 
@@ -193,8 +216,12 @@ def test_db_that_is_a_folder_or_not_sqlite_is_one_line(tmp_path: Path) -> None:
 def _can_mount_tmpfs() -> str | None:
     if shutil.which("unshare") is None:
         return "no unshare(1)"
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-                            "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, text=True, timeout=TIMEOUT)
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     return None if probe.returncode == 0 else f"cannot mount a tmpfs in a user namespace: {probe.stderr.strip()}"
 
 
@@ -212,10 +239,29 @@ def test_disk_full_during_sync_is_one_line(tmp_path: Path) -> None:
     small.mkdir()
     config = write_config(tmp_path, notes, db=str(small / "index.sqlite"), log=str(tmp_path / "sync.log"))
     script = f'mount -t tmpfs -o size=384k tmpfs "{small}" && exec "$@"'
-    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh",
-                           sys.executable, "-c", RUN_CLI, "--config", str(config), "sync"],
-                          capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(),
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            sys.executable,
+            "-c",
+            RUN_CLI,
+            "--config",
+            str(config),
+            "sync",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=subprocess_env(),
+        stdin=subprocess.DEVNULL,
+    )
     assert_one_line(proc, str(small / "index.sqlite"), "disk is full")
     assert "disk is full" in (tmp_path / "sync.log").read_text(encoding="utf-8")
 
@@ -234,17 +280,26 @@ def test_read_only_commands_create_neither_log_folder_nor_index(tmp_path: Path) 
     assert show.exit_code == 0 and "alpha" in show.stdout  # workspace files need no index
     assert not (tmp_path / "state").exists()
     assert cli(config, "sync", "-q").exit_code == 0
-    assert (tmp_path / "state" / "log" / "sync.log").is_file() and (tmp_path / "state" / "db" / "index.sqlite").is_file()
+    assert (tmp_path / "state" / "log" / "sync.log").is_file() and (
+        tmp_path / "state" / "db" / "index.sqlite"
+    ).is_file()
 
 
 EMBEDDING = "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://127.0.0.1:9', dims: 4}\n"
 
 
-@pytest.mark.parametrize("text", ["", "null\n", EMBEDDING + "sources: {}\n",
-                                  EMBEDDING + "sources: {workspace: {n: {root: notes, paths: []}}}\n",
-                                  EMBEDDING + "sources: {workspace: {n: {root: notes, paths: }}}\n",
-                                  EMBEDDING + "sources: {workspace: {n: {root: notes, paths: ['**'], include: []}}}\n"],
-                         ids=["empty", "null", "no-sources", "no-paths", "null-paths", "no-include"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "null\n",
+        EMBEDDING + "sources: {}\n",
+        EMBEDDING + "sources: {workspace: {n: {root: notes, paths: []}}}\n",
+        EMBEDDING + "sources: {workspace: {n: {root: notes, paths: }}}\n",
+        EMBEDDING + "sources: {workspace: {n: {root: notes, paths: ['**'], include: []}}}\n",
+    ],
+    ids=["empty", "null", "no-sources", "no-paths", "null-paths", "no-include"],
+)
 def test_a_config_that_selects_nothing_warns(tmp_path: Path, text: str) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.md").write_text("# A\n", encoding="utf-8")
@@ -267,8 +322,15 @@ def test_device_fifo_and_huge_configs_are_refused_at_once(tmp_path: Path) -> Non
     huge.write_text("root: .\n# " + "x" * (2 << 20) + "\n", encoding="utf-8")
     dev_before = sorted(os.listdir("/dev"))
     for path, needle in ((Path("/dev/null"), "not a regular file"), (fifo, "not a regular file"), (huge, "1 MiB")):
-        proc = subprocess.run([sys.executable, "-c", RUN_CLI, "--config", str(path), "sync"], capture_output=True,
-                              text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_CLI, "--config", str(path), "sync"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=subprocess_env(),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+        )
         assert_one_line(proc, str(path), needle)
     assert sorted(os.listdir("/dev")) == dev_before  # `-c /dev/null` once created /dev/db/
 
@@ -283,15 +345,20 @@ def test_path_keys_expand_home_and_variables_alike(tmp_path: Path, monkeypatch: 
         "root: $NOTES_PLACE\ndb: ~/db/i.sqlite\nlog: $HOME/log/s.log\n"
         "embedding: {provider: ollama, model: 'm:1', endpoint: 'http://x', dims: 4}\n"
         "sources:\n  workspace:\n    w: {root: '${HOME}/notes', paths: ['**']}\n"
-        "  git:\n    g: {url: 'https://example.invalid/r.git', mirror: '$HOME/m/$$g.git'}\n", encoding="utf-8")
+        "  git:\n    g: {url: 'https://example.invalid/r.git', mirror: '$HOME/m/$$g.git'}\n",
+        encoding="utf-8",
+    )
     config = load_config(config_path)
     home = tmp_path / "home"
     assert (config.root, config.db, config.log) == (tmp_path / "place", home / "db/i.sqlite", home / "log/s.log")
     assert config.sources["w"].root == home / "notes"  # type: ignore[union-attr]
     assert config.sources["g"].mirror == home / "m/$g.git"  # type: ignore[union-attr]
-    for key, text in (("log", "log: $NOT_SET_ANYWHERE/x\n"), ("db", "db: ${NOT_SET_ANYWHERE}/x\n"),
-                      ("sources.workspace.w.root", "sources: {workspace: {w: {root: $NOT_SET_ANYWHERE, paths: ['**']}}}\n"),
-                      ("root", "root: $EMPTY_ONE/x\n")):
+    for key, text in (
+        ("log", "log: $NOT_SET_ANYWHERE/x\n"),
+        ("db", "db: ${NOT_SET_ANYWHERE}/x\n"),
+        ("sources.workspace.w.root", "sources: {workspace: {w: {root: $NOT_SET_ANYWHERE, paths: ['**']}}}\n"),
+        ("root", "root: $EMPTY_ONE/x\n"),
+    ):
         monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
         monkeypatch.setenv("EMPTY_ONE", "")
         config_path.write_text(text, encoding="utf-8")
@@ -303,8 +370,10 @@ def test_path_keys_expand_home_and_variables_alike(tmp_path: Path, monkeypatch: 
 # ------------------------------------------------------------------------------------ MCP token
 
 
-@pytest.mark.parametrize("token, needle", [("x", "at least 16"), ("short-but-12", "at least 16"),
-                                           ("a token with spaces in it", "without spaces")])
+@pytest.mark.parametrize(
+    "token, needle",
+    [("x", "at least 16"), ("short-but-12", "at least 16"), ("a token with spaces in it", "without spaces")],
+)
 def test_weak_mcp_token_beyond_loopback_is_refused(tmp_path: Path, token: str, needle: str) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -363,9 +432,15 @@ def test_init_into_a_folder_that_is_not_writable_is_one_line(as_user: list[str],
     locked.chmod(0o555)
     notes_in(shared)
     for target in (locked / "notes-search.yaml", locked / "sub" / "notes-search.yaml"):
-        proc = subprocess.run([*as_user, sys.executable, "-c", RUN_CLI, "--config", str(target), "init", "notes"],
-                              capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=shared,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [*as_user, sys.executable, "-c", RUN_CLI, "--config", str(target), "init", "notes"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=subprocess_env(),
+            cwd=shared,
+            stdin=subprocess.DEVNULL,
+        )
         assert_one_line(proc, str(target), "Permission denied")
 
 
@@ -389,8 +464,9 @@ def test_mirror_folder_not_writable_is_one_line(as_user: list[str], shared: Path
     for folder in ("db", "log"):
         (shared / folder).mkdir(mode=0o777)
         (shared / folder).chmod(0o777)
-    config = write_config(shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"),
-                          log=str(shared / "log" / "sync.log"))
+    config = write_config(
+        shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"), log=str(shared / "log" / "sync.log")
+    )
     data = yaml.safe_load(config.read_text(encoding="utf-8"))
     data["sources"] = {"git": {"team": {"url": str(upstream), "mirror": str(locked / "mirrors" / "team.git")}}}
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -420,8 +496,12 @@ def _damage(db: Path) -> None:
     conn = apsw.Connection(str(db))
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = int(conn.execute("PRAGMA page_size").fetchall()[0][0])
-    pages = [int(row[0]) for row in conn.execute(
-        "SELECT pageno FROM dbstat WHERE name IN ('files', 'chunks', 'chunks_fts_data', 'sources', 'meta')")]
+    pages = [
+        int(row[0])
+        for row in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name IN ('files', 'chunks', 'chunks_fts_data', 'sources', 'meta')"
+        )
+    ]
     conn.close()
     noise = random.Random(11)
     with db.open("r+b") as handle:
@@ -430,8 +510,9 @@ def _damage(db: Path) -> None:
             handle.write(noise.randbytes(size))
 
 
-def test_damaged_index_is_one_line_in_every_command_mcp_and_watch(tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_damaged_index_is_one_line_in_every_command_mcp_and_watch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from indexer.config import load_config
     from indexer.watch import Watcher
     from search.mcp_server import NotesTools, _tool_errors
@@ -443,8 +524,14 @@ def test_damaged_index_is_one_line_in_every_command_mcp_and_watch(tmp_path: Path
     config = write_config(tmp_path, notes, db=str(db))
     assert cli(config, "sync", "-q").exit_code == 0
     _damage(db)
-    for command in (["sync"], ["sync", "--full"], ["status", "--offline"], ["query", "alpha", "--mode", "lex"],
-                    ["reindex", "notes:n1.md"], ["toc"]):
+    for command in (
+        ["sync"],
+        ["sync", "--full"],
+        ["status", "--offline"],
+        ["query", "alpha", "--mode", "lex"],
+        ["reindex", "notes:n1.md"],
+        ["toc"],
+    ):
         assert_one_line_error(cli(config, *command), str(db), "not a usable SQLite index")
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -469,9 +556,18 @@ def test_index_locked_by_another_process_is_one_line(tmp_path: Path, monkeypatch
     assert cli(config, "sync", "-q").exit_code == 0
     (notes / "a.md").write_text("# Backups\n\nrestic runs every hour\n", encoding="utf-8")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-         "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM meta WHERE 0'); print('held', flush=True); "
-         "sys.stdin.read()", str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM meta WHERE 0'); print('held', flush=True); "
+            "sys.stdin.read()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 100)
@@ -485,8 +581,15 @@ def test_fifo_at_the_index_or_log_path_is_refused_at_once(tmp_path: Path) -> Non
     notes = notes_in(tmp_path)
 
     def run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", RUN_CLI, "--config", str(config), *args], capture_output=True,
-                              text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-c", RUN_CLI, "--config", str(config), *args],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=subprocess_env(),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+        )
 
     os.mkfifo(tmp_path / "db.fifo")
     config = write_config(tmp_path, notes, db=str(tmp_path / "db.fifo"))
@@ -507,9 +610,15 @@ def test_a_log_on_a_full_disk_gives_one_warning_and_the_command_goes_on(tmp_path
         pytest.skip("no /dev/full")
     notes = notes_in(tmp_path)
     config = write_config(tmp_path, notes, db=str(tmp_path / "i.sqlite"), log="/dev/full")
-    proc = subprocess.run([sys.executable, "-c", RUN_CLI, "--config", str(config), "sync", "--full"],
-                          capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=tmp_path,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_CLI, "--config", str(config), "sync", "--full"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=subprocess_env(),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Logging error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "cannot write log file" in line]
@@ -532,3 +641,18 @@ def test_index_below_a_file_or_of_another_program_is_named_so(tmp_path: Path) ->
     for command in (["status", "--offline"], ["sync"], ["sync", "--full"]):
         assert_one_line_error(cli(config, *command), str(foreign), "not a notes-search index", "change `db:`")
     assert {row[0] for row in sqlite3.connect(foreign).execute("SELECT name FROM sqlite_master")} == {"chunks", "meta"}
+
+
+def test_show_in_an_unreadable_workspace_says_so(as_user: list[str], shared: Path) -> None:
+    """A note behind a folder this user may not search is not 'no such file': show names the
+    permission problem, as grep and status do."""
+    notes = notes_in(shared)
+    for folder in ("db", "log"):
+        (shared / folder).mkdir(mode=0o777)
+        (shared / folder).chmod(0o777)
+    config = write_config(shared, notes, db=str(shared / "db" / "index.sqlite"), log=str(shared / "log" / "s.log"))
+    notes.chmod(0o000)
+    try:
+        assert_one_line(run_as(as_user, config, "show", "notes:a.md"), "notes:a.md", "cannot read", "Permission denied")
+    finally:
+        notes.chmod(0o755)
