@@ -186,9 +186,12 @@ def search(
     terms = match_terms(match) if match is not None else []
     top_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical[:COVERAGE_HITS] if cid in rows]
     blind = {}
-    every_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical if cid in rows]
-    if mode == "hybrid" and not found_exact_value(terms, top_lexical, every_lexical):
+    if mode == "hybrid":
         blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages)
+    if blind and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
+        every_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical if cid in rows]
+        if found_exact_value(terms, top_lexical, every_lexical):
+            blind = {}
     response.keyword_blind = len(blind)
     weights = {}
     if blind:

@@ -113,6 +113,13 @@ def shared(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(folder)
 
 
+def writable_by_anyone(folder: Path) -> Path:
+    """A folder the unprivileged child may write into (mkdir's mode is cut by the umask)."""
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    return folder
+
+
 def run_as(prefix: list[str], config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*prefix, sys.executable, "-c", RUN_CLI, "--config", str(config), *args],
@@ -141,23 +148,20 @@ def test_db_folder_not_writable_is_one_line(as_user: list[str], shared: Path) ->
     config = write_config(
         shared, notes_in(shared), db=str(locked / "db" / "index.sqlite"), log=str(shared / "log" / "sync.log")
     )
-    (shared / "log").mkdir(mode=0o777)
-    (shared / "log").chmod(0o777)
+    writable_by_anyone(shared / "log")
     assert_one_line(run_as(as_user, config, "sync"), str(locked / "db"), "Permission denied")
     assert not (locked / "db").exists()
 
 
 def test_lock_in_a_folder_that_cannot_hold_files_is_one_line(as_user: list[str], shared: Path) -> None:
     config = write_config(shared, notes_in(shared), db="/proc/a.sqlite", log=str(shared / "log" / "s.log"))
-    (shared / "log").mkdir(mode=0o777)
-    (shared / "log").chmod(0o777)
+    writable_by_anyone(shared / "log")
     assert_one_line(run_as(as_user, config, "sync"), "/proc/.notes-sync.lock")
 
 
 def test_read_only_index_is_one_line(as_user: list[str], shared: Path) -> None:
     """Synced by its owner, then synced and read by a user who may not write it."""
-    (shared / "db").mkdir(mode=0o777)
-    (shared / "db").chmod(0o777)
+    writable_by_anyone(shared / "db")
     config = write_config(
         shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"), log=str(shared / "db" / "sync.log")
     )
@@ -188,8 +192,7 @@ def test_log_that_cannot_be_opened_is_one_line(as_user: list[str], shared: Path)
     locked = shared / "locked"
     locked.mkdir(mode=0o555)
     locked.chmod(0o555)
-    (shared / "db").mkdir(mode=0o777)
-    (shared / "db").chmod(0o777)
+    writable_by_anyone(shared / "db")
     config = write_config(
         shared, notes_in(shared), db=str(shared / "db" / "i.sqlite"), log=str(locked / "log" / "sync.log")
     )
@@ -462,8 +465,7 @@ def test_mirror_folder_not_writable_is_one_line(as_user: list[str], shared: Path
     locked.mkdir(mode=0o555)
     locked.chmod(0o555)
     for folder in ("db", "log"):
-        (shared / folder).mkdir(mode=0o777)
-        (shared / folder).chmod(0o777)
+        writable_by_anyone(shared / folder)
     config = write_config(
         shared, notes_in(shared), db=str(shared / "db" / "index.sqlite"), log=str(shared / "log" / "sync.log")
     )
@@ -648,8 +650,7 @@ def test_show_in_an_unreadable_workspace_says_so(as_user: list[str], shared: Pat
     permission problem, as grep and status do."""
     notes = notes_in(shared)
     for folder in ("db", "log"):
-        (shared / folder).mkdir(mode=0o777)
-        (shared / folder).chmod(0o777)
+        writable_by_anyone(shared / folder)
     config = write_config(shared, notes, db=str(shared / "db" / "index.sqlite"), log=str(shared / "log" / "s.log"))
     notes.chmod(0o000)
     try:
