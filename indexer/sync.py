@@ -337,6 +337,7 @@ class Syncer:
         space = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         after_id = 0
         done = 0
+        self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
         while True:
             rows = self.store.pending_chunks(batch, after_id)
             if not rows:
@@ -350,7 +351,9 @@ class Syncer:
             for row in rows:
                 texts[unique[row.content_hash]] = row.text
             try:
-                vectors = embedder.embed_passages(texts)
+                vectors = embedder.embed_passages(
+                    texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
+                )
             except EmbedderUnavailable as exc:
                 if interactive:
                     health.failed(self.config.embedding, str(exc))
@@ -375,6 +378,11 @@ class Syncer:
             self.progress("embed", done, total)
             if deadline is not None and time.monotonic() >= deadline:
                 return
+
+    def _page_progress(self, before: int, rows: int, texts: int, total: int) -> Callable[[int], None]:
+        """Progress per model batch inside one page: the page's rows in proportion to its unique
+        texts embedded so far (a slow model takes minutes per page)."""
+        return lambda embedded: self.progress("embed", before + rows * embedded // texts, total)
 
     def refresh_neutral_space(self) -> str | None:
         """Re-estimate the language statistics when the bounded-drift rule says they are stale
