@@ -412,10 +412,14 @@ class Syncer:
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
             new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
-            if not neutral.same_offsets(old, new):  # a one-language index moves nothing
+            moved = neutral.moved_languages(old, new)  # a one-language index moves nothing
+            if moved:
                 for page in self._vector_pages():
+                    kept = [i for i, lang in enumerate(page.languages) if lang in moved]
+                    languages = [page.languages[i] for i in kept]
                     self.store.rewrite_vectors(
-                        page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages)
+                        [page.ids[i] for i in kept],
+                        new.neutralise(old.restore(page.matrix[kept], languages), languages),
                     )
             summary = new.summary()
             self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})

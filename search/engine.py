@@ -181,7 +181,7 @@ def search(
                     )
         candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
         rows = store.chunk_rows(candidates)
-        languages = store.chunk_languages(candidates) if mode != "lex" else {}
+    languages = {cid: row.language for cid, row in rows.items()} if mode != "lex" else {}
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match) if match is not None else []
     top_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical[:COVERAGE_HITS] if cid in rows]
