@@ -44,7 +44,6 @@ class ChunkRow:
     updated_at: float
     indexed_rev: str | None
     kind: str
-    language: str = "unknown"  # read with the row: a search needs every candidate's language
 
 
 @dataclass(frozen=True, slots=True)

@@ -765,7 +765,7 @@ class Store:
         marks = ",".join("?" * len(wanted))
         rows = self.conn.execute(
             f"""SELECT c.id, c.source_id, c.path, c.chunk_idx, c.breadcrumb, c.text, c.start_line, c.end_line,
-                       f.updated_at, s.indexed_rev, s.kind, COALESCE(c.language, 'unknown')
+                       f.updated_at, s.indexed_rev, s.kind
                 FROM chunks c JOIN files f ON f.source_id = c.source_id AND f.path = c.path
                 JOIN sources s ON s.source_id = c.source_id
                 WHERE c.id IN ({marks})""",
