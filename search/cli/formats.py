@@ -194,7 +194,9 @@ def grep_md(data: Mapping[str, Any]) -> str:
     hits: list[Mapping[str, Any]] = data["results"]
     lines = [f"# grep {md_code(data['pattern'])} ({len(hits)} lines)", ""]
     if hits:
-        lines += _table(("ref", "line"), ((md_code(ref_of(h), in_table=True), md_code(h["text"], in_table=True)) for h in hits))
+        lines += _table(
+            ("ref", "line"), ((md_code(ref_of(h), in_table=True), md_code(h["text"], in_table=True)) for h in hits)
+        )
         lines.append("")
     return "\n".join(lines)
 
