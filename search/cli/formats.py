@@ -69,7 +69,8 @@ def format_option(formats: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
         "output_format",
         type=click.Choice(formats, case_sensitive=False),
         default=None,
-        help="Output format (default text); `files`: unique source:path lines, for piping.",
+        help="Output format (default text)"
+        + ("; files: unique source:path lines, for piping." if "files" in formats else "."),
     )
 
 
