@@ -8,7 +8,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import chosen_format, emit, format_option
-from search.cli.options import scope_options
+from search.cli.options import filter_options, scope_options
 from search.engine import MODES
 from search.terminal import echo, echo_json, styled
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 @click.option("-k", "k", default=8, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @scope_options
+@filter_options
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @format_option()
@@ -33,6 +34,9 @@ def query(
     source_ids: tuple[str, ...],
     collection: str | None,
     path: str | None,
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
     explain: bool,
     as_json: bool,
     output_format: str | None,
@@ -40,7 +44,12 @@ def query(
     """Search the index."""
     fmt = chosen_format(output_format, as_json)
     service = ctx.service()
-    target = service.scope_from_options(source_ids, collection, path)  # bad flags fail before the index opens
+    from search.service.scope import Filters
+
+    filters = Filters(tags, since, until)
+    target = service.scope_from_options(
+        source_ids, collection, path, filters=filters
+    )  # bad flags fail before the index opens
     outcome = service.search(text, target=target, k=k, mode=mode)
     response = outcome.response
     response.notice = outcome.notice
