@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from search import cli as cli_module
 from search.cli import formats
@@ -186,6 +188,29 @@ def test_markdown_fences_and_spans_hold_any_text() -> None:
     assert formats.md_text("two\nlines") == "two\\\\nlines"  # Markdown shows the visible escape `\n`
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"ref": st.text(), "text": st.text()}), max_size=4))
+def test_csv_parses_back_to_the_printable_cells(rows: list[dict[str, str]]) -> None:
+    """Any text: the csv module reads back what was written, cell for cell, and the printed
+    document holds no control character (line breaks stay, inside quoted cells)."""
+    out = formats.render_csv(("ref", "text"), rows)
+    assert not CONTROL.search(out.replace("\r\n", "\n"))
+    parsed = list(csv.DictReader(io.StringIO(out, newline="")))
+    assert parsed == [{key: formats.block(value) for key, value in row.items()} for row in rows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_markdown_code_and_fences_survive_any_text(text: str) -> None:
+    span = formats.md_code(text)
+    fence = re.match("`+", span)
+    assert fence is not None and span.endswith(fence.group()) and "\n" not in span
+    assert fence.group() not in span[len(fence.group()) : -len(fence.group())]  # nothing inside closes it
+    fenced = formats.md_block(text).split("\n")
+    assert fenced[0].startswith("```") and fenced[-1] == fenced[0].removesuffix("text")
+    assert not any(line.startswith(fenced[-1]) for line in fenced[1:-1])
+
+
 def test_csv_cells_need_the_csv_module() -> None:
     rows = [{"ref": 'a,"b"', "text": "one\ntwo, three"}]
     out = formats.render_csv(("ref", "text"), rows)
@@ -244,9 +269,9 @@ def test_show_bad_refs_among_several(run: Run) -> None:
     result = run("show", "notes:devops/wireguard.md", "notes:nope.md", "notes:../x/*.md", "notes:devops/postgres.md")
     assert result.exit_code == 1
     assert "==> notes:devops/wireguard.md <==" in result.stdout and "Server poslouchá" in result.stdout
-    errors = result.stderr.splitlines()
+    errors = result.stderr.splitlines()  # in the order the refs were given
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
-    assert any("nope.md" in line for line in errors) and any("outside the source root" in line for line in errors)
+    assert "nope.md" in errors[0] and "outside the source root" in errors[1]
     as_json = run("show", "notes:devops/wireguard.md", "notes:nope.md", "--json")
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["errors"][0]["ref"] == "notes:nope.md"
     single = run("show", "notes:nope.md")  # one ref: the command's one-line error, as before

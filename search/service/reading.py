@@ -211,28 +211,28 @@ def read_many(
     from search.refs import parse_ref
 
     config = service.config
-    failed: list[Unread] = []
-    wanted: dict[tuple[str, str, int | None, int | None], Ref] = {}
+    failed: list[tuple[int, Unread]] = []  # with the position of the ref that named it
+    wanted: dict[tuple[str, str, int | None, int | None], tuple[int, Ref]] = {}
     with service.reading_if_indexed() as store:
-        for text in refs:
+        for position, text in enumerate(refs):
             try:
                 parsed = parse_ref(text.strip(), config.sources)
                 for source_id, ref in _expand(config, store, parsed, text):
-                    wanted.setdefault((source_id, ref.path, ref.line, ref.count), ref)
+                    wanted.setdefault((source_id, ref.path, ref.line, ref.count), (position, ref))
             except NotesSearchError as exc:
-                failed.append(Unread(text, str(exc)))
+                failed.append((position, Unread(text, str(exc))))
         views: list[FileView] = []
         omitted: list[str] = []
         capped = False
         used_lines = used_bytes = 0
-        for (source_id, _, _, _), ref in wanted.items():
+        for (source_id, _, _, _), (position, ref) in wanted.items():
             if capped:  # what follows the cap is named, not read
                 omitted.append(f"{source_id}:{ref.path}")
                 continue
             try:
                 view = _with_range(_view(config, store, source_id, ref))
             except NotesSearchError as exc:
-                failed.append(Unread(f"{source_id}:{ref.path}", str(exc)))
+                failed.append((position, Unread(f"{source_id}:{ref.path}", str(exc))))
                 continue
             lines, size = _size(view)
             if used_lines + lines <= max_lines and used_bytes + size <= max_bytes:
@@ -245,7 +245,8 @@ def read_many(
                 else:  # one file alone is larger than the cap: its head, and where the rest starts
                     views.append(_cut(view, max_lines, max_bytes))
                     used_lines, used_bytes = _size(views[0])
-    return ManyViews(views, omitted, failed, max_lines, max_bytes, used_lines, used_bytes)
+    in_order = [item for _, item in sorted(failed, key=lambda pair: pair[0])]  # as the refs were given
+    return ManyViews(views, omitted, in_order, max_lines, max_bytes, used_lines, used_bytes)
 
 
 def _expand(config: Config, store: IndexReader | None, ref: Ref, text: str) -> Iterator[tuple[str, Ref]]:
