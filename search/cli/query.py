@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.options import scope_options
+from search.cli.formats import chosen_format, emit, format_option
+from search.cli.options import filter_options, scope_options
 from search.engine import MODES
 from search.terminal import echo, echo_json, styled
 
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
 @click.option("-k", "k", default=8, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @scope_options
+@filter_options
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
+@format_option()
 @pass_context
 def query(
     ctx: CliContext,
@@ -31,19 +34,34 @@ def query(
     source_ids: tuple[str, ...],
     collection: str | None,
     path: str | None,
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
     explain: bool,
     as_json: bool,
+    output_format: str | None,
 ) -> None:
     """Search the index."""
+    fmt = chosen_format(output_format, as_json)
     service = ctx.service()
-    target = service.scope_from_options(source_ids, collection, path)  # bad flags fail before the index opens
+    from search.service.scope import Filters
+
+    filters = Filters(tags, since, until)
+    target = service.scope_from_options(
+        source_ids, collection, path, filters=filters
+    )  # bad flags fail before the index opens
     outcome = service.search(text, target=target, k=k, mode=mode)
     response = outcome.response
     response.notice = outcome.notice
-    if as_json:
+    if fmt == "json":
         echo_json(response.to_json(explain=explain))
         if response.notice and response.degraded:
             echo(f"notice: {response.notice}", err=True)
+        return
+    if fmt != "text":  # the notice goes to stderr: stdout stays the format alone
+        if response.notice:
+            echo(f"notice: {response.notice}", err=True)
+        emit("query", fmt, response.to_json(explain=explain))
         return
     _print_hits(response, explain)
 

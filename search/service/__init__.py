@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from search.route import Router, RouteResponse
     from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
     from search.service.lookup import CollectionsView, GrepOutcome, TocFile
-    from search.service.reading import FileView, LineWindow
-    from search.service.scope import Target
+    from search.service.overview import Overview
+    from search.service.reading import FileView, LineWindow, ManyViews
+    from search.service.scope import Filters, Target
     from search.service.searching import SearchOutcome
     from search.service.status import StatusReport
 
@@ -130,13 +131,19 @@ class NotesService:
         return resolve_path(self.config, store, path)
 
     def scope_from_options(
-        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: Store | None = None
+        self,
+        source_ids: tuple[str, ...],
+        collection: str | None,
+        path: str | None,
+        store: Store | None = None,
+        filters: Filters | None = None,
     ) -> Target:
-        """The CLI's --source/--collection/--path; with a store, also checked to name something
-        (`search` checks a target it is given itself, in its own connection)."""
-        from search.service.scope import check_scope_exists, resolve_options
+        """The CLI's --source/--collection/--path (and --tag/--since/--until); with a store,
+        also checked to name something (`search` checks a target it is given itself, in its own
+        connection)."""
+        from search.service.scope import check_scope_exists, resolve_options, with_filters
 
-        target = resolve_options(self.config, source_ids, collection, path)
+        target = with_filters(resolve_options(self.config, source_ids, collection, path), filters)
         if store is not None:
             check_scope_exists(self.config, store, target.scope)
         return target
@@ -152,10 +159,11 @@ class NotesService:
         k: int,
         mode: str,
         resident: bool = False,
+        filters: Filters | None = None,
     ) -> SearchOutcome:
         from search.service.searching import search
 
-        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident)
+        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident, filters=filters)
 
     # ---- indexing -----------------------------------------------------------------------------
 
@@ -201,6 +209,20 @@ class NotesService:
         from search.service.reading import get
 
         return get(self, ref, from_line, max_lines)
+
+    def read_many(
+        self, refs: Sequence[str], *, max_lines: int | None = None, max_bytes: int | None = None
+    ) -> ManyViews:
+        """Several refs and globs under one size cap (None: the default cap)."""
+        from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES, read_many
+
+        return read_many(self, refs, max_lines=max_lines or MANY_MAX_LINES, max_bytes=max_bytes or MANY_MAX_BYTES)
+
+    def overview(self) -> Overview:
+        """The sources and collections, named and described (the MCP server's instructions)."""
+        from search.service.overview import overview
+
+        return overview(self)
 
     # ---- lookup -------------------------------------------------------------------------------
 
