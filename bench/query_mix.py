@@ -34,8 +34,8 @@ from bench.beir import (
     write_workspace,
 )
 from bench.bench_langid import eval_root
+from bench.bench_mixed_latency import CacheOnly, Fixed
 from bench.crosslingual import load, splits
-from bench.mixed_latency import CacheOnly, Fixed
 from bench.report import md_table
 from indexer.config import load_config
 from indexer.embedders import make_embedder
