@@ -29,6 +29,7 @@ from indexer.hosts import is_loopback_host as is_loopback
 from indexer.sync import run_sync
 from search.mcp_server import LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
+from tests.pg import both_backends
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "notes"
@@ -48,8 +49,9 @@ def ollama() -> Iterator[OllamaServer]:
         server.stop()
 
 
-def make_workspace(root: Path, ollama: OllamaServer) -> Path:
-    """examples/notes with a secret outside the root and symlinks pointing at it, indexed."""
+def make_workspace(root: Path, ollama: OllamaServer, db: str | None = None) -> Path:
+    """examples/notes with a secret outside the root and symlinks pointing at it, indexed (in
+    the index `db` names, when given)."""
     shutil.copytree(EXAMPLES, root / "notes")
     (root / "secret").mkdir()
     (root / "secret" / "passwords.md").write_text("# Secret\n\nTOPSECRET-4242\n", encoding="utf-8")
@@ -59,6 +61,7 @@ def make_workspace(root: Path, ollama: OllamaServer) -> Path:
     config.write_text(
         f"""\
 root: {root}
+{f'db: "{db}"' if db else ""}
 embedding:
   provider: ollama
   model: fake-embed:latest
@@ -81,8 +84,8 @@ sources:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, ollama: OllamaServer) -> Path:
-    return make_workspace(tmp_path, ollama)
+def workspace(tmp_path: Path, ollama: OllamaServer, db_url: str | None) -> Path:
+    return make_workspace(tmp_path, ollama, db_url)
 
 
 def server_env() -> dict[str, str]:
@@ -175,6 +178,7 @@ async def exercise_every_tool(session: ClientSession) -> None:
 # ---- stdio ----------------------------------------------------------------------------------
 
 
+@both_backends
 def test_stdio_lists_and_calls_every_tool(workspace: Path, tmp_path: Path) -> None:
     over_stdio(workspace, exercise_every_tool, tmp_path / "server.log")
 
