@@ -84,6 +84,9 @@ def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[t
 
 
 def test_scoped_vector_search_is_exact_and_unscoped_uses_hnsw(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import indexer.store.postgres as postgres_store
+
+    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 100)
     store = PostgresStore.open(pg_url)
     try:
         from indexer.config import EmbeddingConfig
@@ -93,6 +96,7 @@ def test_scoped_vector_search_is_exact_and_unscoped_uses_hnsw(pg_url: str, monke
         )
         store.ensure_source("s", "workspace")
         fill(store, {"big": 300, "small": 30}, np.random.default_rng(5))  # type: ignore[arg-type]
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')").fetchone()[0]
         store.conn.execute("ANALYZE")
         store.conn.execute("SET enable_seqscan = off")  # a planner that would take any index it may
         sent = _statements(store, monkeypatch)
