@@ -223,3 +223,15 @@ def test_sync_show_toc_status_and_reindex_on_postgres(tmp_path: Path, notes: Pat
         assert run("reindex", "notes:devops").exit_code == 0
         found = json.loads(run("query", "6432", "--mode", "lex", "--json").output)
         assert [hit["path"] for hit in found["results"]] == ["devops/postgres.md"]
+
+
+def test_a_pooled_connection_the_server_dropped_is_replaced(pg_url: str, pg_server: Any) -> None:
+    store = PostgresStore.open(pg_url)
+    pid = store.conn.info.backend_pid
+    store.close()  # back to the pool
+    pg_server.admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    again = PostgresStore.open(pg_url)  # a server restart looks the same to the pool
+    try:
+        assert again.conn.info.backend_pid != pid and again.counts()["files"] == 0
+    finally:
+        again.close()

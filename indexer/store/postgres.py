@@ -504,6 +504,18 @@ def _give_back(url: str, readonly: bool, conn: psycopg.Connection[Any]) -> None:
     conn.close()
 
 
+def _live_connection(url: str, readonly: bool) -> psycopg.Connection[Any]:
+    """A pooled connection that still answers, or a new one (the server may have restarted)."""
+    conn = _take(url, readonly)
+    if conn is not None:
+        try:
+            conn.execute("SELECT 1")
+            return conn
+        except psycopg.Error:
+            conn.close()
+    return _connect(url, readonly)
+
+
 def discard_pool() -> None:
     """Close every idle pooled connection (tests dropping a database, a process ending)."""
     with _pool_lock:
@@ -534,15 +546,7 @@ class PostgresStore:
     @classmethod
     def open(cls, url: str, *, readonly: bool = False) -> PostgresStore:
         """Open the index at `url` (sync migrates it; a reader needs it migrated)."""
-        conn = _take(url, readonly)
-        if conn is not None:
-            try:
-                conn.execute("SELECT 1")
-            except psycopg.Error:  # the server restarted since: a fresh connection
-                conn.close()
-                conn = None
-        if conn is None:
-            conn = _connect(url, readonly)
+        conn = _live_connection(url, readonly)
         store = cls(conn, url, readonly)
         try:
             version = store._schema_version()
@@ -570,7 +574,7 @@ class PostgresStore:
     @classmethod
     def exists(cls, url: str) -> bool:
         """Whether `url` holds an index (a sync ran); a server that cannot be reached raises."""
-        conn = _take(url, True) or _connect(url, True)
+        conn = _live_connection(url, True)
         try:
             exists = PostgresStore(conn, url, True)._schema_version() is not None
         except psycopg.Error as exc:
