@@ -35,7 +35,7 @@ from indexer.errors import (
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
-from indexer.store import CollectionRow, IndexWriter, Store, VectorPage
+from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
 
 if TYPE_CHECKING:
     import numpy as np
@@ -560,7 +560,7 @@ def run_sync(
     if not lock.acquire(timeout=lock_timeout):
         return SyncReport(locked=True)
     try:
-        store = Store.open(config.db)
+        store = open_store(config.index_location)
         try:
             report = Syncer(config, store, embedder_factory, progress).run(source_ids, full, path, embed_budget)
         finally:
@@ -608,7 +608,8 @@ def catch_up(
         for sid, src in config.sources.items()
         if isinstance(src, WorkspaceSource) and (not source_ids or sid in source_ids)
     ]
-    if not workspace_ids or not config.db.exists():
+    # (a PostgreSQL index exists: the search that calls this has just opened it)
+    if not workspace_ids or (not is_postgres(config.index_location) and not config.db.exists()):
         return None
     try:
         report = run_sync(
