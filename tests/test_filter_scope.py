@@ -103,6 +103,16 @@ FILTERS: dict[str, tuple[SearchScope, Callable[[Written], bool]]] = {
         lambda w: w.updated_at >= BASE + 60 * 2960,
     ),
     "nothing passes": (SearchScope(tags=("réunion", "t3")), lambda w: False),
+    # the store reads the kept files from the narrowest filter: each way round
+    "broad tag, narrow tag": (SearchScope(tags=("common", "réunion")), lambda w: "réunion" in w.tags),
+    "narrow tag, broad time": (
+        SearchScope(tags=("réunion",), updated_since=BASE + 60 * 100),
+        lambda w: "réunion" in w.tags and w.updated_at >= BASE + 60 * 100,
+    ),
+    "broad tags, narrow time": (
+        SearchScope(tags=("common", "t2"), updated_before=BASE + 60 * 200),
+        lambda w: "t2" in w.tags and w.updated_at < BASE + 60 * 200,
+    ),
 }
 
 
