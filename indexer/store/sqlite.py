@@ -171,10 +171,10 @@ def _filter_clauses(scope: SearchScope, alias: str, params: dict[str, object], l
     times: list[str] = []
     if scope.updated_since is not None:
         params["scope_since"] = float(scope.updated_since)
-        times.append("{u}.updated_at >= :scope_since")
+        times.append("u.updated_at >= :scope_since")
     if scope.updated_before is not None:
         params["scope_before"] = float(scope.updated_before)
-        times.append("{u}.updated_at < :scope_before")
+        times.append("u.updated_at < :scope_before")
     if not tags and not times:
         return []
     for i, tag in enumerate(tags):
@@ -188,14 +188,13 @@ def _filter_clauses(scope: SearchScope, alias: str, params: dict[str, object], l
 
     in_time = " AND ".join(times)
     if not tags or (times and lead == "time"):
-        conditions = [in_time.format(u="u"), *(has_tag(i, "u") for i in range(len(tags)))]
+        conditions = [in_time, *(has_tag(i, "u") for i in range(len(tags)))]
         kept = f"SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(conditions)}"
     else:
         conditions = ["t0.tag = :scope_tag0", *(has_tag(i, "t0") for i in range(1, len(tags)))]
         if times:
             conditions.append(
-                "EXISTS (SELECT 1 FROM files u WHERE u.source_id = t0.source_id AND u.path = t0.path"
-                f" AND {in_time.format(u='u')})"
+                f"EXISTS (SELECT 1 FROM files u WHERE u.source_id = t0.source_id AND u.path = t0.path AND {in_time})"
             )
         kept = f"SELECT t0.source_id, t0.path FROM file_tags t0 WHERE {' AND '.join(conditions)}"
     return [f"({alias}.source_id, {alias}.path) IN ({kept})"]
