@@ -356,6 +356,8 @@ def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any) -> N
         assert scoped["scope"] == "collection devops (tag wireguard, since 2000-01-01)" and scoped["results"]
         old = await call(session, "search", query="server", until="2000-01-01", mode="lex")
         assert old["results"] == [] and "nothing found in all sources (until 2000-01-01)" in old["notice"]
+        one = await call(session, "search", query="server network tunnel", tags="vpn", k=5)  # a bare string
+        assert one["scope"] == "all sources (tag vpn)" and one["results"] == vpn["results"]
         assert "since 'sometime'" in await refused(session, "search", query="x", since="sometime")
         assert (
             "no indexed file has the tag 'nosuch'"
