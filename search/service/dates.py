@@ -37,6 +37,15 @@ class BadMoment(ValueError):
 def parse_moment(text: str, *, until: bool, now: float) -> float:
     """The moment `text` names, in Unix seconds: a `since` bound (`until=False`, inclusive) or
     an `until` bound (exclusive: the first moment no longer included). Raises BadMoment."""
+    try:
+        return _moment(text, until, now)
+    except BadMoment:
+        raise
+    except (ValueError, OverflowError) as exc:  # the calendar's edges: year 1, year 9999
+        raise BadMoment(f"out of the calendar's range ({exc})") from None
+
+
+def _moment(text: str, until: bool, now: float) -> float:
     value = " ".join(text.split()).lower()
     if not value:
         raise BadMoment(f"empty; {HINT}")
