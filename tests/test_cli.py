@@ -299,7 +299,7 @@ def test_progress_is_drawn_on_a_terminal(run, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)
     result = run("sync")
     assert result.exit_code == 0
-    assert "embed: " in result.stderr and "notes: +4 ~0 -0" in result.stderr
+    assert "embed" in result.stderr and "notes: +4 ~0 -0" in result.stderr
 
 
 def test_lazy_commands_resolve_and_stay_unloaded_until_named() -> None:

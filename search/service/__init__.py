@@ -179,10 +179,12 @@ class NotesService:
 
         return sync(self, source_ids, full=full, progress=progress, on_warning=on_warning)
 
-    def reindex(self, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
+    def reindex(
+        self, path: str, *, full: bool, lock_wait: float, whole_sources: bool, progress: Progress | None = None
+    ) -> ReindexOutcome:
         from search.service.indexing import reindex
 
-        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources)
+        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources, progress=progress)
 
     def catch_up(self, target: Target, *, embed: bool) -> list[str]:
         from search.service.indexing import catch_up
