@@ -100,13 +100,13 @@ class NotesTools:
         path: str | None,
         k: int,
         mode: str,
-        tags: list[str] | None = None,
+        tags: list[str] | str | None = None,
         since: str | None = None,
         until: str | None = None,
     ) -> dict[str, Any]:
         from search.service.scope import Filters
 
-        filters = Filters(tuple(tags or ()), since, until)
+        filters = Filters((tags,) if isinstance(tags, str) else tuple(tags or ()), since, until)
         outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True, filters=filters)
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
@@ -288,7 +288,7 @@ def build_server(service: "NotesService") -> "MCPServer":
             Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
         ] = "hybrid",
         tags: Annotated[
-            list[str] | None,
+            list[str] | str | None,
             Field(description="Only notes whose front matter has every one of these tags (case and '#' ignored)."),
         ] = None,
         since: Annotated[
