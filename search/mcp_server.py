@@ -61,8 +61,18 @@ class NotesTools:
     def warm_up(self) -> None:
         self.service.warm_up()
 
-    def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
-        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True)
+    def search(
+        self,
+        query: str,
+        path: str | None,
+        k: int,
+        mode: str,
+        per_file: int | None = None,
+        min_similarity: float | None = None,
+    ) -> dict[str, Any]:
+        outcome = self.service.search(
+            query, path=path, k=k, mode=mode, resident=True, per_file=per_file, min_similarity=min_similarity
+        )
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
         data["scope"] = outcome.target.label
@@ -189,13 +199,21 @@ def build_server(service: "NotesService") -> "MCPServer":
             Literal["hybrid", "lex", "vec"],
             Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
         ] = "hybrid",
+        per_file: Annotated[
+            int | None, Field(ge=1, description="At most this many hits from one file (default: no limit).")
+        ] = None,
+        min_similarity: Annotated[
+            float | None,
+            Field(ge=-1.0, le=1.0, description="Drop meaning-only hits below this cosine similarity (e.g. 0.8)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line),
-        `breadcrumb`, `score`, up to ~1,200 characters of text and `rev` (git commit or null).
+        `breadcrumb`, `score`, up to ~1,200 characters of text, `rev` (git commit or null) and
+        `matched` (keyword, meaning or both; `notice` says when no keyword matched).
         Scoped to a workspace folder, edits made just before the call are indexed first.
         `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
         with _tool_errors():
-            return tools.search(query, path, k, mode)
+            return tools.search(query, path, k, mode, per_file=per_file, min_similarity=min_similarity)
 
     @server.tool(name="status", annotations=read_only)
     def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:

@@ -152,10 +152,22 @@ class NotesService:
         k: int,
         mode: str,
         resident: bool = False,
+        per_file: int | None = None,
+        min_similarity: float | None = None,
     ) -> SearchOutcome:
         from search.service.searching import search
 
-        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident)
+        return search(
+            self,
+            query,
+            target=target,
+            path=path,
+            k=k,
+            mode=mode,
+            resident=resident,
+            per_file=per_file,
+            min_similarity=min_similarity,
+        )
 
     # ---- indexing -----------------------------------------------------------------------------
 

@@ -38,6 +38,8 @@ def search(
     k: int,
     mode: str,
     resident: bool = False,
+    per_file: int | None = None,
+    min_similarity: float | None = None,
 ) -> SearchOutcome:
     """`target` (from the CLI flags, checked here to name something) or `path` (a tool
     argument, resolved here). A scoped search first indexes what changed on disk inside it; a
@@ -57,5 +59,7 @@ def search(
             scope=target.scope,
             embedder_factory=service.embedder,
             resident=service.resident_vectors() if resident else None,
+            per_file=per_file,
+            min_similarity=min_similarity,
         )
     return SearchOutcome(response, target, tuple(lag))
