@@ -247,7 +247,8 @@ def _fuse(
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match) if match is not None else []
     texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
-    lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules)
+    seen: dict[int, tuple[bool, int]] = {}  # each chunk is read once for both orderings
+    lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules, seen)
     top_lexical = [texts[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in texts]
     blind = {}
     if mode == "hybrid":
@@ -276,7 +277,7 @@ def _fuse(
     )
     if rules:  # the vector half must not undo exact-first either
         by_id = {item.chunk_id: item for item in fused}
-        fused = [by_id[cid] for cid in exact_first([item.chunk_id for item in fused], texts, rules)]
+        fused = [by_id[cid] for cid in exact_first([item.chunk_id for item in fused], texts, rules, seen)]
     return fused, blind
 
 
