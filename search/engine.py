@@ -190,7 +190,7 @@ def search(
                         f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
                         "they can only match by keywords"
                     )
-        if mode != "vec" and match is None and mode == "lex":
+        if mode == "lex" and match is None:
             info.append("the query has no searchable words")
         while True:
             lexical: list[RankedChunk] = []
