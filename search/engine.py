@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -130,10 +131,11 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
     language, so meaning-only hits in other languages must not outweigh it. A common one (a
     year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
     for term in exact_value_terms(terms):
-        if any(term_coverage([term], text) for text in top) and (
-            sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS
-        ):
-            return True
+        if any(term_coverage([term], text) for text in top):
+            holders = (text for text in every if term_coverage([term], text) > 0)
+            # counting stops past the limit: a common term is known common after a few hits
+            if sum(1 for _ in itertools.islice(holders, RARE_EXACT_HITS + 1)) <= RARE_EXACT_HITS:
+                return True
     return False
 
 
@@ -207,9 +209,16 @@ def search(
                 vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
             candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
             rows = store.chunk_rows(candidates)
-            languages = store.chunk_languages(candidates) if mode != "lex" else {}
+            # only a hybrid query of known language asks which candidates the keywords could not see
+            knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
+            keyword_ids = {cid for cid, _ in lexical}
+            languages = store.chunk_languages(candidates - keyword_ids) if knows_language else {}
             fused, blind = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
-            response.results = _hits(fused, rows, lexical, vector, languages, blind, k, per_file, min_similarity)
+            chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
+            shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
+            if mode != "lex" and shown:  # --explain names each hit's language
+                languages.update(store.chunk_languages(shown))
+            response.results = _hits(chosen, rows, lexical, vector, languages, blind)
             exhausted = len(lexical) < depth and len(vector) < depth
             if (
                 len(response.results) >= k
@@ -281,41 +290,57 @@ def _fuse(
     return fused, blind
 
 
-def _hits(
+def _choose(
     fused: list[Fused],
     rows: dict[int, ChunkRow],
     lexical: list[RankedChunk],
     vector: list[RankedChunk],
-    languages: dict[int, str],
-    blind: dict[int, tuple[str, ...]],
     k: int,
     per_file: int | None,
     min_similarity: float | None,
-) -> list[Hit]:
-    """The first k fused chunks that pass the per-file cap and the similarity floor."""
-    bm25 = dict(lexical)
+) -> list[Fused]:
+    """The first k fused chunks that still exist and pass the per-file cap and the similarity floor."""
+    keyword = {cid for cid, _ in lexical}
     distance = dict(vector)
     per_path: dict[tuple[str, str], int] = {}
-    hits: list[Hit] = []
+    chosen: list[Fused] = []
     for item in fused:
-        if len(hits) >= k:
+        if len(chosen) >= k:
             break
         row = rows.get(item.chunk_id)
         if row is None:
             continue
-        matched = _matched(item.chunk_id in bm25, item.chunk_id in distance)
-        similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
         if (
             min_similarity is not None
-            and matched == "meaning"
-            and similarity is not None
-            and similarity < min_similarity
+            and item.chunk_id not in keyword
+            and item.chunk_id in distance
+            and 1.0 - distance[item.chunk_id] < min_similarity
         ):
             continue
         file_key = (row.source_id, row.path)
         if per_file is not None and per_path.get(file_key, 0) >= per_file:
             continue
         per_path[file_key] = per_path.get(file_key, 0) + 1
+        chosen.append(item)
+    return chosen
+
+
+def _hits(
+    chosen: list[Fused],
+    rows: dict[int, ChunkRow],
+    lexical: list[RankedChunk],
+    vector: list[RankedChunk],
+    languages: dict[int, str],
+    blind: dict[int, tuple[str, ...]],
+) -> list[Hit]:
+    """The chosen chunks as hits."""
+    bm25 = dict(lexical)
+    distance = dict(vector)
+    hits: list[Hit] = []
+    for item in chosen:
+        row = rows[item.chunk_id]
+        matched = _matched(item.chunk_id in bm25, item.chunk_id in distance)
+        similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
         hits.append(
             Hit(
                 source=row.source_id,
