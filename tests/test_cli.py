@@ -65,7 +65,8 @@ def test_query_json_contract(run) -> None:  # type: ignore[no-untyped-def]
     assert set(data) == {"query", "mode", "degraded", "notice", "results"}
     assert data["mode"] == "hybrid" and data["degraded"] is False and data["notice"] is None
     hit = data["results"][0]
-    assert set(hit) == {"ref", "source", "path", "line", "end_line", "breadcrumb", "score", "text", "rev"}
+    assert set(hit) == {"ref", "source", "path", "line", "end_line", "breadcrumb", "score", "text", "rev", "matched"}
+    assert hit["matched"] in {"keyword", "meaning", "both"}
     assert hit["source"] == "notes" and hit["path"] == "devops/zalohovani.md"
     assert hit["ref"] == f"notes:devops/zalohovani.md:{hit['line']}"  # what show / MCP get take
     assert hit["rev"] is None

@@ -170,10 +170,23 @@ class NotesService:
         mode: str,
         resident: bool = False,
         filters: Filters | None = None,
+        per_file: int | None = None,
+        min_similarity: float | None = None,
     ) -> SearchOutcome:
         from search.service.searching import search
 
-        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident, filters=filters)
+        return search(
+            self,
+            query,
+            target=target,
+            path=path,
+            k=k,
+            mode=mode,
+            resident=resident,
+            filters=filters,
+            per_file=per_file,
+            min_similarity=min_similarity,
+        )
 
     # ---- indexing -----------------------------------------------------------------------------
 
