@@ -12,6 +12,7 @@ from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import IndexReader, RankedChunk, SearchScope
 from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
+from search.snippets import excerpt, query_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     import numpy as np
@@ -31,16 +32,20 @@ COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in
 class Hit:
     source: str
     path: str
-    line: int
+    line: int  # the chunk's span in the file: line..end_line
     end_line: int
+    match_line: int  # the file line where the query matches best (search.snippets)
     breadcrumb: str
     score: float
-    text: str
+    snippet: str  # a few lines around match_line
+    text: str  # SNIPPET_CHARS of the chunk around match_line
     rev: str | None
     explain: dict[str, float | int | str | None] = field(default_factory=dict)
+    chunk_text: str = field(default="", repr=False)  # the whole chunk, for `query --full`
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
         data = asdict(self)
+        data.pop("chunk_text")
         if not explain:
             data.pop("explain")
         data["ref"] = f"{self.source}:{self.path}:{self.line}"  # what `show` / MCP `get` take
@@ -209,20 +214,25 @@ def search(
     )
     bm25 = dict(lexical)
     distance = dict(vector)
+    wanted = terms if match is not None else query_terms(query)  # vec mode: the words it would search for
     for item in fused[:k]:
         row = rows.get(item.chunk_id)
         if row is None:
             continue
+        shown = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS)
         response.results.append(
             Hit(
                 source=row.source_id,
                 path=row.path,
                 line=row.start_line,
                 end_line=row.end_line,
+                match_line=shown.match_line,
                 breadcrumb=row.breadcrumb,
                 score=round(item.score, 6),
-                text=row.text[:SNIPPET_CHARS],
+                text=shown.text,
                 rev=row.indexed_rev if row.kind == "git" else None,
+                snippet=shown.snippet,
+                chunk_text=row.text,
                 explain={
                     "bm25_rank": item.ranks.get("bm25"),
                     "bm25": round(bm25[item.chunk_id], 4) if item.chunk_id in bm25 else None,

@@ -34,6 +34,10 @@ DEFAULT_PORT = 8765
 TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
 GREP_MAX_HITS = 200
+DETAILS = ("text", "snippet")
+# detail=snippet: 8 hits in about 4 KB, Latin or Cyrillic notes alike (bench/bench_snippets.py)
+AGENT_SNIPPET_BYTES = 200
+SNIPPET_DETAIL_DROPS = ("text", "source", "path", "line", "end_line")
 REINDEX_LOCK_WAIT = 5.0  # seconds a reindex waits for a running sync before saying so
 SERVER_INSTRUCTIONS = """\
 Search the user's markdown notes. Cheapest first: `grep` for exact strings (hostnames, numbers,
@@ -61,13 +65,27 @@ class NotesTools:
     def warm_up(self) -> None:
         self.service.warm_up()
 
-    def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
+    def search(self, query: str, path: str | None, k: int, mode: str, detail: str = "text") -> dict[str, Any]:
+        """`detail`: "text" (each hit's ~1,200 characters) or "snippet" (the same hits with their
+        few lines only: about a third of the bytes, for an agent that reads on with `get`)."""
+        if detail not in DETAILS:
+            raise NotesSearchError(f"unknown detail {detail!r} (use one of {', '.join(DETAILS)})")
         outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True)
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
         data["scope"] = outcome.target.label
         for hit in data["results"]:  # type: ignore[attr-defined]
             hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
+        if detail == "snippet":
+            from search.snippets import query_terms, snippet_in_bytes
+
+            terms = query_terms(query)
+            for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
+                for key in SNIPPET_DETAIL_DROPS:  # `ref` holds source, path and line
+                    hit.pop(key, None)
+                hit["snippet"] = snippet_in_bytes(
+                    terms, found.chunk_text, found.line, found.match_line, AGENT_SNIPPET_BYTES
+                )
         if not data["results"] and not data["notice"]:
             data["notice"] = (
                 f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
@@ -189,13 +207,22 @@ def build_server(service: "NotesService") -> "MCPServer":
             Literal["hybrid", "lex", "vec"],
             Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
         ] = "hybrid",
+        detail: Annotated[
+            Literal["text", "snippet"],
+            Field(
+                description="text (default): ~1,200 characters per hit; snippet: ref, match_line, "
+                "breadcrumb, score and a short snippet per hit (same hits, about a third of the bytes)."
+            ),
+        ] = "text",
     ) -> dict[str, Any]:
-        """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line),
-        `breadcrumb`, `score`, up to ~1,200 characters of text and `rev` (git commit or null).
+        """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line of
+        its chunk), `match_line` (the line that matches best), `snippet` (a few lines around it),
+        `breadcrumb`, `score`, `rev` (git commit or null) and, unless detail=snippet, `text`
+        (~1,200 characters of the chunk around match_line).
         Scoped to a workspace folder, edits made just before the call are indexed first.
         `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
         with _tool_errors():
-            return tools.search(query, path, k, mode)
+            return tools.search(query, path, k, mode, detail)
 
     @server.tool(name="status", annotations=read_only)
     def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:
