@@ -80,12 +80,14 @@ class NotesTools:
             from search.snippets import query_terms, snippet_in_bytes
 
             terms = query_terms(query)
+            short = []
             for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
-                for key in SNIPPET_DETAIL_DROPS:  # `ref` holds source, path and line
-                    hit.pop(key, None)
-                hit["snippet"] = snippet_in_bytes(
+                kept = {key: value for key, value in hit.items() if key not in SNIPPET_DETAIL_DROPS}
+                kept["snippet"] = snippet_in_bytes(
                     terms, found.chunk_text, found.line, found.match_line, AGENT_SNIPPET_BYTES
                 )
+                short.append({"ref": kept.pop("ref"), **kept})  # `ref` holds source, path and line
+            data["results"] = short
         if not data["results"] and not data["notice"]:
             data["notice"] = (
                 f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"

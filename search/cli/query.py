@@ -83,5 +83,10 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                     f"  language {e.get('language') or '-'}{blind}"
                 )
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
-                echo("    ", *(styled(part, bold=True) if hit_term else part for part, hit_term in marked(terms, line)))
+                if line:
+                    echo(
+                        "    ", *(styled(part, bold=True) if is_term else part for part, is_term in marked(terms, line))
+                    )
+                else:
+                    echo()
         echo()
