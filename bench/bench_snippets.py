@@ -134,8 +134,8 @@ def run_set(name: str, tools: Any, notes: int, questions: list[Question]) -> Set
     text_bytes, snippet_bytes = [], []
     same = found_text = found_snippet = 0
     for question in questions:
-        full = tools.search(question.text, None, K, "hybrid", "text")
-        short = tools.search(question.text, None, K, "hybrid", "snippet")
+        full = tools.search(question.text, None, K, "hybrid", detail="text")
+        short = tools.search(question.text, None, K, "hybrid", detail="snippet")
         text_bytes.append(response_bytes(full))
         snippet_bytes.append(response_bytes(short))
         same += [hit_key(h) for h in full["results"]] == [hit_key(h) for h in short["results"]]

@@ -65,12 +65,25 @@ class NotesTools:
     def warm_up(self) -> None:
         self.service.warm_up()
 
-    def search(self, query: str, path: str | None, k: int, mode: str, detail: str = "text") -> dict[str, Any]:
+    def search(
+        self,
+        query: str,
+        path: str | None,
+        k: int,
+        mode: str,
+        tags: list[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        detail: str = "text",
+    ) -> dict[str, Any]:
         """`detail`: "text" (each hit's ~1,200 characters) or "snippet" (the same hits with their
         few lines only: about a third of the bytes, for an agent that reads on with `get`)."""
+        from search.service.scope import Filters
+
         if detail not in DETAILS:
             raise NotesSearchError(f"unknown detail {detail!r} (use one of {', '.join(DETAILS)})")
-        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True)
+        filters = Filters(tuple(tags or ()), since, until)
+        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True, filters=filters)
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
         data["scope"] = outcome.target.label
@@ -209,6 +222,23 @@ def build_server(service: "NotesService") -> "MCPServer":
             Literal["hybrid", "lex", "vec"],
             Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
         ] = "hybrid",
+        tags: Annotated[
+            list[str] | None,
+            Field(description="Only notes whose front matter has every one of these tags (case and '#' ignored)."),
+        ] = None,
+        since: Annotated[
+            str | None,
+            Field(
+                description="Only notes last changed at or after this (file mtime, or git commit time of the "
+                "last change): a date 2026-11-24, a local datetime 2026-11-24T09:30, or back from now: 7d, 2w, 3m, 1y."
+            ),
+        ] = None,
+        until: Annotated[
+            str | None,
+            Field(
+                description="Only notes last changed before the end of this; same forms (a date includes the whole day)."
+            ),
+        ] = None,
         detail: Annotated[
             Literal["text", "snippet"],
             Field(
@@ -224,7 +254,7 @@ def build_server(service: "NotesService") -> "MCPServer":
         Scoped to a workspace folder, edits made just before the call are indexed first.
         `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
         with _tool_errors():
-            return tools.search(query, path, k, mode, detail)
+            return tools.search(query, path, k, mode, tags, since, until, detail)
 
     @server.tool(name="status", annotations=read_only)
     def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:

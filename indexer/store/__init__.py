@@ -23,6 +23,7 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    tag_key,
 )
 from indexer.store.schema import (
     LANGUAGE_BACKFILL_KEY,
@@ -60,6 +61,7 @@ __all__ = [
     "VectorMatrix",
     "VectorPage",
     "content_hash",
+    "tag_key",
     "utc_now",
     "vec_extension_path",
 ]
