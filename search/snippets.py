@@ -179,15 +179,19 @@ def snippet(
     return "\n".join(picked[i] for i in sorted(picked))
 
 
-def text_window(lines: Sequence[str], index: int, max_chars: int = TEXT_CHARS) -> str:
+def text_window(lines: Sequence[str], index: int, max_chars: int = TEXT_CHARS, focus: int = 0) -> str:
     """At most `max_chars` of the chunk with its match line in the middle: the head of the chunk
     when the match lies in it (as a head-of-chunk window always was), else from the start of a
-    line so far before the match line that the window is centred on it."""
+    line so far before the match line that the window is centred on it. A match line longer than
+    the window is cut around `focus`, the match's offset in it."""
     text = "\n".join(lines)
     if len(text) <= max_chars:
         return text
     line_start = sum(len(line) + 1 for line in lines[:index])
     line_end = line_start + len(lines[index]) if lines else 0
+    if line_end - line_start > max_chars:
+        start = max(line_start, min(line_start + focus - max_chars // 2, line_end - max_chars))
+        return text[start : start + max_chars]
     slack = max(0, max_chars - (line_end - line_start))
     start = max(0, min(line_start - slack // 2, len(text) - max_chars))
     if start > 0 and text[start - 1] != "\n":  # begin with a whole line, at the latest the match line
@@ -206,11 +210,12 @@ def excerpt(
     """The match line (a file line), the snippet and the text window of one chunk."""
     lines = chunk_lines(text)
     index, keyword = best_line(terms, lines)
+    spans = highlights(terms, lines[index]) if keyword else []
     return Excerpt(
         match_line=start_line + index,
         keyword=keyword,
         snippet=snippet(terms, lines, index, max_chars=snippet_chars),
-        text=text_window(lines, index, text_chars),
+        text=text_window(lines, index, text_chars, focus=spans[0][0] if spans else 0),
     )
 
 

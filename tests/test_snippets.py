@@ -98,6 +98,12 @@ def test_a_long_line_is_cut_around_its_match() -> None:
     assert shown.snippet.startswith(ELLIPSIS) and shown.snippet.endswith(ELLIPSIS)
 
 
+def test_the_text_window_of_a_very_long_line_holds_its_match() -> None:
+    line = "word " * 1000 + "needle " + "word " * 1000
+    shown = excerpt(query_terms("needle"), f"# Title\n\n{line}", 1)
+    assert "needle" in shown.text and len(shown.text) == TEXT_CHARS
+
+
 def test_only_newlines_separate_lines() -> None:
     text = "one \x0c still one\ntwo \r still two\u2028 and two\nthree target\n"
     assert excerpt(query_terms("target"), text, 1).match_line == 3
@@ -144,6 +150,8 @@ def test_excerpt_properties(lines: list[str], query: str, start: int, budget: in
         (e - s for line in text.split("\n") for spans in term_spans(terms, line) for s, e in spans), default=0
     )
     assert len(shown.snippet) <= max(budget, longest_match + 2 * len(ELLIPSIS))
+    if shown.keyword and longest_match < TEXT_CHARS // 2:
+        assert holds_term(terms, shown.text)  # the window holds the match too
     short = snippet_in_bytes(terms, text, start, shown.match_line, budget)
     if holds_term(terms, text):
         assert holds_term(terms, short)
