@@ -148,13 +148,13 @@ def run_set(name: str, tools: Any, notes: int, questions: list[Question]) -> Set
 def match_lines(tools: Any, notes: Path, questions: Iterable[Question]) -> dict[str, tuple[int, int]]:
     """Per mode: (keyword hits whose match line on disk holds a query term, keyword hits)."""
     from indexer.filetext import text_lines
-    from search.snippets import query_terms, term_spans
+    from search.snippets import snippet_terms, term_spans
 
     counts: dict[str, tuple[int, int]] = {}
     for mode in ("hybrid", "lex"):
         holding = total = 0
         for question in questions:
-            terms = query_terms(question.text)
+            terms = snippet_terms(question.text)
             response = tools.service.search(question.text, k=K, mode=mode).response
             for hit in response.results:
                 if hit.explain.get("bm25_rank") is None:

@@ -12,7 +12,7 @@ from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import IndexReader, RankedChunk, SearchScope
 from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_fts_query
-from search.snippets import excerpt, query_terms
+from search.snippets import excerpt, snippet_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     import numpy as np
@@ -214,7 +214,7 @@ def search(
     )
     bm25 = dict(lexical)
     distance = dict(vector)
-    wanted = terms if match is not None else query_terms(query)  # vec mode: the words it would search for
+    wanted = snippet_terms(query)  # also in vec mode: the words the keyword half would search for
     for item in fused[:k]:
         row = rows.get(item.chunk_id)
         if row is None:

@@ -90,9 +90,9 @@ class NotesTools:
         for hit in data["results"]:  # type: ignore[attr-defined]
             hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
         if detail == "snippet":
-            from search.snippets import query_terms, snippet_in_bytes
+            from search.snippets import snippet_in_bytes, snippet_terms
 
-            terms = query_terms(query)
+            terms = snippet_terms(query)
             short = []
             for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
                 kept = {key: value for key, value in hit.items() if key not in SNIPPET_DETAIL_DROPS}

@@ -47,8 +47,9 @@ class Excerpt:
     text: str  # at most TEXT_CHARS of the chunk, a window around the match line
 
 
-def query_terms(query: str) -> list[Term]:
-    """The terms the keyword half searches for, also when it did not run (mode vec)."""
+def snippet_terms(query: str) -> list[Term]:
+    """The terms the keyword half searches for (the index's prefix and stem rules), also when it
+    did not run (mode vec)."""
     match = build_fts_query(query)
     return match_terms(match) if match is not None else []
 

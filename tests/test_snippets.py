@@ -24,8 +24,8 @@ from search.snippets import (
     first_content_line,
     holds_term,
     marked,
-    query_terms,
     snippet_in_bytes,
+    snippet_terms,
     term_spans,
 )
 from tests.fakes import FakeEmbedder
@@ -44,12 +44,12 @@ Road-warrior setup: phone and laptop get into the LAN.
 
 
 def lines_holding(query: str, text: str) -> list[int]:
-    terms = query_terms(query)
+    terms = snippet_terms(query)
     return [i for i, line in enumerate(text.split("\n")) if any(term_spans(terms, line))]
 
 
 def test_the_match_line_is_the_line_with_the_exact_value() -> None:
-    shown = excerpt(query_terms("51820/udp"), WIREGUARD, 10)
+    shown = excerpt(snippet_terms("51820/udp"), WIREGUARD, 10)
     assert shown.keyword and shown.match_line == 10 + 7
     assert "51820/udp" in shown.snippet and len(shown.snippet) <= SNIPPET_CHARS
     assert shown.text == WIREGUARD  # a short chunk is whole
@@ -57,21 +57,21 @@ def test_the_match_line_is_the_line_with_the_exact_value() -> None:
 
 def test_terms_match_as_the_index_folds_and_stems() -> None:
     text = "# Notes\n\nnothing here\nZálohy běží v noci\nsomething else\n"
-    assert excerpt(query_terms("zaloha"), text, 1).match_line == 4  # folded accents, stem zaloh*
-    assert excerpt(query_terms("backups"), "a\nb\nrestic backup nightly\n", 1).match_line == 3  # backu*
-    phrase = query_terms("db-01.lan")
+    assert excerpt(snippet_terms("zaloha"), text, 1).match_line == 4  # folded accents, stem zaloh*
+    assert excerpt(snippet_terms("backups"), "a\nb\nrestic backup nightly\n", 1).match_line == 3  # backu*
+    phrase = snippet_terms("db-01.lan")
     assert term_spans(phrase, "host db-01.lan here") == [[(5, 14)]]
     assert term_spans(phrase, "db 01 then lan") == [[]]  # a phrase's words must be in a row
 
 
 def test_the_line_with_more_and_rarer_terms_wins() -> None:
     text = "## restic\nrestic backup\nrestic forget\nrestic check\nnightly záloha by restic\n"
-    assert excerpt(query_terms("záloha restic"), text, 1).match_line == 5
+    assert excerpt(snippet_terms("záloha restic"), text, 1).match_line == 5
 
 
 def test_without_any_term_the_first_content_line_is_chosen() -> None:
     text = "## Heading\n\n```bash\necho hello\n```\n"
-    shown = excerpt(query_terms("completely unrelated"), text, 20)
+    shown = excerpt(snippet_terms("completely unrelated"), text, 20)
     assert not shown.keyword and shown.match_line == 23
     setext = "Title\n=====\n\nfirst words\n"
     assert first_content_line(setext.split("\n")) == 3
@@ -81,36 +81,36 @@ def test_without_any_term_the_first_content_line_is_chosen() -> None:
 def test_the_text_window_is_centred_on_a_late_match() -> None:
     filler = [f"line {i} with some ordinary filler words to make it long" for i in range(80)]
     text = "\n".join([*filler, "the answer is QX7731", *filler])
-    shown = excerpt(query_terms("QX7731"), text, 1)
+    shown = excerpt(snippet_terms("QX7731"), text, 1)
     assert shown.match_line == 81
     assert "the answer is QX7731" in shown.text and len(shown.text) <= TEXT_CHARS
     before = shown.text.index("QX7731")
     assert abs(before - (len(shown.text) - before)) < 200  # about as much before as after
     assert text.startswith(shown.text) is False and f"\n{shown.text}" in f"\n{text}"  # starts at a line start
-    early = excerpt(query_terms("line"), text, 1)
+    early = excerpt(snippet_terms("line"), text, 1)
     assert early.text == text[:TEXT_CHARS]  # a match in the head: the head, as before
 
 
 def test_a_long_line_is_cut_around_its_match() -> None:
     line = "word " * 200 + "needle " + "word " * 200
-    shown = excerpt(query_terms("needle"), line, 1)
+    shown = excerpt(snippet_terms("needle"), line, 1)
     assert "needle" in shown.snippet and len(shown.snippet) <= SNIPPET_CHARS
     assert shown.snippet.startswith(ELLIPSIS) and shown.snippet.endswith(ELLIPSIS)
 
 
 def test_the_text_window_of_a_very_long_line_holds_its_match() -> None:
     line = "word " * 1000 + "needle " + "word " * 1000
-    shown = excerpt(query_terms("needle"), f"# Title\n\n{line}", 1)
+    shown = excerpt(snippet_terms("needle"), f"# Title\n\n{line}", 1)
     assert "needle" in shown.text and len(shown.text) == TEXT_CHARS
 
 
 def test_only_newlines_separate_lines() -> None:
     text = "one \x0c still one\ntwo \r still two\u2028 and two\nthree target\n"
-    assert excerpt(query_terms("target"), text, 1).match_line == 3
+    assert excerpt(snippet_terms("target"), text, 1).match_line == 3
 
 
 def test_marked_pieces_rebuild_the_line() -> None:
-    terms = query_terms("wireguard port")
+    terms = snippet_terms("wireguard port")
     line = "WireGuard listens on port 51820 (Ports: portable)"
     pieces = marked(terms, line)
     assert "".join(part for part, _ in pieces) == line
@@ -120,7 +120,7 @@ def test_marked_pieces_rebuild_the_line() -> None:
 
 def test_a_byte_budget_keeps_the_match() -> None:
     text = "\n".join(["Первая строка о чём-то другом совсем"] * 5 + ["здесь хивус и лёд", "потом ещё строка"] * 3)
-    short = snippet_in_bytes(query_terms("хивус"), text, 1, 6, 120)
+    short = snippet_in_bytes(snippet_terms("хивус"), text, 1, 6, 120)
     assert "хивус" in short and len(short.encode()) <= 120
 
 
@@ -138,7 +138,7 @@ line_strategy = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join) | st
 def test_excerpt_properties(lines: list[str], query: str, start: int, budget: int) -> None:
     text = "\n".join(line.replace("\n", " ") for line in lines)
     count = len(text.split("\n"))
-    terms = query_terms(query)
+    terms = snippet_terms(query)
     shown = excerpt(terms, text, start, snippet_chars=budget)
     assert start <= shown.match_line < start + count  # inside the chunk's span
     assert shown.text in text and len(shown.text) <= TEXT_CHARS

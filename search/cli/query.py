@@ -9,7 +9,7 @@ import click
 from search.cli.context import CliContext, pass_context
 from search.cli.options import filter_options, scope_options
 from search.engine import MODES
-from search.snippets import marked, query_terms
+from search.snippets import marked, snippet_terms
 from search.terminal import echo, echo_json, styled
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
     if not response.results:
         echo("no results", err=True)
         return
-    terms = query_terms(response.query)
+    terms = snippet_terms(response.query)
     by_file: dict[tuple[str, str], list[Hit]] = {}
     for hit in response.results:
         by_file.setdefault((hit.source, hit.path), []).append(hit)
