@@ -174,7 +174,12 @@ def snippet(
         room = max_chars - used - 1  # the line break before it
         if room < min(len(lines[i]), 20):
             break
-        text = lines[i] if len(lines[i]) <= room else lines[i][: room - len(ELLIPSIS)].rstrip() + ELLIPSIS
+        if len(lines[i]) <= room:
+            text = lines[i]
+        elif i < index:  # the end of a line above is what leads to the match
+            text = ELLIPSIS + lines[i][len(lines[i]) - room + len(ELLIPSIS) :].lstrip()
+        else:
+            text = lines[i][: room - len(ELLIPSIS)].rstrip() + ELLIPSIS
         picked[i] = text
         used += len(text) + 1
     return "\n".join(picked[i] for i in sorted(picked))
