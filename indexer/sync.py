@@ -35,7 +35,7 @@ from indexer.errors import (
 from indexer.lock import SyncLock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
-from indexer.store import CollectionRow, IndexWriter, Store, VectorPage
+from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
 
 if TYPE_CHECKING:
     import numpy as np
@@ -337,6 +337,7 @@ class Syncer:
         space = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         after_id = 0
         done = 0
+        self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
         while True:
             rows = self.store.pending_chunks(batch, after_id)
             if not rows:
@@ -350,7 +351,9 @@ class Syncer:
             for row in rows:
                 texts[unique[row.content_hash]] = row.text
             try:
-                vectors = embedder.embed_passages(texts)
+                vectors = embedder.embed_passages(
+                    texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
+                )
             except EmbedderUnavailable as exc:
                 if interactive:
                     health.failed(self.config.embedding, str(exc))
@@ -375,6 +378,11 @@ class Syncer:
             self.progress("embed", done, total)
             if deadline is not None and time.monotonic() >= deadline:
                 return
+
+    def _page_progress(self, before: int, rows: int, texts: int, total: int) -> Callable[[int], None]:
+        """Progress per model batch inside one page: the page's rows in proportion to its unique
+        texts embedded so far (a slow model takes minutes per page)."""
+        return lambda embedded: self.progress("embed", before + rows * embedded // texts, total)
 
     def refresh_neutral_space(self) -> str | None:
         """Re-estimate the language statistics when the bounded-drift rule says they are stale
@@ -404,10 +412,14 @@ class Syncer:
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
             new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
-            if not neutral.same_offsets(old, new):  # a one-language index moves nothing
+            moved = neutral.moved_languages(old, new)  # a one-language index moves nothing
+            if moved:
                 for page in self._vector_pages():
+                    kept = [i for i, lang in enumerate(page.languages) if lang in moved]
+                    languages = [page.languages[i] for i in kept]
                     self.store.rewrite_vectors(
-                        page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages)
+                        [page.ids[i] for i in kept],
+                        new.neutralise(old.restore(page.matrix[kept], languages), languages),
                     )
             summary = new.summary()
             self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
@@ -548,7 +560,7 @@ def run_sync(
     if not lock.acquire(timeout=lock_timeout):
         return SyncReport(locked=True)
     try:
-        store = Store.open(config.db)
+        store = open_store(config.index_location)
         try:
             report = Syncer(config, store, embedder_factory, progress).run(source_ids, full, path, embed_budget)
         finally:
@@ -596,7 +608,8 @@ def catch_up(
         for sid, src in config.sources.items()
         if isinstance(src, WorkspaceSource) and (not source_ids or sid in source_ids)
     ]
-    if not workspace_ids or not config.db.exists():
+    # (a PostgreSQL index exists: the search that calls this has just opened it)
+    if not workspace_ids or (not is_postgres(config.index_location) and not config.db.exists()):
         return None
     try:
         report = run_sync(

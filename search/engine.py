@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -123,10 +124,11 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
     language, so meaning-only hits in other languages must not outweigh it. A common one (a
     year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
     for term in exact_value_terms(terms):
-        if any(term_coverage([term], text) for text in top) and (
-            sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS
-        ):
-            return True
+        if any(term_coverage([term], text) for text in top):
+            holders = (text for text in every if term_coverage([term], text) > 0)
+            # counting stops past the limit: a common term is known common after a few hits
+            if sum(1 for _ in itertools.islice(holders, RARE_EXACT_HITS + 1)) <= RARE_EXACT_HITS:
+                return True
     return False
 
 
@@ -186,13 +188,16 @@ def search(
                     )
         candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
         rows = store.chunk_rows(candidates)
-        languages = store.chunk_languages(candidates) if mode != "lex" else {}
+        lexical_ids = {cid for cid, _ in lexical}
+        # only a hybrid query of known language asks which candidates the keywords could not see
+        knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
+        languages = store.chunk_languages(candidates - lexical_ids) if knows_language else {}
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match) if match is not None else []
     top_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical[:COVERAGE_HITS] if cid in rows]
     blind = {}
     if mode == "hybrid":
-        blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages)
+        blind = keyword_blind(response.query_language, lexical_ids, candidates, languages)
     if blind and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical if cid in rows]
         if found_exact_value(terms, top_lexical, every_lexical):
@@ -212,6 +217,9 @@ def search(
         blind=blind,
         weights=weights,
     )
+    shown = [item.chunk_id for item in fused[:k] if item.chunk_id not in languages]
+    if mode != "lex" and shown:  # --explain names each hit's language
+        languages.update(store.chunk_languages(shown))
     bm25 = dict(lexical)
     distance = dict(vector)
     wanted = snippet_terms(query)  # also in vec mode: the words the keyword half would search for

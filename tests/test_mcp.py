@@ -29,6 +29,7 @@ from indexer.hosts import is_loopback_host as is_loopback
 from indexer.sync import run_sync
 from search.mcp_server import AGENT_SNIPPET_BYTES, LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
+from tests.pg import both_backends
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "notes"
@@ -48,8 +49,9 @@ def ollama() -> Iterator[OllamaServer]:
         server.stop()
 
 
-def make_workspace(root: Path, ollama: OllamaServer) -> Path:
-    """examples/notes with a secret outside the root and symlinks pointing at it, indexed."""
+def make_workspace(root: Path, ollama: OllamaServer, db: str | None = None) -> Path:
+    """examples/notes with a secret outside the root and symlinks pointing at it, indexed (in
+    the index `db` names, when given)."""
     shutil.copytree(EXAMPLES, root / "notes")
     (root / "secret").mkdir()
     (root / "secret" / "passwords.md").write_text("# Secret\n\nTOPSECRET-4242\n", encoding="utf-8")
@@ -59,6 +61,7 @@ def make_workspace(root: Path, ollama: OllamaServer) -> Path:
     config.write_text(
         f"""\
 root: {root}
+{f'db: "{db}"' if db else ""}
 embedding:
   provider: ollama
   model: fake-embed:latest
@@ -81,8 +84,8 @@ sources:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, ollama: OllamaServer) -> Path:
-    return make_workspace(tmp_path, ollama)
+def workspace(tmp_path: Path, ollama: OllamaServer, db_url: str | None) -> Path:
+    return make_workspace(tmp_path, ollama, db_url)
 
 
 def server_env() -> dict[str, str]:
@@ -175,6 +178,7 @@ async def exercise_every_tool(session: ClientSession) -> None:
 # ---- stdio ----------------------------------------------------------------------------------
 
 
+@both_backends
 def test_stdio_lists_and_calls_every_tool(workspace: Path, tmp_path: Path) -> None:
     over_stdio(workspace, exercise_every_tool, tmp_path / "server.log")
 
@@ -426,6 +430,82 @@ def test_grep_is_truncated_only_when_more_lines_exist(
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS + 1)), encoding="utf-8")
     more = tools.grep("zzmark", "notes:many.md", False, True)
     assert (more["count"], more["truncated"]) == (GREP_MAX_HITS, True)
+
+
+def test_two_http_servers_on_two_hosts_query_one_postgres_index(
+    tmp_path: Path, ollama: OllamaServer, pg_url: str
+) -> None:
+    """Two MCP servers, each with its own root (its own lock, TOC and outage folder, as on two
+    hosts), answer from one PostgreSQL index; what one host's sync adds the other finds."""
+    config_a = make_workspace(tmp_path / "a", ollama, pg_url)
+    notes = tmp_path / "a" / "notes"
+    config_b = tmp_path / "b" / "notes-search.yaml"
+    config_b.parent.mkdir()
+    config_b.write_text(
+        config_a.read_text()
+        .replace(f"root: {tmp_path / 'a'}", f"root: {tmp_path / 'b'}")
+        .replace("root: notes", f"root: {notes}")
+    )
+    servers: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for config in (config_a, config_b):
+            port = free_port()
+            log = config.parent / "server.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [
+                        str(NOTES_SEARCH),
+                        "--config",
+                        str(config),
+                        "mcp",
+                        "--http",
+                        "--port",
+                        str(port),
+                        "--token",
+                        TOKEN,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=server_env(),
+                )
+            servers.append(proc)
+            wait_for_port(proc, port, log)
+            urls.append(f"http://127.0.0.1:{port}/mcp")
+
+        async def search_both(query: str) -> list[list[str]]:
+            found = []
+            for url in urls:
+                client = httpx2.AsyncClient(
+                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120)
+                )
+                async with (
+                    client,
+                    streamable_http_client(url, http_client=client) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    answer = await call(session, "search", query=query, mode="hybrid")
+                    found.append([hit["path"] for hit in answer["results"]])
+            return found
+
+        first = anyio.run(search_both, "záloha databáze restic")
+        assert first[0] and first[0] == first[1]
+        (notes / "devops" / "vpn.md").write_text("# VPN\n\nWireGuard listens on 51820/udp.\n", encoding="utf-8")
+        loaded = load_config(config_a)
+        embedder = make_embedder(loaded.embedding)
+        assert run_sync(loaded, embedder_factory=lambda: embedder).sources[0].added == 1
+        after = anyio.run(search_both, "WireGuard 51820")
+        assert after[0][0] == after[1][0] == "devops/vpn.md"
+    finally:
+        for proc in servers:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # ---- introduction and several files -----------------------------------------------------------

@@ -58,7 +58,7 @@ def search(
             mode=mode,
             scope=target.scope,
             embedder_factory=service.embedder,
-            resident=service.resident_vectors() if resident else None,
+            resident=service.resident_vectors() if resident and service.keeps_vectors_in_memory else None,
         )
         if not response.results and target.scope.tags:
             lag.extend(f"no indexed file has the tag {tag!r}" for tag in unmatched_tags(store, target.scope))
