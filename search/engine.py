@@ -227,19 +227,19 @@ def search(
         row = rows.get(item.chunk_id)
         if row is None:
             continue
-        shown = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS)
+        found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS)
         response.results.append(
             Hit(
                 source=row.source_id,
                 path=row.path,
                 line=row.start_line,
                 end_line=row.end_line,
-                match_line=shown.match_line,
+                match_line=found.match_line,
                 breadcrumb=row.breadcrumb,
                 score=round(item.score, 6),
-                text=shown.text,
+                text=found.text,
                 rev=row.indexed_rev if row.kind == "git" else None,
-                snippet=shown.snippet,
+                snippet=found.snippet,
                 chunk_text=row.text,
                 explain={
                     "bm25_rank": item.ranks.get("bm25"),
