@@ -14,6 +14,7 @@ from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
 from search.fusion import Fused, exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import build_exact_query, query_terms
+from search.snippets import excerpt, snippet_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     import numpy as np
@@ -43,17 +44,21 @@ COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in
 class Hit:
     source: str
     path: str
-    line: int
+    line: int  # the chunk's span in the file: line..end_line
     end_line: int
+    match_line: int  # the file line where the query matches best (search.snippets)
     breadcrumb: str
     score: float
-    text: str
+    snippet: str  # a few lines around match_line
+    text: str  # SNIPPET_CHARS of the chunk around match_line
     rev: str | None
     matched: str = "keyword"  # which half found it: keyword, meaning or both
     explain: dict[str, float | int | str | None] = field(default_factory=dict)
+    chunk_text: str = field(default="", repr=False)  # the whole chunk, for `query --full`
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
         data = asdict(self)
+        data.pop("chunk_text")
         if not explain:
             data.pop("explain")
         data["ref"] = f"{self.source}:{self.path}:{self.line}"  # what `show` / MCP `get` take
@@ -218,7 +223,7 @@ def search(
             shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
             if mode != "lex" and shown:  # --explain names each hit's language
                 languages.update(store.chunk_languages(shown))
-            response.results = _hits(chosen, rows, lexical, vector, languages, blind)
+            response.results = _hits(chosen, rows, lexical, vector, languages, blind, query)
             exhausted = len(lexical) < depth and len(vector) < depth
             if (
                 len(response.results) >= k
@@ -332,8 +337,10 @@ def _hits(
     vector: list[RankedChunk],
     languages: dict[int, str],
     blind: dict[int, tuple[str, ...]],
+    query: str,
 ) -> list[Hit]:
-    """The chosen chunks as hits."""
+    """The chosen chunks as hits, each centred on the line where the query matches best."""
+    wanted = snippet_terms(query)  # also in vec mode: the words the keyword half would search for
     bm25 = dict(lexical)
     distance = dict(vector)
     hits: list[Hit] = []
@@ -341,17 +348,21 @@ def _hits(
         row = rows[item.chunk_id]
         matched = _matched(item.chunk_id in bm25, item.chunk_id in distance)
         similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
+        found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS)
         hits.append(
             Hit(
                 source=row.source_id,
                 path=row.path,
                 line=row.start_line,
                 end_line=row.end_line,
+                match_line=found.match_line,
                 breadcrumb=row.breadcrumb,
                 score=round(item.score, 6),
-                text=row.text[:SNIPPET_CHARS],
+                text=found.text,
                 rev=row.indexed_rev if row.kind == "git" else None,
                 matched=matched,
+                snippet=found.snippet,
+                chunk_text=row.text,
                 explain={
                     "bm25_rank": item.ranks.get("bm25"),
                     "bm25": round(bm25[item.chunk_id], 4) if item.chunk_id in bm25 else None,

@@ -37,6 +37,10 @@ DEFAULT_PORT = 8765
 TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
 GREP_MAX_HITS = 200
+DETAILS = ("text", "snippet")
+# detail=snippet: 8 hits in about 4 KB, Latin or Cyrillic notes alike (bench/bench_snippets.py)
+AGENT_SNIPPET_BYTES = 200
+SNIPPET_DETAIL_DROPS = ("text", "source", "path", "line", "end_line")
 REINDEX_LOCK_WAIT = 5.0  # seconds a reindex waits for a running sync before saying so
 SERVER_INSTRUCTIONS = """\
 Search the user's markdown notes. Cheapest first: `grep` for exact strings (hostnames, numbers,
@@ -105,9 +109,14 @@ class NotesTools:
         until: str | None = None,
         per_file: int | None = None,
         min_similarity: float | None = None,
+        detail: str = "text",
     ) -> dict[str, Any]:
+        """`detail`: "text" (each hit's ~1,200 characters) or "snippet" (the same hits with their
+        few lines only: about a third of the bytes, for an agent that reads on with `get`)."""
         from search.service.scope import Filters
 
+        if detail not in DETAILS:
+            raise NotesSearchError(f"unknown detail {detail!r} (use one of {', '.join(DETAILS)})")
         filters = Filters((tags,) if isinstance(tags, str) else tuple(tags or ()), since, until)
         outcome = self.service.search(
             query,
@@ -124,6 +133,18 @@ class NotesTools:
         data["scope"] = outcome.target.label
         for hit in data["results"]:  # type: ignore[attr-defined]
             hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
+        if detail == "snippet":
+            from search.snippets import snippet_in_bytes, snippet_terms
+
+            terms = snippet_terms(query)
+            short = []
+            for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
+                kept = {key: value for key, value in hit.items() if key not in SNIPPET_DETAIL_DROPS}
+                kept["snippet"] = snippet_in_bytes(
+                    terms, found.chunk_text, found.line, found.match_line, AGENT_SNIPPET_BYTES
+                )
+                short.append({"ref": kept.pop("ref"), **kept})  # `ref` holds source, path and line
+            data["results"] = short
         if not data["results"] and not data["notice"]:
             data["notice"] = (
                 f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
@@ -322,15 +343,33 @@ def build_server(service: "NotesService") -> "MCPServer":
             float | None,
             Field(ge=-1.0, le=1.0, description="Drop meaning-only hits below this cosine similarity (e.g. 0.8)."),
         ] = None,
+        detail: Annotated[
+            Literal["text", "snippet"],
+            Field(
+                description="text (default): ~1,200 characters per hit; snippet: ref, match_line, "
+                "breadcrumb, score and a short snippet per hit (same hits, about a third of the bytes)."
+            ),
+        ] = "text",
     ) -> dict[str, Any]:
-        """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line),
-        `breadcrumb`, `score`, up to ~1,200 characters of text, `rev` (git commit or null) and
-        `matched` (keyword, meaning or both; `notice` says when no keyword matched).
+        """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line of
+        its chunk), `match_line` (the line that matches best), `snippet` (a few lines around it),
+        `breadcrumb`, `score`, `rev` (git commit or null), `matched` (keyword, meaning or both;
+        `notice` says when no keyword matched) and, unless detail=snippet, `text` (~1,200
+        characters of the chunk around match_line).
         Scoped to a workspace folder, edits made just before the call are indexed first.
         `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
         with _tool_errors():
             return tools.search(
-                query, path, k, mode, tags, since, until, per_file=per_file, min_similarity=min_similarity
+                query,
+                path,
+                k,
+                mode,
+                tags,
+                since,
+                until,
+                per_file=per_file,
+                min_similarity=min_similarity,
+                detail=detail,
             )
 
     @server.tool(name="status", annotations=read_only)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +21,10 @@ class Safe(str):
 
 
 def styled(text: str, **style: Any) -> Safe:
-    """`click.style` of the escaped text: the style's own escape codes are the only ones left."""
+    """`click.style` of the escaped text: the style's own escape codes are the only ones left.
+    Plain under NO_COLOR (no-color.org); click drops the codes itself when not on a terminal."""
+    if os.environ.get("NO_COLOR"):
+        return Safe(safe_for_terminal(text))
     return Safe(click.style(safe_for_terminal(text), **style))
 
 

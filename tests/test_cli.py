@@ -65,9 +65,13 @@ def test_query_json_contract(run) -> None:  # type: ignore[no-untyped-def]
     assert set(data) == {"query", "mode", "degraded", "notice", "results"}
     assert data["mode"] == "hybrid" and data["degraded"] is False and data["notice"] is None
     hit = data["results"][0]
-    assert set(hit) == {"ref", "source", "path", "line", "end_line", "breadcrumb", "score", "text", "rev", "matched"}
+    assert set(hit) == {
+        *("ref", "source", "path", "line", "end_line", "match_line", "breadcrumb", "score", "snippet", "text", "rev"),
+        "matched",
+    }
     assert hit["matched"] in {"keyword", "meaning", "both"}
     assert hit["source"] == "notes" and hit["path"] == "devops/zalohovani.md"
+    assert hit["line"] <= hit["match_line"] <= hit["end_line"] and hit["snippet"]
     assert hit["ref"] == f"notes:devops/zalohovani.md:{hit['line']}"  # what show / MCP get take
     assert hit["rev"] is None
     assert 1 <= hit["line"] <= hit["end_line"]
@@ -79,6 +83,7 @@ def test_line_numbers_point_into_the_file(run, notes: Path) -> None:  # type: ig
     hit = query_json(run, "5432", "--mode", "lex")["results"][0]
     lines = (notes / hit["path"]).read_text(encoding="utf-8").splitlines()
     assert "5432" in "\n".join(lines[hit["line"] - 1 : hit["end_line"]])
+    assert "5432" in lines[hit["match_line"] - 1] and "5432" in hit["snippet"]
 
 
 @both_backends
@@ -159,7 +164,7 @@ def test_degraded_when_embedder_down(run, embedders: Embedders) -> None:  # type
     assert paths(data)[0] == "devops/postgres.md"
     assert "notice:" in result.stderr
     human = run("query", "5432")
-    assert "keyword results only" in human.stderr and "devops/postgres.md:1" in human.stdout
+    assert "keyword results only" in human.stderr and "notes:devops/postgres.md\n3:  " in human.stdout
     vec = run("query", "5432", "--mode", "vec")
     assert vec.exit_code == 1 and "unreachable" in vec.output
 

@@ -27,7 +27,7 @@ from indexer.config import load_config
 from indexer.embedders import make_embedder
 from indexer.hosts import is_loopback_host as is_loopback
 from indexer.sync import run_sync
-from search.mcp_server import LOCAL_ORIGIN, TOKEN_ENV
+from search.mcp_server import AGENT_SNIPPET_BYTES, LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
 from tests.pg import both_backends
 
@@ -196,6 +196,29 @@ def test_paths_are_confined_and_the_server_keeps_serving(workspace: Path, tmp_pa
         assert "no such" in await refused(session, "search", query="x", path="no/such/folder")
         assert (await call(session, "grep", pattern="TOPSECRET"))["count"] == 0  # the walk skips the links
         assert (await call(session, "search", query="záloha"))["results"]  # still serving
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+
+
+def test_detail_snippet_answers_the_same_hits_in_fewer_bytes(workspace: Path, tmp_path: Path) -> None:
+    async def body(session: ClientSession) -> None:
+        listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+        assert set(listed["search"].input_schema["properties"]["detail"]["enum"]) == {"text", "snippet"}
+        for query in ("Which host has 51820/udp forwarded?", "záloha databáze restic", "как сварить борщ"):
+            full = await call(session, "search", query=query)
+            short = await call(session, "search", query=query, detail="snippet")
+            assert [(h["ref"], h["match_line"], h["score"]) for h in short["results"]] == [
+                (h["ref"], h["match_line"], h["score"]) for h in full["results"]
+            ]
+            assert all("text" not in h and "path" not in h and h["snippet"] for h in short["results"])
+            assert all(len(h["snippet"].encode()) <= AGENT_SNIPPET_BYTES for h in short["results"])
+            assert len(json.dumps(short, ensure_ascii=False)) < len(json.dumps(full, ensure_ascii=False)) / 2
+            for hit in full["results"]:
+                assert hit["line"] <= hit["match_line"] <= hit["end_line"] and len(hit["text"]) <= 1200
+        wireguard = (await call(session, "search", query="51820/udp", mode="lex", detail="snippet"))["results"][0]
+        assert wireguard["ref"].startswith("notes:devops/wireguard.md:") and "51820/udp" in wireguard["snippet"]
+        bad = await session.call_tool("search", {"query": "x", "detail": "everything"})
+        assert bad.is_error and "detail" in bad.content[0].text  # type: ignore[union-attr]
 
     over_stdio(workspace, body, tmp_path / "server.log")
 

@@ -10,10 +10,11 @@ from search.cli.context import CliContext, pass_context
 from search.cli.formats import chosen_format, emit, format_option
 from search.cli.options import filter_options, scope_options
 from search.engine import MODES
+from search.snippets import marked, snippet_terms
 from search.terminal import echo, echo_json, styled
 
 if TYPE_CHECKING:
-    from search.engine import SearchResponse
+    from search.engine import Hit, SearchResponse
 
 
 @click.command()
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     help="Drop hits found by meaning alone whose cosine similarity to the query is below X.",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
+@click.option("--full", is_flag=True, help="Print each hit's whole chunk instead of its snippet.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @format_option()
 @pass_context
@@ -48,6 +50,7 @@ def query(
     per_file: int | None,
     min_similarity: float | None,
     explain: bool,
+    full: bool,
     as_json: bool,
     output_format: str | None,
 ) -> None:
@@ -73,10 +76,12 @@ def query(
             echo(f"notice: {response.notice}", err=True)
         emit("query", fmt, response.to_json(explain=explain))
         return
-    _print_hits(response, explain)
+    _print_hits(response, explain, full)
 
 
-def _print_hits(response: SearchResponse, explain: bool) -> None:
+def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> None:
+    """Hits grouped by file as ripgrep does (the file's best hit decides where it comes): the
+    file once, then per hit its match line, breadcrumb and score over the snippet."""
     if response.notice:
         echo(f"notice: {response.notice}", err=True)
     if explain and response.query_language is not None:
@@ -88,17 +93,31 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
     if not response.results:
         echo("no results", err=True)
         return
+    terms = snippet_terms(response.query)
+    by_file: dict[tuple[str, str], list[Hit]] = {}
     for hit in response.results:
-        where = f"{hit.source}:{hit.path}:{hit.line}"
-        echo(styled(where, fg="magenta"), "  ", styled(hit.breadcrumb, bold=True), f"  {hit.score:.4f}  {hit.matched}")
-        if explain:
-            e = hit.explain
-            blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
+        by_file.setdefault((hit.source, hit.path), []).append(hit)
+    for (source, path), hits in by_file.items():
+        echo(styled(f"{source}:{path}", fg="magenta", bold=True))
+        for hit in hits:
             echo(
-                f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}"
-                f"  language {e.get('language') or '-'}{blind}"
+                styled(f"{hit.match_line}:", fg="green"),
+                "  ",
+                styled(hit.breadcrumb, bold=True),
+                f"  {hit.score:.4f}  {hit.matched}",
             )
-        lines = [ln for ln in hit.text.splitlines() if ln.strip()][:4]
-        for line in lines:
-            echo("    " + (line if len(line) <= 160 else line[:157] + "..."))
+            if explain:
+                e = hit.explain
+                blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
+                echo(
+                    f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}"
+                    f"  language {e.get('language') or '-'}{blind}"
+                )
+            for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
+                if line:
+                    echo(
+                        "    ", *(styled(part, bold=True) if is_term else part for part, is_term in marked(terms, line))
+                    )
+                else:
+                    echo()
         echo()

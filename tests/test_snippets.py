@@ -1,0 +1,251 @@
+"""Match lines, snippets and text windows (search/snippets.py), as pure functions and end to end:
+the line a hit names is the line `show` prints, in notes with front matter, CRLF or old Mac
+line endings; the CLI groups hits by file and highlights terms only where it may."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer.chunker import parse_markdown
+from indexer.filetext import text_lines
+from search import cli as cli_module
+from search.snippets import (
+    ELLIPSIS,
+    SNIPPET_CHARS,
+    TEXT_CHARS,
+    excerpt,
+    first_content_line,
+    holds_term,
+    marked,
+    snippet_in_bytes,
+    snippet_terms,
+    term_spans,
+)
+from tests.fakes import FakeEmbedder
+
+WIREGUARD = """\
+# WireGuard VPN
+
+Road-warrior setup: phone and laptop get into the LAN.
+
+## Server side
+
+- runs on `gw.lan` (192.168.1.2)
+- interface `wg0`, ListenPort 51820/udp, forwarded on the ISP router
+- VPN subnet `10.8.0.0/24`
+"""
+
+
+def lines_holding(query: str, text: str) -> list[int]:
+    terms = snippet_terms(query)
+    return [i for i, line in enumerate(text.split("\n")) if any(term_spans(terms, line))]
+
+
+def test_the_match_line_is_the_line_with_the_exact_value() -> None:
+    shown = excerpt(snippet_terms("51820/udp"), WIREGUARD, 10)
+    assert shown.keyword and shown.match_line == 10 + 7
+    assert "51820/udp" in shown.snippet and len(shown.snippet) <= SNIPPET_CHARS
+    assert shown.text == WIREGUARD  # a short chunk is whole
+
+
+def test_terms_match_as_the_index_folds_and_stems() -> None:
+    text = "# Notes\n\nnothing here\nZálohy běží v noci\nsomething else\n"
+    assert excerpt(snippet_terms("zaloha"), text, 1).match_line == 4  # folded accents, stem zaloh*
+    assert excerpt(snippet_terms("backups"), "a\nb\nrestic backup nightly\n", 1).match_line == 3  # backu*
+    phrase = snippet_terms("db-01.lan")
+    assert term_spans(phrase, "host db-01.lan here") == [[(5, 14)]]
+    assert term_spans(phrase, "db 01 then lan") == [[]]  # a phrase's words must be in a row
+
+
+def test_the_line_with_more_and_rarer_terms_wins() -> None:
+    text = "## restic\nrestic backup\nrestic forget\nrestic check\nnightly záloha by restic\n"
+    assert excerpt(snippet_terms("záloha restic"), text, 1).match_line == 5
+
+
+def test_without_any_term_the_first_content_line_is_chosen() -> None:
+    text = "## Heading\n\n```bash\necho hello\n```\n"
+    shown = excerpt(snippet_terms("completely unrelated"), text, 20)
+    assert not shown.keyword and shown.match_line == 23
+    setext = "Title\n=====\n\nfirst words\n"
+    assert first_content_line(setext.split("\n")) == 3
+    assert first_content_line(["", "#", ""]) == 1  # no content line: the first non-blank one
+
+
+def test_the_text_window_is_centred_on_a_late_match() -> None:
+    filler = [f"line {i} with some ordinary filler words to make it long" for i in range(80)]
+    text = "\n".join([*filler, "the answer is QX7731", *filler])
+    shown = excerpt(snippet_terms("QX7731"), text, 1)
+    assert shown.match_line == 81
+    assert "the answer is QX7731" in shown.text and len(shown.text) <= TEXT_CHARS
+    before = shown.text.index("QX7731")
+    assert abs(before - (len(shown.text) - before)) < 200  # about as much before as after
+    assert text.startswith(shown.text) is False and f"\n{shown.text}" in f"\n{text}"  # starts at a line start
+    early = excerpt(snippet_terms("line"), text, 1)
+    assert early.text == text[:TEXT_CHARS]  # a match in the head: the head, as before
+
+
+def test_a_long_line_is_cut_around_its_match() -> None:
+    line = "word " * 200 + "needle " + "word " * 200
+    shown = excerpt(snippet_terms("needle"), line, 1)
+    assert "needle" in shown.snippet and len(shown.snippet) <= SNIPPET_CHARS
+    assert shown.snippet.startswith(ELLIPSIS) and shown.snippet.endswith(ELLIPSIS)
+
+
+def test_the_text_window_of_a_very_long_line_holds_its_match() -> None:
+    line = "word " * 1000 + "needle " + "word " * 1000
+    shown = excerpt(snippet_terms("needle"), f"# Title\n\n{line}", 1)
+    assert "needle" in shown.text and len(shown.text) == TEXT_CHARS
+
+
+def test_only_newlines_separate_lines() -> None:
+    text = "one \x0c still one\ntwo \r still two\u2028 and two\nthree target\n"
+    assert excerpt(snippet_terms("target"), text, 1).match_line == 3
+
+
+def test_marked_pieces_rebuild_the_line() -> None:
+    terms = snippet_terms("wireguard port")
+    line = "WireGuard listens on port 51820 (Ports: portable)"
+    pieces = marked(terms, line)
+    assert "".join(part for part, _ in pieces) == line
+    assert [part for part, hit in pieces if hit] == ["WireGuard", "port", "Ports", "portable"]
+    assert marked(terms, "") == [("", False)]
+
+
+def test_a_byte_budget_keeps_the_match() -> None:
+    text = "\n".join(["Первая строка о чём-то другом совсем"] * 5 + ["здесь хивус и лёд", "потом ещё строка"] * 3)
+    short = snippet_in_bytes(snippet_terms("хивус"), text, 1, 6, 120)
+    assert "хивус" in short and len(short.encode()) <= 120
+
+
+WORDS = ["alpha", "Beta", "gamma", "Záloha", "zálohy", "51820/udp", "db-01.lan", "борщ", "#", "##", "```", "-", "|"]
+line_strategy = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join) | st.text(max_size=80)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lines=st.lists(line_strategy, min_size=1, max_size=40),
+    query=st.lists(st.sampled_from(WORDS[:8]), min_size=1, max_size=3).map(" ".join) | st.text(max_size=20),
+    start=st.integers(1, 500),
+    budget=st.integers(20, 400),
+)
+def test_excerpt_properties(lines: list[str], query: str, start: int, budget: int) -> None:
+    text = "\n".join(line.replace("\n", " ") for line in lines)
+    count = len(text.split("\n"))
+    terms = snippet_terms(query)
+    shown = excerpt(terms, text, start, snippet_chars=budget)
+    assert start <= shown.match_line < start + count  # inside the chunk's span
+    assert shown.text in text and len(shown.text) <= TEXT_CHARS
+    if holds_term(terms, text):
+        # matched by keyword: the match line and the snippet hold a term
+        assert shown.keyword and any(term_spans(terms, text.split("\n")[shown.match_line - start]))
+        assert holds_term(terms, shown.snippet)
+    longest_match = max(
+        (e - s for line in text.split("\n") for spans in term_spans(terms, line) for s, e in spans), default=0
+    )
+    assert len(shown.snippet) <= max(budget, longest_match + 2 * len(ELLIPSIS))
+    if shown.keyword and longest_match < TEXT_CHARS // 2:
+        assert holds_term(terms, shown.text)  # the window holds the match too
+    short = snippet_in_bytes(terms, text, start, shown.match_line, budget)
+    if holds_term(terms, text):
+        assert holds_term(terms, short)
+
+
+# ---- end to end: the chunker, the store, the CLI ------------------------------------------------
+
+NOTES = {
+    "front.md": "---\ntitle: Front matter note\ntags: [x]\n---\n# Front\n\nintro words\n\nthe port is 6443 here\n",
+    "crlf.md": "# CRLF note\r\n\r\nfirst line\r\nsecond line\r\nkubelet listens on 10250\r\n",
+    "mac.md": "# Old Mac note\r\rfirst line\rmacport 7777 is open\r",
+    "long.md": "# Long section\n\n"
+    + "".join(f"filler line {i} about nothing in particular\n" for i in range(60))
+    + "the rare token ZZTOP42 sits here\n",
+}
+
+
+@pytest.fixture(autouse=True)
+def fake_cli_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_module, "make_embedder", FakeEmbedder)
+
+
+def write_notes(notes: Path) -> None:
+    for name, text in NOTES.items():
+        (notes / name).write_bytes(text.encode("utf-8"))
+
+
+def test_match_lines_point_at_the_file_lines_show_prints(
+    config_path: Path, do_sync: Callable[..., object], notes: Path
+) -> None:
+    write_notes(notes)
+    do_sync()
+    runner = CliRunner()
+    for query, name, needle in [
+        ("6443", "front.md", "6443"),
+        ("10250", "crlf.md", "10250"),
+        ("7777", "mac.md", "7777"),
+        ("ZZTOP42", "long.md", "ZZTOP42"),
+    ]:
+        result = runner.invoke(
+            cli_module.cli, ["--config", str(config_path), "query", query, "--mode", "lex", "--json"]
+        )
+        assert result.exit_code == 0, result.output
+        hit = json.loads(result.output)["results"][0]
+        assert hit["path"] == name and needle in hit["snippet"] and needle in hit["text"]
+        assert hit["line"] <= hit["match_line"] <= hit["end_line"]
+        file_line = text_lines((notes / name).read_text(encoding="utf-8"))[hit["match_line"] - 1]
+        assert needle in file_line
+        shown = runner.invoke(
+            cli_module.cli, ["--config", str(config_path), "show", f"notes:{name}:{hit['match_line']}:1"]
+        )
+        assert needle in shown.output, shown.output
+    # the chunker keeps chunk lines one for one with file lines (what match_line relies on)
+    for name, text in NOTES.items():
+        file_lines = text_lines(text)
+        for chunk in parse_markdown(text, name).chunks:
+            span = [line.removesuffix("\r") for line in file_lines[chunk.start_line - 1 : chunk.end_line]]
+            assert chunk.text.split("\n") == span
+
+
+def test_human_output_groups_by_file_and_highlights_only_on_request(
+    config_path: Path, do_sync: Callable[..., object], notes: Path
+) -> None:
+    (notes / "a.md").write_text(
+        "# A\n\nkappa one \x1b[31mred\x1b[0m\n\n## Two\n\nkappa two\n"
+        + "pad line\n" * 300
+        + "## Three\n\nkappa three\n",
+        encoding="utf-8",
+    )
+    (notes / "b.md").write_text("# B\n\nkappa in b\n", encoding="utf-8")
+    do_sync()
+    args = ["--config", str(config_path), "query", "kappa", "--mode", "lex"]
+    plain = CliRunner().invoke(cli_module.cli, args)
+    assert plain.exit_code == 0, plain.output
+    assert plain.output.count("notes:a.md\n") == 1 and plain.output.count("notes:b.md\n") == 1
+    assert "\x1b" not in plain.output and "\\x1b[31m" in plain.output  # note text is escaped
+    colour = CliRunner().invoke(cli_module.cli, args, color=True)
+    assert "\x1b[1mkappa\x1b[0m" in colour.output  # bold on a terminal
+    assert "\x1b[31m" not in colour.output.replace("\\x1b[31m", "")  # never the note's own codes
+    no_colour = CliRunner(env={"NO_COLOR": "1"}).invoke(cli_module.cli, args, color=True)
+    assert "\x1b" not in no_colour.output
+    full = CliRunner().invoke(cli_module.cli, [*args, "--full"])
+    assert full.output.count("pad line") > 200  # the whole chunk, not a snippet
+    assert plain.output.count("pad line") < 10
+
+
+def test_vec_mode_still_names_a_line(config_path: Path, do_sync: Callable[..., object], notes: Path) -> None:
+    write_notes(notes)
+    do_sync()
+    result = CliRunner().invoke(
+        cli_module.cli, ["--config", str(config_path), "query", "ZZTOP42", "--mode", "vec", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    for hit in json.loads(result.output)["results"]:
+        assert hit["line"] <= hit["match_line"] <= hit["end_line"] and hit["snippet"]
+        if hit["path"] == "long.md":
+            assert "ZZTOP42" in hit["snippet"]  # overlap with the query's words, also without keywords
