@@ -1,0 +1,119 @@
+"""`migrate`: an index copied into another store answers like the original, vectors included and
+nothing embedded again; counts are verified; a non-empty target is refused unless forced."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.config import Config
+from indexer.errors import StoreError
+from indexer.migrate import TargetNotEmpty, migrate
+from indexer.store import IndexWriter, SearchScope, Store
+from indexer.sync import SyncReport
+from tests.conftest import write
+from tests.fakes import FakeEmbedder
+
+Sync = Callable[..., SyncReport]
+
+
+@pytest.fixture
+def target_store(tmp_path: Path) -> Iterator[IndexWriter]:
+    store = Store.open(tmp_path / "target" / "index.sqlite")
+    yield store
+    store.close()
+
+
+def content(store: IndexWriter) -> tuple[object, ...]:
+    """Everything a search can see, keyed by place instead of chunk id."""
+    ids = sorted(store.chunk_languages())
+    rows = store.chunk_rows(ids)
+    languages = store.chunk_languages(ids)
+    vectors = store.all_vectors()
+    by_id = {int(i): vectors.matrix[k].tobytes() for k, i in enumerate(vectors.ids)}
+    chunks = sorted(
+        (r.source_id, r.path, r.chunk_idx, r.breadcrumb, r.text, r.start_line, r.end_line, languages[i], by_id.get(i))
+        for i, r in rows.items()
+    )
+    files = [
+        (f.source_id, f.path, f.title, f.tags, f.headings, f.collection, f.sha256, f.size) for f in store.file_rows()
+    ]
+    sources = [
+        (s.source_id, s.kind, s.indexed_rev, s.last_error, s.files, s.chunks, s.pending) for s in store.source_stats()
+    ]
+    return chunks, files, sources, store.collections(), store.known_files("notes")
+
+
+def test_copy_answers_like_the_original(
+    do_sync: Sync, config: Config, target_store: IndexWriter, embedder: FakeEmbedder
+) -> None:
+    write(config.sources["notes"].root, {"devops/_meta.yaml": "name: ops\ndescription: servers\ntags: [corp]\n"})  # type: ignore[union-attr]
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        calls = embedder.calls
+        seen: list[str] = []
+        report = migrate(source, target_store, progress=lambda stage, done, total: seen.append(stage))
+        assert embedder.calls == calls  # nothing embedded again
+        assert [c.name for c in target_store.collections()] == ["ops"]
+        assert report.files == source.counts()["files"] and report.vectors == source.counts()["vectors"] > 0
+        assert "files" in seen and "vectors" in seen
+        assert content(target_store) == content(source)
+        for key in ("embedding_model", "embedding_dims", "vector_space", "chunker_version:notes"):
+            assert target_store.meta().get(key) == source.meta().get(key), key
+        query = embedder.embed_query("backup server")
+        ours = [source.chunk_rows([h.chunk_id])[h.chunk_id].path for h in source.vec_search(query, 5, SearchScope())]
+        theirs = [
+            target_store.chunk_rows([h.chunk_id])[h.chunk_id].path
+            for h in target_store.vec_search(query, 5, SearchScope())
+        ]
+        assert theirs == ours
+    finally:
+        source.close()
+
+
+def test_pending_chunks_stay_pending(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:
+    do_sync(embedder_factory=None)  # text only: every chunk waits for a vector
+    source = Store.open(config.db)
+    try:
+        assert source.counts()["pending"] > 0
+        report = migrate(source, target_store)
+        assert report.pending == source.counts()["pending"] and report.vectors == 0
+        assert content(target_store) == content(source)
+    finally:
+        source.close()
+
+
+def test_non_empty_target_is_refused_unless_forced(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        migrate(source, target_store)
+        before = target_store.counts()
+        with pytest.raises(TargetNotEmpty, match="pass --force"):
+            migrate(source, target_store)
+        assert target_store.counts() == before  # nothing touched
+        migrate(source, target_store, force=True)
+        assert content(target_store) == content(source)
+    finally:
+        source.close()
+
+
+def test_a_missing_vector_is_named(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:
+    """Verification is real: a target that lost a vector during the copy fails it."""
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        real_store = target_store.store_vectors
+
+        def lose_one(ids: list[int], vectors: np.ndarray) -> int:
+            return real_store(ids[1:], vectors[1:])
+
+        target_store.store_vectors = lose_one  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match="copy differs: vectors"):
+            migrate(source, target_store)
+    finally:
+        source.close()
