@@ -8,13 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner, Result
 
 from indexer.config import Config
 from indexer.errors import StoreError
+from indexer.lock import SyncLock
 from indexer.migrate import TargetNotEmpty, migrate
 from indexer.store import IndexWriter, SearchScope, Store
 from indexer.sync import SyncReport
-from tests.conftest import write
+from search import cli as cli_module
+from tests.conftest import assert_one_line_error, write
 from tests.fakes import FakeEmbedder
 
 Sync = Callable[..., SyncReport]
@@ -117,3 +120,41 @@ def test_a_missing_vector_is_named(config: Config, do_sync: Sync, target_store: 
             migrate(source, target_store)
     finally:
         source.close()
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+
+def run_cli(config_path: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli_module.cli, ["-c", str(config_path), *args], catch_exceptions=False)
+
+
+def test_cli_copies_and_verifies(config_path: Path, config: Config, do_sync: Sync, tmp_path: Path) -> None:
+    do_sync()
+    copy = tmp_path / "copy" / "index.sqlite"
+    result = run_cli(config_path, "migrate", "--to", str(copy))
+    assert result.exit_code == 0, result.output
+    assert "counts verified" in result.output
+    target, source = Store.open(copy), Store.open(config.db)
+    try:
+        assert content(target) == content(source)
+    finally:
+        target.close()
+        source.close()
+    again = run_cli(config_path, "migrate", "--to", str(copy))
+    assert_one_line_error(again, "already holds an index", "--force")
+    assert run_cli(config_path, "migrate", "--to", str(copy), "--force").exit_code == 0
+
+
+def test_cli_errors_are_one_line(config_path: Path, config: Config, do_sync: Sync, tmp_path: Path) -> None:
+    assert_one_line_error(
+        run_cli(config_path, "migrate", "--to", str(tmp_path / "x.sqlite")), "run `notes-search sync` first"
+    )
+    do_sync()
+    unreachable = run_cli(config_path, "migrate", "--to", "postgresql://someone:secret@127.0.0.1:1/notes")
+    line = assert_one_line_error(unreachable, "cannot connect to the index database")
+    assert "secret" not in line
+    with SyncLock(config.lock_path) as lock:
+        assert lock.acquire()
+        assert_one_line_error(run_cli(config_path, "migrate", "--to", str(tmp_path / "y.sqlite")), "a sync is running")
+    assert_one_line_error(run_cli(config_path, "migrate", "--to", str(config.db)), "the index itself")
