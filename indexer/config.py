@@ -100,11 +100,17 @@ Source = WorkspaceSource | GitSource
 class Config:
     path: Path | None
     root: Path
-    db: Path
+    db: Path  # the SQLite index file; with `db_url`, its folder still holds this host's local state
     log: Path
     embedding: EmbeddingConfig
     sources: dict[str, Source] = field(default_factory=dict)
     max_file_bytes: int = 5_000_000
+    db_url: str | None = None  # `db: postgresql://...`: the index lives on that PostgreSQL server
+
+    @property
+    def index_location(self) -> Path | str:
+        """Where the index is: the PostgreSQL URL, or the SQLite file (what `open_store` takes)."""
+        return self.db_url if self.db_url is not None else self.db
 
     @property
     def lock_path(self) -> Path:
@@ -447,7 +453,9 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
     c.known(raw, TOP_KEYS, "")
     base = base if base is not None else Path.cwd()
     root = _resolve(base, c.string(raw.get("root", "."), "root"), "root", c).resolve()
-    db = _resolve(root, c.string(raw.get("db", "db/notes-index.sqlite"), "db"), "db", c)
+    db_value = c.string(raw.get("db", DEFAULT_DB), "db")
+    db_url = _postgres_url(_expand(db_value, "db", c), c) if db_value.startswith(POSTGRES_SCHEMES) else None
+    db = _resolve(root, DEFAULT_DB if db_url else db_value, "db", c)
     log = _resolve(root, c.string(raw.get("log", "log/notes_sync.log"), "log"), "log", c)
     embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
     sources = _sources(c.mapping(raw.get("sources"), "sources"), root, c)
@@ -460,7 +468,27 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
         embedding=embedding,
         sources=sources,
         max_file_bytes=max_bytes,
+        db_url=db_url,
     )
+
+
+DEFAULT_DB = "db/notes-index.sqlite"
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _postgres_url(url: str, c: _Checker) -> str:
+    """`db: postgresql://user@host:port/dbname`: checked here, so a typo is a config error, not
+    a connection failure in the middle of a sync."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it validates the port range
+    except ValueError:
+        raise c.fail("db", "not a valid PostgreSQL URL") from None
+    if not parts.path.strip("/"):
+        raise c.fail("db", "a PostgreSQL URL must name the database: postgresql://user@host/dbname")
+    if "/" in parts.path.strip("/"):
+        raise c.fail("db", f"not a database name: {parts.path.strip('/')!r} (postgresql://user@host/dbname)")
+    return url
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

@@ -200,8 +200,7 @@ def holder(path: Path) -> int | None:
 
 def postgres_dsn(config: Config) -> str | None:
     """The PostgreSQL connection string of an index on a server, None for a SQLite file."""
-    dsn = getattr(config, "db_url", None)
-    return dsn if isinstance(dsn, str) and dsn else None
+    return config.db_url
 
 
 def open_index_lock(config: Config) -> IndexLock:

@@ -35,7 +35,7 @@ from indexer.errors import (
 from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
-from indexer.store import CollectionRow, IndexWriter, Store, VectorPage
+from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
 
 if TYPE_CHECKING:
     import numpy as np
@@ -593,7 +593,7 @@ def run_sync(
         if busy:
             log.info("sources synced by another worker now, left to it: %s", ", ".join(busy))
             source_ids = [sid for sid in selected if sid not in busy]
-        store = Store.open(config.db)
+        store = open_store(config.index_location)
         try:
             report = Syncer(config, store, embedder_factory, progress, lock).run(source_ids, full, path, embed_budget)
         finally:
@@ -642,7 +642,8 @@ def catch_up(
         for sid, src in config.sources.items()
         if isinstance(src, WorkspaceSource) and (not source_ids or sid in source_ids)
     ]
-    if not workspace_ids or not config.db.exists():
+    # (a PostgreSQL index exists: the search that calls this has just opened it)
+    if not workspace_ids or (not is_postgres(config.index_location) and not config.db.exists()):
         return None
     try:
         report = run_sync(

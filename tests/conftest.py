@@ -14,6 +14,7 @@ from click.testing import Result
 from indexer.config import Config, load_config
 from indexer.sync import SyncReport, run_sync
 from tests.fakes import FakeEmbedder
+from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures
 
 FAKE_EMBEDDING = """\
 embedding:
@@ -120,12 +121,16 @@ def notes(tmp_path: Path) -> Path:
     return root
 
 
-def make_config(tmp_path: Path, notes: Path, extra_sources: str = "", paths: str = '["**"]') -> Path:
+def make_config(
+    tmp_path: Path, notes: Path, extra_sources: str = "", paths: str = '["**"]', db: str | None = None
+) -> Path:
+    """A config indexing `notes`; `db` puts the index elsewhere (a PostgreSQL URL, say)."""
     config = tmp_path / "notes-search.yaml"
+    db_line = f'db: "{db}"\n' if db else ""
     config.write_text(
         f"""\
 root: {tmp_path}
-{FAKE_EMBEDDING}
+{db_line}{FAKE_EMBEDDING}
 sources:
   workspace:
     notes:
@@ -138,8 +143,20 @@ sources:
 
 
 @pytest.fixture
-def config_path(tmp_path: Path, notes: Path) -> Path:
-    return make_config(tmp_path, notes)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store under test: "sqlite" unless a test is parametrised with `tests.pg.both_backends`."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """The PostgreSQL URL of this test's database, or None on SQLite (the config's default file)."""
+    return str(request.getfixturevalue("pg_url")) if backend == "postgres" else None
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, notes: Path, db_url: str | None) -> Path:
+    return make_config(tmp_path, notes, db=db_url)
 
 
 @pytest.fixture

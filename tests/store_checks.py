@@ -1,39 +1,70 @@
-"""Consistency checks on a SQLite index that only tests need: they read the backend's own
-tables (vec0, chunk_vectors, the FTS5 index), so they live here, not in the store's surface."""
+"""Consistency checks on an index that only tests need: they read the backend's own tables
+(vec0, chunk_vectors, the FTS5 index; on PostgreSQL chunks_fts and fts_stats), so they live
+here, not in the store's surface."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from indexer.store import Store
 
 
-def orphan_vectors(store: Store) -> list[int]:
-    """vec_chunks rowids without a chunk: must always be empty."""
+def _is_postgres(store: Any) -> bool:
+    return type(store).__name__ == "PostgresStore"
+
+
+def orphan_vectors(store: Any) -> list[int]:
+    """Vectors without a chunk: must always be empty."""
     if not store.has_vector_table():
         return []
-    return [r[0] for r in store.conn.execute("SELECT rowid FROM vec_chunks WHERE rowid NOT IN (SELECT id FROM chunks)")]
+    if _is_postgres(store):
+        sql = "SELECT id FROM chunk_vectors WHERE id NOT IN (SELECT id FROM chunks)"
+    else:
+        sql = "SELECT rowid FROM vec_chunks WHERE rowid NOT IN (SELECT id FROM chunks)"
+    return [r[0] for r in store.conn.execute(sql)]
 
 
-def embedded_without_vector(store: Store) -> list[int]:
-    """Chunks marked embedded that lack a vector in either copy (vec0 or chunk_vectors)."""
+def embedded_without_vector(store: Any) -> list[int]:
+    """Chunks marked embedded that lack a vector (in either copy, on SQLite)."""
     if not store.has_vector_table():
         return [r[0] for r in store.conn.execute("SELECT id FROM chunks WHERE embedded_at IS NOT NULL")]
-    return [
-        r[0]
-        for r in store.conn.execute(
-            """SELECT id FROM chunks WHERE embedded_at IS NOT NULL
-               AND (id NOT IN (SELECT rowid FROM vec_chunks) OR id NOT IN (SELECT id FROM chunk_vectors))"""
-        )
-    ]
+    if _is_postgres(store):
+        sql = "SELECT id FROM chunks WHERE embedded_at IS NOT NULL AND id NOT IN (SELECT id FROM chunk_vectors)"
+    else:
+        sql = """SELECT id FROM chunks WHERE embedded_at IS NOT NULL
+                 AND (id NOT IN (SELECT rowid FROM vec_chunks) OR id NOT IN (SELECT id FROM chunk_vectors))"""
+    return [r[0] for r in store.conn.execute(sql)]
 
 
-def fts_integrity_check(store: Store) -> None:
-    """Raises apsw.Error if the FTS index disagrees with `chunks`."""
-    store.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
+def fts_integrity_check(store: Any) -> None:
+    """Raises if the lexical index disagrees with `chunks` (apsw.Error on SQLite)."""
+    if not _is_postgres(store):
+        store.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
+        return
+    from indexer.store.postgres import tsvector_literal
 
-
-def chunk_fingerprint(store: Store) -> list[tuple[object, ...]]:
-    """Everything that defines the index content, id-independent: for equality tests."""
-    return store.conn.execute(
-        """SELECT source_id, path, chunk_idx, breadcrumb, text, start_line, end_line, content_hash,
-                  embedded_at IS NOT NULL, language FROM chunks ORDER BY source_id, path, chunk_idx"""
+    rows = store.conn.execute(
+        """SELECT c.id, c.breadcrumb, c.text, f.document::text, f.length, f.source_id = c.source_id
+           FROM chunks c FULL JOIN chunks_fts f ON f.id = c.id"""
     ).fetchall()
+    for chunk_id, breadcrumb, text, document, length, same_source in rows:
+        assert breadcrumb is not None and document is not None and same_source, f"chunk {chunk_id}: FTS row out of step"
+        literal, tokens = tsvector_literal(breadcrumb, text)
+        expected = store.conn.execute("SELECT %s::tsvector::text", (literal,)).fetchone()[0]
+        assert (document, length) == (expected, tokens), f"chunk {chunk_id}: stale lexical row"
+    totals = dict(store.conn.execute("SELECT source_id, count(*) || ':' || sum(length) FROM chunks_fts GROUP BY 1"))
+    stats = {
+        s: f"{n}:{t}" for s, n, t in store.conn.execute("SELECT source_id, rows, tokens FROM fts_stats WHERE rows > 0")
+    }
+    assert totals == stats, f"fts_stats {stats} != {totals}"
+
+
+def chunk_fingerprint(store: Store | Any) -> list[tuple[object, ...]]:
+    """Everything that defines the index content, id-independent: for equality tests."""
+    return [
+        tuple(row)
+        for row in store.conn.execute(
+            """SELECT source_id, path, chunk_idx, breadcrumb, text, start_line, end_line, content_hash,
+                      embedded_at IS NOT NULL, language FROM chunks ORDER BY source_id, path, chunk_idx"""
+        ).fetchall()
+    ]

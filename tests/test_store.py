@@ -15,7 +15,17 @@ import pytest
 from indexer.config import EmbeddingConfig
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
-from indexer.store import MIGRATIONS, SCHEMA_VERSION, IndexReader, IndexWriter, SearchScope, Store, vec_extension_path
+from indexer.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    IndexReader,
+    IndexWriter,
+    SearchScope,
+    Store,
+    open_store,
+    vec_extension_path,
+)
+from tests.pg import BACKENDS
 from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
 
 DIMS = 16
@@ -29,9 +39,11 @@ def doc(path: str, texts: list[str]) -> tuple[FileVersion, ParsedDocument]:
     )
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(tmp_path / "index.sqlite")
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Each contract test runs on both backends."""
+    location = request.getfixturevalue("pg_url") if request.param == "postgres" else tmp_path / "index.sqlite"
+    store = typing.cast(Store, open_store(location))
     store.reset_vectors(
         DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
     )
@@ -216,12 +228,16 @@ def _protocol_methods(protocol: type) -> dict[str, inspect.Signature]:
 
 
 @pytest.mark.parametrize("protocol", [IndexReader, IndexWriter])
-def test_the_sqlite_store_has_every_protocol_method_with_its_parameters(protocol: type) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_store_has_every_protocol_method_with_its_parameters(protocol: type, backend: str) -> None:
+    from indexer.store.postgres import PostgresStore
+
+    implementation = Store if backend == "sqlite" else PostgresStore
     declared = _protocol_methods(protocol)
     assert declared, "no methods found: the protocol lookup is broken"
     for name, signature in declared.items():
-        assert hasattr(Store, name), f"Store lacks {protocol.__name__}.{name}"
-        implemented = inspect.signature(getattr(Store, name))
+        assert hasattr(implementation, name), f"{implementation.__name__} lacks {protocol.__name__}.{name}"
+        implemented = inspect.signature(getattr(implementation, name))
         assert [(p.name, p.kind, p.default) for p in implemented.parameters.values()] == [
             (p.name, p.kind, p.default) for p in signature.parameters.values()
         ], f"Store.{name}{implemented} differs from {protocol.__name__}.{name}{signature}"

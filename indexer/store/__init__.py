@@ -1,11 +1,13 @@
 """The index store: all SQL of notes-search lives in this package.
 
-`Store` (sqlite.py) is the SQLite + FTS5 + sqlite-vec backend; `IndexReader` and `IndexWriter`
-(protocol.py) are the surface the rest of the code may use; rows.py holds the typed values that
-cross it and schema.py the named migration steps. Import from here: `from indexer.store import
-Store, SearchScope`.
+`Store` (sqlite.py) is the SQLite + FTS5 + sqlite-vec backend, `PostgresStore` (postgres.py)
+the PostgreSQL + pgvector one; `IndexReader` and `IndexWriter` (protocol.py) are the surface the
+rest of the code may use; rows.py holds the typed values that cross it and schema.py the named
+migration steps. `open_store` picks the backend from where the config puts the index. Import
+from here: `from indexer.store import open_store, SearchScope`.
 """
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.store.protocol import IndexReader, IndexWriter
@@ -32,10 +34,49 @@ from indexer.store.schema import (
 )
 from indexer.store.sqlite import Store, content_hash, utc_now, vec_extension_path
 
-if TYPE_CHECKING:  # mypy proves the SQLite store implements both protocols, signatures included
+if TYPE_CHECKING:  # mypy proves both stores implement both protocols, signatures included
+    from indexer.store.postgres import PostgresStore
 
     def _store_is_a_writer(store: Store) -> IndexWriter:
         return store
+
+    def _postgres_store_is_a_writer(store: PostgresStore) -> IndexWriter:
+        return store
+
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(location: Path | str) -> bool:
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def open_store(location: Path | str, *, readonly: bool = False) -> IndexWriter:
+    """The index at `location` (`Config.index_location`): a PostgreSQL URL or a SQLite file.
+    psycopg is imported only for the former, so SQLite commands stay light."""
+    if is_postgres(location):
+        from indexer.store.postgres import PostgresStore
+
+        return PostgresStore.open(str(location), readonly=readonly)
+    return Store.open(Path(location), readonly=readonly)
+
+
+def index_exists(location: Path | str) -> bool:
+    """Whether a sync created the index yet (a server that cannot be reached raises StoreError)."""
+    if is_postgres(location):
+        from indexer.store.postgres import PostgresStore
+
+        return PostgresStore.exists(str(location))
+    return Path(location).exists()
+
+
+def describe_location(location: Path | str) -> str:
+    """The index's location for people: a URL without its password, or the file's path."""
+    if is_postgres(location):
+        from indexer.store.postgres import describe
+
+        return describe(str(location))
+    return str(location)
 
 
 __all__ = [
@@ -60,6 +101,10 @@ __all__ = [
     "VectorMatrix",
     "VectorPage",
     "content_hash",
+    "describe_location",
+    "index_exists",
+    "is_postgres",
+    "open_store",
     "utc_now",
     "vec_extension_path",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.config import Config, EmbeddingConfig, find_config, load_config
-from indexer.store import Store
+from indexer.store import IndexReader, index_exists, is_postgres, open_store
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
@@ -86,12 +86,21 @@ class NotesService:
 
         with self._lock:
             if self._resident is None:
-                self._resident = ResidentVectors(self.config.db)
+                location = self.config.index_location
+                self._resident = ResidentVectors(
+                    self.config.db, open_reader=lambda: open_store(location, readonly=True)
+                )
             return self._resident
+
+    @property
+    def keeps_vectors_in_memory(self) -> bool:
+        """SQLite's vec0 scans every vector for an unscoped query, so a long-lived process keeps a
+        copy in memory; PostgreSQL answers it from its HNSW index instead."""
+        return not is_postgres(self.config.index_location)
 
     def warm_up(self) -> None:
         """Start loading the vectors into memory now, so that the first searches find them there."""
-        if self.config.db.exists():
+        if self.keeps_vectors_in_memory and index_exists(self.config.index_location):
             self.resident_vectors().reload_in_background()
 
     def router(self) -> Router:
@@ -104,19 +113,20 @@ class NotesService:
             return self._router
 
     @contextmanager
-    def reading(self) -> Iterator[Store]:
-        """A read-only connection per call (cheap; apsw connections stay on their thread)."""
-        store = Store.open(self.config.db, readonly=True)
+    def reading(self) -> Iterator[IndexReader]:
+        """A read-only connection per call (cheap; apsw connections stay on their thread, and
+        PostgreSQL's come from a pool)."""
+        store = open_store(self.config.index_location, readonly=True)
         try:
             yield store
         finally:
             store.close()
 
     @contextmanager
-    def reading_if_indexed(self) -> Iterator[Store | None]:
+    def reading_if_indexed(self) -> Iterator[IndexReader | None]:
         """For what works from the files alone (show, get, grep, reindex) before any sync ran:
         workspace files need no index; git files need it only for their indexed rev."""
-        if not self.config.db.exists():
+        if not index_exists(self.config.index_location):
             yield None
             return
         with self.reading() as store:
@@ -124,13 +134,13 @@ class NotesService:
 
     # ---- scope --------------------------------------------------------------------------------
 
-    def resolve(self, path: str | None, store: Store | None) -> Target:
+    def resolve(self, path: str | None, store: IndexReader | None) -> Target:
         from search.service.scope import resolve_path
 
         return resolve_path(self.config, store, path)
 
     def scope_from_options(
-        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: Store | None = None
+        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: IndexReader | None = None
     ) -> Target:
         """The CLI's --source/--collection/--path; with a store, also checked to name something
         (`search` checks a target it is given itself, in its own connection)."""

@@ -14,7 +14,7 @@ from indexer.config import Config
 from indexer.errors import NotesSearchError
 from indexer.lock import FileIndexLock, IndexLock, postgres_dsn
 from indexer.migrate import MigrationReport, Progress, migrate
-from indexer.store import IndexWriter, Store
+from indexer.store import IndexWriter, Store, open_store
 
 
 def is_server_url(target: str) -> bool:
@@ -58,14 +58,6 @@ def _target(target: str) -> tuple[IndexLock, Callable[[], IndexWriter]]:
     if is_server_url(target):
         from indexer.store.postgres_lock import AdvisoryIndexLock
 
-        return AdvisoryIndexLock(target), lambda: _open_server(target)
+        return AdvisoryIndexLock(target), lambda: open_store(target)
     path = Path(target).expanduser()
     return FileIndexLock(path.parent / ".notes-sync.lock"), lambda: Store.open(path)
-
-
-def _open_server(url: str) -> IndexWriter:
-    import importlib
-
-    module = importlib.import_module("indexer.store.postgres")
-    store: IndexWriter = module.PostgresStore.open(url)
-    return store

@@ -56,6 +56,6 @@ def search(
             mode=mode,
             scope=target.scope,
             embedder_factory=service.embedder,
-            resident=service.resident_vectors() if resident else None,
+            resident=service.resident_vectors() if resident and service.keeps_vectors_in_memory else None,
         )
     return SearchOutcome(response, target, tuple(lag))

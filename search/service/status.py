@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
-from indexer.store import IndexReader, ScopeCounts
+from indexer.store import IndexReader, ScopeCounts, describe_location
 
 if TYPE_CHECKING:
     from search.service import NotesService
@@ -108,7 +108,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
     running = running_sync(config)
     return StatusReport(
         scope=target.label,
-        db=str(config.db),
+        db=describe_location(config.index_location),
         sync_running=None if running is None else SyncRunning(running or None),
         embedding=EmbeddingState(
             config.embedding.provider,

@@ -1,0 +1,1240 @@
+"""The PostgreSQL backend of the index (pgvector for vectors): every PostgreSQL statement the
+store runs, its schema and migrations included.
+
+The same tables and columns as the SQLite store: `meta`, `sources`, `files`, `chunks`,
+`collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count) and
+`chunk_vectors` (`vector(dims)`, HNSW-indexed for cosine; created by `reset_vectors`, which
+knows the dimensions). `fts_stats` holds per-source row and token totals for BM25, kept by
+statement triggers on `chunks_fts`: per source, so sync workers of different sources never
+wait on one counter row.
+
+Text is folded by SQLite's own unicode61 tokenizer (remove_diacritics 2, through apsw) and the
+tsvector is built here, position by position: PostgreSQL's parser and dictionaries would split
+and fold differently (and pgvector's bundled servers have no `unaccent`), so both backends match
+the same words. Lexical scores are FTS5's bm25 computed in SQL from the same statistics
+(term frequencies from `ts_rank_cd` with one position per hit, weights breadcrumb 2, text 1):
+lower is better, as in SQLite.
+
+Readers never wait for writers (MVCC); `snapshot()` is a REPEATABLE READ read-only
+transaction. Connections are pooled per process, so a long-lived server pays no connection per
+query.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import os
+import re
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.adapt import Dumper
+from psycopg.pq import Format, TransactionStatus
+
+from indexer.errors import StoreError
+from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.store.rows import (
+    ChunkRow,
+    ChunkText,
+    CollectionRow,
+    FileRow,
+    LanguageBackfill,
+    PendingChunk,
+    RankedChunk,
+    ScopeCounts,
+    SearchScope,
+    SourceState,
+    SourceStats,
+    VectorMatrix,
+    VectorPage,
+)
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY
+from indexer.store.sqlite import content_hash, utc_now
+
+if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
+    import numpy as np
+
+log = logging.getLogger("notes_search.store")
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+CONNECT_TIMEOUT_S = 10
+POOL_SIZE = 4  # idle connections kept per URL and mode: a server's concurrent readers reuse them
+MIGRATION_LOCK = 0x6E6F7465  # advisory lock id: two first syncs on several hosts migrate once
+EF_SEARCH_MIN = 64  # HNSW candidate list: at least this, and twice k (pgvector's cap is 1000)
+EF_SEARCH_MAX = 1000
+MAX_POSITION = 16383  # tsvector positions above this collapse into it
+MAX_POSITIONS_PER_LEXEME = 256  # tsvector keeps no more per lexeme
+MAX_LEXEME_BYTES = 2046  # a longer token cannot be a lexeme: it is not indexed (nor found)
+BM25_K1 = 1.2
+BM25_B = 0.75
+# ts_rank_cd weights {D, C, B, A}: a cover of one lexeme scores its weight, so rank / 0.5 counts
+# the hits of a phrase, a breadcrumb hit (weight A) twice, as bm25(chunks_fts, 2.0, 1.0) does
+RANK_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
+EMBED_TEXT_SQL = "c.breadcrumb || chr(10) || chr(10) || c.text"
+
+
+def is_postgres_url(location: object) -> bool:
+    return isinstance(location, str) and location.startswith(URL_SCHEMES)
+
+
+def describe(url: str) -> str:
+    """The URL without its password (for messages and `status`)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
+
+
+# ---- text folding: SQLite's tokenizer, so both backends index and match the same words ------
+
+_tokenizer_lock = threading.Lock()
+_tokenizer: Any = None
+
+
+def _fts5_tokenizer() -> Any:
+    global _tokenizer
+    with _tokenizer_lock:
+        if _tokenizer is None:
+            import apsw
+
+            conn = apsw.Connection(":memory:")
+            _tokenizer = (conn, conn.fts5_tokenizer("unicode61", ["remove_diacritics", "2"]))
+        return _tokenizer[1]
+
+
+def fold_tokens(text: str, query: bool = False) -> list[str]:
+    """The tokens unicode61 (remove_diacritics 2) makes of `text`: lowercased, accents removed,
+    runs of letters and digits."""
+    import apsw
+
+    flags = apsw.FTS5_TOKENIZE_QUERY if query else apsw.FTS5_TOKENIZE_DOCUMENT
+    tokens: list[str] = _fts5_tokenizer()(
+        text.encode("utf-8", "surrogatepass"), flags, None, include_offsets=False, include_colocated=False
+    )
+    return tokens
+
+
+def _lexeme(token: str) -> str:
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _indexable(token: str) -> bool:
+    return len(token.encode("utf-8")) <= MAX_LEXEME_BYTES
+
+
+def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
+    """The chunk's tsvector (breadcrumb hits weighted A, text hits D; one empty position
+    between the two columns so that no phrase spans both) and its token count."""
+    head = fold_tokens(breadcrumb)
+    body = fold_tokens(text)
+    positions: dict[str, list[str]] = {}
+    for offset, tokens, weight in ((1, head, "A"), (len(head) + 2, body, "")):
+        for i, token in enumerate(tokens):
+            if not _indexable(token):
+                continue
+            found = positions.setdefault(token, [])
+            if len(found) < MAX_POSITIONS_PER_LEXEME:
+                found.append(f"{min(offset + i, MAX_POSITION)}{weight}")
+    literal = " ".join(f"{_lexeme(token)}:{','.join(places)}" for token, places in positions.items())
+    return literal, len(head) + len(body)
+
+
+_MATCH_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
+
+
+def match_to_tsqueries(match: str) -> list[str]:
+    """Translate the FTS5 expression of `search.querybuild` (double-quoted phrases, each maybe
+    followed by `*`, joined by OR) into one tsquery per phrase: words joined by `<->`, a
+    prefix `*` as `:*` on the last word. Phrases with nothing to match are left out."""
+    queries = []
+    for body, star in _MATCH_TERM.findall(match):
+        tokens = fold_tokens(body.replace('""', '"'), query=True)
+        if not tokens or not all(_indexable(token) for token in tokens):
+            continue
+        words = [_lexeme(token) for token in tokens]
+        if star:
+            words[-1] += ":*"
+        queries.append(" <-> ".join(words))
+    return queries
+
+
+# ---- scope ------------------------------------------------------------------------------------
+
+
+def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str, object]]:
+    """SQL condition over `chunks` (or `files`) under `alias`, and its bindings (the same
+    semantics as the SQLite store's)."""
+    clauses: list[str] = []
+    params: dict[str, object] = {}
+    if scope.source_ids:
+        params["scope_sources"] = list(scope.source_ids)
+        clauses.append(f"{alias}.source_id = ANY(%(scope_sources)s)")
+    if scope.path:
+        folder = scope.path.strip("/")
+        params["scope_path"] = folder
+        params["scope_lo"] = folder + "/"
+        params["scope_hi"] = folder + "0"  # '0' sorts right after '/' (paths compare bytewise: C collation)
+        clauses.append(
+            f"{alias}.path >= %(scope_path)s AND {alias}.path < %(scope_hi)s"
+            f" AND ({alias}.path = %(scope_path)s OR {alias}.path >= %(scope_lo)s)"
+        )
+    if scope.collection is not None:
+        params["scope_collection"] = scope.collection
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
+            f" AND f.path = {alias}.path AND f.collection = %(scope_collection)s)"
+        )
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+# ---- schema ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PgMigration:
+    """One schema step, applied whole in one transaction; `meta.schema_version` counts them."""
+
+    name: str
+    sql: str
+
+
+# text keys compare bytewise (COLLATE "C"), as SQLite's BINARY: the folder ranges of scopes and
+# every listing's order depend on it
+INITIAL_SQL = """
+    CREATE EXTENSION IF NOT EXISTS vector;
+
+    CREATE TABLE meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
+
+    CREATE TABLE sources (
+      source_id    TEXT COLLATE "C" PRIMARY KEY,
+      kind         TEXT NOT NULL CHECK (kind IN ('git', 'workspace')),
+      indexed_rev  TEXT,
+      last_sync_at TEXT,
+      last_error   TEXT
+    );
+
+    CREATE TABLE files (
+      source_id  TEXT COLLATE "C" NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
+      path       TEXT COLLATE "C" NOT NULL,
+      title      TEXT,
+      tags       TEXT,
+      headings   TEXT,
+      collection TEXT COLLATE "C",
+      sha256     TEXT NOT NULL,
+      size       BIGINT NOT NULL,
+      mtime      DOUBLE PRECISION,
+      updated_at DOUBLE PRECISION NOT NULL,
+      indexed_at TEXT NOT NULL,
+      PRIMARY KEY (source_id, path)
+    );
+    CREATE INDEX idx_files_collection ON files(collection) WHERE collection IS NOT NULL;
+
+    CREATE TABLE chunks (
+      id           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      source_id    TEXT COLLATE "C" NOT NULL,
+      path         TEXT COLLATE "C" NOT NULL,
+      chunk_idx    INTEGER NOT NULL,
+      breadcrumb   TEXT NOT NULL,
+      text         TEXT NOT NULL,
+      start_line   INTEGER NOT NULL,
+      end_line     INTEGER NOT NULL,
+      content_hash TEXT COLLATE "C" NOT NULL,
+      embedded_at  TEXT,
+      language     TEXT COLLATE "C" NOT NULL DEFAULT 'unknown',
+      UNIQUE (source_id, path, chunk_idx),
+      FOREIGN KEY (source_id, path) REFERENCES files(source_id, path) ON DELETE CASCADE
+    );
+    CREATE INDEX idx_chunks_pending ON chunks(id) WHERE embedded_at IS NULL;
+    CREATE INDEX idx_chunks_hash ON chunks(content_hash);
+    CREATE INDEX idx_chunks_path ON chunks(path);
+
+    CREATE TABLE chunks_fts (
+      id        BIGINT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+      source_id TEXT COLLATE "C" NOT NULL,
+      document  TSVECTOR NOT NULL,
+      length    INTEGER NOT NULL  -- tokens of breadcrumb and text: bm25's document length
+    );
+    CREATE INDEX idx_chunks_fts_document ON chunks_fts USING gin(document);
+
+    CREATE TABLE fts_stats (
+      source_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sources(source_id) ON DELETE CASCADE,
+      rows      BIGINT NOT NULL,
+      tokens    BIGINT NOT NULL
+    );
+
+    CREATE FUNCTION fts_stats_added() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO fts_stats(source_id, rows, tokens)
+        SELECT source_id, count(*), sum(length) FROM added GROUP BY source_id
+        ON CONFLICT (source_id) DO UPDATE
+          SET rows = fts_stats.rows + excluded.rows, tokens = fts_stats.tokens + excluded.tokens;
+      RETURN NULL;
+    END $$;
+    CREATE FUNCTION fts_stats_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      UPDATE fts_stats s SET rows = s.rows - r.n, tokens = s.tokens - r.t
+        FROM (SELECT source_id, count(*) AS n, sum(length) AS t FROM removed GROUP BY source_id) r
+        WHERE s.source_id = r.source_id;
+      RETURN NULL;
+    END $$;
+    CREATE TRIGGER chunks_fts_added AFTER INSERT ON chunks_fts
+      REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION fts_stats_added();
+    CREATE TRIGGER chunks_fts_removed AFTER DELETE ON chunks_fts
+      REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION fts_stats_removed();
+
+    CREATE TABLE collections (
+      source_id   TEXT COLLATE "C" NOT NULL REFERENCES sources(source_id) ON DELETE CASCADE,
+      name        TEXT COLLATE "C" NOT NULL,
+      folder      TEXT COLLATE "C" NOT NULL,
+      description TEXT COLLATE "C" NOT NULL,
+      tags        TEXT COLLATE "C" NOT NULL,
+      PRIMARY KEY (source_id, name)
+    );
+"""
+
+PG_MIGRATIONS: tuple[PgMigration, ...] = (PgMigration("initial_schema", INITIAL_SQL),)
+PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+def _first_lines(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
+
+
+def connect_error(url: str, exc: psycopg.Error) -> StoreError:
+    """One line for a connection that failed: the server, the login or the database."""
+    where = describe(url)
+    sqlstate = getattr(exc, "sqlstate", None)
+    text = _first_lines(exc)
+    if sqlstate == "3D000" or ("does not exist" in text and "database" in text):
+        dbname = urlsplit(url).path.lstrip("/") or "?"
+        return StoreError(
+            f"index {where}: the PostgreSQL database {dbname!r} does not exist (create it: `createdb {dbname}`)"
+        )
+    if sqlstate in {"28P01", "28000"} or "authentication failed" in text or "password" in text:
+        return StoreError(f"index {where}: PostgreSQL refused the login ({text})")
+    if "connect" in text.lower() or "server" in text.lower():
+        return StoreError(f"index {where}: cannot reach the PostgreSQL server ({text}); is it running?")
+    return StoreError(f"index {where}: {text}")
+
+
+# what a server, a network or permissions can do to a statement; anything else is a bug to see whole
+STORAGE_ERRORS = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    pg_errors.InsufficientPrivilege,
+    pg_errors.ReadOnlySqlTransaction,
+)
+
+
+def storage_error(url: str, exc: psycopg.Error) -> StoreError:
+    where = describe(url)
+    if isinstance(exc, pg_errors.DiskFull):
+        return StoreError(f"index {where}: the server's disk is full ({_first_lines(exc)})")
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return StoreError(f"index {where}: opened read-only, cannot write ({_first_lines(exc)})")
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return StoreError(f"index {where}: this PostgreSQL user lacks a privilege ({_first_lines(exc)})")
+    if isinstance(exc, psycopg.InterfaceError) or getattr(exc, "sqlstate", None) is None:
+        return StoreError(f"index {where}: lost the connection to the PostgreSQL server ({_first_lines(exc)})")
+    return StoreError(f"index {where}: {_first_lines(exc)}")
+
+
+StoreT = TypeVar("StoreT", bound="type[PostgresStore]")
+MethodT = TypeVar("MethodT", bound=Callable[..., Any])
+
+
+def _map_storage_errors(method: MethodT) -> MethodT:
+    @functools.wraps(method)
+    def run(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except STORAGE_ERRORS as exc:
+            raise storage_error(self.url, exc) from None
+
+    return run  # type: ignore[return-value]
+
+
+def _storage_errors_mapped(cls: StoreT) -> StoreT:
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") or name in {"transaction", "snapshot", "close", "open", "exists"}:
+            continue
+        if inspect.isfunction(member):
+            setattr(cls, name, _map_storage_errors(member))
+    return cls
+
+
+# ---- vectors on the wire: pgvector's binary format ----------------------------------------
+
+
+class _VectorDumper(Dumper):
+    """numpy arrays as pgvector `vector` parameters (binary: uint16 dims, uint16 0, float4 BE)."""
+
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        import numpy as np
+
+        values = np.asarray(obj, dtype=">f4").ravel()
+        return struct.pack(">HH", values.size, 0) + values.tobytes()
+
+
+def _vector_bytes(sent: bytes) -> bytes:
+    """Little-endian float32 values from `vector_send` output (4 header bytes, then BE float4)."""
+    import numpy as np
+
+    return np.frombuffer(sent, dtype=">f4", offset=4).astype(np.float32).tobytes()
+
+
+# ---- connections ----------------------------------------------------------------------------
+
+_pool_lock = threading.Lock()
+_pool: dict[tuple[str, bool], list[psycopg.Connection[Any]]] = {}
+_pool_pid = os.getpid()
+
+
+def _connect(url: str, readonly: bool) -> psycopg.Connection[Any]:
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in url:
+        extra["connect_timeout"] = CONNECT_TIMEOUT_S
+    try:
+        conn = psycopg.connect(url, autocommit=True, application_name="notes-search", **extra)
+    except psycopg.Error as exc:
+        raise connect_error(url, exc) from None
+    try:
+        # custom plans: a prepared search must still be planned for its own terms and scope
+        conn.execute("SET plan_cache_mode = force_custom_plan")
+        conn.execute(f"SET default_transaction_read_only = {'on' if readonly else 'off'}")
+    except psycopg.Error as exc:
+        conn.close()
+        raise connect_error(url, exc) from None
+    return conn
+
+
+def _take(url: str, readonly: bool) -> psycopg.Connection[Any] | None:
+    global _pool_pid
+    with _pool_lock:
+        if _pool_pid != os.getpid():  # a forked child must not share its parent's sockets
+            _pool.clear()
+            _pool_pid = os.getpid()
+        idle = _pool.get((url, readonly))
+        return idle.pop() if idle else None
+
+
+def _give_back(url: str, readonly: bool, conn: psycopg.Connection[Any]) -> None:
+    if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+        conn.close()
+        return
+    with _pool_lock:
+        idle = _pool.setdefault((url, readonly), [])
+        if _pool_pid == os.getpid() and len(idle) < POOL_SIZE:
+            idle.append(conn)
+            return
+    conn.close()
+
+
+def discard_pool() -> None:
+    """Close every idle pooled connection (tests dropping a database, a process ending)."""
+    with _pool_lock:
+        conns = [conn for idle in _pool.values() for conn in idle]
+        _pool.clear()
+    for conn in conns:
+        conn.close()
+
+
+# ---- the store ------------------------------------------------------------------------------
+
+
+@_storage_errors_mapped
+class PostgresStore:
+    """A connection to the index database with the schema applied."""
+
+    def __init__(self, conn: psycopg.Connection[Any], url: str, readonly: bool) -> None:
+        self.conn = conn
+        self.url = url
+        self.reading = readonly
+        self._vectors_changed = False
+        self._vector_oid: int | None = None
+
+    # ---- opening and schema -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, *, readonly: bool = False) -> PostgresStore:
+        """Open the index at `url` (sync migrates it; a reader needs it migrated)."""
+        conn = _take(url, readonly)
+        if conn is not None:
+            try:
+                conn.execute("SELECT 1")
+            except psycopg.Error:  # the server restarted since: a fresh connection
+                conn.close()
+                conn = None
+        if conn is None:
+            conn = _connect(url, readonly)
+        store = cls(conn, url, readonly)
+        try:
+            version = store._schema_version()
+            if readonly:
+                if version is None:
+                    raise StoreError(f"no index at {describe(url)}: run `notes-search sync` first")
+                if version != PG_SCHEMA_VERSION:
+                    raise StoreError(
+                        f"index {describe(url)} has schema {version}, expected {PG_SCHEMA_VERSION}: run `notes-search sync`"
+                    )
+            else:
+                store._migrate(version)
+            store._register_vector_type()
+        except StoreError:
+            conn.close()
+            raise
+        except STORAGE_ERRORS as exc:
+            conn.close()
+            raise storage_error(url, exc) from None
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"index {describe(url)}: {_first_lines(exc)}") from None
+        return store
+
+    @classmethod
+    def exists(cls, url: str) -> bool:
+        """Whether `url` holds an index (a sync ran); a server that cannot be reached raises."""
+        conn = _take(url, True) or _connect(url, True)
+        try:
+            exists = PostgresStore(conn, url, True)._schema_version() is not None
+        except psycopg.Error as exc:
+            conn.close()
+            raise storage_error(url, exc) from None
+        _give_back(url, True, conn)
+        return exists
+
+    def close(self) -> None:
+        if self.conn.info.transaction_status != TransactionStatus.IDLE and not self.conn.closed:
+            try:
+                self.conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self.conn.close()
+        _give_back(self.url, self.reading, self.conn)
+
+    def _one(self, sql: str, params: Sequence[object] | dict[str, object] | None = None) -> Any:
+        row = self.conn.execute(sql, params).fetchone()
+        if row is None:
+            raise StoreError(f"index {describe(self.url)}: no row from {sql.split()[0]} query")
+        return row[0]
+
+    def _schema_version(self) -> int | None:
+        """meta.schema_version, None for a database without our tables; a database holding
+        other tables but no index is refused (sync's first step would meet them)."""
+        if self._one("SELECT to_regclass('meta') IS NOT NULL"):
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is not None:
+                return int(row[0])
+        tables = [
+            str(r[0])
+            for r in self.conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename LIMIT 4"
+            )
+        ]
+        if tables:
+            raise StoreError(
+                f"index {describe(self.url)}: not a notes-search index (its schema holds other tables: "
+                f"{', '.join(tables)}); use another database or change `db:` in the config"
+            )
+        return None
+
+    def _migrate(self, version: int | None) -> None:
+        if version == PG_SCHEMA_VERSION:
+            return
+        if version is not None and version > PG_SCHEMA_VERSION:
+            raise StoreError(f"index {describe(self.url)} was written by a newer notes-search (schema {version})")
+        with self.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            # another worker may have migrated while this one waited for the lock
+            current = 0
+            if self._one("SELECT to_regclass('meta') IS NOT NULL"):
+                row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                current = int(row[0]) if row else 0
+            for number, step in enumerate(PG_MIGRATIONS[current:], current):
+                self.conn.execute(step.sql.encode())
+                self._set_meta({"schema_version": str(number + 1)})
+                if current:
+                    log.info("index %s: migrated to schema %d (%s)", describe(self.url), number + 1, step.name)
+
+    def _register_vector_type(self) -> None:
+        oid = self._one("SELECT oid FROM pg_type WHERE typname = 'vector'")
+        if self._vector_oid != oid:
+            self._vector_oid = int(oid)
+            dumper = type("VectorDumper", (_VectorDumper,), {"oid": int(oid)})
+            self.conn.adapters.register_dumper("numpy.ndarray", dumper)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN ... COMMIT; any exception rolls back. Not re-entrant on purpose."""
+        if self.conn.info.transaction_status != TransactionStatus.IDLE:
+            raise RuntimeError("transactions do not nest")
+        try:
+            self.conn.execute("BEGIN")
+            self._vectors_changed = False
+            try:
+                yield
+                if self._vectors_changed:
+                    # random, not a counter: a rebuilt index must not reach a value an old copy has
+                    self.conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('vectors_generation', md5(random()::text))"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                    )
+                self.conn.execute("COMMIT")
+            except BaseException:
+                if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._vectors_changed = False
+        except STORAGE_ERRORS as exc:
+            raise storage_error(self.url, exc) from None
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read-only REPEATABLE READ transaction: every query inside sees one committed state."""
+        try:
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        except STORAGE_ERRORS as exc:
+            raise storage_error(self.url, exc) from None
+        try:
+            yield
+        finally:
+            try:
+                if not self.conn.closed:
+                    self.conn.execute("COMMIT")
+            except STORAGE_ERRORS as exc:
+                raise storage_error(self.url, exc) from None
+
+    # ---- meta and embedding identity ------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        return {str(key): str(value) for key, value in self.conn.execute("SELECT key, value FROM meta")}
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        for key, value in values.items():
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def write_meta(self, values: dict[str, str]) -> None:
+        self._set_meta(values)
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.transaction():
+            self._set_meta(values)
+
+    def has_vector_table(self) -> bool:
+        return bool(self._one("SELECT to_regclass('chunk_vectors') IS NOT NULL"))
+
+    def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
+        """Switch embedding spaces atomically: drop every vector, mark every chunk pending."""
+        with self.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS chunk_vectors")
+            self.conn.execute(
+                f"""CREATE TABLE chunk_vectors (
+                      id        BIGINT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+                      embedding vector({int(dims)}) NOT NULL
+                    )""".encode()
+            )
+            self.conn.execute(
+                "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+            )
+            self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
+            self._vectors_changed = True
+            self._set_meta(identity)
+            self._set_meta({"pgvector_version": self.vec_version()})
+
+    def vec_version(self) -> str:
+        return str(self._one("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+
+    # ---- sources ---------------------------------------------------------------------------
+
+    def ensure_source(self, source_id: str, kind: str) -> None:
+        row = self.conn.execute("SELECT kind FROM sources WHERE source_id = %s", (source_id,)).fetchone()
+        if row is None:
+            with self.transaction():
+                self.conn.execute(
+                    "INSERT INTO sources(source_id, kind) VALUES (%s, %s) ON CONFLICT DO NOTHING", (source_id, kind)
+                )
+        elif row[0] != kind:
+            with self.transaction():
+                self._delete_source_rows(source_id)
+                self.conn.execute("INSERT INTO sources(source_id, kind) VALUES (%s, %s)", (source_id, kind))
+
+    def source_ids(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT source_id FROM sources ORDER BY source_id")]
+
+    def source_state(self, source_id: str) -> SourceState:
+        row = self.conn.execute(
+            "SELECT indexed_rev, last_sync_at FROM sources WHERE source_id = %s", (source_id,)
+        ).fetchone()
+        return SourceState(row[0], row[1]) if row else SourceState(None, None)
+
+    def mark_synced(self, source_id: str, *, indexed_rev: str | None = None, error: str | None = None) -> None:
+        with self.transaction():
+            if indexed_rev is None:
+                self.conn.execute(
+                    "UPDATE sources SET last_sync_at = %s, last_error = %s WHERE source_id = %s",
+                    (utc_now(), error, source_id),
+                )
+            else:
+                self.conn.execute(
+                    "UPDATE sources SET indexed_rev = %s, last_sync_at = %s, last_error = %s WHERE source_id = %s",
+                    (indexed_rev, utc_now(), error, source_id),
+                )
+
+    def errored_sources(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT source_id FROM sources WHERE last_error IS NOT NULL")}
+
+    def set_source_error(self, source_id: str, error: str | None) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE sources SET last_error = %s WHERE source_id = %s AND last_error IS DISTINCT FROM %s",
+                (error, source_id, error),
+            )
+
+    def remove_source(self, source_id: str) -> None:
+        with self.transaction():
+            self._delete_source_rows(source_id)
+
+    def _delete_source_rows(self, source_id: str) -> None:
+        # the lexical rows first, in one statement: the cascade would delete them one by one
+        self.conn.execute("DELETE FROM chunks_fts WHERE source_id = %s", (source_id,))
+        if (
+            self.has_vector_table()
+            and self.conn.execute(
+                "DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM chunks WHERE source_id = %s)", (source_id,)
+            ).rowcount
+        ):
+            self._vectors_changed = True
+        self.conn.execute("DELETE FROM files WHERE source_id = %s", (source_id,))
+        self.conn.execute("DELETE FROM sources WHERE source_id = %s", (source_id,))
+
+    # ---- files and chunks ------------------------------------------------------------------
+
+    def known_files(self, source_id: str, under: str | None = None) -> dict[str, KnownFile]:
+        sql = "SELECT path, sha256, size, mtime FROM files WHERE source_id = %(source_id)s"
+        params: dict[str, object] = {"source_id": source_id}
+        if under:
+            where, scope_params = scope_condition(SearchScope(path=under), "files")
+            sql += f" AND {where}"
+            params.update(scope_params)
+        rows = self.conn.execute(sql, params)
+        return {path: KnownFile(sha256=sha, size=int(size), mtime=mtime) for path, sha, size, mtime in rows}
+
+    def delete_file(self, source_id: str, path: str) -> None:
+        """Remove a file with its chunks, their lexical rows and vectors. Inside a transaction."""
+        ids = [
+            r[0]
+            for r in self.conn.execute("SELECT id FROM chunks WHERE source_id = %s AND path = %s", (source_id, path))
+        ]
+        if ids:
+            self.conn.execute("DELETE FROM chunks_fts WHERE id = ANY(%s)", (ids,))
+            if (
+                self.has_vector_table()
+                and self.conn.execute("DELETE FROM chunk_vectors WHERE id = ANY(%s)", (ids,)).rowcount
+            ):
+                self._vectors_changed = True
+        self.conn.execute("DELETE FROM files WHERE source_id = %s AND path = %s", (source_id, path))
+
+    def touch_file(self, source_id: str, path: str, size: int, mtime: float) -> None:
+        self.conn.execute(
+            "UPDATE files SET size = %s, mtime = %s WHERE source_id = %s AND path = %s", (size, mtime, source_id, path)
+        )
+
+    def write_file(
+        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
+    ) -> int:
+        """Replace a file's chunks; reuse stored vectors (and languages) for unchanged text.
+        Returns the chunks left pending. Inside a transaction; for a rename write the new path
+        first, then delete the old one."""
+        hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
+        reusable = self._vector_ids_by_hash(set(hashes))
+        known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
+        carried: dict[str, bytes] = {}
+        if reusable:  # read before the delete: the vector may be one of this file's old chunks
+            for digest, sent in self.conn.execute(
+                """SELECT c.content_hash, vector_send(v.embedding) FROM chunk_vectors v JOIN chunks c ON c.id = v.id
+                   WHERE v.id = ANY(%s)""",
+                (list(reusable.values()),),
+                binary=True,
+            ):
+                carried[str(digest)] = _vector_bytes(bytes(sent))
+        self.delete_file(source_id, file.path)
+        self.conn.execute(
+            """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
+                                 updated_at, indexed_at)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            (
+                source_id,
+                _text(file.path),
+                _opt_text(doc.title),
+                json.dumps(doc.tags, ensure_ascii=False),
+                json.dumps(doc.headings, ensure_ascii=False),
+                file.collection,
+                file.sha256,
+                file.size,
+                file.mtime,
+                file.updated_at,
+                utc_now(),
+            ),
+        )
+        if not doc.chunks:
+            return 0
+        now = utc_now()
+        languages = []
+        for chunk, digest in zip(doc.chunks, hashes, strict=True):
+            chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
+            known_languages[digest] = chunk_language
+            languages.append(chunk_language)
+        rows = self.conn.execute(
+            """INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
+                                  content_hash, embedded_at, language)
+               SELECT %s, %s, u.idx, u.breadcrumb, u.text, u.start_line, u.end_line, u.hash, u.embedded_at, u.language
+               FROM unnest(%s::int[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[], %s::text[],
+                           %s::text[]) WITH ORDINALITY
+                    AS u(idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, ord)
+               ORDER BY u.ord
+               RETURNING id, chunk_idx""",
+            (
+                source_id,
+                file.path,
+                [chunk.idx for chunk in doc.chunks],
+                [_text(chunk.breadcrumb) for chunk in doc.chunks],
+                [_text(chunk.text) for chunk in doc.chunks],
+                [chunk.start_line for chunk in doc.chunks],
+                [chunk.end_line for chunk in doc.chunks],
+                hashes,
+                [now if digest in carried else None for digest in hashes],
+                languages,
+            ),
+        ).fetchall()
+        id_of = {int(idx): int(chunk_id) for chunk_id, idx in rows}
+        ids = [id_of[chunk.idx] for chunk in doc.chunks]
+        documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
+        self.conn.execute(
+            """INSERT INTO chunks_fts(id, source_id, document, length)
+               SELECT u.id, %s, u.document::tsvector, u.length FROM unnest(%s::bigint[], %s::text[], %s::int[])
+                    AS u(id, document, length)""",
+            (source_id, ids, [d for d, _ in documents], [n for _, n in documents]),
+        )
+        pending = 0
+        vectors = []
+        for chunk_id, digest in zip(ids, hashes, strict=True):
+            if digest in carried:
+                vectors.append((chunk_id, carried[digest]))
+            else:
+                pending += 1
+        if vectors:
+            self._insert_vectors(vectors)
+        return pending
+
+    def _vector_ids_by_hash(self, hashes: set[str]) -> dict[str, int]:
+        """content hash -> the oldest embedded chunk with that text (its vector is reused)."""
+        if not hashes or not self.has_vector_table():
+            return {}
+        rows = self.conn.execute(
+            """SELECT content_hash, MIN(id) FROM chunks
+               WHERE content_hash = ANY(%s) AND embedded_at IS NOT NULL GROUP BY content_hash""",
+            (sorted(hashes),),
+        )
+        return {str(digest): int(chunk_id) for digest, chunk_id in rows}
+
+    def _languages_by_hash(self, hashes: set[str]) -> dict[str, str]:
+        """Languages already detected for these texts ('unknown' is not reused)."""
+        rows = self.conn.execute(
+            """SELECT content_hash, MIN(language) FROM chunks
+               WHERE content_hash = ANY(%s) AND language <> 'unknown' GROUP BY content_hash""",
+            (sorted(hashes),),
+        )
+        return {str(digest): str(language) for digest, language in rows}
+
+    def _insert_vectors(self, rows: Sequence[tuple[int, bytes]]) -> None:
+        """(chunk id, float32 bytes) pairs into chunk_vectors."""
+        import numpy as np
+
+        with self.conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO chunk_vectors(id, embedding) VALUES (%s, %s)",
+                [(chunk_id, np.frombuffer(blob, dtype=np.float32)) for chunk_id, blob in rows],
+            )
+        self._vectors_changed = True
+
+    # ---- collections -----------------------------------------------------------------------
+
+    def replace_collections(self, source_id: str, collections: Iterable[CollectionRow]) -> None:
+        self.conn.execute("DELETE FROM collections WHERE source_id = %s", (source_id,))
+        for row in collections:
+            self.conn.execute(
+                """INSERT INTO collections(source_id, name, folder, description, tags) VALUES (%s, %s, %s, %s, %s)
+                   ON CONFLICT DO NOTHING""",
+                (
+                    source_id,
+                    row.name,
+                    row.folder,
+                    _text(row.description),
+                    json.dumps(list(row.tags), ensure_ascii=False),
+                ),
+            )
+
+    def collection_rows(self, source_id: str) -> list[CollectionRow]:
+        rows = self.conn.execute(
+            "SELECT name, folder, description, tags FROM collections WHERE source_id = %s", (source_id,)
+        )
+        found = sorted((name, folder, desc, tuple(json.loads(tags))) for name, folder, desc, tags in rows)
+        return [CollectionRow(source_id, name, folder, desc, tags) for name, folder, desc, tags in found]
+
+    def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
+        self.conn.execute(
+            "UPDATE files SET collection = %s WHERE source_id = %s AND path = %s AND collection IS DISTINCT FROM %s",
+            (collection, source_id, path, collection),
+        )
+
+    def collections(self) -> list[CollectionRow]:
+        rows = self.conn.execute(
+            """SELECT k.source_id, k.name, k.folder, k.description, k.tags,
+                      (SELECT COUNT(*) FROM files f WHERE f.source_id = k.source_id AND f.collection = k.name)
+               FROM collections k ORDER BY k.name, k.source_id"""
+        )
+        return [
+            CollectionRow(source_id, name, folder, description, tuple(json.loads(tags)), int(files))
+            for source_id, name, folder, description, tags, files in rows
+        ]
+
+    # ---- embeddings ------------------------------------------------------------------------
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
+        rows = self.conn.execute(
+            f"""SELECT c.id, c.content_hash, {EMBED_TEXT_SQL} FROM chunks c
+                WHERE c.embedded_at IS NULL AND c.id > %s ORDER BY c.id LIMIT %s""",
+            (after_id, limit),
+        )
+        return [PendingChunk(int(chunk_id), digest, text) for chunk_id, digest, text in rows]
+
+    def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
+        """Attach vectors to chunks that still exist and are still pending. Returns how many."""
+        import numpy as np
+
+        if not len(ids):
+            return 0
+        with self.transaction():
+            waiting = {
+                int(r[0])
+                for r in self.conn.execute(
+                    "UPDATE chunks SET embedded_at = %s WHERE id = ANY(%s) AND embedded_at IS NULL RETURNING id",
+                    (utc_now(), [int(i) for i in ids]),
+                )
+            }
+            rows = [
+                (int(chunk_id), np.asarray(vector, dtype=np.float32).tobytes())
+                for chunk_id, vector in zip(ids, vectors, strict=True)
+                if int(chunk_id) in waiting
+            ]
+            if rows:
+                self._insert_vectors(rows)
+        return len(rows)
+
+    # ---- search (reads) --------------------------------------------------------------------
+
+    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first: FTS5's bm25
+        over the whole index's statistics (breadcrumb weight 2, text 1), ties by id."""
+        phrases = match_to_tsqueries(match)
+        if not phrases or limit <= 0:
+            return []
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
+        params["all"] = " | ".join(f"({phrase})" for phrase in phrases)
+        # document frequencies of each phrase and the index's totals, as FTS5 counts them
+        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(phrases)))
+        row = self.conn.execute(
+            f"""SELECT (SELECT COALESCE(sum(rows), 0) FROM fts_stats), (SELECT COALESCE(sum(tokens), 0) FROM fts_stats),
+                       {counts} FROM chunks_fts WHERE document @@ %(all)s::tsquery""",
+            params,
+        ).fetchone()
+        if row is None or not row[0]:
+            return []
+        import math
+
+        total_rows, total_tokens, *hits = (int(value) for value in row)
+        if not any(hits):
+            return []
+        avgdl = total_tokens / total_rows or 1.0
+        terms = []
+        for i, n_hit in enumerate(hits):
+            idf = max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5)))
+            params[f"idf{i}"] = idf
+            terms.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
+        frequencies = ", ".join(
+            f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0) / 0.5 AS t{i}" for i in range(len(phrases))
+        )
+        in_scope = ""
+        if not scope.is_all:
+            where, scope_params = scope_condition(scope, "c")
+            params.update(scope_params)
+            in_scope = f"AND f.id IN (SELECT c.id FROM chunks c WHERE {where})"
+        params.update(limit=limit, avgdl=avgdl)
+        sql = f"""SELECT m.id, -({" + ".join(terms)}) AS score FROM (
+                      SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length / %(avgdl)s) AS norm, {frequencies}
+                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery {in_scope}) m
+                  ORDER BY score, m.id LIMIT %(limit)s"""
+        return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+
+    def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
+        candidate list of at least 2k). Scoped: exact over the scope's own vectors (a
+        materialised set, so no index scan can cut it short). A zero vector is never a hit."""
+        import numpy as np
+
+        if k <= 0 or not self.has_vector_table() or not np.any(vector):
+            return []
+        query = np.asarray(vector, dtype=np.float32)
+        if scope.is_all:
+            ef = min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, 2 * k))
+            self.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            self.conn.execute("SET hnsw.iterative_scan = strict_order")  # k beyond ef_search still gets k
+            rows = self.conn.execute(
+                """SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
+                   ORDER BY embedding <=> %(q)s LIMIT %(k)s""",
+                {"q": query, "k": k},
+            ).fetchall()
+        else:
+            where, params = scope_condition(scope, "c")
+            params.update(q=query, k=k)
+            rows = self.conn.execute(
+                f"""WITH scoped AS MATERIALIZED (
+                        SELECT c.id, v.embedding <=> %(q)s AS distance
+                        FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE {where})
+                    SELECT id, distance FROM scoped WHERE distance <> 'NaN' ORDER BY distance, id LIMIT %(k)s""",
+                params,
+            ).fetchall()
+        hits = [RankedChunk(int(chunk_id), float(distance)) for chunk_id, distance in rows if distance == distance]
+        hits.sort(key=lambda hit: (hit.score, hit.chunk_id))
+        return hits
+
+    def vectors_generation(self) -> str:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_generation'").fetchone()
+        return str(row[0]) if row else ""
+
+    def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
+        import numpy as np
+
+        if not self.has_vector_table():
+            return VectorPage([], [], np.empty((0, 0), np.float32))
+        rows = self.conn.execute(
+            """SELECT v.id, COALESCE(c.language, 'unknown'), vector_send(v.embedding) FROM chunk_vectors v
+               JOIN chunks c ON c.id = v.id WHERE v.id > %s ORDER BY v.id LIMIT %s""",
+            (after_id, limit),
+            binary=True,
+        ).fetchall()
+        if not rows:
+            return VectorPage([], [], np.empty((0, 0), np.float32))
+        matrix = np.frombuffer(b"".join(_vector_bytes(bytes(r[2])) for r in rows), dtype=np.float32)
+        return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix.reshape(len(rows), -1).copy())
+
+    def vector_language_counts(self) -> dict[str, int]:
+        rows = self.conn.execute(
+            "SELECT COALESCE(language, 'unknown'), COUNT(*) FROM chunks WHERE embedded_at IS NOT NULL GROUP BY 1"
+        )
+        return {str(lang): int(count) for lang, count in rows}
+
+    def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+        """Replace stored vectors in place. Inside a transaction."""
+        import numpy as np
+
+        with self.conn.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE chunk_vectors SET embedding = %s WHERE id = %s",
+                [
+                    (np.asarray(vector, dtype=np.float32), int(chunk_id))
+                    for chunk_id, vector in zip(ids, vectors, strict=True)
+                ],
+            )
+        self._vectors_changed = True
+
+    def all_vectors(self) -> VectorMatrix:
+        import numpy as np
+
+        ids: list[int] = []
+        buffer = bytearray()
+        if self.has_vector_table():
+            with self.conn.cursor(binary=True) as cursor:
+                for chunk_id, sent in cursor.execute(
+                    "SELECT id, vector_send(embedding) FROM chunk_vectors ORDER BY id"
+                ):
+                    ids.append(int(chunk_id))
+                    buffer += _vector_bytes(bytes(sent))
+        matrix = np.frombuffer(buffer, dtype=np.float32).reshape(len(ids), -1) if ids else np.empty((0, 0), np.float32)
+        return VectorMatrix(np.array(ids, dtype=np.int64), matrix)
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        wanted = [int(i) for i in ids]
+        if not wanted:
+            return {}
+        rows = self.conn.execute(
+            """SELECT c.id, c.source_id, c.path, c.chunk_idx, c.breadcrumb, c.text, c.start_line, c.end_line,
+                      f.updated_at, s.indexed_rev, s.kind
+               FROM chunks c JOIN files f ON f.source_id = c.source_id AND f.path = c.path
+               JOIN sources s ON s.source_id = c.source_id
+               WHERE c.id = ANY(%s)""",
+            (wanted,),
+        )
+        return {int(r[0]): ChunkRow(int(r[0]), *r[1:]) for r in rows}
+
+    def count_pending_all(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL"))
+
+    def count_pending(self, scope: SearchScope) -> int:
+        where, params = scope_condition(scope, "c")
+        return int(self._one(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params))
+
+    # ---- languages -------------------------------------------------------------------------
+
+    def language_backfill(self) -> LanguageBackfill | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = %s", (LANGUAGE_BACKFILL_KEY,)).fetchone()
+        if row is None:
+            return None
+        upto, _, after = str(row[0]).partition(":")
+        return LanguageBackfill(int(upto), int(after or 0))
+
+    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[ChunkText]:
+        rows = self.conn.execute(
+            "SELECT id, text FROM chunks WHERE id > %s AND id <= %s ORDER BY id LIMIT %s", (after_id, upto_id, limit)
+        )
+        return [ChunkText(int(chunk_id), str(text)) for chunk_id, text in rows]
+
+    def store_backfilled_languages(self, languages: Sequence[tuple[int, str]], upto_id: int, done_upto: int) -> None:
+        with self.transaction():
+            if languages:
+                self.conn.execute(
+                    """UPDATE chunks c SET language = u.language
+                       FROM unnest(%s::bigint[], %s::text[]) AS u(id, language)
+                       WHERE c.id = u.id AND c.language IS DISTINCT FROM u.language""",
+                    ([chunk_id for chunk_id, _ in languages], [language for _, language in languages]),
+                )
+            if done_upto >= upto_id:
+                self.conn.execute("DELETE FROM meta WHERE key = %s", (LANGUAGE_BACKFILL_KEY,))
+            else:
+                self._set_meta({LANGUAGE_BACKFILL_KEY: f"{upto_id}:{done_upto}"})
+
+    def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
+        where, params = scope_condition(scope or SearchScope(), "c")
+        rows = self.conn.execute(
+            f"""SELECT c.source_id, c.language, COUNT(*) AS n FROM chunks c WHERE {where}
+                GROUP BY c.source_id, c.language ORDER BY c.source_id, n DESC, c.language""",
+            params,
+        )
+        out: dict[str, dict[str, int]] = {}
+        for source_id, language, count in rows:
+            out.setdefault(str(source_id), {})[str(language)] = int(count)
+        return out
+
+    def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
+        if ids is None:
+            rows = self.conn.execute("SELECT id, language FROM chunks")
+        else:
+            rows = self.conn.execute("SELECT id, language FROM chunks WHERE id = ANY(%s)", ([int(i) for i in ids],))
+        return {int(chunk_id): str(language) for chunk_id, language in rows}
+
+    # ---- status and checks -----------------------------------------------------------------
+
+    def source_stats(self) -> list[SourceStats]:
+        rows = self.conn.execute(
+            """SELECT s.source_id, s.kind, s.indexed_rev, s.last_sync_at, s.last_error,
+                      (SELECT COUNT(*) FROM files f WHERE f.source_id = s.source_id),
+                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id),
+                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id AND c.embedded_at IS NULL)
+               FROM sources s ORDER BY s.source_id"""
+        )
+        return [SourceStats(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), int(r[7])) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "files": int(self._one("SELECT COUNT(*) FROM files")),
+            "chunks": int(self._one("SELECT COUNT(*) FROM chunks")),
+            "chunks_fts": int(self._one("SELECT COUNT(*) FROM chunks_fts")),
+            "pending": int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL")),
+            "vectors": int(self._one("SELECT COUNT(*) FROM chunk_vectors")) if self.has_vector_table() else 0,
+        }
+
+    def file_rows(self, source_id: str | None = None) -> list[FileRow]:
+        sql = "SELECT source_id, path, title, tags, headings, collection, sha256, size, updated_at FROM files"
+        params: tuple[object, ...] = ()
+        if source_id is not None:
+            sql += " WHERE source_id = %s"
+            params = (source_id,)
+        sql += " ORDER BY source_id, path"
+        return [
+            FileRow(
+                source, path, title, _strings(tags), _strings(headings), collection, sha256, int(size), float(updated)
+            )
+            for source, path, title, tags, headings, collection, sha256, size, updated in self.conn.execute(sql, params)
+        ]
+
+    def sources_with_file(self, path: str) -> list[str]:
+        rows = self.conn.execute("SELECT source_id FROM files WHERE path = %s ORDER BY source_id", (path,))
+        return [r[0] for r in rows]
+
+    def sources_with_path(self, path: str) -> list[str]:
+        folder = path.strip("/")
+        rows = self.conn.execute(
+            """SELECT DISTINCT source_id FROM files
+               WHERE path = %(path)s OR (path >= %(lo)s AND path < %(hi)s) ORDER BY source_id""",
+            {"path": folder, "lo": folder + "/", "hi": folder + "0"},
+        )
+        return [r[0] for r in rows]
+
+    def scope_stats(self, scope: SearchScope) -> dict[str, ScopeCounts]:
+        where, params = scope_condition(scope, "x")
+        files: dict[str, int] = {}
+        for source_id, count in self.conn.execute(
+            f"SELECT x.source_id, COUNT(*) FROM files x WHERE {where} GROUP BY x.source_id", params
+        ):
+            files[source_id] = int(count)
+        chunks: dict[str, tuple[int, int]] = {}
+        for source_id, count, pending in self.conn.execute(
+            f"""SELECT x.source_id, COUNT(*), COUNT(*) FILTER (WHERE x.embedded_at IS NULL) FROM chunks x
+                WHERE {where} GROUP BY x.source_id""",
+            params,
+        ):
+            chunks[source_id] = (int(count), int(pending or 0))
+        return {
+            source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
+            for source_id in {**files, **chunks}
+        }
+
+
+def _strings(column: str | None) -> tuple[str, ...]:
+    value = json.loads(column or "[]")
+    return tuple(str(item) for item in value) if isinstance(value, list) else ()
+
+
+def _text(value: str) -> str:
+    """PostgreSQL text holds no NUL character (SQLite's does): it is stored as U+FFFD."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+def _opt_text(value: str | None) -> str | None:
+    return None if value is None else _text(value)
+
+
+__all__ = ["PG_MIGRATIONS", "PG_SCHEMA_VERSION", "PostgresStore", "describe", "is_postgres_url"]
