@@ -14,7 +14,7 @@ from indexer.config import Config
 from indexer.errors import StoreError
 from indexer.lock import SyncLock
 from indexer.migrate import TargetNotEmpty, migrate
-from indexer.store import IndexWriter, SearchScope, Store
+from indexer.store import IndexWriter, SearchScope, Store, open_store
 from indexer.sync import SyncReport
 from search import cli as cli_module
 from tests.conftest import assert_one_line_error, write
@@ -23,9 +23,13 @@ from tests.fakes import FakeEmbedder
 Sync = Callable[..., SyncReport]
 
 
-@pytest.fixture
-def target_store(tmp_path: Path) -> Iterator[IndexWriter]:
-    store = Store.open(tmp_path / "target" / "index.sqlite")
+@pytest.fixture(params=["sqlite", "postgres"])
+def target_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[IndexWriter]:
+    """An empty target of either backend (the source is always the config's SQLite file)."""
+    if request.param == "postgres":
+        store = open_store(str(request.getfixturevalue("pg_url")))
+    else:
+        store = open_store(tmp_path / "target" / "index.sqlite")
     yield store
     store.close()
 
@@ -158,3 +162,16 @@ def test_cli_errors_are_one_line(config_path: Path, config: Config, do_sync: Syn
         assert lock.acquire()
         assert_one_line_error(run_cli(config_path, "migrate", "--to", str(tmp_path / "y.sqlite")), "a sync is running")
     assert_one_line_error(run_cli(config_path, "migrate", "--to", str(config.db)), "the index itself")
+
+
+def test_cli_copies_into_postgres(config_path: Path, config: Config, do_sync: Sync, pg_url: str) -> None:
+    do_sync()
+    result = run_cli(config_path, "migrate", "--to", pg_url)
+    assert result.exit_code == 0, result.output
+    target, source = open_store(pg_url), Store.open(config.db)
+    try:
+        assert content(target) == content(source)
+    finally:
+        target.close()
+        source.close()
+    assert_one_line_error(run_cli(config_path, "migrate", "--to", pg_url), "already holds an index")
