@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import LANGUAGE_BACKFILL_KEY, IndexWriter, SourceStats
+from indexer.store.postgres_bulk import vector_index_deferred
 
 FILES_PER_TRANSACTION = 200
 CHUNK_PAGE = 2000
 VECTOR_PAGE = 2000
 # kept by each store itself, never copied: the target's own schema step count
-LOCAL_META = frozenset({"schema_version", "vectors_generation", "sqlite_vec_version"})
+LOCAL_META = frozenset({"schema_version", "vectors_generation", "sqlite_vec_version", "pgvector_version"})
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -64,8 +65,9 @@ def migrate(
             raise StoreError(f"the index holds vectors but records no embedding dimensions ({dims!r})")
         target.reset_vectors(int(dims), {})
     target.set_meta({key: value for key, value in meta.items() if key not in LOCAL_META | {LANGUAGE_BACKFILL_KEY}})
-    order = _copy_files(source, target, stats, report)
-    vectors = _copy_vectors(source, target, order, report)
+    with vector_index_deferred(target):
+        order = _copy_files(source, target, stats, report)
+        vectors = _copy_vectors(source, target, order, report)
     _copy_source_states(target, stats)
     return verify(source, target, vectors)
 
