@@ -63,7 +63,7 @@ def host_config(home: Path, endpoint: str, url: str, notes: Path) -> Path:
 
 def test_two_workers_never_sync_one_source_at_once_and_readers_keep_answering(
     tmp_path: Path,
-    server: OllamaServer,  # noqa: F811
+    server: OllamaServer,
     pg_url: str,
 ) -> None:
     notes = tmp_path / "notes"
@@ -130,14 +130,17 @@ def test_two_workers_never_sync_one_source_at_once_and_readers_keep_answering(
     assert errors == []
     assert all(answered), answered
     intervals: list[tuple[int, str, float, float]] = [
-        tuple(json.loads(line)) for line in log.read_text(encoding="utf-8").splitlines()  # type: ignore[misc]
+        tuple(json.loads(line))
+        for line in log.read_text(encoding="utf-8").splitlines()  # type: ignore[misc]
     ]
     assert {sid for _, sid, _, _ in intervals} == set(SOURCES)
     for a in intervals:
         for b in intervals:
             if a[0] != b[0] and a[1] == b[1]:
                 assert a[3] <= b[2] or b[3] <= a[2], f"source {a[1]} synced by two workers at once: {a} {b}"
-    print(f"\n{len(intervals)} source syncs by {len({i[0] for i in intervals})} processes; queries answered: {answered}")
+    print(
+        f"\n{len(intervals)} source syncs by {len({i[0] for i in intervals})} processes; queries answered: {answered}"
+    )
 
     final = sync_in_process(hosts[0])
     assert not final.locked and not final.failed and final.pending == 0

@@ -171,6 +171,8 @@ def test_cli_copies_into_postgres(config_path: Path, config: Config, do_sync: Sy
     target, source = open_store(pg_url), Store.open(config.db)
     try:
         assert content(target) == content(source)
+        hnsw = "SELECT 1 FROM pg_indexes WHERE indexname = 'idx_chunk_vectors_hnsw'"
+        assert target.conn.execute(hnsw).fetchone() is not None  # type: ignore[attr-defined]  # built after the copy
     finally:
         target.close()
         source.close()
