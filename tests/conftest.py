@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from collections.abc import Callable
@@ -144,8 +145,10 @@ sources:
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    """The store under test: "sqlite" unless a test is parametrised with `tests.pg.both_backends`."""
-    return str(getattr(request, "param", "sqlite"))
+    """The store under test: a test parametrised with `tests.pg.both_backends` runs on both; every
+    other one on SQLite, or on $NOTES_SEARCH_TEST_BACKEND (`postgres` runs the whole suite's
+    config-based tests against PostgreSQL)."""
+    return str(getattr(request, "param", os.environ.get("NOTES_SEARCH_TEST_BACKEND", "sqlite")))
 
 
 @pytest.fixture

@@ -419,8 +419,6 @@ def _connect(url: str, readonly: bool) -> psycopg.Connection[Any]:
     except psycopg.Error as exc:
         raise connect_error(url, exc) from None
     try:
-        # custom plans: a prepared search must still be planned for its own terms and scope
-        conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.execute(f"SET default_transaction_read_only = {'on' if readonly else 'off'}")
     except psycopg.Error as exc:
         conn.close()
@@ -472,6 +470,7 @@ class PostgresStore:
         self.reading = readonly
         self._vectors_changed = False
         self._vector_oid: int | None = None
+        self._has_vectors = False
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -644,7 +643,10 @@ class PostgresStore:
             self._set_meta(values)
 
     def has_vector_table(self) -> bool:
-        return bool(self._one("SELECT to_regclass('chunk_vectors') IS NOT NULL"))
+        # once there, the table stays (reset_vectors replaces it within one transaction)
+        if not self._has_vectors:
+            self._has_vectors = bool(self._one("SELECT to_regclass('chunk_vectors') IS NOT NULL"))
+        return self._has_vectors
 
     def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
         """Switch embedding spaces atomically: drop every vector, mark every chunk pending."""
@@ -744,18 +746,22 @@ class PostgresStore:
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file with its chunks, their lexical rows and vectors. Inside a transaction."""
-        ids = [
-            r[0]
-            for r in self.conn.execute("SELECT id FROM chunks WHERE source_id = %s AND path = %s", (source_id, path))
-        ]
-        if ids:
-            self.conn.execute("DELETE FROM chunks_fts WHERE id = ANY(%s)", (ids,))
-            if (
-                self.has_vector_table()
-                and self.conn.execute("DELETE FROM chunk_vectors WHERE id = ANY(%s)", (ids,)).rowcount
-            ):
-                self._vectors_changed = True
-        self.conn.execute("DELETE FROM files WHERE source_id = %s AND path = %s", (source_id, path))
+        # one statement: the lexical rows and vectors go by id first (the cascade from `files`
+        # would delete them one statement per chunk)
+        vectors = (
+            ", v AS (DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM gone) RETURNING 1)"
+            if self.has_vector_table()
+            else ", v AS (SELECT 1 WHERE FALSE)"
+        )
+        row = self.conn.execute(
+            f"""WITH gone AS (SELECT id FROM chunks WHERE source_id = %(source)s AND path = %(path)s),
+                     fts AS (DELETE FROM chunks_fts WHERE id IN (SELECT id FROM gone) RETURNING 1){vectors},
+                     f AS (DELETE FROM files WHERE source_id = %(source)s AND path = %(path)s RETURNING 1)
+                SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM fts), (SELECT count(*) FROM f)""",
+            {"source": source_id, "path": path},
+        ).fetchone()
+        if row is not None and row[0]:
+            self._vectors_changed = True
 
     def touch_file(self, source_id: str, path: str, size: int, mtime: float) -> None:
         self.conn.execute(
@@ -769,99 +775,86 @@ class PostgresStore:
         Returns the chunks left pending. Inside a transaction; for a rename write the new path
         first, then delete the old one."""
         hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
-        reusable = self._vector_ids_by_hash(set(hashes))
+        # read before the delete: a reusable vector may be one of this file's old chunks
+        carried = self._vectors_by_hash(set(hashes))
         known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
-        carried: dict[str, bytes] = {}
-        if reusable:  # read before the delete: the vector may be one of this file's old chunks
-            for digest, sent in self.conn.execute(
-                """SELECT c.content_hash, vector_send(v.embedding) FROM chunk_vectors v JOIN chunks c ON c.id = v.id
-                   WHERE v.id = ANY(%s)""",
-                (list(reusable.values()),),
-                binary=True,
-            ):
-                carried[str(digest)] = _vector_bytes(bytes(sent))
         self.delete_file(source_id, file.path)
-        self.conn.execute(
-            """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
-                                 updated_at, indexed_at)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-            (
-                source_id,
-                _text(file.path),
-                _opt_text(doc.title),
-                json.dumps(doc.tags, ensure_ascii=False),
-                json.dumps(doc.headings, ensure_ascii=False),
-                file.collection,
-                file.sha256,
-                file.size,
-                file.mtime,
-                file.updated_at,
-                utc_now(),
-            ),
-        )
-        if not doc.chunks:
-            return 0
         now = utc_now()
         languages = []
         for chunk, digest in zip(doc.chunks, hashes, strict=True):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        rows = self.conn.execute(
-            """INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
-                                  content_hash, embedded_at, language)
-               SELECT %s, %s, u.idx, u.breadcrumb, u.text, u.start_line, u.end_line, u.hash, u.embedded_at, u.language
-               FROM unnest(%s::int[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[], %s::text[],
-                           %s::text[]) WITH ORDINALITY
-                    AS u(idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, ord)
-               ORDER BY u.ord
-               RETURNING id, chunk_idx""",
-            (
-                source_id,
-                file.path,
-                [chunk.idx for chunk in doc.chunks],
-                [_text(chunk.breadcrumb) for chunk in doc.chunks],
-                [_text(chunk.text) for chunk in doc.chunks],
-                [chunk.start_line for chunk in doc.chunks],
-                [chunk.end_line for chunk in doc.chunks],
-                hashes,
-                [now if digest in carried else None for digest in hashes],
-                languages,
-            ),
-        ).fetchall()
-        id_of = {int(idx): int(chunk_id) for chunk_id, idx in rows}
-        ids = [id_of[chunk.idx] for chunk in doc.chunks]
         documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
-        self.conn.execute(
-            """INSERT INTO chunks_fts(id, source_id, document, length)
-               SELECT u.id, %s, u.document::tsvector, u.length FROM unnest(%s::bigint[], %s::text[], %s::int[])
-                    AS u(id, document, length)""",
-            (source_id, ids, [d for d, _ in documents], [n for _, n in documents]),
-        )
-        pending = 0
-        vectors = []
-        for chunk_id, digest in zip(ids, hashes, strict=True):
-            if digest in carried:
-                vectors.append((chunk_id, carried[digest]))
-            else:
-                pending += 1
+        # the file, its chunks and their lexical rows in one statement (foreign keys are checked
+        # at its end, when all three exist)
+        rows = self.conn.execute(
+            """WITH file AS (
+                   INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
+                                     updated_at, indexed_at)
+                   VALUES (%(source)s, %(path)s, %(title)s, %(tags)s, %(headings)s, %(collection)s, %(sha256)s,
+                           %(size)s, %(mtime)s, %(updated_at)s, %(now)s)),
+               u AS (
+                   SELECT * FROM unnest(%(idx)s::int[], %(breadcrumb)s::text[], %(text)s::text[], %(start)s::int[],
+                                        %(end)s::int[], %(hash)s::text[], %(embedded)s::text[], %(language)s::text[],
+                                        %(document)s::text[], %(length)s::int[]) WITH ORDINALITY
+                       AS u(idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
+                            length, ord)),
+               c AS (
+                   INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
+                                      content_hash, embedded_at, language)
+                   SELECT %(source)s, %(path)s, idx, breadcrumb, text, start_line, end_line, hash, embedded_at,
+                          language FROM u ORDER BY ord
+                   RETURNING id, chunk_idx)
+               INSERT INTO chunks_fts(id, source_id, document, length)
+               SELECT c.id, %(source)s, u.document::tsvector, u.length FROM c JOIN u ON u.idx = c.chunk_idx
+               RETURNING id, (SELECT u.hash FROM u JOIN c ON u.idx = c.chunk_idx WHERE c.id = chunks_fts.id)""",
+            {
+                "source": source_id,
+                "path": _text(file.path),
+                "title": _opt_text(doc.title),
+                "tags": json.dumps(doc.tags, ensure_ascii=False),
+                "headings": json.dumps(doc.headings, ensure_ascii=False),
+                "collection": file.collection,
+                "sha256": file.sha256,
+                "size": file.size,
+                "mtime": file.mtime,
+                "updated_at": file.updated_at,
+                "now": now,
+                "idx": [chunk.idx for chunk in doc.chunks],
+                "breadcrumb": [_text(chunk.breadcrumb) for chunk in doc.chunks],
+                "text": [_text(chunk.text) for chunk in doc.chunks],
+                "start": [chunk.start_line for chunk in doc.chunks],
+                "end": [chunk.end_line for chunk in doc.chunks],
+                "hash": hashes,
+                "embedded": [now if digest in carried else None for digest in hashes],
+                "language": languages,
+                "document": [d for d, _ in documents],
+                "length": [n for _, n in documents],
+            },
+        ).fetchall()
+        vectors = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
         if vectors:
             self._insert_vectors(vectors)
-        return pending
+        return len(doc.chunks) - len(vectors)
 
-    def _vector_ids_by_hash(self, hashes: set[str]) -> dict[str, int]:
-        """content hash -> the oldest embedded chunk with that text (its vector is reused)."""
+    def _vectors_by_hash(self, hashes: set[str]) -> dict[str, bytes]:
+        """content hash -> the vector (float32 bytes) of the oldest embedded chunk with that text."""
         if not hashes or not self.has_vector_table():
             return {}
         rows = self.conn.execute(
-            """SELECT content_hash, MIN(id) FROM chunks
-               WHERE content_hash = ANY(%s) AND embedded_at IS NOT NULL GROUP BY content_hash""",
+            """SELECT DISTINCT ON (c.content_hash) c.content_hash, vector_send(v.embedding)
+               FROM chunks c JOIN chunk_vectors v ON v.id = c.id
+               WHERE c.content_hash = ANY(%s) AND c.embedded_at IS NOT NULL ORDER BY c.content_hash, c.id""",
             (sorted(hashes),),
+            binary=True,
         )
-        return {str(digest): int(chunk_id) for digest, chunk_id in rows}
+        return {str(digest): _vector_bytes(bytes(sent)) for digest, sent in rows}
 
     def _languages_by_hash(self, hashes: set[str]) -> dict[str, str]:
         """Languages already detected for these texts ('unknown' is not reused)."""
+        if not hashes:
+            return {}
         rows = self.conn.execute(
             """SELECT content_hash, MIN(language) FROM chunks
                WHERE content_hash = ANY(%s) AND language <> 'unknown' GROUP BY content_hash""",
@@ -870,14 +863,17 @@ class PostgresStore:
         return {str(digest): str(language) for digest, language in rows}
 
     def _insert_vectors(self, rows: Sequence[tuple[int, bytes]]) -> None:
-        """(chunk id, float32 bytes) pairs into chunk_vectors."""
+        """(chunk id, float32 bytes) pairs into chunk_vectors, by binary COPY (one round trip)."""
         import numpy as np
 
-        with self.conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO chunk_vectors(id, embedding) VALUES (%s, %s)",
-                [(chunk_id, np.frombuffer(blob, dtype=np.float32)) for chunk_id, blob in rows],
-            )
+        assert self._vector_oid is not None
+        with (
+            self.conn.cursor() as cursor,
+            cursor.copy("COPY chunk_vectors (id, embedding) FROM STDIN (FORMAT BINARY)") as copy,
+        ):
+            copy.set_types([20, self._vector_oid])  # int8, vector
+            for chunk_id, blob in rows:
+                copy.write_row((chunk_id, np.frombuffer(blob, dtype=np.float32)))
         self._vectors_changed = True
 
     # ---- collections -----------------------------------------------------------------------
@@ -997,7 +993,9 @@ class PostgresStore:
                       SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length / %(avgdl)s) AS norm, {frequencies}
                       FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery {in_scope}) m
                   ORDER BY score, m.id LIMIT %(limit)s"""
-        return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
+        return [
+            RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)
+        ]  # planned for its terms
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
@@ -1016,6 +1014,7 @@ class PostgresStore:
                 """SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
                    ORDER BY embedding <=> %(q)s LIMIT %(k)s""",
                 {"q": query, "k": k},
+                prepare=False,  # planned for this query each time
             ).fetchall()
         else:
             where, params = scope_condition(scope, "c")
@@ -1026,6 +1025,7 @@ class PostgresStore:
                         FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE {where})
                     SELECT id, distance FROM scoped WHERE distance <> 'NaN' ORDER BY distance, id LIMIT %(k)s""",
                 params,
+                prepare=False,  # planned for this scope's size each time
             ).fetchall()
         hits = [RankedChunk(int(chunk_id), float(distance)) for chunk_id, distance in rows if distance == distance]
         hits.sort(key=lambda hit: (hit.score, hit.chunk_id))
