@@ -61,8 +61,20 @@ class NotesTools:
     def warm_up(self) -> None:
         self.service.warm_up()
 
-    def search(self, query: str, path: str | None, k: int, mode: str) -> dict[str, Any]:
-        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True)
+    def search(
+        self,
+        query: str,
+        path: str | None,
+        k: int,
+        mode: str,
+        tags: list[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> dict[str, Any]:
+        from search.service.scope import Filters
+
+        filters = Filters(tuple(tags or ()), since, until)
+        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True, filters=filters)
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
         data["scope"] = outcome.target.label
@@ -189,13 +201,30 @@ def build_server(service: "NotesService") -> "MCPServer":
             Literal["hybrid", "lex", "vec"],
             Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
         ] = "hybrid",
+        tags: Annotated[
+            list[str] | None,
+            Field(description="Only notes whose front matter has every one of these tags (case and '#' ignored)."),
+        ] = None,
+        since: Annotated[
+            str | None,
+            Field(
+                description="Only notes last changed at or after this (file mtime, or git commit time of the "
+                "last change): a date 2026-11-24, a local datetime 2026-11-24T09:30, or back from now: 7d, 2w, 3m, 1y."
+            ),
+        ] = None,
+        until: Annotated[
+            str | None,
+            Field(
+                description="Only notes last changed before the end of this; same forms (a date includes the whole day)."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line),
         `breadcrumb`, `score`, up to ~1,200 characters of text and `rev` (git commit or null).
         Scoped to a workspace folder, edits made just before the call are indexed first.
         `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
         with _tool_errors():
-            return tools.search(query, path, k, mode)
+            return tools.search(query, path, k, mode, tags, since, until)
 
     @server.tool(name="status", annotations=read_only)
     def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:

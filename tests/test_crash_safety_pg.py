@@ -147,7 +147,7 @@ def pg_duration(tmp_path_factory: pytest.TempPathFactory, corpus: Path, server: 
     """How long a full first index into PostgreSQL takes as a subprocess (the random kills' span)."""
     import time
 
-    url = pg_server.create_database()
+    url = pg_server.create_index()
     try:
         config_path = pg_config(tmp_path_factory.mktemp("pg-timed"), server.url, url, notes=corpus)
         started = time.monotonic()
@@ -157,7 +157,7 @@ def pg_duration(tmp_path_factory: pytest.TempPathFactory, corpus: Path, server: 
         assert proc.returncode == 0, proc.stderr
         return time.monotonic() - started
     finally:
-        pg_server.drop_database(url)
+        pg_server.drop_index(url)
 
 
 def _fractions(count: int) -> list[float]:

@@ -5,10 +5,12 @@ sync on any host. The SQLite file lock keeps its own tests (test_sync)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +169,17 @@ def test_readers_never_wait_and_status_sees_the_run(pg_config: Config, pg_url: s
         store.close()
     holders[0].kill9()
     assert wait_for(lambda: running_sync(pg_config) is None, "status to see no sync")
+
+
+def test_indexes_in_two_schemas_of_one_database_do_not_share_locks(pg_url: str, pg_server: Any) -> None:
+    other = pg_server.create_index()
+    try:
+        first, second = AdvisoryIndexLock(pg_url), AdvisoryIndexLock(other)
+        assert first.acquire() and first.claim_index() and first.claim_source("notes")
+        assert second.acquire() and second.claim_index() and second.claim_source("notes")
+        assert sync_holder(pg_url) == sync_holder(other) == os.getpid()
+        first.release()
+        assert sync_holder(pg_url) is None and sync_holder(other) == os.getpid()
+        second.release()
+    finally:
+        pg_server.drop_index(other)

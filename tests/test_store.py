@@ -188,7 +188,8 @@ def test_an_index_stopped_after_any_step_migrates_to_the_fresh_schema(tmp_path: 
             # written before languages were detected wait for the backfill
             assert old.conn.execute("SELECT id FROM chunk_vectors").fetchall() == [(1,)]
             assert not embedded_without_vector(old)
-            assert old.language_backfill() == (2, 0)
+            languages_at = next(i for i, step in enumerate(MIGRATIONS) if step.name == "chunk_language")
+            assert old.language_backfill() == ((2, 0) if steps <= languages_at else None)
             assert set(old.chunk_languages().values()) == {"unknown"}
             fts_integrity_check(old)
             assert [hit.chunk_id for hit in old.fts_search('"dobry"', 5, SearchScope())] == [1, 2]

@@ -25,6 +25,7 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    tag_key,
 )
 from indexer.store.schema import (
     LANGUAGE_BACKFILL_KEY,
@@ -105,6 +106,7 @@ __all__ = [
     "index_exists",
     "is_postgres",
     "open_store",
+    "tag_key",
     "utc_now",
     "vec_extension_path",
 ]

@@ -4,7 +4,9 @@ All keys are taken on one autocommit connection opened for the run: PostgreSQL d
 session's advisory locks when its connection ends, so a worker killed on any host leaves no
 lock behind (the server notices the dead socket). Keys are 64-bit numbers derived from a name
 by blake2b, stable across hosts, Python versions and processes (Python's hash() is salted);
-two names sharing a key would only make their holders take turns.
+two names sharing a key would only make their holders take turns. Indexes that share one
+database in schemas of their own (`options=-csearch_path=...`) get keys of their own: the
+schema the connection resolves to is part of every key.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def connect(dsn: str, application: str) -> psycopg.Connection[tuple[object, ...]
 class AdvisoryIndexLock:
     """A sync run's claims on an index in PostgreSQL (see indexer.lock for what each covers)."""
 
-    def __init__(self, dsn: str, namespace: str = "") -> None:
+    def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self.namespace = namespace
+        self.namespace = ""
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._index_exclusive = False
 
@@ -72,6 +74,7 @@ class AdvisoryIndexLock:
     def acquire(self, timeout: float = 0.0) -> bool:
         """Share the index with other runs; waits only while one works on the whole index."""
         self._conn = connect(self.dsn, f"{APPLICATION} pid={os.getpid()} host={socket.gethostname()}"[:63])
+        self.namespace = _schema(self._conn)
         if self._try("pg_try_advisory_lock_shared", lock_key("index", namespace=self.namespace), timeout):
             return True
         self.release()
@@ -109,12 +112,18 @@ class AdvisoryIndexLock:
         self.release()
 
 
-def sync_holder(dsn: str, namespace: str = "") -> int | None:
+def _schema(conn: psycopg.Connection[tuple[object, ...]]) -> str:
+    """The schema the index's tables resolve to on this connection (its search_path's first)."""
+    row = conn.execute("SELECT current_schema()").fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else ""
+
+
+def sync_holder(dsn: str) -> int | None:
     """The pid (on its own host) of a run holding the index now, 0 if it gave none, None when
     no run does. Reads pg_locks: it takes no lock, so it never disturbs a starting sync."""
-    key = lock_key("index", namespace=namespace)
     conn = connect(dsn, "notes-search status")
     try:
+        key = lock_key("index", namespace=_schema(conn))
         # a bigint key is stored as two 32-bit halves: classid the high, objid the low
         row = conn.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"

@@ -16,6 +16,12 @@ Contracts every backend keeps, because callers rely on them:
 - Vectors are float32, one row per chunk, in one embedding space per index (`reset_vectors`
   switches spaces); `vectors_generation()` changes whenever a commit added or removed vectors.
 - Lists are ordered as each method says; ties break by chunk id.
+- Every read that takes a `SearchScope` (fts_search, vec_search, count_pending, scope_stats,
+  language_counts) restricts to the same chunks: all of its fields at once, as the
+  `SearchScope` docstring defines them. Tags compare by `rows.tag_key` (NFC, case-folded, no
+  leading `#`), every tag of the scope required; `updated_since <= files.updated_at <
+  updated_before` (Unix seconds). The top-k inside any scope is exact: a filter never turns a
+  search approximate, however few files it keeps.
 
 What is still backend-shaped: `fts_search` takes an FTS5 MATCH expression built by
 `search.querybuild.build_fts_query`: double-quoted phrases (`"a b"`), an optional `*` prefix
@@ -91,7 +97,8 @@ class IndexReader(Protocol):
         ...
 
     def scope_stats(self, scope: SearchScope) -> dict[str, ScopeCounts]:
-        """Counts inside `scope`, per source that has any file or chunk in it."""
+        """Counts inside `scope` (every field, filters included), per source that has any
+        file or chunk in it."""
         ...
 
     def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
@@ -204,6 +211,7 @@ class IndexWriter(IndexReader, Protocol):
     ) -> int:
         """Replace a file and its chunks, reusing the stored vector (and detected language) of
         any chunk whose embedded text is already indexed; returns the chunks left pending.
+        The file's `doc.tags` and `file.updated_at` are what a scope's tag and time filters see.
         Inside a transaction. Write a renamed file's new path before deleting the old one."""
         ...
 

@@ -9,6 +9,7 @@ that unpacking working without a copy per row on the hot search path.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -16,17 +17,43 @@ if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexica
     import numpy as np
 
 
+def tag_key(tag: str) -> str:
+    """How tags compare, in the index and in a filter: Unicode NFC, case-folded, without the
+    `#` a note or a user may write before it and without surrounding blanks (`#DevOps` ->
+    `devops`). '' for a tag that is nothing else."""
+    text = unicodedata.normalize("NFC", tag).strip().lstrip("#").strip()
+    return unicodedata.normalize("NFC", text.casefold())
+
+
 @dataclass(frozen=True, slots=True)
 class SearchScope:
-    """Which chunks a search may return. Empty fields mean "no restriction"."""
+    """Which chunks a search may return. Empty fields mean "no restriction"; every field given
+    must hold (they combine with AND).
+
+    Where: `source_ids` (any of them), `collection`, `path`. What: `tags`, the file's
+    front-matter tags, every one required (all-of: repeating a tag narrows), compared by
+    `tag_key`. When: `updated_since <= files.updated_at < updated_before`, in Unix seconds;
+    `updated_at` is the file's mtime (workspace) or the commit time of the commit that gave the
+    file its indexed content (git).
+    """
 
     source_ids: tuple[str, ...] = ()
     collection: str | None = None
     path: str | None = None  # a file, or a folder searched recursively ('' = the whole source)
+    tags: tuple[str, ...] = ()
+    updated_since: float | None = None  # inclusive
+    updated_before: float | None = None  # exclusive
 
     @property
     def is_all(self) -> bool:
-        return not self.source_ids and self.collection is None and not self.path
+        """Nothing restricted: the whole index (what the resident vectors and vec0's unfiltered
+        KNN may answer)."""
+        return not self.source_ids and self.collection is None and not self.path and not self.has_filters
+
+    @property
+    def has_filters(self) -> bool:
+        """A tag or time filter is set (a restriction on files, wherever they are)."""
+        return bool(self.tags) or self.updated_since is not None or self.updated_before is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,13 @@ a released one, since indexes on disk already carry its number.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import apsw
+
+from indexer.store.rows import tag_key
 
 # meta key "<last chunk id written before chunks had a language>:<last id detected so far>":
 # present while the chunks of an index older than the language column still wait for detection
@@ -155,11 +158,50 @@ def _start_language_backfill(conn: apsw.Connection) -> None:
         set_meta(conn, {LANGUAGE_BACKFILL_KEY: f"{upto}:0"})
 
 
+# Filters by tag and by time. A file's tags, one row each, as `tag_key` compares them (the JSON
+# in files.tags keeps them as written, for display): a tag filter is an index lookup, and
+# case-folding stays Unicode-correct, which SQL's lower() is not. The updated_at index serves a
+# time filter that keeps few files.
+FILE_TAGS_SQL = """
+    CREATE TABLE file_tags (
+      tag       TEXT NOT NULL,  -- tag_key(): NFC, case-folded, no leading '#'
+      source_id TEXT NOT NULL,
+      path      TEXT NOT NULL,
+      PRIMARY KEY (tag, source_id, path),
+      FOREIGN KEY (source_id, path) REFERENCES files(source_id, path) ON DELETE CASCADE
+    ) WITHOUT ROWID;
+    CREATE INDEX idx_file_tags_file ON file_tags(source_id, path);
+    CREATE INDEX idx_files_updated ON files(updated_at);
+"""
+
+
+def file_tag_keys(tags: object) -> list[str]:
+    """The distinct non-empty `tag_key`s of a tag list (what `file_tags` holds for a file)."""
+    if not isinstance(tags, (list, tuple)):
+        return []
+    return list(dict.fromkeys(key for tag in tags if (key := tag_key(str(tag)))))
+
+
+def _fill_file_tags(conn: apsw.Connection) -> None:
+    """The tags of the files indexed before `file_tags` existed."""
+    rows = conn.execute("SELECT source_id, path, tags FROM files WHERE tags IS NOT NULL AND tags != '[]'").fetchall()
+    for source_id, path, tags in rows:
+        try:
+            parsed = json.loads(str(tags))
+        except ValueError:
+            continue
+        conn.executemany(
+            "INSERT OR IGNORE INTO file_tags(tag, source_id, path) VALUES (?, ?, ?)",
+            [(key, source_id, path) for key in file_tag_keys(parsed)],
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("initial_schema", INITIAL_SQL, data=_fts_rank_weights),
     Migration("collections", COLLECTIONS_SQL),
     Migration("chunk_vectors", CHUNK_VECTORS_SQL, data=_copy_vectors_from_vec0),
     Migration("chunk_language", CHUNK_LANGUAGE_SQL, data=_start_language_backfill),
+    Migration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -44,8 +44,9 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    tag_key,
 )
-from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, set_meta
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, file_tag_keys, set_meta
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -152,7 +153,33 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
             f" AND f.path = {alias}.path AND f.collection = :scope_collection)"
         )
+    clauses.extend(_filter_clauses(scope, alias, params))
     return (" AND ".join(clauses) or "1"), params
+
+
+def _filter_clauses(scope: SearchScope, alias: str, params: dict[str, object]) -> list[str]:
+    """The tag and time filters as `(source_id, path) IN (files that pass)`: SQLite can then
+    start from the few files a narrow filter keeps (an index lookup in file_tags, a range of
+    idx_files_updated) and reach their chunks through the (source_id, path, ...) key, instead
+    of testing every chunk."""
+    clauses: list[str] = []
+    times: list[str] = []
+    if scope.updated_since is not None:
+        params["scope_since"] = float(scope.updated_since)
+        times.append("u.updated_at >= :scope_since")
+    if scope.updated_before is not None:
+        params["scope_before"] = float(scope.updated_before)
+        times.append("u.updated_at < :scope_before")
+    if times:
+        clauses.append(
+            f"({alias}.source_id, {alias}.path) IN (SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(times)})"
+        )
+    for i, tag in enumerate(dict.fromkeys(tag_key(tag) for tag in scope.tags)):
+        params[f"scope_tag{i}"] = tag
+        clauses.append(
+            f"({alias}.source_id, {alias}.path) IN (SELECT t.source_id, t.path FROM file_tags t WHERE t.tag = :scope_tag{i})"
+        )
+    return clauses
 
 
 def not_a_folder(folder: Path) -> Path | None:
@@ -524,6 +551,10 @@ class Store:
                 file.updated_at,
                 utc_now(),
             ),
+        )
+        self.conn.executemany(
+            "INSERT INTO file_tags(tag, source_id, path) VALUES (?, ?, ?)",
+            [(key, source_id, file.path) for key in file_tag_keys(doc.tags)],
         )
         now = utc_now()
         pending = 0

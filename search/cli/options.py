@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,4 +18,47 @@ def scope_options(func: F) -> F:
     func = click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")(
         func
     )
+    return func
+
+
+class Moment(click.ParamType[str]):
+    """A --since/--until value, checked as the service will read it, so a bad one is a usage
+    error naming the flag; the text itself is passed on (the service reads it against its now)."""
+
+    name = "moment"
+
+    def __init__(self, until: bool) -> None:
+        self.until = until
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from search.service.dates import BadMoment, parse_moment  # only when the flag is given
+
+        try:
+            parse_moment(str(value), until=self.until, now=time.time())
+        except BadMoment as exc:
+            self.fail(f"{value!r}: {exc}", param, ctx)
+        return str(value)
+
+
+def filter_options(func: F) -> F:
+    """--tag / --since / --until (search.service.scope.Filters): which files count, wherever they are."""
+    func = click.option(
+        "--until",
+        type=Moment(until=True),
+        metavar="WHEN",
+        help="Only files last changed before the end of WHEN (a date includes that whole day).",
+    )(func)
+    func = click.option(
+        "--since",
+        type=Moment(until=False),
+        metavar="WHEN",
+        help="Only files last changed at or after WHEN: 2026-11-24, 2026-11-24T09:30, 7d, 2w, 3m, 1y, today.",
+    )(func)
+    func = click.option(
+        "--tag",
+        "tags",
+        multiple=True,
+        metavar="T",
+        help="Only files with this front-matter tag (repeatable: all of them; case and '#' ignored).",
+    )(func)
     return func

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.options import scope_options
+from search.cli.options import filter_options, scope_options
 from search.engine import MODES
 from search.terminal import echo, echo_json, styled
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 @click.option("-k", "k", default=8, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @scope_options
+@filter_options
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @pass_context
@@ -31,12 +32,20 @@ def query(
     source_ids: tuple[str, ...],
     collection: str | None,
     path: str | None,
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
     explain: bool,
     as_json: bool,
 ) -> None:
     """Search the index."""
     service = ctx.service()
-    target = service.scope_from_options(source_ids, collection, path)  # bad flags fail before the index opens
+    from search.service.scope import Filters
+
+    filters = Filters(tags, since, until)
+    target = service.scope_from_options(
+        source_ids, collection, path, filters=filters
+    )  # bad flags fail before the index opens
     outcome = service.search(text, target=target, k=k, mode=mode)
     response = outcome.response
     response.notice = outcome.notice

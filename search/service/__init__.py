@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
     from search.service.lookup import CollectionsView, GrepOutcome, TocFile
     from search.service.reading import FileView, LineWindow
-    from search.service.scope import Target
+    from search.service.scope import Filters, Target
     from search.service.searching import SearchOutcome
     from search.service.status import StatusReport
 
@@ -140,13 +140,19 @@ class NotesService:
         return resolve_path(self.config, store, path)
 
     def scope_from_options(
-        self, source_ids: tuple[str, ...], collection: str | None, path: str | None, store: IndexReader | None = None
+        self,
+        source_ids: tuple[str, ...],
+        collection: str | None,
+        path: str | None,
+        store: IndexReader | None = None,
+        filters: Filters | None = None,
     ) -> Target:
-        """The CLI's --source/--collection/--path; with a store, also checked to name something
-        (`search` checks a target it is given itself, in its own connection)."""
-        from search.service.scope import check_scope_exists, resolve_options
+        """The CLI's --source/--collection/--path (and --tag/--since/--until); with a store,
+        also checked to name something (`search` checks a target it is given itself, in its own
+        connection)."""
+        from search.service.scope import check_scope_exists, resolve_options, with_filters
 
-        target = resolve_options(self.config, source_ids, collection, path)
+        target = with_filters(resolve_options(self.config, source_ids, collection, path), filters)
         if store is not None:
             check_scope_exists(self.config, store, target.scope)
         return target
@@ -162,10 +168,11 @@ class NotesService:
         k: int,
         mode: str,
         resident: bool = False,
+        filters: Filters | None = None,
     ) -> SearchOutcome:
         from search.service.searching import search
 
-        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident)
+        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident, filters=filters)
 
     # ---- indexing -----------------------------------------------------------------------------
 

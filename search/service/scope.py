@@ -8,13 +8,15 @@ candidate refuses does the refusal reach the caller.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from indexer.collections import nfc
 from indexer.config import Config
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
-from indexer.store import IndexReader, SearchScope
+from indexer.store import IndexReader, SearchScope, tag_key
 from search.refs import confine, confine_in, has_path, split_source
 
 
@@ -36,6 +38,61 @@ class Target:
     # nothing named: the whole index. `--path .` has the same scope but names every source
     # whole, so it is searched like a source (caught up first) and may be re-indexed.
     is_all: bool = False
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a search keeps besides its place, as the caller wrote it: front-matter tags (every
+    one required, so repeating a tag narrows; `#` and case do not matter) and the moments of
+    `search.service.dates` (since inclusive, until exclusive, on the time a file last changed:
+    its mtime in a workspace, the commit time of its last change in git)."""
+
+    tags: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.tags and self.since is None and self.until is None
+
+
+def with_filters(target: Target, filters: Filters | None, now: float | None = None) -> Target:
+    """`target` narrowed by `filters`, its label saying what was filtered (`source notes (tag
+    devops, since 2026-11-24)`). Bad values raise NotesSearchError naming the argument. The
+    places stay: a filter changes which indexed files count, not what a catch-up re-scans."""
+    if filters is None or filters.is_empty:
+        return target
+    from search.service.dates import BadMoment, describe, parse_moment
+
+    now = time.time() if now is None else now
+    keys: list[str] = []
+    for tag in filters.tags:
+        key = tag_key(tag)
+        if not key:
+            raise NotesSearchError(f"tag {tag!r} is empty")
+        keys.append(key)
+    parts = [f"tag {key}" for key in dict.fromkeys(keys)]
+    bounds: dict[str, float] = {}
+    for name, text in (("since", filters.since), ("until", filters.until)):
+        if text is None:
+            continue
+        try:
+            bounds[name] = parse_moment(text, until=name == "until", now=now)
+        except BadMoment as exc:
+            raise NotesSearchError(f"{name} {text!r}: {exc}") from None
+        parts.append(f"{name} {describe(text, bounds[name])}")
+    since, until = bounds.get("since"), bounds.get("until")
+    if since is not None and until is not None and since >= until:
+        raise NotesSearchError(f"since {filters.since!r} is not before until {filters.until!r}: nothing could match")
+    scope = dataclasses.replace(
+        target.scope, tags=tuple(dict.fromkeys(keys)), updated_since=since, updated_before=until
+    )
+    return dataclasses.replace(target, scope=scope, label=f"{target.label} ({', '.join(parts)})")
+
+
+def unmatched_tags(store: IndexReader, scope: SearchScope) -> list[str]:
+    """The scope's tags that no indexed file has: why a tag filter found nothing."""
+    return [tag for tag in scope.tags if not store.scope_stats(SearchScope(tags=(tag,)))]
 
 
 def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection[str]) -> tuple[tuple[str, ...], str]:

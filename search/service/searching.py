@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from search.engine import SearchResponse
 from search.engine import search as engine_search
 from search.service.indexing import catch_up
-from search.service.scope import check_scope_exists
+from search.service.scope import check_scope_exists, unmatched_tags, with_filters
 
 if TYPE_CHECKING:
     from search.service import NotesService
-    from search.service.scope import Target
+    from search.service.scope import Filters, Target
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,17 @@ def search(
     k: int,
     mode: str,
     resident: bool = False,
+    filters: Filters | None = None,
 ) -> SearchOutcome:
     """`target` (from the CLI flags, checked here to name something) or `path` (a tool
-    argument, resolved here). A scoped search first indexes what changed on disk inside it; a
-    lexical one never waits on embedding."""
+    argument, resolved here), narrowed by `filters`. A scoped search first indexes what changed
+    on disk inside it; a lexical one never waits on embedding."""
     with service.reading() as store:
         if target is None:
             target = service.resolve(path, store)
         else:
             check_scope_exists(service.config, store, target.scope)
+        target = with_filters(target, filters)
         lag = catch_up(service, target, embed=mode != "lex") if not target.is_all else []
         response = engine_search(
             store,
@@ -58,4 +60,6 @@ def search(
             embedder_factory=service.embedder,
             resident=service.resident_vectors() if resident and service.keeps_vectors_in_memory else None,
         )
+        if not response.results and target.scope.tags:
+            lag.extend(f"no indexed file has the tag {tag!r}" for tag in unmatched_tags(store, target.scope))
     return SearchOutcome(response, target, tuple(lag))
