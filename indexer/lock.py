@@ -17,7 +17,9 @@ The rule for PostgreSQL (the index-wide key is taken in two modes):
   sole runner gets: starting a new embedding space (`reset_vectors` on an identity change),
   rewriting every vector into new language statistics, and the language backfill of an old
   index. A rebuild that cannot get it does nothing this run (the run reports the lock busy);
-  the statistics rewrite and the backfill are skipped and left to a later run.
+  the statistics rewrite and the backfill are skipped and left to a later run. Two workers
+  that both find a rebuild due at the same instant both give way; the next run of either one
+  makes it. `migrate` holds a target's index-wide key exclusively for the whole copy.
 Readers take none of these keys: a search never waits for a sync. A lock dies with its
 connection, so a killed worker leaves none behind.
 """
