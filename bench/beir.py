@@ -39,7 +39,7 @@ from bench.machine import REPO, cache_root
 from bench.report import eprint, header, machine_table, md_table
 from indexer.config import Config, EmbeddingConfig, load_config
 from indexer.embedders import Embedder, make_embedder
-from indexer.store import Store
+from indexer.store import IndexReader, open_store
 from indexer.sync import run_sync
 from search.engine import MODES, search
 from search.evaluate import mean, ndcg_at_k, recall_at_k, reciprocal_rank
@@ -237,12 +237,19 @@ def write_workspace(data: BeirSet, docs: Path) -> dict[str, str]:
     return by_path
 
 
-def write_config(root: Path, docs: Path, embedding_yaml: str = LOCAL_EMBEDDING, source_id: str = SOURCE_ID) -> Path:
-    """A config indexing the folder `docs` as one workspace source; db and log under `root`."""
+def write_config(
+    root: Path,
+    docs: Path,
+    embedding_yaml: str = LOCAL_EMBEDDING,
+    source_id: str = SOURCE_ID,
+    db: str = "db/index.sqlite",
+) -> Path:
+    """A config indexing the folder `docs` as one workspace source; db (unless a PostgreSQL URL)
+    and log under `root`."""
     root.mkdir(parents=True, exist_ok=True)
     config = root / "config.yaml"
     config.write_text(
-        f"root: {json.dumps(str(root))}\ndb: db/index.sqlite\nlog: log/sync.log\n{embedding_yaml}"
+        f"root: {json.dumps(str(root))}\ndb: {json.dumps(db)}\nlog: log/sync.log\n{embedding_yaml}"
         f'sources:\n  workspace:\n    {source_id}:\n      root: {json.dumps(str(docs))}\n      paths: ["**"]\n',
         encoding="utf-8",
     )
@@ -293,7 +300,7 @@ def embed_progress(name: str, log: Log, every: float = 30.0) -> Callable[[str, i
 
 
 def rank_documents(
-    store: Store,
+    store: IndexReader,
     config: Config,
     query: str,
     mode: str,
@@ -342,18 +349,21 @@ def run_beir(
     modes: Sequence[str] = ("lex", "vec", "hybrid"),
     query_limit: int | None = None,
     log: Log = lambda message: None,
+    db: str = "db/index.sqlite",
+    embed: bool = True,
 ) -> BeirRun:
-    """Index `data` in `workdir` through run_sync, then score every mode."""
+    """Index `data` in `workdir` (or in the index `db` names) through run_sync, then score every
+    mode; `embed=False` indexes the text only (enough for `lex`)."""
     factory_for = embedder_factory or cached_local_factory()
     docs = workdir / "docs"
     by_path = write_workspace(data, docs)
-    config = load_config(write_config(workdir, docs, embedding_yaml))
+    config = load_config(write_config(workdir, docs, embedding_yaml, db=db))
     get_embedder = factory_for(config)
     log(f"{data.name}: {len(by_path)} docs written; syncing")
-    synced = run_sync(config, embedder_factory=get_embedder, progress=embed_progress(data.name, log))
-    if synced.pending:
+    synced = run_sync(config, embedder_factory=get_embedder if embed else None, progress=embed_progress(data.name, log))
+    if synced.pending and embed:
         raise RuntimeError(f"{data.name}: {synced.pending} chunks left without vectors: {synced.embed_notice}")
-    store = Store.open(config.db, readonly=True)
+    store = open_store(config.index_location, readonly=True)
     try:
         chunks = store.counts()["chunks"]
         query_ids = list(data.queries)[:query_limit] if query_limit else list(data.queries)

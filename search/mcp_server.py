@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from indexer.errors import NotesSearchError
 from search.route import NO_COLLECTIONS, ROUTE_K
+from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from indexer.embedders import Embedder
     from search.resident import ResidentVectors
     from search.service import NotesService
+    from search.service.overview import Named, Overview
+    from search.service.reading import FileView
 
 log = logging.getLogger("notes_search.mcp")
 
@@ -41,6 +44,36 @@ error codes); `collections`/`route` to learn where a topic lives; `search` (hybr
 for questions in any wording. Results carry `ref` = source:path:line: read more with `get`.
 Without `path`, search covers all sources; pass a collection name, source id, folder or file to
 narrow it. `degraded: true` means the vector half did not run and `notice` says why."""
+
+
+INSTRUCTIONS_LISTED = 20  # sources, and collections, named in the instructions; the tools list all
+DESCRIPTION_CHARS = 120
+
+
+def server_instructions(overview: "Overview") -> str:
+    """SERVER_INSTRUCTIONS and where the notes are: every source and collection with its
+    description (capped), so an agent can pick a `path` before its first call."""
+    from indexer.safe_text import safe_for_terminal
+
+    def listing(title: str, items: "tuple[Named, ...]", more: str) -> list[str]:
+        lines = [title]
+        for item in items[:INSTRUCTIONS_LISTED]:
+            # one line each: a description from a shared repository cannot start lines of its own
+            text = safe_for_terminal(" ".join(item.description.split()))
+            if len(text) > DESCRIPTION_CHARS:
+                text = text[: DESCRIPTION_CHARS - 1].rstrip() + "…"
+            lines.append(f"- {safe_for_terminal(item.name)} — {text}" if text else f"- {safe_for_terminal(item.name)}")
+        if len(items) > INSTRUCTIONS_LISTED:
+            lines.append(f"- and {len(items) - INSTRUCTIONS_LISTED} more ({more})")
+        return lines
+
+    parts = [SERVER_INSTRUCTIONS, ""]
+    parts += listing("Sources (a source id as `path` searches only it):", overview.sources, "see `status`")
+    if overview.collections:
+        parts += ["", *listing("Collections (a name as `path`):", overview.collections, "see `collections`")]
+    else:
+        parts += ["", "Collections: none yet."]
+    return "\n".join(parts)
 
 
 class NotesTools:
@@ -113,22 +146,49 @@ class NotesTools:
             "notice": "; ".join(outcome.notices) or None,
         }
 
-    def get(self, path: str, from_line: int | None, max_lines: int) -> dict[str, Any]:
-        window = self.service.get(path, from_line, max_lines)
-        view = window.view
-        assert view.range is not None  # get always returns a window
+    def get(
+        self, path: str | list[str], from_line: int | None, max_lines: int | None, max_bytes: int | None = None
+    ) -> dict[str, Any]:
+        """One file (a window of it), or with a list or a glob several under one size cap."""
+        from search.service.reading import asks_for_several
+
+        if isinstance(path, list) or asks_for_several([path]):
+            if from_line is not None:
+                raise NotesSearchError("from_line is for one file; give each ref its line instead (source:path:LINE)")
+            return self.get_many(path if isinstance(path, list) else [path], max_lines, max_bytes)
+        window = self.service.get(path, from_line, max_lines or GET_MAX_LINES)
+        return _file_json(window.view, window.next_from_line, {"notice": window.notice})
+
+    def get_many(self, refs: list[str], max_lines: int | None, max_bytes: int | None) -> dict[str, Any]:
+        if not refs:
+            raise NotesSearchError("path: an empty list names no file")
+        many = self.service.read_many(refs, max_lines=max_lines, max_bytes=max_bytes)
+        if not many.views and many.failed:  # nothing read: the reasons are the answer
+            raise NotesSearchError("; ".join(item.error for item in many.failed))
+        notices = []
+        for view in many.views:
+            if view.truncated and view.range is not None:
+                notices.append(
+                    f"{view.source_id}:{view.path} cut at line {view.range.end} of {view.range.total}; "
+                    f"get it with from_line={view.range.end + 1} for more"
+                )
+        if many.omitted:
+            notices.append(
+                f"left out {len(many.omitted)} files past the cap ({many.max_lines} lines / {many.max_bytes} bytes "
+                "in all; see omitted): ask for them in another call"
+            )
+        if many.failed:
+            notices.append(f"{len(many.failed)} of the refs could not be read (see errors)")
         return {
-            "source": view.source_id,
-            "path": view.path,
-            "ref": f"{view.source_id}:{view.path}:{view.range.start}",
-            "from_line": view.range.start,
-            "to_line": view.range.end,
-            "total_lines": view.range.total,
-            "truncated": window.truncated,
-            "next_from_line": window.next_from_line,
-            "notice": window.notice,
-            "rev": view.rev,
-            "text": view.text,
+            "count": len(many.views),
+            "lines": many.lines,
+            "bytes": many.bytes,
+            "notice": "; ".join(notices) or None,
+            "files": [
+                _file_json(view, view.range.end + 1 if view.truncated and view.range else None) for view in many.views
+            ],
+            "omitted": many.omitted,
+            "errors": [item.to_json() for item in many.failed],
         }
 
     def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
@@ -162,6 +222,25 @@ class NotesTools:
         return self.service.route(question, k).to_json()
 
 
+def _file_json(view: "FileView", next_from_line: int | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One file of `get`: a window of lines, and where the rest starts when there is more
+    (`extra` goes before `rev` and `text`, where a one-file answer has its notice)."""
+    assert view.range is not None  # get always returns a window
+    return {
+        "source": view.source_id,
+        "path": view.path,
+        "ref": f"{view.source_id}:{view.path}:{view.range.start}",
+        "from_line": view.range.start,
+        "to_line": view.range.end,
+        "total_lines": view.range.total,
+        "truncated": next_from_line is not None,
+        "next_from_line": next_from_line,
+        **(extra or {}),
+        "rev": view.rev,
+        "text": "\n".join(view.range.lines),
+    }
+
+
 # ---- the MCP server -----------------------------------------------------------------------------
 
 PATH_HELP = (
@@ -187,8 +266,15 @@ def build_server(service: "NotesService") -> "MCPServer":
     from mcp.types import ToolAnnotations
     from pydantic import Field
 
+    from search.service.overview import package_version
+
     tools = NotesTools(service)
-    server = MCPServer("notes-search", instructions=SERVER_INSTRUCTIONS, log_level="WARNING")
+    server = MCPServer(
+        "notes-search",
+        instructions=server_instructions(service.overview()),
+        version=package_version(),
+        log_level="WARNING",
+    )
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     where = Field(description=PATH_HELP)
 
@@ -255,17 +341,39 @@ def build_server(service: "NotesService") -> "MCPServer":
     @server.tool(name="get", annotations=read_only)
     def get_tool(
         path: Annotated[
-            str, Field(description="A file: `source:path`, `path`, or a `ref` from search (`source:path:line`).")
+            str | list[str],
+            Field(
+                description="A file: `source:path`, `path`, or a `ref` from search (`source:path:line`). "
+                "Several at once: a list of them, or a glob (`notes:devops/*.md`, `**` spans folders)."
+            ),
         ],
         from_line: Annotated[
-            int | None, Field(ge=1, description="First line (1-based); default: the ref's line or 1.")
+            int | None, Field(ge=1, description="One file: first line (1-based); default: the ref's line or 1.")
         ] = None,
-        max_lines: Annotated[int, Field(ge=1, le=2000, description="At most this many lines.")] = GET_MAX_LINES,
+        max_lines: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=MANY_MAX_LINES,
+                description=f"At most this many lines (one file: default {GET_MAX_LINES}; "
+                f"several: in all, default {MANY_MAX_LINES}).",
+            ),
+        ] = None,
+        max_bytes: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=MANY_MAX_BYTES,
+                description=f"Several files: at most this many bytes in all (default {MANY_MAX_BYTES}).",
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Read a file or a line range of any source, including files inside bare git mirrors
-        (at the indexed rev). `truncated`/`next_from_line` say when there is more."""
+        (at the indexed rev). `truncated`/`next_from_line` say when there is more. With a list
+        or a glob: `files` in order up to the size cap; `omitted` names the files left out
+        (not read), `errors` the refs that could not be read."""
         with _tool_errors():
-            return tools.get(path, from_line, max_lines)
+            return tools.get(path, from_line, max_lines, max_bytes)
 
     @server.tool(name="grep", annotations=read_only)
     def grep_tool(

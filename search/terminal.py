@@ -38,6 +38,11 @@ def echo_json(data: object) -> None:
     click.echo(safe_json(json.dumps(data, ensure_ascii=False, indent=2)))
 
 
+def echo_json_line(data: object) -> None:
+    """One compact JSON document on one line (JSON lines), exact and printable like `echo_json`."""
+    click.echo(safe_json(json.dumps(data, ensure_ascii=False)))
+
+
 @contextmanager
 def safe_errors() -> Iterator[None]:
     """`Error: ...` lines quote file names and refs: escape them (one line) like other output."""

@@ -13,6 +13,7 @@ from indexer.lock import SyncLock
 from search import cli as cli_module
 from tests.conftest import assert_one_line_error, make_config, write
 from tests.fakes import FakeEmbedder
+from tests.pg import both_backends
 
 
 class Embedders:
@@ -57,6 +58,7 @@ def paths(data: dict) -> list[str]:
     return [r["path"] for r in data["results"]]
 
 
+@both_backends
 def test_query_json_contract(run) -> None:  # type: ignore[no-untyped-def]
     assert run("sync").exit_code == 0
     data = query_json(run, "záloha databáze")
@@ -78,6 +80,7 @@ def test_line_numbers_point_into_the_file(run, notes: Path) -> None:  # type: ig
     assert "5432" in "\n".join(lines[hit["line"] - 1 : hit["end_line"]])
 
 
+@both_backends
 def test_diacritics_and_prefixes(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     assert paths(query_json(run, "zaloha", "--mode", "lex"))[0] == "devops/zalohovani.md"
@@ -85,12 +88,14 @@ def test_diacritics_and_prefixes(run) -> None:  # type: ignore[no-untyped-def]
     assert "devops/zalohovani.md" in paths(write_more)
 
 
+@both_backends
 def test_russian_query_finds_russian_note(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     assert paths(query_json(run, "поезд из Москвы", "--mode", "lex"))[0] == "travel/kazan.md"
     assert paths(query_json(run, "поезд Москвы"))[0] == "travel/kazan.md"
 
 
+@both_backends
 def test_exact_values_found_lexically(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     for value, path in [
@@ -102,6 +107,7 @@ def test_exact_values_found_lexically(run) -> None:  # type: ignore[no-untyped-d
         assert paths(query_json(run, value, "--mode", "lex"))[0] == path, value
 
 
+@both_backends
 def test_modes_and_explain(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     for mode in ("lex", "vec", "hybrid"):
@@ -130,6 +136,7 @@ def test_k_limits_results(run) -> None:  # type: ignore[no-untyped-def]
     assert len(query_json(run, "a", "-k", "1", "--mode", "vec")["results"]) == 1
 
 
+@both_backends
 def test_scope_by_source_and_path(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     data = query_json(run, "server", "--path", "travel")
@@ -140,6 +147,7 @@ def test_scope_by_source_and_path(run) -> None:  # type: ignore[no-untyped-def]
     assert result.exit_code == 1 and "unknown source 'nope'" in result.output
 
 
+@both_backends
 def test_degraded_when_embedder_down(run, embedders: Embedders) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     embedders.down = True
@@ -155,6 +163,7 @@ def test_degraded_when_embedder_down(run, embedders: Embedders) -> None:  # type
     assert vec.exit_code == 1 and "unreachable" in vec.output
 
 
+@both_backends
 def test_pending_vectors_are_reported(run, embedders: Embedders) -> None:  # type: ignore[no-untyped-def]
     embedders.down = True
     sync = run("sync")
@@ -182,6 +191,7 @@ def test_meta_guard_refuses_vector_search(run, tmp_path: Path, notes: Path) -> N
     assert query_json(run, "5432")["results"]
 
 
+@both_backends
 def test_status_json(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     data = json.loads(run("status", "--json").stdout)
@@ -192,6 +202,7 @@ def test_status_json(run) -> None:  # type: ignore[no-untyped-def]
     assert data["embedding"]["model"] == "fake:1" and data["embedding"]["reindex_needed"] is None
 
 
+@both_backends
 def test_query_before_any_sync_is_a_clear_error(run) -> None:  # type: ignore[no-untyped-def]
     result = run("query", "x")
     assert result.exit_code == 1 and "run `notes-search sync` first" in result.output
@@ -236,6 +247,7 @@ def test_init_writes_a_working_config(tmp_path: Path, notes: Path, monkeypatch: 
     assert again.exit_code == 1 and "already exists" in again.output
 
 
+@both_backends
 def test_edit_right_before_a_scoped_search_is_found(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     with (notes / "travel/kazan.md").open("a", encoding="utf-8") as fh:
@@ -262,6 +274,7 @@ def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_pat
         lock.release()
 
 
+@both_backends
 def test_reindex_a_folder_now(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     write(notes, {"travel/new.md": "# Okoun\n\nOkoun říční.\n", "devops/new.md": "# Okoun v devops\n"})
@@ -274,6 +287,7 @@ def test_reindex_a_folder_now(run, notes: Path) -> None:  # type: ignore[no-unty
     assert run("reindex", "../outside").exit_code == 1
 
 
+@both_backends
 def test_status_of_a_path_and_disk_lag(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     data = json.loads(run("status", "notes:travel", "--json").stdout)
@@ -366,6 +380,7 @@ def test_reindex_refuses_paths_outside_or_missing(run) -> None:  # type: ignore[
     assert ok.exit_code == 0, ok.output
 
 
+@both_backends
 def test_status_shows_chunks_per_language(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     data = json.loads(run("status", "--json").stdout)

@@ -28,6 +28,7 @@ from search.evaluate import (
 )
 from tests.conftest import FAKE_EMBEDDING
 from tests.fakes import FakeEmbedder
+from tests.pg import both_backends
 
 TOY = Path(__file__).parent / "data" / "beir_toy"
 
@@ -189,6 +190,7 @@ QUESTIONS = """\
 """
 
 
+@both_backends
 def test_eval_scores_every_mode_by_kind(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     assert run("sync").exit_code == 0
     file = tmp_path / "questions.yaml"

@@ -5,6 +5,7 @@ that pass, and the top-k inside a filter that keeps 1 % of a large index is the 
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest
 import indexer.store.sqlite as sqlite_store
 from indexer.config import EmbeddingConfig
 from indexer.model import Chunk, FileVersion, ParsedDocument
-from indexer.store import MIGRATIONS, SearchScope, Store, tag_key, vec_extension_path
+from indexer.store import MIGRATIONS, SearchScope, Store, open_store, tag_key, vec_extension_path
+from tests.pg import BACKENDS, both_backends
 
 DIMS = 16
 FILES = 3000
@@ -41,10 +43,18 @@ def tags_of(i: int) -> list[str]:
     return ["common", f"t{i % 7}"]
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, dict[int, Written]]]:
-    """3,000 files of one chunk with random unit vectors, distinct update times and tags."""
-    store = Store.open(tmp_path_factory.mktemp("filters") / "index.sqlite")
+@pytest.fixture(scope="module", params=BACKENDS)
+def index(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Store, dict[int, Written]]]:
+    """3,000 files of one chunk with random unit vectors, distinct update times and tags (on each backend)."""
+    if request.param == "postgres":
+        server = request.getfixturevalue("pg_server")
+        url = server.create_index()
+        request.addfinalizer(lambda: server.drop_index(url))  # noqa: PT021 - only one parameter has it
+        store = typing.cast(Store, open_store(url))
+    else:
+        store = Store.open(tmp_path_factory.mktemp("filters") / "index.sqlite")
     store.reset_vectors(
         DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
     )
@@ -163,8 +173,9 @@ def test_lexical_top_k_inside_a_filter_is_the_whole_ranking_filtered(
             assert [cid for cid, _ in store.fts_search(match, k, scope)] == want
 
 
-def test_tags_follow_a_rewrite_and_leave_with_the_file(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "index.sqlite")
+@both_backends
+def test_tags_follow_a_rewrite_and_leave_with_the_file(tmp_path: Path, backend: str, db_url: str | None) -> None:
+    store = typing.cast(Store, open_store(db_url or tmp_path / "index.sqlite"))
     store.ensure_source("s", "workspace")
 
     def put(tags: list[str]) -> None:

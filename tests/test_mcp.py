@@ -29,6 +29,7 @@ from indexer.hosts import is_loopback_host as is_loopback
 from indexer.sync import run_sync
 from search.mcp_server import LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
+from tests.pg import both_backends
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "notes"
@@ -48,8 +49,9 @@ def ollama() -> Iterator[OllamaServer]:
         server.stop()
 
 
-def make_workspace(root: Path, ollama: OllamaServer) -> Path:
-    """examples/notes with a secret outside the root and symlinks pointing at it, indexed."""
+def make_workspace(root: Path, ollama: OllamaServer, db: str | None = None) -> Path:
+    """examples/notes with a secret outside the root and symlinks pointing at it, indexed (in
+    the index `db` names, when given)."""
     shutil.copytree(EXAMPLES, root / "notes")
     (root / "secret").mkdir()
     (root / "secret" / "passwords.md").write_text("# Secret\n\nTOPSECRET-4242\n", encoding="utf-8")
@@ -59,6 +61,7 @@ def make_workspace(root: Path, ollama: OllamaServer) -> Path:
     config.write_text(
         f"""\
 root: {root}
+{f'db: "{db}"' if db else ""}
 embedding:
   provider: ollama
   model: fake-embed:latest
@@ -81,8 +84,8 @@ sources:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, ollama: OllamaServer) -> Path:
-    return make_workspace(tmp_path, ollama)
+def workspace(tmp_path: Path, ollama: OllamaServer, db_url: str | None) -> Path:
+    return make_workspace(tmp_path, ollama, db_url)
 
 
 def server_env() -> dict[str, str]:
@@ -175,6 +178,7 @@ async def exercise_every_tool(session: ClientSession) -> None:
 # ---- stdio ----------------------------------------------------------------------------------
 
 
+@both_backends
 def test_stdio_lists_and_calls_every_tool(workspace: Path, tmp_path: Path) -> None:
     over_stdio(workspace, exercise_every_tool, tmp_path / "server.log")
 
@@ -403,3 +407,153 @@ def test_grep_is_truncated_only_when_more_lines_exist(
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS + 1)), encoding="utf-8")
     more = tools.grep("zzmark", "notes:many.md", False, True)
     assert (more["count"], more["truncated"]) == (GREP_MAX_HITS, True)
+
+
+def test_two_http_servers_on_two_hosts_query_one_postgres_index(
+    tmp_path: Path, ollama: OllamaServer, pg_url: str
+) -> None:
+    """Two MCP servers, each with its own root (its own lock, TOC and outage folder, as on two
+    hosts), answer from one PostgreSQL index; what one host's sync adds the other finds."""
+    config_a = make_workspace(tmp_path / "a", ollama, pg_url)
+    notes = tmp_path / "a" / "notes"
+    config_b = tmp_path / "b" / "notes-search.yaml"
+    config_b.parent.mkdir()
+    config_b.write_text(
+        config_a.read_text()
+        .replace(f"root: {tmp_path / 'a'}", f"root: {tmp_path / 'b'}")
+        .replace("root: notes", f"root: {notes}")
+    )
+    servers: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for config in (config_a, config_b):
+            port = free_port()
+            log = config.parent / "server.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [
+                        str(NOTES_SEARCH),
+                        "--config",
+                        str(config),
+                        "mcp",
+                        "--http",
+                        "--port",
+                        str(port),
+                        "--token",
+                        TOKEN,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=server_env(),
+                )
+            servers.append(proc)
+            wait_for_port(proc, port, log)
+            urls.append(f"http://127.0.0.1:{port}/mcp")
+
+        async def search_both(query: str) -> list[list[str]]:
+            found = []
+            for url in urls:
+                client = httpx2.AsyncClient(
+                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120)
+                )
+                async with (
+                    client,
+                    streamable_http_client(url, http_client=client) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    answer = await call(session, "search", query=query, mode="hybrid")
+                    found.append([hit["path"] for hit in answer["results"]])
+            return found
+
+        first = anyio.run(search_both, "záloha databáze restic")
+        assert first[0] and first[0] == first[1]
+        (notes / "devops" / "vpn.md").write_text("# VPN\n\nWireGuard listens on 51820/udp.\n", encoding="utf-8")
+        loaded = load_config(config_a)
+        embedder = make_embedder(loaded.embedding)
+        assert run_sync(loaded, embedder_factory=lambda: embedder).sources[0].added == 1
+        after = anyio.run(search_both, "WireGuard 51820")
+        assert after[0][0] == after[1][0] == "devops/vpn.md"
+    finally:
+        for proc in servers:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# ---- introduction and several files -----------------------------------------------------------
+
+
+def test_initialize_carries_the_version_and_where_the_notes_are(workspace: Path, tmp_path: Path) -> None:
+    """An agent learns the sources and collections from the handshake, before any call; the
+    server's version is the package's."""
+    from importlib.metadata import version
+
+    params = StdioServerParameters(
+        command=str(NOTES_SEARCH), args=["--config", str(workspace), "mcp"], env=server_env(), cwd=str(workspace.parent)
+    )
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        with (tmp_path / "server.log").open("w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+                init = await session.initialize()
+                seen["version"], seen["instructions"] = init.server_info.version, init.instructions
+
+    anyio.run(main)
+    assert seen["version"] == version("notes-search") != ""
+    lines = seen["instructions"].splitlines()
+    assert any(line.startswith("- notes — folder, ") and "files indexed" in line for line in lines)
+    assert "- devops — Domácí servery a homelab" in seen["instructions"]
+    assert {"- cooking", "- travel"} <= {line.split(" — ")[0] for line in lines}
+
+
+def test_instructions_cap_the_lists_and_keep_each_entry_one_line() -> None:
+    from search.mcp_server import INSTRUCTIONS_LISTED, server_instructions
+    from search.service.overview import Named, Overview
+
+    many = tuple(Named(f"c{i:02}", "line one\nline two \x1b[2J" + "x" * 300) for i in range(INSTRUCTIONS_LISTED + 5))
+    text = server_instructions(Overview((Named("notes", "folder, 3 files indexed"),), many))
+    entries = [line for line in text.splitlines() if line.startswith("- c")]
+    assert len(entries) == INSTRUCTIONS_LISTED and all(len(line) < 140 for line in entries)
+    assert "- and 5 more (see `collections`)" in text and "\x1b" not in text
+    assert "line one line two" in entries[0]
+    assert "Collections: none yet." in server_instructions(Overview((), ()))
+
+
+def test_get_reads_a_list_or_a_glob_under_one_cap(workspace: Path, tmp_path: Path) -> None:
+    async def body(session: ClientSession) -> None:
+        single = await call(session, "get", path="notes:devops/wireguard.md", max_lines=5)
+        assert single["truncated"] and "files" not in single  # one path: the one-file answer, as before
+
+        globbed = await call(session, "get", path="notes:devops/*.md")
+        paths = [f["path"] for f in globbed["files"]]
+        assert paths == sorted(paths) and "devops/wireguard.md" in paths and globbed["count"] == len(paths)
+        assert "devops/leak.md" not in paths  # the symlink out of the root is not read
+        assert globbed["bytes"] <= 64 * 1024 and globbed["errors"] == []
+
+        capped = await call(session, "get", path=["notes:devops/wireguard.md", "notes:devops/*.md"], max_lines=100)
+        assert capped["lines"] <= 100 and capped["omitted"] and capped["notice"]
+        assert capped["files"][0]["path"] == "devops/wireguard.md"  # in the order asked, each file once
+        read = {f["path"] for f in capped["files"]}
+        assert not read & {name.split(":", 1)[1] for name in capped["omitted"]}
+
+        tiny = await call(session, "get", path=["notes:devops/wireguard.md"], max_bytes=300)
+        [cut] = tiny["files"]
+        assert cut["truncated"] and cut["next_from_line"] == cut["to_line"] + 1 and len(cut["text"].encode()) <= 300
+
+        partial = await call(session, "get", path=["notes:devops/wireguard.md:1:2", "notes:nope.md", "devops/leak.md"])
+        assert [f["to_line"] for f in partial["files"]] == [2]
+        assert {e["ref"] for e in partial["errors"]} == {"notes:nope.md", "devops/leak.md"}
+        assert "outside the source root" in json.dumps(partial["errors"]) and "TOPSECRET" not in json.dumps(partial)
+
+        assert "no such file" in await refused(session, "get", path=["notes:nope.md"])
+        assert "no file matches" in await refused(session, "get", path="notes:zzz/*.md")
+        assert "from_line is for one file" in await refused(session, "get", path=["a.md", "b.md"], from_line=3)
+        assert "empty list" in await refused(session, "get", path=[])
+
+    over_stdio(workspace, body, tmp_path / "server.log")

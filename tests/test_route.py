@@ -28,6 +28,7 @@ from search.route import (
 )
 from tests.conftest import FAKE_EMBEDDING
 from tests.fakes import FakeEmbedder
+from tests.pg import both_backends
 
 
 def entry(name: str, description: str = "", tags: tuple[str, ...] = (), folder: str | None = None) -> CollectionEntry:
@@ -132,14 +133,15 @@ def write_collections(root: Path, metas: dict[str, tuple[str, str, str]], note: 
 
 
 @pytest.fixture
-def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliContext:
+def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None) -> CliContext:
     notes = tmp_path / "notes"
     write_collections(notes, META)
     (notes / "plain").mkdir()
     (notes / "plain" / "loose.md").write_text("# Loose\n\nNo collection here.\n", encoding="utf-8")
     config_path = tmp_path / "notes-search.yaml"
     config_path.write_text(
-        f"{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n      root: notes\n      paths: ['**']\n",
+        (f'db: "{db_url}"\n' if db_url else "")
+        + f"{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n      root: notes\n      paths: ['**']\n",
         encoding="utf-8",
     )
     embedder = FakeEmbedder(load_config(config_path).embedding)
@@ -149,6 +151,7 @@ def synced_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliContext:
     return app
 
 
+@both_backends
 def test_collections_command_lists_name_and_description(synced_app: CliContext) -> None:
     runner = CliRunner()
     result = runner.invoke(collections_command, [], obj=synced_app, catch_exceptions=False)

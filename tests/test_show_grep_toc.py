@@ -269,6 +269,7 @@ def test_show_whole_file_and_line_ranges(run: Callable[..., Result], cfg: Config
             "rev": None,
             "start_line": 6,
             "end_line": 8,
+            "truncated": False,
             "text": "\n".join(lines[5:8]) + "\n",
         }
     ]

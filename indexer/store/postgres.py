@@ -3,8 +3,8 @@ store runs, its schema and migrations included.
 
 The same tables and columns as the SQLite store: `meta`, `sources`, `files`, `chunks`,
 `collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count) and
-`chunk_vectors` (`vector(dims)`, HNSW-indexed for cosine; created by `reset_vectors`, which
-knows the dimensions). `fts_stats` holds per-source row and token totals for BM25, kept by
+`chunk_vectors` (`vector(dims)`, created by `reset_vectors`, which knows the dimensions; an
+HNSW cosine index on it once it holds HNSW_MIN_VECTORS). `fts_stats` holds per-source row and token totals for BM25, kept by
 statement triggers on `chunks_fts`: per source, so sync workers of different sources never
 wait on one counter row.
 
@@ -57,8 +57,9 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    tag_key,
 )
-from indexer.store.schema import LANGUAGE_BACKFILL_KEY
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY, file_tag_keys
 from indexer.store.sqlite import content_hash, utc_now
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
@@ -70,6 +71,8 @@ URL_SCHEMES = ("postgresql://", "postgres://")
 CONNECT_TIMEOUT_S = 10
 POOL_SIZE = 4  # idle connections kept per URL and mode: a server's concurrent readers reuse them
 MIGRATION_LOCK = 0x6E6F7465  # advisory lock id: two first syncs on several hosts migrate once
+HNSW_BUILD_LOCK = 0x6E6F7466  # and build the vector index once
+HNSW_MIN_VECTORS = 10_000  # below this an exact scan answers unscoped KNN (see _index_vectors_once_many)
 EF_SEARCH_MIN = 64  # HNSW candidate list: at least this, and twice k (pgvector's cap is 1000)
 EF_SEARCH_MAX = 1000
 MAX_POSITION = 16383  # tsvector positions above this collapse into it
@@ -198,6 +201,25 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
             f" AND f.path = {alias}.path AND f.collection = %(scope_collection)s)"
         )
+    # tags (all of them, by tag_key) and the time window, as the files that pass: a narrow
+    # filter starts from its few files (file_tags' key, idx_files_updated)
+    times: list[str] = []
+    if scope.updated_since is not None:
+        params["scope_since"] = float(scope.updated_since)
+        times.append("u.updated_at >= %(scope_since)s")
+    if scope.updated_before is not None:
+        params["scope_before"] = float(scope.updated_before)
+        times.append("u.updated_at < %(scope_before)s")
+    if times:
+        clauses.append(
+            f"({alias}.source_id, {alias}.path) IN (SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(times)})"
+        )
+    for i, tag in enumerate(dict.fromkeys(tag_key(tag) for tag in scope.tags)):
+        params[f"scope_tag{i}"] = tag
+        clauses.append(
+            f"({alias}.source_id, {alias}.path) IN"
+            f" (SELECT t.source_id, t.path FROM file_tags t WHERE t.tag = %(scope_tag{i})s)"
+        )
     return (" AND ".join(clauses) or "TRUE"), params
 
 
@@ -206,10 +228,12 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
 
 @dataclass(frozen=True, slots=True)
 class PgMigration:
-    """One schema step, applied whole in one transaction; `meta.schema_version` counts them."""
+    """One schema step: `sql`, then `data` on the same store in the same transaction (applied
+    whole or not at all); `meta.schema_version` counts the steps applied."""
 
     name: str
     sql: str
+    data: Callable[[PostgresStore], None] | None = None
 
 
 # text keys compare bytewise (COLLATE "C"), as SQLite's BINARY: the folder ranges of scopes and
@@ -306,7 +330,39 @@ INITIAL_SQL = """
     );
 """
 
-PG_MIGRATIONS: tuple[PgMigration, ...] = (PgMigration("initial_schema", INITIAL_SQL),)
+# a file's tags as `tag_key` compares them, one row each (files.tags keeps them as written)
+FILE_TAGS_SQL = """
+    CREATE TABLE file_tags (
+      tag       TEXT COLLATE "C" NOT NULL,
+      source_id TEXT COLLATE "C" NOT NULL,
+      path      TEXT COLLATE "C" NOT NULL,
+      PRIMARY KEY (tag, source_id, path),
+      FOREIGN KEY (source_id, path) REFERENCES files(source_id, path) ON DELETE CASCADE
+    );
+    CREATE INDEX idx_file_tags_file ON file_tags(source_id, path);
+    CREATE INDEX idx_files_updated ON files(updated_at);
+"""
+
+
+def _fill_file_tags(store: PostgresStore) -> None:
+    """The tags of the files indexed before `file_tags` existed."""
+    rows = store.conn.execute("SELECT source_id, path, tags FROM files WHERE tags IS NOT NULL AND tags <> '[]'")
+    for source_id, path, tags in rows.fetchall():
+        try:
+            parsed = json.loads(str(tags))
+        except ValueError:
+            continue
+        for key in file_tag_keys(parsed):
+            store.conn.execute(
+                "INSERT INTO file_tags(tag, source_id, path) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                (key, source_id, path),
+            )
+
+
+PG_MIGRATIONS: tuple[PgMigration, ...] = (
+    PgMigration("initial_schema", INITIAL_SQL),
+    PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
+)
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
 
@@ -448,6 +504,18 @@ def _give_back(url: str, readonly: bool, conn: psycopg.Connection[Any]) -> None:
     conn.close()
 
 
+def _live_connection(url: str, readonly: bool) -> psycopg.Connection[Any]:
+    """A pooled connection that still answers, or a new one (the server may have restarted)."""
+    conn = _take(url, readonly)
+    if conn is not None:
+        try:
+            conn.execute("SELECT 1")
+            return conn
+        except psycopg.Error:
+            conn.close()
+    return _connect(url, readonly)
+
+
 def discard_pool() -> None:
     """Close every idle pooled connection (tests dropping a database, a process ending)."""
     with _pool_lock:
@@ -471,21 +539,14 @@ class PostgresStore:
         self._vectors_changed = False
         self._vector_oid: int | None = None
         self._has_vectors = False
+        self._hnsw_ready = False
 
     # ---- opening and schema -------------------------------------------------------------
 
     @classmethod
     def open(cls, url: str, *, readonly: bool = False) -> PostgresStore:
         """Open the index at `url` (sync migrates it; a reader needs it migrated)."""
-        conn = _take(url, readonly)
-        if conn is not None:
-            try:
-                conn.execute("SELECT 1")
-            except psycopg.Error:  # the server restarted since: a fresh connection
-                conn.close()
-                conn = None
-        if conn is None:
-            conn = _connect(url, readonly)
+        conn = _live_connection(url, readonly)
         store = cls(conn, url, readonly)
         try:
             version = store._schema_version()
@@ -513,7 +574,7 @@ class PostgresStore:
     @classmethod
     def exists(cls, url: str) -> bool:
         """Whether `url` holds an index (a sync ran); a server that cannot be reached raises."""
-        conn = _take(url, True) or _connect(url, True)
+        conn = _live_connection(url, True)
         try:
             exists = PostgresStore(conn, url, True)._schema_version() is not None
         except psycopg.Error as exc:
@@ -570,6 +631,8 @@ class PostgresStore:
                 current = int(row[0]) if row else 0
             for number, step in enumerate(PG_MIGRATIONS[current:], current):
                 self.conn.execute(step.sql.encode())
+                if step.data is not None:
+                    step.data(self)
                 self._set_meta({"schema_version": str(number + 1)})
                 if current:
                     log.info("index %s: migrated to schema %d (%s)", describe(self.url), number + 1, step.name)
@@ -658,11 +721,9 @@ class PostgresStore:
                       embedding vector({int(dims)}) NOT NULL
                     )""".encode()
             )
-            self.conn.execute(
-                "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-            )
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
             self._vectors_changed = True
+            self._hnsw_ready = False
             self._set_meta(identity)
             self._set_meta({"pgvector_version": self.vec_version()})
 
@@ -794,6 +855,9 @@ class PostgresStore:
                                      updated_at, indexed_at)
                    VALUES (%(source)s, %(path)s, %(title)s, %(tags)s, %(headings)s, %(collection)s, %(sha256)s,
                            %(size)s, %(mtime)s, %(updated_at)s, %(now)s)),
+               tags AS (
+                   INSERT INTO file_tags(tag, source_id, path)
+                   SELECT tag, %(source)s, %(path)s FROM unnest(%(tag_keys)s::text[]) AS tag),
                u AS (
                    SELECT * FROM unnest(%(idx)s::int[], %(breadcrumb)s::text[], %(text)s::text[], %(start)s::int[],
                                         %(end)s::int[], %(hash)s::text[], %(embedded)s::text[], %(language)s::text[],
@@ -821,6 +885,7 @@ class PostgresStore:
                 "mtime": file.mtime,
                 "updated_at": file.updated_at,
                 "now": now,
+                "tag_keys": file_tag_keys(doc.tags),
                 "idx": [chunk.idx for chunk in doc.chunks],
                 "breadcrumb": [_text(chunk.breadcrumb) for chunk in doc.chunks],
                 "text": [_text(chunk.text) for chunk in doc.chunks],
@@ -948,7 +1013,25 @@ class PostgresStore:
             ]
             if rows:
                 self._insert_vectors(rows)
+        if rows:
+            self._index_vectors_once_many()
         return len(rows)
+
+    def _index_vectors_once_many(self) -> None:
+        """Build the HNSW index once the space holds HNSW_MIN_VECTORS vectors. Below that an
+        unscoped search scans them exactly in a few milliseconds, and writes skip the index's
+        upkeep (most of the cost of storing a vector); a first sync builds it once, in bulk."""
+        if self._hnsw_ready or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL"):
+            self._hnsw_ready = True
+            return
+        if int(self._one("SELECT count(*) FROM chunk_vectors")) < HNSW_MIN_VECTORS:
+            return
+        with self.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker builds it
+            self.conn.execute(
+                "CREATE INDEX IF NOT EXISTS idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+            )
+        self._hnsw_ready = True
 
     # ---- search (reads) --------------------------------------------------------------------
 
@@ -999,7 +1082,8 @@ class PostgresStore:
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
-        candidate list of at least 2k). Scoped: exact over the scope's own vectors (a
+        candidate list of at least 2k), or an exact scan while there are too few vectors for
+        one (HNSW_MIN_VECTORS). Scoped: exact over the scope's own vectors (a
         materialised set, so no index scan can cut it short). A zero vector is never a hit."""
         import numpy as np
 

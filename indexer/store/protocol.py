@@ -137,7 +137,8 @@ class IndexReader(Protocol):
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """The exact `k` nearest stored vectors inside `scope` by cosine distance, nearest first
         (score = distance). A zero vector, stored or asked, is never a hit; [] before any
-        embedding space exists."""
+        embedding space exists. Only an unrestricted scope may be answered by an approximate
+        index (PostgreSQL's HNSW); inside any scope or filter the top-k is exact."""
         ...
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:

@@ -3,35 +3,103 @@ the index (toc). The service does the work; these commands parse and print."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.formats import chosen_format, emit, format_option
+from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, styled
 
 if TYPE_CHECKING:
     from search.grep import GrepHit, Unsearched
+    from search.service.reading import FileView
 
 
 @click.command()
-@click.argument("ref", metavar="REF")
+@click.argument("refs", metavar="REF...", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: results (one entry per file), omitted, errors.")
+@format_option()
 @click.option(
-    "--json", "as_json", is_flag=True, help="One JSON object: results, one entry per source that has the file."
+    "--max-lines",
+    type=click.IntRange(1),
+    default=MANY_MAX_LINES,
+    show_default=True,
+    help="Several files: at most this many lines in all.",
+)
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(1),
+    default=MANY_MAX_BYTES,
+    show_default=True,
+    help="Several files: at most this many bytes in all.",
 )
 @pass_context
-def show(context: CliContext, ref: str, as_json: bool) -> None:
-    """Print a file or a line range: REF is [SOURCE:]PATH[:LINE[:COUNT]].
+def show(
+    context: CliContext,
+    refs: tuple[str, ...],
+    as_json: bool,
+    output_format: str | None,
+    max_lines: int,
+    max_bytes: int,
+) -> None:
+    """Print files or line ranges: each REF is [SOURCE:]PATH[:LINE[:COUNT]] or a glob
+    (`notes:devops/*.md`, `**` spans folders).
 
     A bare PATH is printed from every source that has it. Files of git sources come from the
-    mirror at the indexed commit, the version search results point at.
+    mirror at the indexed commit, the version search results point at. Several REFs (or a
+    glob) are read up to --max-lines/--max-bytes in all: the files after the cap are named on
+    stderr, not printed. A REF that cannot be read is an error line; the others are printed,
+    exit 1.
     """
-    views = context.service().show(ref)
-    if as_json:
-        echo_json({"results": [view.to_json() for view in views]})  # one shape, however many sources have the path
-        return
+    from search.service.reading import ManyViews, asks_for_several
+
+    fmt = chosen_format(output_format, as_json)
+    service = context.service()
+    several = asks_for_several(refs)
+    if several:
+        many = service.read_many(refs, max_lines=max_lines, max_bytes=max_bytes)
+    else:  # one plain ref: the whole file, whatever its size; its error is the command's
+        many = ManyViews(service.show(refs[0]), [], [], max_lines, max_bytes)
+    if fmt == "text":
+        _print_views(many.views, headers=several or len(many.views) > 1)
+    elif fmt == "files":  # names only: what the cap left out is listed as well
+        emit("show", fmt, {"results": [view.to_json() for view in many.views]})
+        for name in many.omitted:
+            echo(name)
+    else:
+        emit("show", fmt, many.to_json())
+    for view in many.views:
+        if view.truncated and view.range is not None:
+            echo(
+                f"notice: {view.source_id}:{view.path} cut at line {view.range.end} of {view.range.total} "
+                f"(--max-lines {max_lines}, --max-bytes {max_bytes}); "
+                f"the rest: show {view.source_id}:{view.path}:{view.range.end + 1}",
+                err=True,
+            )
+    if many.omitted and fmt != "files":
+        shown = ", ".join(many.omitted[:OMITTED_SHOWN])
+        more = f" and {len(many.omitted) - OMITTED_SHOWN} more" if len(many.omitted) > OMITTED_SHOWN else ""
+        echo(
+            f"notice: left out {len(many.omitted)} files past --max-lines {max_lines} / --max-bytes {max_bytes}: "
+            f"{shown}{more}",
+            err=True,
+        )
+    for item in many.failed:
+        echo(f"error: {item.error}", err=True)
+    if many.failed:
+        sys.exit(1)
+
+
+OMITTED_SHOWN = 10  # names of left-out files on the notice line; --json lists every one
+
+
+def _print_views(views: list[FileView], *, headers: bool) -> None:
+    """Each file under a `==> source:path <==` line (as `tail` and `head` print several)."""
     for i, view in enumerate(views):
-        if len(views) > 1:
+        if headers:
             if i:
                 echo()
             echo(f"==> {view.source_id}:{view.path} <==")
@@ -67,6 +135,7 @@ def _print_hit(hit: GrepHit) -> None:
     help="Stop after this many matching lines in total.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated, unsearched.")
+@format_option()
 @pass_context
 def grep(
     context: CliContext,
@@ -77,6 +146,7 @@ def grep(
     fixed: bool,
     max_count: int,
     as_json: bool,
+    output_format: str | None,
 ) -> None:
     """Exact or regex search of the live files, without the index.
 
@@ -89,6 +159,7 @@ def grep(
     """
     from search.service.lookup import grep_target
 
+    fmt = chosen_format(output_format, as_json)
     service = context.service()
     found = service.grep(
         pattern,
@@ -97,15 +168,14 @@ def grep(
         fixed=fixed,
         max_count=max_count,
     )
-    if as_json:
-        echo_json(
-            {
-                "pattern": pattern,
-                "results": [hit.to_json() for hit in found.hits],
-                "truncated": found.truncated,
-                "unsearched": [item.to_json() for item in found.unsearched],
-            }
-        )
+    if fmt != "text":
+        data = {
+            "pattern": pattern,
+            "results": [hit.to_json() for hit in found.hits],
+            "truncated": found.truncated,
+            "unsearched": [item.to_json() for item in found.unsearched],
+        }
+        emit("grep", fmt, data)
     else:
         for hit in found.hits:
             _print_hit(hit)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option
 from search.terminal import Safe, echo, echo_json
 
 if TYPE_CHECKING:
@@ -168,15 +169,17 @@ def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
 @click.argument("path", required=False)
 @click.option("--offline", is_flag=True, help="Do not ask git remotes for their head (no network).")
 @click.option("--json", "as_json", is_flag=True)
+@format_option(STATUS_FORMATS)
 @pass_context
-def status(ctx: CliContext, path: str | None, offline: bool, as_json: bool) -> None:
+def status(ctx: CliContext, path: str | None, offline: bool, as_json: bool, output_format: str | None) -> None:
     """What is indexed, when, what is pending, and whether the index lags the disk or the remote.
 
     PATH (a source id, collection, folder or file) narrows the counts to it.
     """
+    fmt = chosen_format(output_format, as_json)
     report = ctx.service(check_remote=not offline).status(path)
-    if as_json:
-        echo_json(report.to_json())
+    if fmt != "text":
+        emit("status", fmt, report.to_json())
         return
     _print_status(report)
 

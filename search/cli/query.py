@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.formats import chosen_format, emit, format_option
 from search.cli.options import filter_options, scope_options
 from search.engine import MODES
 from search.terminal import echo, echo_json, styled
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 @filter_options
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
+@format_option()
 @pass_context
 def query(
     ctx: CliContext,
@@ -37,8 +39,10 @@ def query(
     until: str | None,
     explain: bool,
     as_json: bool,
+    output_format: str | None,
 ) -> None:
     """Search the index."""
+    fmt = chosen_format(output_format, as_json)
     service = ctx.service()
     from search.service.scope import Filters
 
@@ -49,10 +53,15 @@ def query(
     outcome = service.search(text, target=target, k=k, mode=mode)
     response = outcome.response
     response.notice = outcome.notice
-    if as_json:
+    if fmt == "json":
         echo_json(response.to_json(explain=explain))
         if response.notice and response.degraded:
             echo(f"notice: {response.notice}", err=True)
+        return
+    if fmt != "text":  # the notice goes to stderr: stdout stays the format alone
+        if response.notice:
+            echo(f"notice: {response.notice}", err=True)
+        emit("query", fmt, response.to_json(explain=explain))
         return
     _print_hits(response, explain)
 

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from search.route import Router, RouteResponse
     from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
     from search.service.lookup import CollectionsView, GrepOutcome, TocFile
-    from search.service.reading import FileView, LineWindow
+    from search.service.overview import Overview
+    from search.service.reading import FileView, LineWindow, ManyViews
     from search.service.scope import Filters, Target
     from search.service.searching import SearchOutcome
     from search.service.status import StatusReport
@@ -216,6 +217,20 @@ class NotesService:
         from search.service.reading import get
 
         return get(self, ref, from_line, max_lines)
+
+    def read_many(
+        self, refs: Sequence[str], *, max_lines: int | None = None, max_bytes: int | None = None
+    ) -> ManyViews:
+        """Several refs and globs under one size cap (None: the default cap)."""
+        from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES, read_many
+
+        return read_many(self, refs, max_lines=max_lines or MANY_MAX_LINES, max_bytes=max_bytes or MANY_MAX_BYTES)
+
+    def overview(self) -> Overview:
+        """The sources and collections, named and described (the MCP server's instructions)."""
+        from search.service.overview import overview
+
+        return overview(self)
 
     # ---- lookup -------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """Reading files of the sources: `show` (whole files or a line range, every source that has the
-path) and `get` (a window of lines for an agent, with a pointer to the rest)."""
+path), `get` (a window of lines for an agent, with a pointer to the rest), and `read_many`
+(several refs and globs at once, under one size cap: CLI `show` and MCP `get` alike)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from indexer.config import GitSource
@@ -57,6 +59,7 @@ class FileView:
     range: LineRange | None  # None: the whole file
     text: str
     total_lines: int
+    truncated: bool = False  # cut short by the size cap of several files at once
 
     def to_json(self) -> dict[str, object]:
         """The JSON shape of `show`."""
@@ -66,6 +69,7 @@ class FileView:
             "rev": self.rev,
             "start_line": self.range.start if self.range else 1,
             "end_line": self.range.end if self.range else self.total_lines,
+            "truncated": self.truncated,
             "text": self.text,
         }
 
@@ -145,3 +149,174 @@ def get(service: NotesService, path: str, from_line: int | None, max_lines: int)
         if truncated
         else None,
     )
+
+
+# ---- several files at once ----------------------------------------------------------------------
+
+MANY_MAX_LINES = 2000  # in all, over every file of one call
+MANY_MAX_BYTES = 64 * 1024  # UTF-8 bytes of text in all: an agent pays for each one
+GLOB_CHARS = frozenset("*?")
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A ref or glob of a multi-read that could not be read, with its one-line reason."""
+
+    ref: str
+    error: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"ref": self.ref, "error": self.error}
+
+
+@dataclass(frozen=True)
+class ManyViews:
+    """What `read_many` read (in the order asked, each file once), what the cap left out (the
+    files after the one that reached it, not read), and what could not be read."""
+
+    views: list[FileView]
+    omitted: list[str]  # source:path of each file left out
+    failed: list[Unread]
+    max_lines: int
+    max_bytes: int
+    lines: int = 0  # lines and bytes of the views, in all
+    bytes: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        """`show --json`: the files, and (empty lists when none) what was left out or failed."""
+        return {
+            "results": [view.to_json() for view in self.views],
+            "omitted": self.omitted,
+            "errors": [item.to_json() for item in self.failed],
+        }
+
+
+def is_glob(ref: str) -> bool:
+    """`*`, `?` or `**` in a ref make it a pattern over the files of its source(s)."""
+    return any(char in GLOB_CHARS for char in ref)
+
+
+def asks_for_several(refs: Sequence[str]) -> bool:
+    """Several refs or any glob: the size cap applies and a bad ref does not stop the others.
+    One plain ref keeps the single-file behaviour (no cap; its error is the command's error)."""
+    return len(refs) != 1 or is_glob(refs[0])
+
+
+def read_many(
+    service: NotesService, refs: Sequence[str], *, max_lines: int = MANY_MAX_LINES, max_bytes: int = MANY_MAX_BYTES
+) -> ManyViews:
+    """Every file the refs and globs name, in order, until the next would pass the cap (a first
+    file alone larger than the cap is cut to it). A ref that cannot be read is listed in
+    `failed` with its reason and the others are still read."""
+    from search.refs import parse_ref
+
+    config = service.config
+    failed: list[tuple[int, Unread]] = []  # with the position of the ref that named it
+    wanted: dict[tuple[str, str, int | None, int | None], tuple[int, Ref]] = {}
+    with service.reading_if_indexed() as store:
+        for position, text in enumerate(refs):
+            try:
+                parsed = parse_ref(text.strip(), config.sources)
+                for source_id, ref in _expand(config, store, parsed, text):
+                    wanted.setdefault((source_id, ref.path, ref.line, ref.count), (position, ref))
+            except NotesSearchError as exc:
+                failed.append((position, Unread(text, str(exc))))
+        views: list[FileView] = []
+        omitted: list[str] = []
+        capped = False
+        used_lines = used_bytes = 0
+        for (source_id, _, _, _), (position, ref) in wanted.items():
+            if capped:  # what follows the cap is named, not read
+                omitted.append(f"{source_id}:{ref.path}")
+                continue
+            try:
+                view = _with_range(_view(config, store, source_id, ref))
+            except NotesSearchError as exc:
+                failed.append((position, Unread(f"{source_id}:{ref.path}", str(exc))))
+                continue
+            lines, size = _size(view)
+            if used_lines + lines <= max_lines and used_bytes + size <= max_bytes:
+                views.append(view)
+                used_lines, used_bytes = used_lines + lines, used_bytes + size
+            else:
+                capped = True
+                if views:
+                    omitted.append(f"{view.source_id}:{view.path}")
+                else:  # one file alone is larger than the cap: its head, and where the rest starts
+                    views.append(_cut(view, max_lines, max_bytes))
+                    used_lines, used_bytes = _size(views[0])
+    in_order = [item for _, item in sorted(failed, key=lambda pair: pair[0])]  # as the refs were given
+    return ManyViews(views, omitted, in_order, max_lines, max_bytes, used_lines, used_bytes)
+
+
+def _expand(config: Config, store: IndexReader | None, ref: Ref, text: str) -> Iterator[tuple[str, Ref]]:
+    """The files one ref names: a plain path in its source (bare: every source that has it, as
+    `show` reads it), a glob every matching file, sorted by path, per source in config order."""
+    from search.refs import confine, missing_file, sources_having
+
+    if not is_glob(ref.path):
+        source_ids = [ref.source_id] if ref.source_id else sources_having(config, store, ref.path)
+        if not source_ids:
+            raise missing_file(config, store, ref.path)
+        for source_id in source_ids:
+            yield source_id, replace(ref, source_id=source_id)
+        return
+    matched = 0
+    for source_id in [ref.source_id] if ref.source_id else list(config.sources):
+        pattern = confine(config, source_id, ref.path)  # '..' above the root is refused here
+        for path in _glob(config, store, source_id, pattern):
+            matched += 1
+            yield source_id, replace(ref, source_id=source_id, path=path)
+    if not matched:
+        where = ref.source_id or ", ".join(config.sources) or "no sources"
+        raise SourceError(f"{text!r}: no file matches in {where}")
+
+
+def _glob(config: Config, store: IndexReader | None, source_id: str, pattern: str) -> list[str]:
+    """Files of the source matching `pattern` (`**` spans folders, `*` and `?` stay inside
+    one): a workspace's files on disk (what `show` reads), a git source's indexed files."""
+    from indexer.globs import literal_folder, match
+    from search.refs import indexed_rev
+
+    source = config.source(source_id)
+    if isinstance(source, GitSource):
+        indexed_rev(store, source)  # never synced: its one-line error
+        assert store is not None
+        paths = list(store.known_files(source_id))
+    else:
+        from indexer.sources.workspace import list_files
+
+        folder = literal_folder(pattern)
+        walked = replace(source, selection=source.selection.within(folder)) if folder else source
+        paths = [listed.rel for listed in list_files(walked)]
+    # the whole path must match, as a shell reads it: `*.md` is the files at the top only
+    # (a config pattern without '/' would match file names at any depth)
+    return sorted(path for path in paths if match(f"./{pattern}", f"./{path}"))
+
+
+def _with_range(view: FileView) -> FileView:
+    """A whole file's view with its lines (the MCP answer lists them; `text` stays exact)."""
+    if view.range is not None:
+        return view
+    return replace(view, range=line_range(view.text))
+
+
+def _size(view: FileView) -> tuple[int, int]:
+    assert view.range is not None
+    return len(view.range.lines), len(view.text.encode("utf-8", errors="replace"))
+
+
+def _cut(view: FileView, max_lines: int, max_bytes: int) -> FileView:
+    """The first lines of `view` that fit the cap (at least one): the rest starts after them."""
+    assert view.range is not None
+    kept: list[str] = []
+    size = 0
+    ending = view.range.line_ending
+    for line in view.range.lines[:max_lines]:
+        size += len((line + ending).encode("utf-8", errors="replace"))
+        if kept and size > max_bytes:
+            break
+        kept.append(line)
+    start = view.range.start
+    cut = LineRange(start, start + len(kept) - 1, view.range.total, tuple(kept), ending)
+    return replace(view, range=cut, text=cut.text, truncated=True)

@@ -1,0 +1,237 @@
+"""What the PostgreSQL store promises beyond the shared contract tests: FTS5's exact bm25 ranking,
+exact scoped KNN (no HNSW shortcut), many readers beside one writer, one-line errors for a
+server, a login or a database that is not there, and the commands end to end on a server."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from indexer.config import ConfigError, parse_config
+from indexer.errors import StoreError
+from indexer.store import SearchScope, Store
+from indexer.store.postgres import PostgresStore, describe
+from search import cli as cli_module
+from tests.conftest import make_config
+from tests.fakes import FakeEmbedder
+from tests.test_store import DIMS, doc, fill
+
+TEXTS = {
+    "devops/zalohovani.md": ["Zálohování serveru každou noc", "Obnova ze zálohy trvá 20 minut; záloha db-01.lan"],
+    "devops/postgres.md": ["PostgreSQL server on port 5432", "ERR_CONN_RESET means restart the pooler pooler"],
+    "travel/kazan.md": ["Поездка в Казань: Кремль открыт", "Поезд из Москвы идёт около 12 часов, поезда"],
+    "cooking/sourdough.md": [
+        "Sourdough starter",
+        "Feed the starter twice a day with flour and water; backups of starter",
+    ],
+    "misc/mixed.md": ["backup backup backup server", "a very long note " + "filler words " * 60 + "server backup"],
+}
+QUERIES = [
+    '"zaloha"*',
+    '"zalohovani"',
+    '"server"* OR "backu"*',
+    '"db 01 lan"*',
+    '"restart the pooler"',
+    '"поезд"* OR "кремль"',
+    '"starter" OR "flour" OR "water" OR "nothing"',
+    '"no such words here"',
+]
+
+
+@pytest.fixture
+def stores(tmp_path: Path, pg_url: str) -> Iterator[tuple[Store, PostgresStore]]:
+    """The same files written into a SQLite and a PostgreSQL store."""
+    pair = (Store.open(tmp_path / "index.sqlite"), PostgresStore.open(pg_url))
+    for store in pair:
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            for path, texts in TEXTS.items():
+                store.write_file("s", *doc(path, texts))
+    yield pair
+    for store in pair:
+        store.close()
+
+
+@pytest.mark.parametrize("scope", [SearchScope(), SearchScope(path="devops"), SearchScope(source_ids=("s",))])
+def test_lexical_ranking_is_fts5_bm25(stores: tuple[Store, PostgresStore], scope: SearchScope) -> None:
+    sqlite, postgres = stores
+    for match in QUERIES:
+        expected = sqlite.fts_search(match, 20, scope)
+        found = postgres.fts_search(match, 20, scope)
+        assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected], match
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5), match
+    assert any(sqlite.fts_search(match, 20, scope) for match in QUERIES)
+
+
+def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
+    """Every (sql, params) the store sends from now on."""
+    sent: list[tuple[Any, Any]] = []
+    execute = store.conn.execute
+
+    def recording(sql: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((sql, params))
+        return execute(sql, params, **kwargs)
+
+    monkeypatch.setattr(store.conn, "execute", recording)
+    return sent
+
+
+def test_scoped_vector_search_is_exact_and_unscoped_uses_hnsw(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import indexer.store.postgres as postgres_store
+
+    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 100)
+    store = PostgresStore.open(pg_url)
+    try:
+        from indexer.config import EmbeddingConfig
+
+        store.reset_vectors(
+            DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
+        )
+        store.ensure_source("s", "workspace")
+        fill(store, {"big": 300, "small": 30}, np.random.default_rng(5))  # type: ignore[arg-type]
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')").fetchone()[0]
+        store.conn.execute("ANALYZE")
+        store.conn.execute("SET enable_seqscan = off")  # a planner that would take any index it may
+        sent = _statements(store, monkeypatch)
+        query = np.random.default_rng(6).normal(size=DIMS).astype(np.float32)
+        for scope in (SearchScope(path="small"), SearchScope()):
+            sent.clear()
+            assert store.vec_search(query, 10, scope)
+            sql, params = next((sql, params) for sql, params in sent if "<=>" in str(sql))
+            plan = "\n".join(row[0] for row in store.conn.execute(f"EXPLAIN {sql}", params))
+            if scope.is_all:
+                assert "idx_chunk_vectors_hnsw" in plan, plan
+            else:
+                assert "hnsw" not in plan, plan
+    finally:
+        store.close()
+
+
+def test_readers_see_committed_state_and_never_wait_for_a_writer(pg_url: str) -> None:
+    writer = PostgresStore.open(pg_url)
+    writer.ensure_source("s", "workspace")
+    reader = PostgresStore.open(pg_url, readonly=True)
+    # a reader that waited on the writer's locks would fail here instead of hanging the suite
+    reader.conn.execute("SET lock_timeout = '10s'")
+    try:
+        with writer.transaction():
+            writer.write_file("s", *doc("a.md", ["first"]))
+            assert reader.counts()["files"] == 0  # uncommitted: invisible, and no wait
+        assert reader.counts()["files"] == 1
+        with reader.snapshot():
+            before = reader.counts()
+            with writer.transaction():
+                writer.write_file("s", *doc("b.md", ["second"]))
+            assert reader.counts() == before  # one state inside a snapshot
+        assert reader.counts()["files"] == 2
+        with pytest.raises(StoreError, match="read-only"):
+            reader.set_meta({"x": "y"})
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_the_vectors_generation_moves_for_every_connection(pg_url: str) -> None:
+    writer = PostgresStore.open(pg_url)
+    other = PostgresStore.open(pg_url, readonly=True)
+    try:
+        writer.reset_vectors(4, {"embedding_model": "m"})
+        writer.ensure_source("s", "workspace")
+        with writer.transaction():
+            writer.write_file("s", *doc("a.md", ["one", "two"]))
+        seen = other.vectors_generation()
+        pending = writer.pending_chunks(10)
+        assert writer.store_vectors([p.id for p in pending], np.eye(4, dtype=np.float32)[:2]) == 2
+        moved = other.vectors_generation()
+        assert moved and moved != seen
+        with writer.transaction():
+            writer.touch_file("s", "a.md", 2, 2.0)  # no vector changed: the generation stays
+        assert other.vectors_generation() == moved
+        ids, matrix = other.all_vectors()
+        assert ids.tolist() == [p.id for p in pending] and matrix.tolist() == np.eye(4)[:2].tolist()
+    finally:
+        other.close()
+        writer.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_server_a_database_or_an_index_that_is_not_there_is_one_line(pg_url: str) -> None:
+    with pytest.raises(StoreError, match="cannot reach the PostgreSQL server") as down:
+        PostgresStore.open(f"postgresql://someone:secret@127.0.0.1:{_closed_port()}/notes")
+    assert "\n" not in str(down.value) and "secret" not in str(down.value)
+    missing = pg_url.replace("/notes_search_tests?", "/no_such_database?")
+    with pytest.raises(StoreError, match="database 'no_such_database' does not exist") as absent:
+        PostgresStore.open(missing)
+    assert "\n" not in str(absent.value)
+    with pytest.raises(StoreError, match="run `notes-search sync` first"):
+        PostgresStore.open(pg_url, readonly=True)
+    assert not PostgresStore.exists(pg_url)
+    PostgresStore.open(pg_url).close()
+    assert PostgresStore.exists(pg_url)
+    assert describe("postgresql://me:pw@db.lan:5433/notes") == "postgresql://me@db.lan:5433/notes"
+
+
+@pytest.mark.parametrize(
+    ("db", "problem"),
+    [
+        ("postgresql://me@db.lan", "must name the database"),
+        ("postgresql://me@db.lan:99999/notes", "not a valid PostgreSQL URL"),
+        ("postgresql://me@db.lan/a/b", "not a database name"),
+    ],
+)
+def test_a_bad_postgres_url_is_a_config_error(db: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse_config(f"db: {db}\n", "cfg.yaml")
+
+
+def test_a_postgres_config_keeps_local_state_in_the_default_folder(tmp_path: Path) -> None:
+    config = parse_config("db: postgresql://me@db.lan/notes\n", "cfg.yaml", base=tmp_path)
+    assert config.index_location == "postgresql://me@db.lan/notes"
+    assert config.db == tmp_path / "db" / "notes-index.sqlite"  # its folder: lock, toc, outage memory
+
+
+def test_sync_show_toc_status_and_reindex_on_postgres(tmp_path: Path, notes: Path, pg_url: str) -> None:
+    config_path = make_config(tmp_path, notes, db=pg_url)
+    runner = CliRunner()
+    embedders: list[FakeEmbedder] = []
+
+    def run(*args: str) -> Any:
+        return runner.invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli_module, "make_embedder", lambda cfg: embedders.append(FakeEmbedder(cfg)) or embedders[-1])
+        assert run("sync").exit_code == 0
+        shown = run("show", "notes:devops/postgres.md")
+        assert shown.exit_code == 0 and "5432" in shown.output
+        toc = run("toc")
+        assert toc.exit_code == 0 and "devops/zalohovani.md" in toc.output
+        status = json.loads(run("status", "--json").output)
+        assert status["db"] == describe(pg_url) and not (tmp_path / "db" / "notes-index.sqlite").exists()
+        (notes / "devops" / "postgres.md").write_text("# PostgreSQL\n\nNow on port 6432.\n", encoding="utf-8")
+        assert run("reindex", "notes:devops").exit_code == 0
+        found = json.loads(run("query", "6432", "--mode", "lex", "--json").output)
+        assert [hit["path"] for hit in found["results"]] == ["devops/postgres.md"]
+
+
+def test_a_pooled_connection_the_server_dropped_is_replaced(pg_url: str, pg_server: Any) -> None:
+    store = PostgresStore.open(pg_url)
+    pid = store.conn.info.backend_pid
+    store.close()  # back to the pool
+    pg_server.admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    again = PostgresStore.open(pg_url)  # a server restart looks the same to the pool
+    try:
+        assert again.conn.info.backend_pid != pid and again.counts()["files"] == 0
+    finally:
+        again.close()
