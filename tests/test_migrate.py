@@ -164,7 +164,12 @@ def test_cli_errors_are_one_line(config_path: Path, config: Config, do_sync: Syn
     assert_one_line_error(run_cli(config_path, "migrate", "--to", str(config.db)), "the index itself")
 
 
-def test_cli_copies_into_postgres(config_path: Path, config: Config, do_sync: Sync, pg_url: str) -> None:
+def test_cli_copies_into_postgres(
+    config_path: Path, config: Config, do_sync: Sync, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import indexer.store.postgres
+
+    monkeypatch.setattr(indexer.store.postgres, "HNSW_MIN_VECTORS", 1)  # as a large index: built after the copy
     do_sync()
     result = run_cli(config_path, "migrate", "--to", pg_url)
     assert result.exit_code == 0, result.output

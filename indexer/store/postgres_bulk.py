@@ -1,10 +1,13 @@
 """Bulk loading into an index on PostgreSQL: the HNSW index is built once after the vectors are
-in, instead of being updated vector by vector (an HNSW insert costs a graph search each; a
-build sorts and links them all in one pass, several times faster for a whole index).
+in, instead of being kept up vector by vector (an HNSW insert costs a graph search each; a
+build links them all in one pass, several times faster for a whole index).
 
-Used by `migrate` only: while the index is away, unscoped vector searches scan every vector
-(exact, slower), and a copy killed meanwhile leaves a target without it, which the rerun's
-`--force` replaces (reset_vectors creates the table with its index again).
+PostgresStore builds the index itself once a space holds HNSW_MIN_VECTORS and keeps it up
+from then on; during a bulk load that build is held back (its "index is there" flag is set)
+and an index already present is dropped, then the store's own build runs once at the end, with
+more memory. Used by `migrate` only: meanwhile unscoped vector searches scan every vector
+(exact, slower), and a copy killed meanwhile leaves a target without the index until its next
+vectors are stored (the store then builds it) or the rerun's `--force` starts the space again.
 """
 
 from __future__ import annotations
@@ -20,19 +23,21 @@ BUILD_MEMORY = "1GB"  # maintenance_work_mem for the build: a graph that fits is
 
 @contextmanager
 def vector_index_deferred(store: Any) -> Iterator[None]:
-    """Drop the HNSW index of a PostgresStore for the duration, then build it again exactly as it
-    was defined; anything else passes through untouched."""
+    """Hold back a PostgresStore's HNSW upkeep for the duration, then build the index once;
+    any other store passes through untouched."""
     postgres = sys.modules.get("indexer.store.postgres")
     if postgres is None or not isinstance(store, postgres.PostgresStore):
         yield
         return
-    row = store.conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (HNSW_INDEX,)).fetchone()
-    if row is None:
-        yield
-        return
     with store.transaction():
         store.conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
-    yield
-    with store.transaction():
-        store.conn.execute(f"SET LOCAL maintenance_work_mem = '{BUILD_MEMORY}'")
-        store.conn.execute(row[0])
+    store._hnsw_ready = True  # the store's own flag: "built", so no store_vectors builds it midway
+    try:
+        yield
+    finally:
+        store._hnsw_ready = False
+    store.conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
+    try:
+        store._index_vectors_once_many()  # the store's build, at its threshold
+    finally:
+        store.conn.execute("RESET maintenance_work_mem")
