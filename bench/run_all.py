@@ -30,7 +30,12 @@ from bench.machine import REPO, cache_root, child_env, loadavg
 from bench.report import machine_table
 
 FIRST = ("foundation", "search")
-QUALITY = ("beir", "crosslingual", "corpora")  # bench/NAME.py: same convention, run after the latency benchmarks
+QUALITY = (
+    "beir",
+    "crosslingual",
+    "exact_ids",
+    "corpora",
+)  # bench/NAME.py: same convention, run after the latency benchmarks
 
 
 def discover() -> list[str]:

@@ -75,6 +75,17 @@ def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str
     ]
 
 
+DEFAULT_RRF_K = 60
+MAX_RRF_K = 100_000
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    # the fusion constant: on held-out real notes MRR was 0.917 at 60 and 0.889 at 10, while the
+    # public sets prefer smaller values, so the default follows the real notes
+    rrf_k: int = DEFAULT_RRF_K
+
+
 @dataclass(frozen=True)
 class WorkspaceSource:
     id: str
@@ -105,6 +116,7 @@ class Config:
     embedding: EmbeddingConfig
     sources: dict[str, Source] = field(default_factory=dict)
     max_file_bytes: int = 5_000_000
+    search: SearchConfig = field(default_factory=SearchConfig)
     db_url: str | None = None  # `db: postgresql://...`: the index lives on that PostgreSQL server
 
     @property
@@ -128,7 +140,8 @@ class Config:
             raise ConfigError(f"unknown source {source_id!r} (configured: {known})") from None
 
 
-TOP_KEYS = {"root", "db", "log", "embedding", "sources", "max_file_bytes"}
+TOP_KEYS = {"root", "db", "log", "embedding", "sources", "max_file_bytes", "search"}
+SEARCH_KEYS = {"rrf_k"}
 EMBEDDING_KEYS = {
     "provider",
     "model",
@@ -326,6 +339,11 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     )
 
 
+def _search(raw: dict[str, Any], c: _Checker) -> SearchConfig:
+    c.known(raw, SEARCH_KEYS, "search")
+    return SearchConfig(rrf_k=c.integer(raw.get("rrf_k", DEFAULT_RRF_K), "search.rrf_k", maximum=MAX_RRF_K))
+
+
 def _check_id(source_id: Any, key: str, c: _Checker) -> str:
     if not isinstance(source_id, str) or not source_id or ":" in source_id or "/" in source_id:
         raise c.fail(key, "source id must be a non-empty string without ':' or '/'")
@@ -460,6 +478,7 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
     embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
     sources = _sources(c.mapping(raw.get("sources"), "sources"), root, c)
     max_bytes = c.integer(raw.get("max_file_bytes", 5_000_000), "max_file_bytes", maximum=MAX_FILE_BYTES_LIMIT)
+    search = _search(c.mapping(raw.get("search"), "search"), c)
     return Config(
         path=Path(file) if file != "<config>" else None,
         root=root,
@@ -468,6 +487,7 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
         embedding=embedding,
         sources=sources,
         max_file_bytes=max_bytes,
+        search=search,
         db_url=db_url,
     )
 

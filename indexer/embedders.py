@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -36,12 +36,16 @@ class Embedder(ABC):
     def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         """Embed one batch (len <= config.batch); return an (n, dims) array."""
 
-    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_passages(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """`on_batch(n)` after each model batch (n texts done so far): a model that takes seconds
+        per batch still lets a progress display move between the caller's pages."""
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         step = self.config.batch
         for start in range(0, len(texts), step):
             batch = list(texts[start : start + step])
             out[start : start + len(batch)] = self._checked(self.embed_batch(batch, is_query=False), len(batch))
+            if on_batch is not None:
+                on_batch(start + len(batch))
         return out
 
     def embed_query(self, text: str) -> np.ndarray:

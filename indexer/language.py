@@ -9,8 +9,10 @@ the language-dependent parts of search, an honest "unknown" leaves them as they 
 
 from __future__ import annotations
 
+import math
 import re
 import threading
+import unicodedata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -83,16 +85,14 @@ def prose_for_language(markdown_text: str) -> str:
 # "--merge", "Ctrl+Shift+I") carry no language and are dropped whole.
 _TOKEN_EDGE = "\"'()[]{}«»„“”‚‘’.,;:!?…*_~#>"
 _WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+# the same in one scan: a whitespace-delimited token that is a word between edge characters
+_EDGES = "[" + re.escape(_TOKEN_EDGE) + "]*"
+_WORD_TOKEN = re.compile(rf"(?<!\S){_EDGES}({_WORD.pattern}){_EDGES}(?!\S)")
 
 
 def language_words(text: str) -> list[str]:
     """The words of `text` that can tell a language: letter-only tokens, markup trimmed."""
-    words: list[str] = []
-    for token in text.split():
-        core = token.strip(_TOKEN_EDGE)
-        if core and _WORD.fullmatch(core):
-            words.append(core)
-    return words
+    return _WORD_TOKEN.findall(text)
 
 
 # ---- detection -------------------------------------------------------------------------------
@@ -125,10 +125,48 @@ _QUERY_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 _CYRILLIC = re.compile("[\u0400-\u052f]")
 
 _identifier_lock = threading.Lock()
-_identifier_instance: LanguageIdentifier | None = None
+_identifier_instance: _Scorer | None = None
 
 
-def _identifier() -> LanguageIdentifier:
+class _Scorer:
+    """py3langid's naive Bayes classifier over the candidate languages, scored here from its
+    model's tables: the same n-gram automaton and arithmetic, without its per-call overhead
+    (half a call's time went to float16 conversions and softmax steps on 17 numbers; chunks are
+    written by the thousand per second and each long one is classified twice)."""
+
+    def __init__(self, identifier: LanguageIdentifier) -> None:
+        import numpy as np
+        from py3langid.langid import visit_counts
+
+        self.identifier = identifier
+        self.labels: list[str] = list(identifier.nb_classes)
+        self.table = np.ascontiguousarray(identifier.nb_ptc, dtype=np.float32)  # features x languages
+        self.prior = np.asarray(identifier.nb_pc, dtype=np.float32)
+        self._walk = visit_counts
+        self._next = identifier.tk_nextmove
+        self._rows = [row << 8 for row in identifier.tk_row]
+        self._output = identifier.tk_output
+        self._np = np
+
+    def probabilities(self, sample: str) -> dict[str, float]:
+        """Each candidate language's probability for `sample` (py3langid's `rank`, normalised)."""
+        np = self._np
+        text = sample.lower() if sample.isupper() else sample
+        data = unicodedata.normalize("NFC", text).encode("utf-8", errors="surrogatepass")
+        visits = self._walk(self._next, self._rows, self._output, data)
+        if not visits:  # no feature at all: every language equally likely
+            return dict.fromkeys(self.labels, 1.0 / len(self.labels))
+        features = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
+        counts = np.fromiter(visits.values(), dtype=np.float32, count=len(visits))
+        scores: list[float] = (np.log1p(counts) @ self.table[features] + self.prior).tolist()
+        scale = 1.0 / math.sqrt(len(data))  # py3langid's temperature: calibrated across lengths
+        top = max(scores)
+        exps = [math.exp((score - top) * scale) for score in scores]
+        total = sum(exps)
+        return {label: value / total for label, value in zip(self.labels, exps, strict=True)}
+
+
+def _identifier() -> _Scorer:
     """py3langid's model, loaded once per process on first use (decompressing it takes ~0.5 s);
     classifying only reads the model, so every thread shares the one instance."""
     global _identifier_instance
@@ -141,7 +179,7 @@ def _identifier() -> LanguageIdentifier:
                 # a model without one of the others simply loses that guard, never the detector
                 known = set(identifier.labels)
                 identifier.set_languages([code for code in SUPPORTED_LANGUAGES + OTHER_LANGUAGES if code in known])
-                _identifier_instance = identifier
+                _identifier_instance = _Scorer(identifier)
     return _identifier_instance
 
 
@@ -152,19 +190,18 @@ def preload() -> None:
 
 def _classify(sample: str, alphabet: set[str]) -> str:
     """The supported language `sample` is written in, or UNKNOWN; `alphabet`: the text's letters."""
-    identifier = _identifier()
-    language, probability = identifier.classify(sample)
+    scores = _identifier().probabilities(sample)
+    language = max(scores, key=scores.__getitem__)
+    probability = scores[language]
     czech, slovak = bool(alphabet & _CZECH_ONLY), bool(alphabet & _SLOVAK_ONLY)
     if language == "cs" and slovak and not czech:
         language = "sk"
     elif language == "sk" and czech and not slovak:
         language = "cs"
-    elif language == "sk" and not slovak:
+    elif language == "sk" and not slovak and scores.get("cs", 0.0) >= CZECH_TIE * probability:
         # Czech and Slovak share most n-grams: without a letter only Slovak has, a near tie goes
         # to Czech (the language these notes are far more likely to be in)
-        scores = dict(identifier.rank(sample))
-        if scores.get("cs", 0.0) >= CZECH_TIE * probability:
-            language, probability = "cs", probability + scores["cs"]
+        language, probability = "cs", probability + scores["cs"]
     if language not in SUPPORTED_LANGUAGES or probability < MIN_CONFIDENCE:
         return UNKNOWN
     return str(language)

@@ -207,10 +207,21 @@ def estimate(raw_means: Mapping[str, tuple[np.ndarray, int]], model: str) -> Neu
 
 def same_offsets(a: NeutralSpace, b: NeutralSpace) -> bool:
     """Whether two sets of statistics move every vector the same way (no rewrite needed)."""
+    return not moved_languages(a, b)
+
+
+def moved_languages(a: NeutralSpace, b: NeutralSpace) -> set[str]:
+    """The languages whose vectors two sets of statistics move differently: only their stored
+    vectors need rewriting (a chunk of unknown language, or of a language whose offset stayed,
+    is stored the same in both)."""
     import numpy as np
 
     first, second = a.offsets(), b.offsets()
-    return first.keys() == second.keys() and all(np.array_equal(first[k], second[k]) for k in first)
+    return {
+        lang
+        for lang in first.keys() | second.keys()
+        if lang not in first or lang not in second or not np.array_equal(first[lang], second[lang])
+    }
 
 
 def definition(enabled: bool) -> str:

@@ -350,6 +350,7 @@ class Syncer:
         space = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         after_id = 0
         done = 0
+        self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
         while True:
             rows = self.store.pending_chunks(batch, after_id)
             if not rows:
@@ -363,7 +364,9 @@ class Syncer:
             for row in rows:
                 texts[unique[row.content_hash]] = row.text
             try:
-                vectors = embedder.embed_passages(texts)
+                vectors = embedder.embed_passages(
+                    texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
+                )
             except EmbedderUnavailable as exc:
                 if interactive:
                     health.failed(self.config.embedding, str(exc))
@@ -388,6 +391,11 @@ class Syncer:
             self.progress("embed", done, total)
             if deadline is not None and time.monotonic() >= deadline:
                 return
+
+    def _page_progress(self, before: int, rows: int, texts: int, total: int) -> Callable[[int], None]:
+        """Progress per model batch inside one page: the page's rows in proportion to its unique
+        texts embedded so far (a slow model takes minutes per page)."""
+        return lambda embedded: self.progress("embed", before + rows * embedded // texts, total)
 
     def refresh_neutral_space(self) -> str | None:
         """Re-estimate the language statistics when the bounded-drift rule says they are stale
@@ -429,10 +437,14 @@ class Syncer:
                     counts[lang] = counts.get(lang, 0) + int(rows.sum())
             new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
             new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
-            if not neutral.same_offsets(old, new):  # a one-language index moves nothing
+            moved = neutral.moved_languages(old, new)  # a one-language index moves nothing
+            if moved:
                 for page in self._vector_pages():
+                    kept = [i for i, lang in enumerate(page.languages) if lang in moved]
+                    languages = [page.languages[i] for i in kept]
                     self.store.rewrite_vectors(
-                        page.ids, new.neutralise(old.restore(page.matrix, page.languages), page.languages)
+                        [page.ids[i] for i in kept],
+                        new.neutralise(old.restore(page.matrix[kept], languages), languages),
                     )
             summary = new.summary()
             self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})

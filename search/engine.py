@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -9,9 +10,10 @@ from typing import TYPE_CHECKING
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
-from indexer.store import IndexReader, RankedChunk, SearchScope
-from search.fusion import exact_value_terms, match_terms, rrf, term_coverage
-from search.querybuild import build_fts_query
+from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
+from search.exact import ExactRule, exact_first, exact_rules
+from search.fusion import Fused, exact_value_terms, match_terms, rrf, term_coverage
+from search.querybuild import build_exact_query, query_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     import numpy as np
@@ -23,6 +25,16 @@ MODES = ("hybrid", "lex", "vec")
 UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
 MIN_DEPTH = 50  # candidates taken from each half before fusion
+# how deep the halves are searched again when --per-file or --min-similarity left fewer than k
+# hits: vec0's limit on k
+MAX_DEPTH = 4096
+MATCHED = ("keyword", "meaning", "both")
+
+
+def _matched(by_keyword: bool, by_meaning: bool) -> str:
+    return "both" if by_keyword and by_meaning else "keyword" if by_keyword else "meaning"
+
+
 RARE_EXACT_HITS = 3  # at most this many keyword hits hold a language-less term that decides the fusion
 COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in mixed languages
 
@@ -37,6 +49,7 @@ class Hit:
     score: float
     text: str
     rev: str | None
+    matched: str = "keyword"  # which half found it: keyword, meaning or both
     explain: dict[str, float | int | str | None] = field(default_factory=dict)
 
     def to_json(self, explain: bool = False) -> dict[str, object]:
@@ -118,10 +131,11 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
     language, so meaning-only hits in other languages must not outweigh it. A common one (a
     year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
     for term in exact_value_terms(terms):
-        if any(term_coverage([term], text) for text in top) and (
-            sum(term_coverage([term], text) > 0 for text in every) <= RARE_EXACT_HITS
-        ):
-            return True
+        if any(term_coverage([term], text) for text in top):
+            holders = (text for text in every if term_coverage([term], text) > 0)
+            # counting stops past the limit: a common term is known common after a few hits
+            if sum(1 for _ in itertools.islice(holders, RARE_EXACT_HITS + 1)) <= RARE_EXACT_HITS:
+                return True
     return False
 
 
@@ -135,33 +149,34 @@ def search(
     scope: SearchScope = SearchScope(),
     embedder_factory: Callable[[], Embedder],
     resident: ResidentVectors | None = None,
+    per_file: int | None = None,
+    min_similarity: float | None = None,
 ) -> SearchResponse:
     """`resident`: an in-memory copy of the vectors kept by a long-lived caller; when current, it
     answers the unscoped vector half (scoped ones are already exact and fast through the path
-    index), else vec0 does."""
+    index), else vec0 does. `per_file`: at most this many hits from one file. `min_similarity`:
+    a hit found by meaning alone needs at least this cosine similarity to the query."""
     if mode not in MODES:
         raise NotesSearchError(f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
+    if per_file is not None and per_file < 1:
+        raise NotesSearchError(f"per_file must be at least 1, got {per_file}")
+    if min_similarity is not None and not -1.0 <= min_similarity <= 1.0:
+        raise NotesSearchError(f"min_similarity is a cosine similarity from -1 to 1, got {min_similarity}")
     response = SearchResponse(query=query, mode=mode)
     notices: list[str] = []  # why the vector half could not (fully) run: degraded
     info: list[str] = []  # everything else worth saying
     depth = max(MIN_DEPTH, 3 * k)
+    terms = query_terms(query) if mode != "vec" else []
+    match = " OR ".join(term.match for term in terms) if terms else None
+    rules = exact_rules(terms)
     with store.snapshot():
+        query_vector = None
         if mode != "lex":
             meta = check_identity(config, store)
             response.vector_space = describe_vector_space(config, meta)
             from indexer.language import detect_query_language  # the model is loaded for vectors anyway
 
             response.query_language = detect_query_language(query)
-        lexical: list[RankedChunk] = []
-        match = None
-        if mode != "vec":
-            match = build_fts_query(query)
-            if match is not None:
-                lexical = store.fts_search(match, depth, scope)
-            elif mode == "lex":
-                info.append("the query has no searchable words")
-        vector: list[RankedChunk] = []
-        if mode != "lex":
             query_vector = _embed_query(config, embedder_factory, query, mode, notices, info)
             if query_vector is not None and config.embedding.language_neutral and response.query_language != UNKNOWN:
                 basis = neutral.query_basis(meta.get(neutral.STATS_KEY) or "")
@@ -171,29 +186,90 @@ def search(
                         f"{response.vector_space}; query projected off the index's language directions"
                     )
             if query_vector is not None:
-                from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
-                vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
                 pending = store.count_pending(scope)
                 if pending:
                     notices.append(
                         f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
                         "they can only match by keywords"
                     )
-        candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
-        rows = store.chunk_rows(candidates)
-        languages = store.chunk_languages(candidates) if mode != "lex" else {}
+        if mode == "lex" and match is None:
+            info.append("the query has no searchable words")
+        while True:
+            lexical: list[RankedChunk] = []
+            if match is not None:
+                lexical = store.fts_search(match, depth, scope)
+                exact_match = build_exact_query(terms)
+                if exact_match is not None and len(lexical) >= depth:
+                    # an exact match is also a prefix match: only a full list can have left one out
+                    seen = {cid for cid, _ in lexical}
+                    lexical += [hit for hit in store.fts_search(exact_match, depth, scope) if hit.chunk_id not in seen]
+            vector: list[RankedChunk] = []
+            if query_vector is not None:
+                from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
+                vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
+            candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
+            rows = store.chunk_rows(candidates)
+            # only a hybrid query of known language asks which candidates the keywords could not see
+            knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
+            keyword_ids = {cid for cid, _ in lexical}
+            languages = store.chunk_languages(candidates - keyword_ids) if knows_language else {}
+            fused, blind = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
+            chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
+            shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
+            if mode != "lex" and shown:  # --explain names each hit's language
+                languages.update(store.chunk_languages(shown))
+            response.results = _hits(chosen, rows, lexical, vector, languages, blind)
+            exhausted = len(lexical) < depth and len(vector) < depth
+            if (
+                len(response.results) >= k
+                or exhausted
+                or depth >= MAX_DEPTH
+                or (per_file is None and min_similarity is None)
+            ):
+                break
+            depth = min(MAX_DEPTH, depth * 4)
+    if mode == "hybrid" and not lexical:
+        if match is None:
+            info.append("the query has no searchable words: every hit matches by meaning only")
+        elif response.results:
+            info.append("no keyword match: every hit matches by meaning only")
+        else:
+            info.append("no keyword match")
+    response.degraded = bool(notices)
+    response.notice = "; ".join(notices + info) or None
+    return response
+
+
+def _fuse(
+    config: Config,
+    response: SearchResponse,
+    mode: str,
+    match: str | None,
+    rules: list[ExactRule],
+    lexical: list[RankedChunk],
+    vector: list[RankedChunk],
+    rows: dict[int, ChunkRow],
+    languages: dict[int, str],
+) -> tuple[list[Fused], dict[int, tuple[str, ...]]]:
+    """Both halves fused (exact terms first among the chunks their prefixes matched), and the
+    candidates the keyword half could not see."""
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match) if match is not None else []
-    top_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical[:COVERAGE_HITS] if cid in rows]
+    texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
+    seen: dict[int, tuple[bool, int]] = {}  # each chunk is read once for both orderings
+    lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules, seen)
+    top_lexical = [texts[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in texts]
     blind = {}
     if mode == "hybrid":
-        blind = keyword_blind(response.query_language, {cid for cid, _ in lexical}, candidates, languages)
+        candidates = set(lexical_ids) | {cid for cid, _ in vector}
+        blind = keyword_blind(response.query_language, set(lexical_ids), candidates, languages)
     if blind and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
-        every_lexical = [f"{rows[cid].breadcrumb}\n{rows[cid].text}" for cid, _ in lexical if cid in rows]
+        every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
         if found_exact_value(terms, top_lexical, every_lexical):
             blind = {}
     response.keyword_blind = len(blind)
     weights = {}
+    response.keyword_weight = 1.0
     if blind:
         # notes in other languages are in play: the keyword half answers from the query's
         # language only, so it counts as much as its best hit covers the query's terms (not at
@@ -202,18 +278,70 @@ def search(
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
     fused = rrf(
-        {"bm25": [cid for cid, _ in lexical], "vec": [cid for cid, _ in vector]},
+        {"bm25": lexical_ids, "vec": [cid for cid, _ in vector]},
+        k=config.search.rrf_k,
         recency=recency,
         blind=blind,
         weights=weights,
     )
-    bm25 = dict(lexical)
+    if rules:  # the vector half must not undo exact-first either
+        by_id = {item.chunk_id: item for item in fused}
+        fused = [by_id[cid] for cid in exact_first([item.chunk_id for item in fused], texts, rules, seen)]
+    return fused, blind
+
+
+def _choose(
+    fused: list[Fused],
+    rows: dict[int, ChunkRow],
+    lexical: list[RankedChunk],
+    vector: list[RankedChunk],
+    k: int,
+    per_file: int | None,
+    min_similarity: float | None,
+) -> list[Fused]:
+    """The first k fused chunks that still exist and pass the per-file cap and the similarity floor."""
+    keyword = {cid for cid, _ in lexical}
     distance = dict(vector)
-    for item in fused[:k]:
+    per_path: dict[tuple[str, str], int] = {}
+    chosen: list[Fused] = []
+    for item in fused:
+        if len(chosen) >= k:
+            break
         row = rows.get(item.chunk_id)
         if row is None:
             continue
-        response.results.append(
+        if (
+            min_similarity is not None
+            and item.chunk_id not in keyword
+            and item.chunk_id in distance
+            and 1.0 - distance[item.chunk_id] < min_similarity
+        ):
+            continue
+        file_key = (row.source_id, row.path)
+        if per_file is not None and per_path.get(file_key, 0) >= per_file:
+            continue
+        per_path[file_key] = per_path.get(file_key, 0) + 1
+        chosen.append(item)
+    return chosen
+
+
+def _hits(
+    chosen: list[Fused],
+    rows: dict[int, ChunkRow],
+    lexical: list[RankedChunk],
+    vector: list[RankedChunk],
+    languages: dict[int, str],
+    blind: dict[int, tuple[str, ...]],
+) -> list[Hit]:
+    """The chosen chunks as hits."""
+    bm25 = dict(lexical)
+    distance = dict(vector)
+    hits: list[Hit] = []
+    for item in chosen:
+        row = rows[item.chunk_id]
+        matched = _matched(item.chunk_id in bm25, item.chunk_id in distance)
+        similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
+        hits.append(
             Hit(
                 source=row.source_id,
                 path=row.path,
@@ -223,20 +351,20 @@ def search(
                 score=round(item.score, 6),
                 text=row.text[:SNIPPET_CHARS],
                 rev=row.indexed_rev if row.kind == "git" else None,
+                matched=matched,
                 explain={
                     "bm25_rank": item.ranks.get("bm25"),
                     "bm25": round(bm25[item.chunk_id], 4) if item.chunk_id in bm25 else None,
                     "vec_rank": item.ranks.get("vec"),
                     "distance": round(distance[item.chunk_id], 4) if item.chunk_id in distance else None,
+                    "similarity": round(similarity, 4) if similarity is not None else None,
                     "rrf": round(item.score, 6),
                     "language": languages.get(item.chunk_id),
                     "keyword_blind": item.chunk_id in blind,
                 },
             )
         )
-    response.degraded = bool(notices)
-    response.notice = "; ".join(notices + info) or None
-    return response
+    return hits
 
 
 def _embed_query(

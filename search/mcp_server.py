@@ -100,14 +100,25 @@ class NotesTools:
         path: str | None,
         k: int,
         mode: str,
-        tags: list[str] | None = None,
+        tags: list[str] | str | None = None,
         since: str | None = None,
         until: str | None = None,
+        per_file: int | None = None,
+        min_similarity: float | None = None,
     ) -> dict[str, Any]:
         from search.service.scope import Filters
 
-        filters = Filters(tuple(tags or ()), since, until)
-        outcome = self.service.search(query, path=path, k=k, mode=mode, resident=True, filters=filters)
+        filters = Filters((tags,) if isinstance(tags, str) else tuple(tags or ()), since, until)
+        outcome = self.service.search(
+            query,
+            path=path,
+            k=k,
+            mode=mode,
+            resident=True,
+            filters=filters,
+            per_file=per_file,
+            min_similarity=min_similarity,
+        )
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
         data["scope"] = outcome.target.label
@@ -288,7 +299,7 @@ def build_server(service: "NotesService") -> "MCPServer":
             Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
         ] = "hybrid",
         tags: Annotated[
-            list[str] | None,
+            list[str] | str | None,
             Field(description="Only notes whose front matter has every one of these tags (case and '#' ignored)."),
         ] = None,
         since: Annotated[
@@ -304,13 +315,23 @@ def build_server(service: "NotesService") -> "MCPServer":
                 description="Only notes last changed before the end of this; same forms (a date includes the whole day)."
             ),
         ] = None,
+        per_file: Annotated[
+            int | None, Field(ge=1, description="At most this many hits from one file (default: no limit).")
+        ] = None,
+        min_similarity: Annotated[
+            float | None,
+            Field(ge=-1.0, le=1.0, description="Drop meaning-only hits below this cosine similarity (e.g. 0.8)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line),
-        `breadcrumb`, `score`, up to ~1,200 characters of text and `rev` (git commit or null).
+        `breadcrumb`, `score`, up to ~1,200 characters of text, `rev` (git commit or null) and
+        `matched` (keyword, meaning or both; `notice` says when no keyword matched).
         Scoped to a workspace folder, edits made just before the call are indexed first.
         `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
         with _tool_errors():
-            return tools.search(query, path, k, mode, tags, since, until)
+            return tools.search(
+                query, path, k, mode, tags, since, until, per_file=per_file, min_similarity=min_similarity
+            )
 
     @server.tool(name="status", annotations=read_only)
     def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:

@@ -328,9 +328,9 @@ def test_run_all_runs_every_benchmark() -> None:
     from bench.run_all import BENCHES, module
 
     assert BENCHES[:2] == ["foundation", "search"]
-    assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-3:] == ["beir", "crosslingual", "corpora"]
+    assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-4:] == ["beir", "crosslingual", "exact_ids", "corpora"]
     assert module("beir") == "bench.beir" and module("git") == "bench.bench_git"
-    assert module("crosslingual") == "bench.crosslingual"
+    assert module("crosslingual") == "bench.crosslingual" and module("exact_ids") == "bench.exact_ids"
 
 
 def test_question_files_are_read_like_the_config(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ The MCP tool's arguments are tested through the real client in test_mcp.py's way
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -19,11 +20,13 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from mcp import ClientSession
 
 from indexer.config import Config, load_config
 from indexer.errors import NotesSearchError
-from indexer.store import SearchScope, Store
+from indexer.store import SearchScope, Store, tag_key
 from indexer.sync import SyncReport, run_sync
 from search import cli as cli_module
 from search.service.dates import BadMoment, parse_moment
@@ -101,6 +104,44 @@ def test_bad_values_are_refused_with_the_reason(text: str) -> None:
         with pytest.raises(BadMoment) as caught:
             parse_moment(text, until=until, now=NOW)
         assert str(caught.value) and "\n" not in str(caught.value)
+
+
+NEAR_MOMENTS = st.one_of(
+    st.text(max_size=30),
+    st.from_regex(r"\A\s?[0-9]{1,8}\s?(h|d|w|m|y|mo|days?|weeks?|years?|x)?(\s+ago)?\Z"),
+    st.from_regex(
+        r"\A[0-9]{4}-[0-9]{1,2}(-[0-9]{1,2})?([T ][0-9]{1,2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?)?(Z|[+-][0-9]{2}:?[0-9]{2})?\Z"
+    ),
+)
+
+
+def moment_or_none(text: str, until: bool) -> float | None:
+    try:
+        return parse_moment(text, until=until, now=NOW)
+    except BadMoment as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return None
+
+
+@given(text=NEAR_MOMENTS)
+@example(text="9999-12-31")
+@example(text="0001-01-01")
+@example(text="0001-01-01T00:00")
+@example(text="9999-12")
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+def test_any_text_is_a_moment_or_a_bad_moment(text: str) -> None:
+    """Never another exception (the calendar's OverflowError or ValueError at year 1 or 9999),
+    and the `until` reading of a value never ends before its `since` reading starts."""
+    since, until = moment_or_none(text, until=False), moment_or_none(text, until=True)
+    if since is not None and until is not None:
+        assert math.isfinite(since) and math.isfinite(until) and until >= since
+
+
+@given(tag=st.text(max_size=12))
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+def test_a_tag_key_is_its_own_key(tag: str) -> None:
+    key = tag_key(tag)
+    assert tag_key(key) == key and not key.startswith("#") and key == key.strip()
 
 
 # ---- a filtered target -------------------------------------------------------------------------
@@ -356,6 +397,8 @@ def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any) -> N
         assert scoped["scope"] == "collection devops (tag wireguard, since 2000-01-01)" and scoped["results"]
         old = await call(session, "search", query="server", until="2000-01-01", mode="lex")
         assert old["results"] == [] and "nothing found in all sources (until 2000-01-01)" in old["notice"]
+        one = await call(session, "search", query="server network tunnel", tags="vpn", k=5)  # a bare string
+        assert one["scope"] == "all sources (tag vpn)" and one["results"] == vpn["results"]
         assert "since 'sometime'" in await refused(session, "search", query="x", since="sometime")
         assert (
             "no indexed file has the tag 'nosuch'"

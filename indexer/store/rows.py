@@ -9,6 +9,7 @@ that unpacking working without a copy per row on the hot search path.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -17,12 +18,15 @@ if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexica
     import numpy as np
 
 
+_TAG_LEAD = re.compile(r"^[\s#]+")
+
+
 def tag_key(tag: str) -> str:
     """How tags compare, in the index and in a filter: Unicode NFC, case-folded, without the
     `#` a note or a user may write before it and without surrounding blanks (`#DevOps` ->
     `devops`). '' for a tag that is nothing else."""
-    text = unicodedata.normalize("NFC", tag).strip().lstrip("#").strip()
-    return unicodedata.normalize("NFC", text.casefold())
+    text = _TAG_LEAD.sub("", unicodedata.normalize("NFC", tag)).rstrip()
+    return unicodedata.normalize("NFC", text.casefold())  # idempotent: a key is its own key
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,10 +13,10 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option
-from search.terminal import Safe, echo, echo_json
+from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
-    from indexer.sync import SyncReport
+    from indexer.sync import Progress, SyncReport
     from search.service.status import StatusReport
 
 MAX_SKIPS_SHOWN = 20  # per source; a folder of attachments must not flood the terminal
@@ -65,13 +66,10 @@ def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, 
 
     service = ctx.service()
     interactive = package.stderr_is_terminal() and not quiet and not as_json
-    progress, finish = _progress_printer() if interactive else (None, lambda: None)
-    try:
+    with _progress(interactive) as progress:
         outcome = service.sync(
             list(source_ids) or None, full=full, progress=progress, on_warning=None if quiet else _warn
         )
-    finally:
-        finish()
     report = outcome.report
     if report.locked and not as_json:
         return
@@ -93,22 +91,16 @@ def _warn(warning: str) -> None:
     echo(f"warning: {warning}", err=True)
 
 
-def _progress_printer() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    """A one-line progress display on stderr; only used when stderr is a terminal."""
-    state = {"shown": False}
+@contextmanager
+def _progress(interactive: bool) -> Iterator[Progress | None]:
+    """Bars on stderr for a person at a terminal; None (nothing drawn) for cron, hooks, --quiet."""
+    if not interactive:
+        yield None
+        return
+    from search.cli.progress import StageProgress
 
-    def show(stage: str, done: int, total: int) -> None:
-        if stage == "files" and done % 50:
-            return
-        text = f"{stage}: {done}/{total}" if total else f"{stage}: {done}"
-        echo(Safe("\r"), f"{text:<40}", nl=False, err=True)
-        state["shown"] = True
-
-    def finish() -> None:
-        if state["shown"]:
-            echo(Safe("\r" + " " * 40 + "\r"), nl=False, err=True)
-
-    return show, finish
+    with StageProgress(sys.stderr) as progress:
+        yield progress
 
 
 def _print_sync_summary(report: SyncReport) -> None:
@@ -142,9 +134,13 @@ def _print_sync_summary(report: SyncReport) -> None:
 @pass_context
 def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
     """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
+    import search.cli as package  # looked up now: tests replace stderr_is_terminal there
     from search.service.indexing import sync_report_json
 
-    outcome = ctx.service().reindex(path, full=full, lock_wait=REINDEX_LOCK_WAIT, whole_sources=True)
+    with _progress(package.stderr_is_terminal() and not as_json) as progress:
+        outcome = ctx.service().reindex(
+            path, full=full, lock_wait=REINDEX_LOCK_WAIT, whole_sources=True, progress=progress
+        )
     if outcome.locked:
         raise click.ClickException(f"another sync held the lock for {REINDEX_LOCK_WAIT:g} s; try again")
     [run] = outcome.runs  # one run over every source that has the path, as one sync

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @scope_options
 @filter_options
+@click.option(
+    "--per-file", type=click.IntRange(1), help="At most N hits from one file (so the top k spans more notes)."
+)
+@click.option(
+    "--min-similarity",
+    type=click.FloatRange(-1.0, 1.0),
+    help="Drop hits found by meaning alone whose cosine similarity to the query is below X.",
+)
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @format_option()
@@ -37,6 +45,8 @@ def query(
     tags: tuple[str, ...],
     since: str | None,
     until: str | None,
+    per_file: int | None,
+    min_similarity: float | None,
     explain: bool,
     as_json: bool,
     output_format: str | None,
@@ -50,7 +60,7 @@ def query(
     target = service.scope_from_options(
         source_ids, collection, path, filters=filters
     )  # bad flags fail before the index opens
-    outcome = service.search(text, target=target, k=k, mode=mode)
+    outcome = service.search(text, target=target, k=k, mode=mode, per_file=per_file, min_similarity=min_similarity)
     response = outcome.response
     response.notice = outcome.notice
     if fmt == "json":
@@ -80,7 +90,7 @@ def _print_hits(response: SearchResponse, explain: bool) -> None:
         return
     for hit in response.results:
         where = f"{hit.source}:{hit.path}:{hit.line}"
-        echo(styled(where, fg="magenta"), "  ", styled(hit.breadcrumb, bold=True), f"  {hit.score:.4f}")
+        echo(styled(where, fg="magenta"), "  ", styled(hit.breadcrumb, bold=True), f"  {hit.score:.4f}  {hit.matched}")
         if explain:
             e = hit.explain
             blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""

@@ -170,10 +170,23 @@ class NotesService:
         mode: str,
         resident: bool = False,
         filters: Filters | None = None,
+        per_file: int | None = None,
+        min_similarity: float | None = None,
     ) -> SearchOutcome:
         from search.service.searching import search
 
-        return search(self, query, target=target, path=path, k=k, mode=mode, resident=resident, filters=filters)
+        return search(
+            self,
+            query,
+            target=target,
+            path=path,
+            k=k,
+            mode=mode,
+            resident=resident,
+            filters=filters,
+            per_file=per_file,
+            min_similarity=min_similarity,
+        )
 
     # ---- indexing -----------------------------------------------------------------------------
 
@@ -189,10 +202,12 @@ class NotesService:
 
         return sync(self, source_ids, full=full, progress=progress, on_warning=on_warning)
 
-    def reindex(self, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
+    def reindex(
+        self, path: str, *, full: bool, lock_wait: float, whole_sources: bool, progress: Progress | None = None
+    ) -> ReindexOutcome:
         from search.service.indexing import reindex
 
-        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources)
+        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources, progress=progress)
 
     def catch_up(self, target: Target, *, embed: bool) -> list[str]:
         from search.service.indexing import catch_up

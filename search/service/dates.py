@@ -6,7 +6,7 @@ A filter keeps the files with `since <= updated_at < until`. What a value may be
   `7 days`, `2weeks`, `1 year`...). It names one moment (now minus the span) for both flags.
 - `today`, `yesterday`: since = the day's start; until = its end (the whole day included).
 - an ISO date `2026-11-24` or month `2026-11`: since = its start; until = its end, so
-  `--until 2026-11-24` keeps everything changed on that day.
+  `--until 2026-11-24` includes all of that day.
 - an ISO datetime `2026-11-24T09:30` (or with a space, seconds, fraction, `Z` or `+01:00`):
   since = that moment; until includes it to the precision written (`09:30` keeps 09:30:59).
 Dates and datetimes without an offset are local time (the machine's time zone, as file times
@@ -37,6 +37,15 @@ class BadMoment(ValueError):
 def parse_moment(text: str, *, until: bool, now: float) -> float:
     """The moment `text` names, in Unix seconds: a `since` bound (`until=False`, inclusive) or
     an `until` bound (exclusive: the first moment no longer included). Raises BadMoment."""
+    try:
+        return _moment(text, until, now)
+    except BadMoment:
+        raise
+    except (ValueError, OverflowError) as exc:  # the calendar's edges: year 1, year 9999
+        raise BadMoment(f"out of the calendar's range ({exc})") from None
+
+
+def _moment(text: str, until: bool, now: float) -> float:
     value = " ".join(text.split()).lower()
     if not value:
         raise BadMoment(f"empty; {HINT}")

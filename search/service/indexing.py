@@ -131,7 +131,15 @@ def sync(
     return SyncOutcome(report, warnings)
 
 
-def reindex(service: NotesService, path: str, *, full: bool, lock_wait: float, whole_sources: bool) -> ReindexOutcome:
+def reindex(
+    service: NotesService,
+    path: str,
+    *,
+    full: bool,
+    lock_wait: float,
+    whole_sources: bool,
+    progress: Progress | None = None,
+) -> ReindexOutcome:
     """Re-index one place now. `whole_sources` (the CLI's `reindex PATH`): PATH is
     [SOURCE:]PATH, '.' is every source whole, and one run covers every source that has the
     path, as one sync would. Otherwise (the MCP tool) PATH may also be a collection or a source
@@ -171,6 +179,7 @@ def reindex(service: NotesService, path: str, *, full: bool, lock_wait: float, w
             full=full,
             embedder_factory=service.embedder,
             lock_timeout=lock_wait,
+            progress=progress,
         )
         if report.locked:
             return ReindexOutcome(target, tuple(runs), True)

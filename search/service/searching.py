@@ -39,6 +39,8 @@ def search(
     mode: str,
     resident: bool = False,
     filters: Filters | None = None,
+    per_file: int | None = None,
+    min_similarity: float | None = None,
 ) -> SearchOutcome:
     """`target` (from the CLI flags, checked here to name something) or `path` (a tool
     argument, resolved here), narrowed by `filters`. A scoped search first indexes what changed
@@ -59,6 +61,8 @@ def search(
             scope=target.scope,
             embedder_factory=service.embedder,
             resident=service.resident_vectors() if resident and service.keeps_vectors_in_memory else None,
+            per_file=per_file,
+            min_similarity=min_similarity,
         )
         if not response.results and target.scope.tags:
             lag.extend(f"no indexed file has the tag {tag!r}" for tag in unmatched_tags(store, target.scope))
