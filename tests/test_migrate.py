@@ -182,3 +182,13 @@ def test_cli_copies_into_postgres(
         target.close()
         source.close()
     assert_one_line_error(run_cli(config_path, "migrate", "--to", pg_url), "already holds an index")
+
+
+def test_cli_shows_progress_on_a_terminal(
+    config_path: Path, do_sync: Sync, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    do_sync()
+    monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)
+    result = run_cli(config_path, "migrate", "--to", str(tmp_path / "copy.sqlite"))
+    assert result.exit_code == 0, result.output
+    assert "files" in result.stderr and "vectors" in result.stderr

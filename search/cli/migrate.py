@@ -18,15 +18,11 @@ def migrate(ctx: CliContext, target: str, force: bool) -> None:
     Point the config's `db:` at the target afterwards; the SQLite file is left as it was.
     """
     import search.cli as package
-    from search.cli.index import _progress_printer
+    from search.cli.index import _progress
     from search.service.migrating import is_server_url, migrate_index
 
-    interactive = package.stderr_is_terminal()
-    progress, finish = _progress_printer() if interactive else (None, lambda: None)
-    try:
+    with _progress(package.stderr_is_terminal()) as progress:  # bars for a person at a terminal
         report = migrate_index(ctx.config, target, force=force, progress=progress)
-    finally:
-        finish()
     shown = target if not is_server_url(target) else _without_password(target)
     echo(
         f"copied {report.sources} sources, {report.files} files, {report.chunks} chunks, {report.vectors} vectors"
