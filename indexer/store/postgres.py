@@ -1037,14 +1037,41 @@ class PostgresStore:
 
     def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first: FTS5's bm25
-        over the whole index's statistics (breadcrumb weight 2, text 1), ties by id."""
+        over the whole index's statistics (breadcrumb weight 2, text 1), ties by id.
+
+        Unscoped, one pass: every match's phrase frequencies are taken once (ts_rank_cd per
+        phrase), kept, and each phrase's document frequency is counted from those same rows
+        (a phrase hits a chunk exactly when its frequency there is positive), so no second scan
+        re-reads the tsvectors. Scoped, the frequencies still come from the whole index: a
+        GIN count first, then only the scope's matches are scored."""
         phrases = match_to_tsqueries(match)
         if not phrases or limit <= 0:
             return []
         params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
         params["all"] = " | ".join(f"({phrase})" for phrase in phrases)
+        params["limit"] = limit
+        numbers = range(len(phrases))
+        frequencies = ", ".join(
+            f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in numbers
+        )
+        if scope.is_all:
+            # one scan ranks every match once per phrase (in parallel workers when the server has
+            # them; OFFSET 0 keeps the ranking below the window, so it runs once per row); each
+            # phrase's document frequency is then counted over those rows by a window aggregate
+            hits = ", ".join(f"count(*) FILTER (WHERE t{i} > 0) OVER () AS n{i}" for i in numbers)
+            idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
+            norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
+            terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
+            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, sum(tokens)::float8 / sum(rows) AS avgdl
+                                 FROM fts_stats HAVING sum(rows) > 0)
+                      SELECT m.id, -({terms}) AS score FROM s, (
+                          SELECT r.*, {hits} FROM (
+                              SELECT f.id, f.length::float8 AS length, {frequencies}
+                              FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery OFFSET 0) r) m
+                      ORDER BY score, m.id LIMIT %(limit)s"""
+            return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)]
         # document frequencies of each phrase and the index's totals, as FTS5 counts them
-        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(phrases)))
+        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in numbers)
         row = self.conn.execute(
             f"""SELECT (SELECT COALESCE(sum(rows), 0) FROM fts_stats), (SELECT COALESCE(sum(tokens), 0) FROM fts_stats),
                        {counts} FROM chunks_fts WHERE document @@ %(all)s::tsquery""",
@@ -1054,27 +1081,24 @@ class PostgresStore:
             return []
         import math
 
-        total_rows, total_tokens, *hits = (int(value) for value in row)
-        if not any(hits):
+        total_rows, total_tokens, *found = (int(value) for value in row)
+        if not any(found):
             return []
         avgdl = total_tokens / total_rows or 1.0
-        terms = []
-        for i, n_hit in enumerate(hits):
-            idf = max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5)))
-            params[f"idf{i}"] = idf
-            terms.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
-        frequencies = ", ".join(
-            f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0) / 0.5 AS t{i}" for i in range(len(phrases))
-        )
-        in_scope = ""
-        if not scope.is_all:
-            where, scope_params = scope_condition(scope, "c")
-            params.update(scope_params)
-            in_scope = f"AND f.id IN (SELECT c.id FROM chunks c WHERE {where})"
-        params.update(limit=limit, avgdl=avgdl)
-        sql = f"""SELECT m.id, -({" + ".join(terms)}) AS score FROM (
-                      SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length / %(avgdl)s) AS norm, {frequencies}
-                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery {in_scope}) m
+        terms_list = []
+        for i, n_hit in enumerate(found):
+            params[f"idf{i}"] = max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5)))
+            terms_list.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
+        where, scope_params = scope_condition(scope, "c")
+        params.update(scope_params)
+        params["avgdl"] = avgdl
+        # MATERIALIZED: each ts_rank_cd runs once per row, not once per use in the score
+        sql = f"""WITH m AS MATERIALIZED (
+                      SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length::float8 / %(avgdl)s) AS norm,
+                             {frequencies}
+                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery
+                        AND f.id IN (SELECT c.id FROM chunks c WHERE {where}))
+                  SELECT m.id, -({" + ".join(terms_list)}) AS score FROM m
                   ORDER BY score, m.id LIMIT %(limit)s"""
         return [
             RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)
