@@ -132,11 +132,23 @@ def fold_tokens(text: str, query: bool = False) -> list[str]:
 
 
 def _lexeme(token: str) -> str:
-    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
+    if "'" in token or "\\" in token:
+        token = token.replace("\\", "\\\\").replace("'", "''")
+    return "'" + token + "'"
+
+
+# a token of at most this many characters fits MAX_LEXEME_BYTES whatever it holds (4 bytes each)
+_SURELY_INDEXABLE = MAX_LEXEME_BYTES // 4
 
 
 def _indexable(token: str) -> bool:
-    return len(token.encode("utf-8")) <= MAX_LEXEME_BYTES
+    return len(token) <= _SURELY_INDEXABLE or len(token.encode("utf-8")) <= MAX_LEXEME_BYTES
+
+
+@functools.cache
+def _position_labels(weight: str) -> list[str]:
+    """Every tsvector position as text, with the weight's letter: formatted once per process."""
+    return [f"{position}{weight}" for position in range(MAX_POSITION + 1)]
 
 
 def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
@@ -144,15 +156,17 @@ def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
     between the two columns so that no phrase spans both) and its token count."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
-    positions: dict[str, list[str]] = {}
-    for offset, tokens, weight in ((1, head, "A"), (len(head) + 2, body, "")):
-        for i, token in enumerate(tokens):
-            if not _indexable(token):
-                continue
-            found = positions.setdefault(token, [])
-            if len(found) < MAX_POSITIONS_PER_LEXEME:
-                found.append(f"{min(offset + i, MAX_POSITION)}{weight}")
-    literal = " ".join(f"{_lexeme(token)}:{','.join(places)}" for token, places in positions.items())
+    places: dict[str, list[str]] = {}
+    for tokens, first, labels in ((head, 1, _position_labels("A")), (body, len(head) + 2, _position_labels(""))):
+        for position, token in enumerate(tokens, first):
+            label = labels[position if position < MAX_POSITION else MAX_POSITION]
+            found = places.get(token)
+            if found is None:
+                if _indexable(token):
+                    places[token] = [label]
+            elif len(found) < MAX_POSITIONS_PER_LEXEME:
+                found.append(label)
+    literal = " ".join([f"{_lexeme(token)}:{','.join(found)}" for token, found in places.items()])
     return literal, len(head) + len(body)
 
 
@@ -836,17 +850,22 @@ class PostgresStore:
         Returns the chunks left pending. Inside a transaction; for a rename write the new path
         first, then delete the old one."""
         hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
-        # read before the delete: a reusable vector may be one of this file's old chunks
-        carried = self._vectors_by_hash(set(hashes))
-        known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
-        self.delete_file(source_id, file.path)
+        self.has_vector_table()  # known before the pipeline: the statements below depend on it
+        # one round trip: the reads, the delete (after them: a reusable vector may be one of this
+        # file's old chunks) and the tsvectors folded meanwhile
+        with self.conn.pipeline():
+            vectors_read = self._vectors_by_hash_sent(set(hashes))
+            languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
+            self.delete_file(source_id, file.path)
+            documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
+            carried = self._vectors_by_hash_read(vectors_read)
+            known_languages = self._languages_by_hash_read(languages_read)
         now = utc_now()
         languages = []
         for chunk, digest in zip(doc.chunks, hashes, strict=True):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
         # the file, its chunks and their lexical rows in one statement (foreign keys are checked
         # at its end, when all three exist)
         rows = self.conn.execute(
@@ -903,29 +922,40 @@ class PostgresStore:
             self._insert_vectors(vectors)
         return len(doc.chunks) - len(vectors)
 
-    def _vectors_by_hash(self, hashes: set[str]) -> dict[str, bytes]:
-        """content hash -> the vector (float32 bytes) of the oldest embedded chunk with that text."""
+    def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
+        """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;
+        `_vectors_by_hash_read` takes the answer (apart, so a pipeline can send more meanwhile)."""
         if not hashes or not self.has_vector_table():
-            return {}
-        rows = self.conn.execute(
+            return None
+        return self.conn.execute(
             """SELECT DISTINCT ON (c.content_hash) c.content_hash, vector_send(v.embedding)
                FROM chunks c JOIN chunk_vectors v ON v.id = c.id
                WHERE c.content_hash = ANY(%s) AND c.embedded_at IS NOT NULL ORDER BY c.content_hash, c.id""",
             (sorted(hashes),),
             binary=True,
         )
-        return {str(digest): _vector_bytes(bytes(sent)) for digest, sent in rows}
 
-    def _languages_by_hash(self, hashes: set[str]) -> dict[str, str]:
-        """Languages already detected for these texts ('unknown' is not reused)."""
-        if not hashes:
+    @staticmethod
+    def _vectors_by_hash_read(sent: psycopg.Cursor[Any] | None) -> dict[str, bytes]:
+        if sent is None:
             return {}
-        rows = self.conn.execute(
+        return {str(digest): _vector_bytes(bytes(vector)) for digest, vector in sent.fetchall()}
+
+    def _languages_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
+        """Ask for the languages already detected for these texts ('unknown' is not reused)."""
+        if not hashes:
+            return None
+        return self.conn.execute(
             """SELECT content_hash, MIN(language) FROM chunks
                WHERE content_hash = ANY(%s) AND language <> 'unknown' GROUP BY content_hash""",
             (sorted(hashes),),
         )
-        return {str(digest): str(language) for digest, language in rows}
+
+    @staticmethod
+    def _languages_by_hash_read(sent: psycopg.Cursor[Any] | None) -> dict[str, str]:
+        if sent is None:
+            return {}
+        return {str(digest): str(language) for digest, language in sent.fetchall()}
 
     def _insert_vectors(self, rows: Sequence[tuple[int, bytes]]) -> None:
         """(chunk id, float32 bytes) pairs into chunk_vectors, by binary COPY (one round trip)."""
