@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-HNSW_INDEX = "idx_chunk_vectors_hnsw"
 BUILD_MEMORY = "1GB"  # maintenance_work_mem for the build: a graph that fits is built much faster
 
 
@@ -29,15 +28,5 @@ def vector_index_deferred(store: Any) -> Iterator[None]:
     if postgres is None or not isinstance(store, postgres.PostgresStore):
         yield
         return
-    with store.transaction():
-        store.conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
-    store._hnsw_ready = True  # the store's own flag: "built", so no store_vectors builds it midway
-    try:
+    with store.vector_index_deferred(BUILD_MEMORY):
         yield
-    finally:
-        store._hnsw_ready = False
-    store.conn.execute(f"SET maintenance_work_mem = '{BUILD_MEMORY}'")
-    try:
-        store._index_vectors_once_many()  # the store's build, at its threshold
-    finally:
-        store.conn.execute("RESET maintenance_work_mem")
