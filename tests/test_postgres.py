@@ -70,6 +70,24 @@ def test_lexical_ranking_is_fts5_bm25(stores: tuple[Store, PostgresStore], scope
     assert any(sqlite.fts_search(match, 20, scope) for match in QUERIES)
 
 
+def test_scoped_ranking_follows_writes_that_keep_the_totals(stores: tuple[Store, PostgresStore]) -> None:
+    """Scoped searches reuse the phrases' document frequencies until the lexical rows change: a
+    rewrite with the same chunk and token counts but other words must not keep the old ones."""
+    sqlite, postgres = stores
+    scope = SearchScope(path="devops")
+    match = '"server"* OR "backu"*'
+    for store in stores:
+        store.fts_search(match, 20, SearchScope())  # counts remembered
+    for store in stores:
+        with store.transaction():  # the same counts of chunks and tokens, "server" gone
+            store.write_file("s", *doc("misc/mixed.md", ["backup backup backup client", TEXTS["misc/mixed.md"][1]]))
+    for _ in range(2):  # the second answer comes from the remembered counts
+        expected = sqlite.fts_search(match, 20, scope)
+        found = postgres.fts_search(match, 20, scope)
+        assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected]
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+
+
 def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
     """Every (sql, params) the store sends from now on."""
     sent: list[tuple[Any, Any]] = []

@@ -88,6 +88,13 @@ BM25_B = 0.75
 # the hits of a phrase, a breadcrumb hit (weight A) twice, as bm25(chunks_fts, 2.0, 1.0) does
 RANK_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
 EMBED_TEXT_SQL = "c.breadcrumb || chr(10) || chr(10) || c.text"
+# which state of the lexical rows the statistics describe: the statement triggers rewrite a
+# source's fts_stats row in every transaction that writes its lexical rows, so the row versions'
+# xmin (the writing transaction) change with any write, even one that leaves the totals equal
+LEXICAL_VERSION_SQL = (
+    "COALESCE(string_agg(fts_stats.source_id || ':' || fts_stats.xmin::text, ',' ORDER BY fts_stats.source_id), '')"
+)
+PHRASE_HITS_KEPT = 10_000
 
 
 def is_postgres_url(location: object) -> bool:
@@ -558,6 +565,9 @@ class PostgresStore:
         self._vector_oid: int | None = None
         self._has_vectors = False
         self._hnsw_ready = False
+        # phrase -> chunks holding it, valid while the lexical rows are as they were when counted
+        self._phrase_hits: dict[str, int] = {}
+        self._phrase_hits_key: str | None = None
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -1115,28 +1125,36 @@ class PostgresStore:
             idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
             norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
             terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
-            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, sum(tokens)::float8 / sum(rows) AS avgdl
+            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, sum(tokens)::float8 / sum(rows) AS avgdl,
+                                        {LEXICAL_VERSION_SQL} AS version
                                  FROM fts_stats HAVING sum(rows) > 0)
-                      SELECT m.id, -({terms}) AS score FROM s, (
+                      SELECT m.id, -({terms}) AS score, s.version, {", ".join(f"m.n{i}" for i in numbers)} FROM s, (
                           SELECT r.*, {hits} FROM (
                               SELECT f.id, f.length::float8 AS length, {frequencies}
                               FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery OFFSET 0) r) m
                       ORDER BY score, m.id LIMIT %(limit)s"""
-            return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)]
-        # document frequencies of each phrase and the index's totals, as FTS5 counts them
-        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in numbers)
-        row = self.conn.execute(
-            f"""SELECT (SELECT COALESCE(sum(rows), 0) FROM fts_stats), (SELECT COALESCE(sum(tokens), 0) FROM fts_stats),
-                       {counts} FROM chunks_fts WHERE document @@ %(all)s::tsquery""",
-            params,
-        ).fetchone()
-        if row is None or not row[0]:
+            rows = self.conn.execute(sql, params, prepare=False).fetchall()
+            if rows:
+                self._remember_phrase_hits(str(rows[0][2]), dict(zip(phrases, map(int, rows[0][3:]), strict=True)))
+            return [RankedChunk(int(r[0]), float(r[1])) for r in rows]
+        # the index's totals, and each phrase's document frequency as FTS5 counts it (whole index)
+        version, total_rows, total_tokens = self.conn.execute(
+            f"SELECT {LEXICAL_VERSION_SQL}, COALESCE(sum(rows), 0), COALESCE(sum(tokens), 0) FROM fts_stats"
+        ).fetchone() or ("", 0, 0)
+        if not total_rows:
+            return []
+        self._remember_phrase_hits(str(version), {})
+        missing = [phrase for phrase in phrases if phrase not in self._phrase_hits]
+        if missing:
+            self._count_phrase_hits(missing)
+            if any(phrase not in self._phrase_hits for phrase in phrases):  # a write came between
+                self._count_phrase_hits(phrases)
+        found = [self._phrase_hits.get(phrase, 0) for phrase in phrases]
+        if not any(found):
             return []
         import math
 
-        total_rows, total_tokens, *found = (int(value) for value in row)
-        if not any(found):
-            return []
+        total_rows, total_tokens = int(total_rows), int(total_tokens)
         avgdl = total_tokens / total_rows or 1.0
         terms_list = []
         for i, n_hit in enumerate(found):
@@ -1156,6 +1174,28 @@ class PostgresStore:
         return [
             RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)
         ]  # planned for its terms
+
+    def _count_phrase_hits(self, phrases: Sequence[str]) -> None:
+        """Count the chunks holding each phrase over the whole index (one scan of their matches)."""
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
+        params["any"] = " | ".join(f"({phrase})" for phrase in phrases)
+        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(phrases)))
+        row = self.conn.execute(
+            f"""SELECT (SELECT {LEXICAL_VERSION_SQL} FROM fts_stats), {counts}
+                FROM chunks_fts WHERE document @@ %(any)s::tsquery""",
+            params,
+            prepare=False,
+        ).fetchone()
+        assert row is not None  # an aggregate without GROUP BY always answers
+        self._remember_phrase_hits(str(row[0]), dict(zip(phrases, map(int, row[1:]), strict=True)))
+
+    def _remember_phrase_hits(self, version: str, hits: dict[str, int]) -> None:
+        """Keep document frequencies for the lexical rows' `version`; a new version (any write
+        since) forgets the older counts. Bounded: a long-lived server sees unbounded queries."""
+        if version != self._phrase_hits_key or len(self._phrase_hits) > PHRASE_HITS_KEPT:
+            self._phrase_hits = {}
+            self._phrase_hits_key = version
+        self._phrase_hits.update(hits)
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
