@@ -384,9 +384,18 @@ def _fill_file_tags(store: PostgresStore) -> None:
             )
 
 
+# the tsvectors kept in the table's own pages, uncompressed, up to a page's worth: keyword search
+# reads each one once per phrase, and a compressed or out-of-line one is decompressed or fetched
+# every time (at 100k chunks, 13 % of them: ranking took 1.7x as long). Rows written from then on.
+LEXICAL_INLINE_SQL = """
+    ALTER TABLE chunks_fts ALTER COLUMN document SET STORAGE MAIN;
+    ALTER TABLE chunks_fts SET (toast_tuple_target = 8160);
+"""
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
+    PgMigration("lexical_rows_inline", LEXICAL_INLINE_SQL),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
