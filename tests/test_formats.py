@@ -278,6 +278,24 @@ def test_show_bad_refs_among_several(run: Run) -> None:
     assert single.exit_code == 1 and single.stderr.startswith("Error: ") and len(single.stderr.splitlines()) == 1
 
 
+def test_show_bad_ref_after_the_cap_is_an_error_not_a_left_out_file(run: Run) -> None:
+    # the cap is reached at the first file: a missing ref after it must still fail the command
+    result = run("show", "notes:devops/long.md", "notes:nope.md", "notes:devops/postgres.md", "--max-lines", "10")
+    assert result.exit_code == 1
+    assert "error: notes:nope.md" in result.stderr
+    as_json = run(
+        "show", "notes:devops/long.md", "notes:nope.md", "notes:devops/postgres.md:99", "--max-lines", "10", "--json"
+    )
+    data = json.loads(as_json.stdout)
+    assert as_json.exit_code == 1
+    assert [item["ref"] for item in data["errors"]] == ["notes:nope.md", "notes:devops/postgres.md"]
+    assert data["omitted"] == []
+    left_out = json.loads(
+        run("show", "notes:devops/long.md", "notes:devops/postgres.md", "--max-lines", "10", "--json").stdout
+    )
+    assert left_out["omitted"] == ["notes:devops/postgres.md"] and left_out["errors"] == []
+
+
 def test_show_glob_keeps_the_single_show_confinement(run: Run, notes: Path, tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     write(secret, {"passwords.md": "# Secret\n\nTOPSECRET-4242\n"})
