@@ -113,7 +113,8 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                 e = hit.explain
                 blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
                 echo(
-                    f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}"
+                    f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}"
+                    f"  similarity {'-' if e.get('similarity') is None else e['similarity']}  rrf {e['rrf']}"
                     f"  language {e.get('language') or '-'}{blind}"
                 )
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
