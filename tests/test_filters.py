@@ -253,6 +253,12 @@ def test_bad_flags_are_usage_errors_and_an_unknown_tag_says_so(cli: Callable[...
     result = cli("query", "server", "--tag", "devops", "--tag", "nosuchtag", "--json")
     assert json.loads(result.stdout)["results"] == []
     assert "no indexed file has the tag 'nosuchtag'" in json.loads(result.stdout)["notice"]
+    # filters that leave no file say so, in every mode: the words were never the problem
+    for mode in ("lex", "hybrid"):
+        empty = json.loads(cli("query", "server", "--until", "2000-01-01", "--mode", mode, "--json").stdout)
+        assert empty["results"] == [] and "no indexed file passes the filters: all sources (until" in empty["notice"]
+    words = json.loads(cli("query", "xyzzynotfound", "--tag", "devops", "--mode", "lex", "--json").stdout)
+    assert words["results"] == [] and words["notice"] is None  # files pass; the words matched none
 
 
 def test_a_recent_relative_filter_keeps_what_was_just_written(cli: Callable[..., Result], tmp_path: Path) -> None:
@@ -396,7 +402,10 @@ def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any) -> N
         scoped = await call(session, "search", query="server", path="devops", tags=["wireguard"], since="2000-01-01")
         assert scoped["scope"] == "collection devops (tag wireguard, since 2000-01-01)" and scoped["results"]
         old = await call(session, "search", query="server", until="2000-01-01", mode="lex")
-        assert old["results"] == [] and "nothing found in all sources (until 2000-01-01)" in old["notice"]
+        assert (
+            old["results"] == []
+            and "no indexed file passes the filters: all sources (until 2000-01-01)" in old["notice"]
+        )
         one = await call(session, "search", query="server network tunnel", tags="vpn", k=5)  # a bare string
         assert one["scope"] == "all sources (tag vpn)" and one["results"] == vpn["results"]
         assert "since 'sometime'" in await refused(session, "search", query="x", since="sometime")
