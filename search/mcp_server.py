@@ -341,13 +341,18 @@ def build_server(service: "NotesService") -> "MCPServer":
         ] = None,
         min_similarity: Annotated[
             float | None,
-            Field(ge=-1.0, le=1.0, description="Drop meaning-only hits below this cosine similarity (e.g. 0.8)."),
+            Field(
+                ge=-1.0,
+                le=1.0,
+                description="Drop meaning-only hits below this cosine similarity (e.g. 0.8); keyword hits "
+                "stay, so with mode=lex it changes nothing.",
+            ),
         ] = None,
         detail: Annotated[
             Literal["text", "snippet"],
             Field(
                 description="text (default): ~1,200 characters per hit; snippet: ref, match_line, "
-                "breadcrumb, score and a short snippet per hit (same hits, about a third of the bytes)."
+                "breadcrumb, score, rev, matched and a short snippet per hit (same hits, about a third of the bytes)."
             ),
         ] = "text",
     ) -> dict[str, Any]:

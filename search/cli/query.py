@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 @click.option(
     "--min-similarity",
     type=click.FloatRange(-1.0, 1.0),
-    help="Drop hits found by meaning alone whose cosine similarity to the query is below X.",
+    help="Drop hits found by meaning alone whose cosine similarity to the query is below X "
+    "(keyword hits stay: no effect with --mode lex).",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--full", is_flag=True, help="Print each hit's whole chunk instead of its snippet (in JSON: as text).")
