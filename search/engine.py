@@ -238,7 +238,8 @@ def search(
             depth = min(MAX_DEPTH, depth * 4)
     if mode == "hybrid" and not lexical:
         if match is None:
-            info.append("the query has no searchable words: every hit matches by meaning only")
+            meaning_only = ": every hit matches by meaning only" if response.results else ""
+            info.append(f"the query has no searchable words{meaning_only}")
         elif response.results:
             info.append("no keyword match: every hit matches by meaning only")
         else:
