@@ -146,9 +146,8 @@ class NotesTools:
                 short.append({"ref": kept.pop("ref"), **kept})  # `ref` holds source, path and line
             data["results"] = short
         if not data["results"] and not data["notice"]:
-            data["notice"] = (
-                f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
-            )
+            other_mode = ", mode=lex for exact terms," if mode != "lex" else ""
+            data["notice"] = f"nothing found in {outcome.target.label}; try other words{other_mode} or grep"
         return data
 
     def status(self, path: str | None) -> dict[str, Any]:

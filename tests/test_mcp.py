@@ -222,6 +222,8 @@ def test_detail_snippet_answers_the_same_hits_in_fewer_bytes(workspace: Path, tm
             sorted(wireguard),
             described,
         )  # the schema names every field
+        missed = await call(session, "search", query="xyzzynotfound", mode="lex", detail="snippet")
+        assert missed["results"] == [] and missed["notice"] == "nothing found in all sources; try other words or grep"
         bad = await session.call_tool("search", {"query": "x", "detail": "everything"})
         assert bad.is_error and "detail" in bad.content[0].text  # type: ignore[union-attr]
 
