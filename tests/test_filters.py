@@ -269,6 +269,24 @@ def test_a_recent_relative_filter_keeps_what_was_just_written(cli: Callable[...,
     assert "home/fresh.md" not in found(cli("query", "server", "--mode", "lex", "--json", "-k", "20", "--until", "1h"))
 
 
+def test_a_touch_that_keeps_the_text_is_no_change(cli: Callable[..., Result], tmp_path: Path) -> None:
+    note = tmp_path / "notes" / "home" / "kept.md"
+    note.write_text("# Kept\n\nthe zorbserver got a new disk\n", encoding="utf-8")
+    old = local(2020, 5, 1, 12)
+    os.utime(note, (old, old))
+    assert cli("sync").exit_code == 0
+    os.utime(note, None)  # now, the same text: as a backup restore or an editor's save without edits
+    assert cli("sync").exit_code == 0
+
+    def query(*flags: str) -> list[str]:
+        return found(cli("query", "zorbserver", "--mode", "lex", "--json", *flags))
+
+    assert query("--since", "1h") == [] and query("--until", "2020-05-01") == ["home/kept.md"]
+    note.write_text("# Kept\n\nthe zorbserver got a second disk\n", encoding="utf-8")
+    assert cli("sync").exit_code == 0
+    assert query("--since", "1h") == ["home/kept.md"]
+
+
 # ---- a git source: the commit time of each file's last change ---------------------------------
 
 T1 = int(local(2026, 10, 1, 10))
