@@ -1,4 +1,28 @@
-"""The sync lock: an flock on a file, so a killed process can never leave it held."""
+"""The sync lock: who may write the index, chosen by where the index lives.
+
+`IndexLock` is the one interface the sync orchestrator uses; two implementations:
+- SQLite (`FileIndexLock`): one exclusive flock on a file next to the index, for the whole run.
+  One writer per index at a time; readers never take it. Every claim below is already covered.
+- PostgreSQL (`indexer.store.postgres_lock.AdvisoryIndexLock`): session advisory locks on one
+  connection held for the run, so workers on several hosts share one index.
+
+The rule for PostgreSQL (the index-wide key is taken in two modes):
+- A run holds the index-wide key SHARED from start to end: any number of workers run at once.
+- Work on one source (its files, chunks, collections, revision, chunker version, its removal)
+  needs that source's key EXCLUSIVE: no source is ever indexed by two workers at once. A worker
+  skips the sources another one holds.
+- Attaching vectors to pending chunks needs the embedding key EXCLUSIVE (pending chunks belong
+  to no one source; one embedder pass at a time, the next picks up what the last left).
+- Whole-index operations need the index-wide key EXCLUSIVE, which only a worker that is the
+  sole runner gets: starting a new embedding space (`reset_vectors` on an identity change),
+  rewriting every vector into new language statistics, and the language backfill of an old
+  index. A rebuild that cannot get it does nothing this run (the run reports the lock busy);
+  the statistics rewrite and the backfill are skipped and left to a later run. Two workers
+  that both find a rebuild due at the same instant both give way; the next run of either one
+  makes it. `migrate` holds a target's index-wide key exclusively for the whole copy.
+Readers take none of these keys: a search never waits for a sync. A lock dies with its
+connection, so a killed worker leaves none behind.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +31,40 @@ import os
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
 
 from indexer.errors import StoreError
+
+if TYPE_CHECKING:
+    from indexer.config import Config
+
+
+class IndexLock(Protocol):
+    """What a sync run holds while it writes (see the module docstring for the rule)."""
+
+    def acquire(self, timeout: float = 0.0) -> bool:
+        """Start the run, waiting up to `timeout` seconds; False when it may not run now."""
+        ...
+
+    def release(self) -> None:
+        """End the run: every claim it made is given up."""
+        ...
+
+    def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
+        """Become the only writer of one source until the run ends; False if another holds it."""
+        ...
+
+    def claim_embedding(self, timeout: float = 0.0) -> bool:
+        """Become the only worker attaching vectors until the run ends."""
+        ...
+
+    def claim_index(self, timeout: float = 0.0) -> bool:
+        """Become the only worker of the whole index, until `release_index` or the run's end."""
+        ...
+
+    def release_index(self) -> None:
+        """Give up `claim_index` (the run continues, sharing the index again)."""
+        ...
 
 
 class SyncLock:
@@ -66,6 +122,53 @@ class SyncLock:
         self.release()
 
 
+class FileIndexLock:
+    """The SQLite index's lock: the run holds the whole index, so every claim is granted."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = SyncLock(path)
+
+    def acquire(self, timeout: float = 0.0) -> bool:
+        return self._lock.acquire(timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
+        return True
+
+    def claim_embedding(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def claim_index(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def release_index(self) -> None:
+        pass
+
+
+class HeldIndexLock:
+    """A run whose caller already excludes every other writer (tests, in-process tools)."""
+
+    def acquire(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+    def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
+        return True
+
+    def claim_embedding(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def claim_index(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def release_index(self) -> None:
+        pass
+
+
 def _not_a_folder(folder: Path) -> Path | None:
     """The nearest of `folder` and its parents that exists but is no folder, or None."""
     for candidate in (folder, *folder.parents):
@@ -95,3 +198,29 @@ def holder(path: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def postgres_dsn(config: Config) -> str | None:
+    """The PostgreSQL connection string of an index on a server, None for a SQLite file."""
+    return config.db_url
+
+
+def open_index_lock(config: Config) -> IndexLock:
+    """The lock that fits where the index lives (not yet acquired)."""
+    dsn = postgres_dsn(config)
+    if dsn is None:
+        return FileIndexLock(config.lock_path)
+    from indexer.store.postgres_lock import AdvisoryIndexLock  # psycopg loads only for a server index
+
+    return AdvisoryIndexLock(dsn)
+
+
+def running_sync(config: Config) -> int | None:
+    """The pid of a sync holding the index now (0 if unknown, on a server index possibly another
+    host's), or None when none runs. Never takes the lock itself on a server index."""
+    dsn = postgres_dsn(config)
+    if dsn is None:
+        return holder(config.lock_path)
+    from indexer.store.postgres_lock import sync_holder
+
+    return sync_holder(dsn)

@@ -32,7 +32,7 @@ from indexer.errors import (
     NotesSearchError,
     StoreError,
 )
-from indexer.lock import SyncLock
+from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
 from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
@@ -77,6 +77,7 @@ class SyncReport:
     pending: int = 0
     embed_notice: str | None = None
     rebuilt: str | None = None  # why vectors were dropped, when they were
+    busy: list[str] = field(default_factory=list)  # sources left alone: another worker syncs them
     neutral: str | None = None  # the language statistics, when this run re-estimated them
     coverage: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -99,19 +100,26 @@ class Syncer:
         store: IndexWriter,
         embedder_factory: Callable[[], Embedder] | None,
         progress: Progress | None = None,
+        lock: IndexLock | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.embedder_factory = embedder_factory
         self.progress = progress or (lambda stage, done, total: None)
+        self.lock: IndexLock = lock or HeldIndexLock()
 
     # ---- identity -------------------------------------------------------------------------
 
     def ensure_identity(self) -> tuple[str | None, set[str]]:
         """Rebuild the vector space if the config's differs. Returns (why rebuilt, the sources
-        whose files were chunked by another chunker version and must be re-chunked)."""
+        whose files were chunked by another chunker version and must be re-chunked).
+        Raises IndexBusy when a rebuild is due but other workers share the index."""
         meta = self.store.meta()
         rebuilt = None
+        if not self.store.has_vector_table() or identity_mismatch(self.config.embedding, meta):
+            if not self.lock.claim_index():
+                raise IndexBusy
+            meta = self.store.meta()  # as it was when the other runs ended
         if not self.store.has_vector_table() or identity_mismatch(self.config.embedding, meta):
             mismatch = identity_mismatch(self.config.embedding, meta)
             if self.store.has_vector_table() and meta.get("embedding_model") is not None:
@@ -124,6 +132,7 @@ class Syncer:
             )
         elif config_space := self._adopt_unrecorded_space(meta):
             self.store.set_meta(config_space)
+        self.lock.release_index()
         # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
         # the global key is what indexes written before per-source keys hold
         stale = {
@@ -319,6 +328,10 @@ class Syncer:
         total = self.store.count_pending_all()
         if total == 0 or self.embedder_factory is None:
             return
+        if not self.lock.claim_embedding():
+            # the other worker's pass pages by id, so it reaches the chunks committed meanwhile
+            report.embed_notice = f"another sync worker is attaching vectors; {total} chunks wait for it"
+            return
         interactive = deadline is not None
         health = embedder_health(self.config)
         outage = health.outage(self.config.embedding) if interactive else None
@@ -397,6 +410,18 @@ class Syncer:
         old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
             return None
+        if not self.lock.claim_index():
+            return None  # other workers write vectors of the current space: a later run moves them
+        try:
+            return self._rewrite_neutral_space()
+        finally:
+            self.lock.release_index()
+
+    def _rewrite_neutral_space(self) -> str | None:
+        model = self.config.embedding.model
+        old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
+        if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
+            return None  # another worker re-estimated them before this one got the index
         import numpy as np
 
         sums: dict[str, np.ndarray] = {}
@@ -448,11 +473,17 @@ class Syncer:
             # a catch-up inside a query never starts a rebuild: that is sync's job
             report.embed_notice = "index needs a full sync (embedding identity changed); catch-up skipped"
             return report
-        report.rebuilt, stale_chunking = self.ensure_identity()
+        try:
+            report.rebuilt, stale_chunking = self.ensure_identity()
+        except IndexBusy:
+            return SyncReport(locked=True)
         if embed_budget is not None:
             stale_chunking = set()  # a bounded catch-up never re-chunks a whole source
-        else:
-            backfill_languages(self.store)
+        elif self.store.language_backfill() is not None and self.lock.claim_index():
+            try:
+                backfill_languages(self.store)
+            finally:
+                self.lock.release_index()
         selected = source_ids or list(self.config.sources)
         errored = self.store.errored_sources()
         for source_id in selected:
@@ -476,7 +507,9 @@ class Syncer:
         if not source_ids:
             # after the configured sources: a source renamed in the config finds its vectors
             # (by content hash) still there and re-embeds nothing
-            for stale in set(self.store.source_ids()) - set(self.config.sources):
+            for stale in sorted(set(self.store.source_ids()) - set(self.config.sources)):
+                if not self.lock.claim_source(stale):
+                    continue  # a worker with an older config still syncs it: the next run removes it
                 log.info("source %s is no longer configured: removing it from the index", stale)
                 self.store.remove_source(stale)
         # a scoped run (catch-up, watcher batch, reindex PATH) leaves the TOC to the next full
@@ -509,6 +542,10 @@ class Syncer:
             log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+
+class IndexBusy(Exception):
+    """A whole-index operation is due but other sync workers share the index now."""
 
 
 def backfill_languages(store: IndexWriter) -> int:
@@ -556,15 +593,24 @@ def run_sync(
     """
     for source_id in source_ids or []:
         config.source(source_id)  # unknown ids fail before any work
-    lock = SyncLock(config.lock_path)
+    lock = open_index_lock(config)
     if not lock.acquire(timeout=lock_timeout):
         return SyncReport(locked=True)
     try:
+        # on a shared server another worker may hold some sources: sync the others
+        selected = source_ids or list(config.sources)
+        busy = [sid for sid in selected if not lock.claim_source(sid, lock_timeout)]
+        if busy and len(busy) == len(selected):
+            return SyncReport(locked=True, busy=busy)
+        if busy:
+            log.info("sources synced by another worker now, left to it: %s", ", ".join(busy))
+            source_ids = [sid for sid in selected if sid not in busy]
         store = open_store(config.index_location)
         try:
-            report = Syncer(config, store, embedder_factory, progress).run(source_ids, full, path, embed_budget)
+            report = Syncer(config, store, embedder_factory, progress, lock).run(source_ids, full, path, embed_budget)
         finally:
             store.close()
+        report.busy = busy
     finally:
         lock.release()
     _log_summary(report)

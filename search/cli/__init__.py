@@ -37,6 +37,7 @@ LAZY_COMMANDS = {
     "route": "search.cli.collections:route_command",
     "hooks": "search.cli.hooks:hooks",
     "eval": "search.cli.evaluate:eval_command",
+    "migrate": "search.cli.migrate:migrate",
 }
 
 # Commands that write the index: only these create the db's and the log's folders. The others

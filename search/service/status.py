@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
-from indexer.lock import holder as lock_holder
+from indexer.lock import running_sync
 from indexer.store import IndexReader, ScopeCounts, describe_location
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
                 entry["lag"] = {"lags": None, "error": str(exc)}
             sources.append(entry)
     mismatch = identity_mismatch(config.embedding, meta)
-    running = lock_holder(config.lock_path)
+    running = running_sync(config)
     return StatusReport(
         scope=target.label,
         db=describe_location(config.index_location),

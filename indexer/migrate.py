@@ -1,0 +1,194 @@
+"""Copy an index into another store (SQLite -> PostgreSQL), vectors included, without the model.
+
+The copy goes through the store protocol only, so any backend can be either end: each file is
+written again with its stored chunks (write_file), every chunk comes back pending, and the
+stored vectors are then attached in chunk order. Chunk ids are remapped consistently: files are
+written in the order of their first chunk id and chunks by index, so the target's ids ascend
+in the same order as the source's. Meta (embedding identity, language statistics, chunker
+versions), sources with their revision and last error, collections and each chunk's language
+are copied; the target is then counted against the source, per source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from indexer.errors import StoreError
+from indexer.model import Chunk, FileVersion, ParsedDocument
+from indexer.store import LANGUAGE_BACKFILL_KEY, IndexWriter, SourceStats
+from indexer.store.postgres_bulk import vector_index_deferred
+
+FILES_PER_TRANSACTION = 200
+CHUNK_PAGE = 2000
+VECTOR_PAGE = 2000
+# kept by each store itself, never copied: the target's own schema step count
+LOCAL_META = frozenset({"schema_version", "vectors_generation", "sqlite_vec_version", "pgvector_version"})
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    sources: int
+    files: int
+    chunks: int
+    vectors: int
+    pending: int
+
+
+class TargetNotEmpty(StoreError):
+    """The target already holds an index (replaced only when asked to)."""
+
+
+def migrate(
+    source: IndexWriter, target: IndexWriter, *, force: bool = False, progress: Progress | None = None
+) -> MigrationReport:
+    """Copy `source` into `target` and verify the counts; raises StoreError on any difference."""
+    report = progress or (lambda stage, done, total: None)
+    if source.language_backfill() is not None:
+        raise StoreError("the index still detects the languages of older chunks: run `notes-search sync` first")
+    existing = target.source_ids()
+    counts = target.counts()
+    if (existing or counts.get("files", 0) or counts.get("chunks", 0)) and not force:
+        raise TargetNotEmpty(
+            f"the target already holds an index ({counts.get('files', 0)} files, {len(existing)} sources);"
+            " pass --force to replace it"
+        )
+    for source_id in existing:
+        target.remove_source(source_id)
+    meta = source.meta()
+    stats = source.source_stats()
+    if source.has_vector_table():
+        dims = meta.get("embedding_dims", "")
+        if not dims.isdigit():
+            raise StoreError(f"the index holds vectors but records no embedding dimensions ({dims!r})")
+        target.reset_vectors(int(dims), {})
+    target.set_meta({key: value for key, value in meta.items() if key not in LOCAL_META | {LANGUAGE_BACKFILL_KEY}})
+    with vector_index_deferred(target):
+        order = _copy_files(source, target, stats, report)
+        vectors = _copy_vectors(source, target, order, report)
+    _copy_source_states(target, stats)
+    return verify(source, target, vectors)
+
+
+def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStats], report: Progress) -> list[int]:
+    """Write every file with its chunks; returns the source chunk ids in the target's id order."""
+    ids_by_file: dict[tuple[str, str], list[int]] = {}
+    for page in _chunk_id_pages(source):
+        for chunk_id, chunk in sorted(source.chunk_rows(page).items()):
+            ids_by_file.setdefault((chunk.source_id, chunk.path), []).append(chunk_id)
+    files = [(s.source_id, row) for s in stats for row in source.file_rows(s.source_id)]
+    known = {s.source_id: source.known_files(s.source_id) for s in stats}
+    # files without chunks (empty notes) first, then by first chunk id: target ids keep the order
+    files.sort(key=lambda item: (min(ids_by_file.get((item[0], item[1].path), [0])), item[0], item[1].path))
+    for s in stats:
+        target.ensure_source(s.source_id, s.kind)
+    order: list[int] = []
+    total = len(files)
+    for start in range(0, total, FILES_PER_TRANSACTION):
+        batch = files[start : start + FILES_PER_TRANSACTION]
+        batch_ids = [i for source_id, row in batch for i in ids_by_file.get((source_id, row.path), [])]
+        rows = source.chunk_rows(batch_ids)
+        languages = source.chunk_languages(batch_ids)
+        with target.transaction():
+            for source_id, row in batch:
+                chunk_ids = sorted(ids_by_file.get((source_id, row.path), []), key=lambda i: rows[i].chunk_idx)
+                chunks = [
+                    Chunk(rows[i].chunk_idx, rows[i].breadcrumb, rows[i].text, rows[i].start_line, rows[i].end_line)
+                    for i in chunk_ids
+                ]
+                language_by_text = {rows[i].text: languages.get(i, "unknown") for i in chunk_ids}
+                stat = known[source_id].get(row.path)
+                file = FileVersion(
+                    path=row.path,
+                    text="",  # the store keeps chunks, not the file's text
+                    sha256=row.sha256,
+                    size=row.size,
+                    mtime=stat.mtime if stat is not None else None,
+                    updated_at=row.updated_at,
+                    collection=row.collection,
+                )
+                doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
+                target.write_file(source_id, file, doc, _lookup(language_by_text))
+                order.extend(chunk_ids)
+        report("files", min(start + FILES_PER_TRANSACTION, total), total)
+    for s in stats:
+        declared = source.collection_rows(s.source_id)
+        if declared:
+            with target.transaction():
+                target.replace_collections(s.source_id, declared)
+    return order
+
+
+def _lookup(languages: dict[str, str]) -> Callable[[str], str]:
+    """The stored language of a chunk text: detection is not run again."""
+    return lambda text: languages.get(text, "unknown")
+
+
+def _chunk_id_pages(source: IndexWriter) -> Iterator[list[int]]:
+    ids = sorted(source.chunk_languages())
+    for start in range(0, len(ids), CHUNK_PAGE):
+        yield ids[start : start + CHUNK_PAGE]
+
+
+def _copy_vectors(source: IndexWriter, target: IndexWriter, order: list[int], report: Progress) -> int:
+    """Attach each stored vector to its chunk's copy: the k-th pending chunk of the target (all
+    are pending now, by id) is the copy of the k-th chunk of `order`."""
+    if not source.has_vector_table():
+        return 0
+    target_ids: list[int] = []
+    after = 0
+    while pending := target.pending_chunks(CHUNK_PAGE, after):
+        target_ids.extend(row.id for row in pending)
+        after = pending[-1].id
+    if len(target_ids) != len(order):
+        raise StoreError(f"copy incomplete: {len(order)} chunks read, {len(target_ids)} written")
+    position = {chunk_id: k for k, chunk_id in enumerate(order)}
+    total = source.counts().get("vectors", 0)
+    stored = 0
+    after = 0
+    while True:
+        page = source.vectors_by_language(after, VECTOR_PAGE)
+        if not page.ids:
+            break
+        after = page.ids[-1]
+        stored += target.store_vectors([target_ids[position[i]] for i in page.ids], page.matrix)
+        report("vectors", stored, total)
+    return stored
+
+
+def _copy_source_states(target: IndexWriter, stats: list[SourceStats]) -> None:
+    for s in stats:
+        if s.last_sync_at is not None:  # a source whose first sync never finished stays incomplete
+            target.mark_synced(s.source_id, indexed_rev=s.indexed_rev, error=s.last_error)
+        elif s.last_error is not None:
+            target.set_source_error(s.source_id, s.last_error)
+
+
+def verify(source: IndexWriter, target: IndexWriter, vectors: int) -> MigrationReport:
+    """Compare totals and per-source counts; raises StoreError naming the first difference."""
+    theirs, ours = source.counts(), target.counts()
+    for key in ("files", "chunks", "vectors", "pending"):
+        if theirs.get(key, 0) != ours.get(key, 0):
+            raise StoreError(
+                f"copy differs: {key} {theirs.get(key, 0)} in the source, {ours.get(key, 0)} in the target"
+            )
+    wanted = {s.source_id: (s.kind, s.indexed_rev, s.files, s.chunks, s.pending) for s in source.source_stats()}
+    found = {s.source_id: (s.kind, s.indexed_rev, s.files, s.chunks, s.pending) for s in target.source_stats()}
+    if wanted != found:
+        differing = sorted(sid for sid in wanted.keys() | found.keys() if wanted.get(sid) != found.get(sid))
+        raise StoreError(
+            f"copy differs for source {differing[0]}: {wanted.get(differing[0])} vs {found.get(differing[0])}"
+        )
+    meta_theirs, meta_ours = source.meta(), target.meta()
+    for key, value in meta_theirs.items():
+        if key not in LOCAL_META and meta_ours.get(key) != value:
+            raise StoreError(f"copy differs: meta {key!r}")
+    return MigrationReport(
+        sources=len(wanted),
+        files=ours.get("files", 0),
+        chunks=ours.get("chunks", 0),
+        vectors=vectors,
+        pending=ours.get("pending", 0),
+    )

@@ -1,0 +1,36 @@
+"""`migrate`: copy the index into another store (a PostgreSQL server) without embedding again."""
+
+from __future__ import annotations
+
+import click
+
+from search.cli.context import CliContext, pass_context
+from search.terminal import echo
+
+
+@click.command()
+@click.option("--to", "target", required=True, metavar="URL", help="postgresql://user@host/dbname (or a SQLite file).")
+@click.option("--force", is_flag=True, help="Replace whatever index the target holds.")
+@pass_context
+def migrate(ctx: CliContext, target: str, force: bool) -> None:
+    """Copy the index, vectors included, into another store and verify the counts.
+
+    Point the config's `db:` at the target afterwards; the SQLite file is left as it was.
+    """
+    import search.cli as package
+    from search.cli.index import _progress
+    from search.service.migrating import is_server_url, migrate_index
+
+    with _progress(package.stderr_is_terminal()) as progress:  # bars for a person at a terminal
+        report = migrate_index(ctx.config, target, force=force, progress=progress)
+    shown = target if not is_server_url(target) else _without_password(target)
+    echo(
+        f"copied {report.sources} sources, {report.files} files, {report.chunks} chunks, {report.vectors} vectors"
+        f" ({report.pending} pending) to {shown}; counts verified"
+    )
+
+
+def _without_password(url: str) -> str:
+    from indexer.store.postgres_lock import redacted
+
+    return redacted(url)

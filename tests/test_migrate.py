@@ -1,0 +1,194 @@
+"""`migrate`: an index copied into another store answers like the original, vectors included and
+nothing embedded again; counts are verified; a non-empty target is refused unless forced."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+
+from indexer.config import Config
+from indexer.errors import StoreError
+from indexer.lock import SyncLock
+from indexer.migrate import TargetNotEmpty, migrate
+from indexer.store import IndexWriter, SearchScope, Store, open_store
+from indexer.sync import SyncReport
+from search import cli as cli_module
+from tests.conftest import assert_one_line_error, write
+from tests.fakes import FakeEmbedder
+
+Sync = Callable[..., SyncReport]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[IndexWriter]:
+    """An empty target of either backend (the source is always the config's SQLite file)."""
+    if request.param == "postgres":
+        store = open_store(str(request.getfixturevalue("pg_url")))
+    else:
+        store = open_store(tmp_path / "target" / "index.sqlite")
+    yield store
+    store.close()
+
+
+def content(store: IndexWriter) -> tuple[object, ...]:
+    """Everything a search can see, keyed by place instead of chunk id."""
+    ids = sorted(store.chunk_languages())
+    rows = store.chunk_rows(ids)
+    languages = store.chunk_languages(ids)
+    vectors = store.all_vectors()
+    by_id = {int(i): vectors.matrix[k].tobytes() for k, i in enumerate(vectors.ids)}
+    chunks = sorted(
+        (r.source_id, r.path, r.chunk_idx, r.breadcrumb, r.text, r.start_line, r.end_line, languages[i], by_id.get(i))
+        for i, r in rows.items()
+    )
+    files = [
+        (f.source_id, f.path, f.title, f.tags, f.headings, f.collection, f.sha256, f.size) for f in store.file_rows()
+    ]
+    sources = [
+        (s.source_id, s.kind, s.indexed_rev, s.last_error, s.files, s.chunks, s.pending) for s in store.source_stats()
+    ]
+    return chunks, files, sources, store.collections(), store.known_files("notes")
+
+
+def test_copy_answers_like_the_original(
+    do_sync: Sync, config: Config, target_store: IndexWriter, embedder: FakeEmbedder
+) -> None:
+    write(config.sources["notes"].root, {"devops/_meta.yaml": "name: ops\ndescription: servers\ntags: [corp]\n"})  # type: ignore[union-attr]
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        calls = embedder.calls
+        seen: list[str] = []
+        report = migrate(source, target_store, progress=lambda stage, done, total: seen.append(stage))
+        assert embedder.calls == calls  # nothing embedded again
+        assert [c.name for c in target_store.collections()] == ["ops"]
+        assert report.files == source.counts()["files"] and report.vectors == source.counts()["vectors"] > 0
+        assert "files" in seen and "vectors" in seen
+        assert content(target_store) == content(source)
+        for key in ("embedding_model", "embedding_dims", "vector_space", "chunker_version:notes"):
+            assert target_store.meta().get(key) == source.meta().get(key), key
+        query = embedder.embed_query("backup server")
+        ours = [source.chunk_rows([h.chunk_id])[h.chunk_id].path for h in source.vec_search(query, 5, SearchScope())]
+        theirs = [
+            target_store.chunk_rows([h.chunk_id])[h.chunk_id].path
+            for h in target_store.vec_search(query, 5, SearchScope())
+        ]
+        assert theirs == ours
+    finally:
+        source.close()
+
+
+def test_pending_chunks_stay_pending(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:
+    do_sync(embedder_factory=None)  # text only: every chunk waits for a vector
+    source = Store.open(config.db)
+    try:
+        assert source.counts()["pending"] > 0
+        report = migrate(source, target_store)
+        assert report.pending == source.counts()["pending"] and report.vectors == 0
+        assert content(target_store) == content(source)
+    finally:
+        source.close()
+
+
+def test_non_empty_target_is_refused_unless_forced(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        migrate(source, target_store)
+        before = target_store.counts()
+        with pytest.raises(TargetNotEmpty, match="pass --force"):
+            migrate(source, target_store)
+        assert target_store.counts() == before  # nothing touched
+        migrate(source, target_store, force=True)
+        assert content(target_store) == content(source)
+    finally:
+        source.close()
+
+
+def test_a_missing_vector_is_named(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:
+    """Verification is real: a target that lost a vector during the copy fails it."""
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        real_store = target_store.store_vectors
+
+        def lose_one(ids: list[int], vectors: np.ndarray) -> int:
+            return real_store(ids[1:], vectors[1:])
+
+        target_store.store_vectors = lose_one  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match="copy differs: vectors"):
+            migrate(source, target_store)
+    finally:
+        source.close()
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+
+def run_cli(config_path: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli_module.cli, ["-c", str(config_path), *args], catch_exceptions=False)
+
+
+def test_cli_copies_and_verifies(config_path: Path, config: Config, do_sync: Sync, tmp_path: Path) -> None:
+    do_sync()
+    copy = tmp_path / "copy" / "index.sqlite"
+    result = run_cli(config_path, "migrate", "--to", str(copy))
+    assert result.exit_code == 0, result.output
+    assert "counts verified" in result.output
+    target, source = Store.open(copy), Store.open(config.db)
+    try:
+        assert content(target) == content(source)
+    finally:
+        target.close()
+        source.close()
+    again = run_cli(config_path, "migrate", "--to", str(copy))
+    assert_one_line_error(again, "already holds an index", "--force")
+    assert run_cli(config_path, "migrate", "--to", str(copy), "--force").exit_code == 0
+
+
+def test_cli_errors_are_one_line(config_path: Path, config: Config, do_sync: Sync, tmp_path: Path) -> None:
+    assert_one_line_error(
+        run_cli(config_path, "migrate", "--to", str(tmp_path / "x.sqlite")), "run `notes-search sync` first"
+    )
+    do_sync()
+    unreachable = run_cli(config_path, "migrate", "--to", "postgresql://someone:secret@127.0.0.1:1/notes")
+    line = assert_one_line_error(unreachable, "cannot connect to the index database")
+    assert "secret" not in line
+    with SyncLock(config.lock_path) as lock:
+        assert lock.acquire()
+        assert_one_line_error(run_cli(config_path, "migrate", "--to", str(tmp_path / "y.sqlite")), "a sync is running")
+    assert_one_line_error(run_cli(config_path, "migrate", "--to", str(config.db)), "the index itself")
+
+
+def test_cli_copies_into_postgres(
+    config_path: Path, config: Config, do_sync: Sync, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import indexer.store.postgres
+
+    monkeypatch.setattr(indexer.store.postgres, "HNSW_MIN_VECTORS", 1)  # as a large index: built after the copy
+    do_sync()
+    result = run_cli(config_path, "migrate", "--to", pg_url)
+    assert result.exit_code == 0, result.output
+    target, source = open_store(pg_url), Store.open(config.db)
+    try:
+        assert content(target) == content(source)
+        hnsw = "SELECT 1 FROM pg_indexes WHERE indexname = 'idx_chunk_vectors_hnsw'"
+        assert target.conn.execute(hnsw).fetchone() is not None  # type: ignore[attr-defined]  # built after the copy
+    finally:
+        target.close()
+        source.close()
+    assert_one_line_error(run_cli(config_path, "migrate", "--to", pg_url), "already holds an index")
+
+
+def test_cli_shows_progress_on_a_terminal(
+    config_path: Path, do_sync: Sync, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    do_sync()
+    monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)
+    result = run_cli(config_path, "migrate", "--to", str(tmp_path / "copy.sqlite"))
+    assert result.exit_code == 0, result.output
+    assert "files" in result.stderr and "vectors" in result.stderr
