@@ -105,6 +105,12 @@ def test_query_md_names_every_hit_with_its_ref(run: Run) -> None:
         assert f"`{hit['ref']}`" in md
 
 
+def test_query_md_counts_one_hit_in_the_singular(run: Run) -> None:
+    first_line = stdout_of(run("query", "wireguard", "-k", "1", "--format", "md")).splitlines()[0]
+    assert first_line.endswith(", 1 hit)"), first_line
+    assert stdout_of(run("query", "wireguard", "-k", "2", "--format", "md")).splitlines()[0].endswith(", 2 hits)")
+
+
 def test_json_flag_is_the_short_form_and_conflicts_with_another_format(run: Run) -> None:
     assert json.loads(stdout_of(run("query", "wireguard", "--json"))) == json.loads(
         stdout_of(run("query", "wireguard", "--format", "json"))

@@ -173,7 +173,10 @@ def query_csv(data: Mapping[str, Any]) -> str:
 def query_md(data: Mapping[str, Any], full: bool = False) -> str:
     """`full`: each hit's `text` (then its whole chunk) in the fence instead of its snippet."""
     hits: list[Mapping[str, Any]] = data["results"]
-    lines = [f"# Results for {md_code(data['query'])} ({md_text(data['mode'])}, {len(hits)} hits)", ""]
+    lines = [
+        f"# Results for {md_code(data['query'])} ({md_text(data['mode'])}, {len(hits)} {'hit' if len(hits) == 1 else 'hits'})",
+        "",
+    ]
     if data.get("notice"):
         lines += [f"> notice: {md_text(data['notice'])}", ""]
     for rank, hit in enumerate(hits, 1):
