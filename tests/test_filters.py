@@ -249,7 +249,9 @@ def test_bad_flags_are_usage_errors_and_an_unknown_tag_says_so(cli: Callable[...
         result = cli("query", "server", flag, value)
         assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.output, result.output
     assert_one_line_error(cli("query", "server", "--since", "2026-11-25", "--until", "2026-11-24"), "not before")
-    assert_one_line_error(cli("query", "server", "--tag", "##"), "empty")
+    for value in ("##", "", " "):  # a tag that folds to nothing names the flag, as a bad date does
+        result = cli("query", "server", "--tag", value)
+        assert result.exit_code == 2 and "Invalid value for '--tag'" in result.output, result.output
     result = cli("query", "server", "--tag", "devops", "--tag", "nosuchtag", "--json")
     assert json.loads(result.stdout)["results"] == []
     assert "no indexed file has the tag 'nosuchtag'" in json.loads(result.stdout)["notice"]
