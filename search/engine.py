@@ -56,9 +56,12 @@ class Hit:
     explain: dict[str, float | int | str | None] = field(default_factory=dict)
     chunk_text: str = field(default="", repr=False)  # the whole chunk, for `query --full`
 
-    def to_json(self, explain: bool = False) -> dict[str, object]:
+    def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
+        """`full`: `text` is the whole chunk (`query --full`) instead of the window around match_line."""
         data = asdict(self)
-        data.pop("chunk_text")
+        chunk = data.pop("chunk_text")
+        if full and chunk:
+            data["text"] = chunk
         if not explain:
             data.pop("explain")
         data["ref"] = f"{self.source}:{self.path}:{self.line}"  # what `show` / MCP `get` take
@@ -80,13 +83,13 @@ class SearchResponse:
     keyword_blind: int = 0
     keyword_weight: float = 1.0
 
-    def to_json(self, explain: bool = False) -> dict[str, object]:
+    def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
         data: dict[str, object] = {
             "query": self.query,
             "mode": self.mode,
             "degraded": self.degraded,
             "notice": self.notice,
-            "results": [hit.to_json(explain) for hit in self.results],
+            "results": [hit.to_json(explain, full) for hit in self.results],
         }
         if explain:
             data["explain"] = {
@@ -235,7 +238,8 @@ def search(
             depth = min(MAX_DEPTH, depth * 4)
     if mode == "hybrid" and not lexical:
         if match is None:
-            info.append("the query has no searchable words: every hit matches by meaning only")
+            meaning_only = ": every hit matches by meaning only" if response.results else ""
+            info.append(f"the query has no searchable words{meaning_only}")
         elif response.results:
             info.append("no keyword match: every hit matches by meaning only")
         else:

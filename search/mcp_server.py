@@ -146,9 +146,8 @@ class NotesTools:
                 short.append({"ref": kept.pop("ref"), **kept})  # `ref` holds source, path and line
             data["results"] = short
         if not data["results"] and not data["notice"]:
-            data["notice"] = (
-                f"nothing found in {outcome.target.label}; try other words, mode=lex for exact terms, or grep"
-            )
+            other_mode = ", mode=lex for exact terms," if mode != "lex" else ""
+            data["notice"] = f"nothing found in {outcome.target.label}; try other words{other_mode} or grep"
         return data
 
     def status(self, path: str | None) -> dict[str, Any]:
@@ -341,13 +340,18 @@ def build_server(service: "NotesService") -> "MCPServer":
         ] = None,
         min_similarity: Annotated[
             float | None,
-            Field(ge=-1.0, le=1.0, description="Drop meaning-only hits below this cosine similarity (e.g. 0.8)."),
+            Field(
+                ge=-1.0,
+                le=1.0,
+                description="Drop meaning-only hits below this cosine similarity (e.g. 0.8); keyword hits "
+                "stay, so with mode=lex it changes nothing.",
+            ),
         ] = None,
         detail: Annotated[
             Literal["text", "snippet"],
             Field(
                 description="text (default): ~1,200 characters per hit; snippet: ref, match_line, "
-                "breadcrumb, score and a short snippet per hit (same hits, about a third of the bytes)."
+                "breadcrumb, score, rev, matched and a short snippet per hit (same hits, about a third of the bytes)."
             ),
         ] = "text",
     ) -> dict[str, Any]:

@@ -134,6 +134,11 @@ def test_explain_names_the_query_language_and_the_vector_space(run) -> None:  # 
     assert "explain" not in query_json(run, "jak zálohovat databázi na serveru")
     text = run("query", "jak zálohovat databázi na serveru", "--explain").output
     assert "query language cs; vectors language-neutral" in text
+    # the similarity --min-similarity compares with, per hit that has one
+    top = data["results"][0]["explain"]
+    assert f"vec rank {top['vec_rank']}  similarity {top['similarity']}  rrf" in text
+    lex = run("query", "zálohovat", "--mode", "lex", "--explain").output
+    assert "vec rank -  similarity -  rrf" in lex
     assert query_json(run, "zálohovat", "--mode", "lex", "--explain")["explain"]["query_language"] is None
 
 

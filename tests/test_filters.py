@@ -249,10 +249,18 @@ def test_bad_flags_are_usage_errors_and_an_unknown_tag_says_so(cli: Callable[...
         result = cli("query", "server", flag, value)
         assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.output, result.output
     assert_one_line_error(cli("query", "server", "--since", "2026-11-25", "--until", "2026-11-24"), "not before")
-    assert_one_line_error(cli("query", "server", "--tag", "##"), "empty")
+    for value in ("##", "", " "):  # a tag that folds to nothing names the flag, as a bad date does
+        result = cli("query", "server", "--tag", value)
+        assert result.exit_code == 2 and "Invalid value for '--tag'" in result.output, result.output
     result = cli("query", "server", "--tag", "devops", "--tag", "nosuchtag", "--json")
     assert json.loads(result.stdout)["results"] == []
     assert "no indexed file has the tag 'nosuchtag'" in json.loads(result.stdout)["notice"]
+    # filters that leave no file say so, in every mode: the words were never the problem
+    for mode in ("lex", "hybrid"):
+        empty = json.loads(cli("query", "server", "--until", "2000-01-01", "--mode", mode, "--json").stdout)
+        assert empty["results"] == [] and "no indexed file passes the filters: all sources (until" in empty["notice"]
+    words = json.loads(cli("query", "xyzzynotfound", "--tag", "devops", "--mode", "lex", "--json").stdout)
+    assert words["results"] == [] and words["notice"] is None  # files pass; the words matched none
 
 
 def test_a_recent_relative_filter_keeps_what_was_just_written(cli: Callable[..., Result], tmp_path: Path) -> None:
@@ -261,6 +269,24 @@ def test_a_recent_relative_filter_keeps_what_was_just_written(cli: Callable[...,
     assert cli("sync").exit_code == 0
     assert found(cli("query", "server", "--mode", "lex", "--json", "--since", "1h")) == ["home/fresh.md"]
     assert "home/fresh.md" not in found(cli("query", "server", "--mode", "lex", "--json", "-k", "20", "--until", "1h"))
+
+
+def test_a_touch_that_keeps_the_text_is_no_change(cli: Callable[..., Result], tmp_path: Path) -> None:
+    note = tmp_path / "notes" / "home" / "kept.md"
+    note.write_text("# Kept\n\nthe zorbserver got a new disk\n", encoding="utf-8")
+    old = local(2020, 5, 1, 12)
+    os.utime(note, (old, old))
+    assert cli("sync").exit_code == 0
+    os.utime(note, None)  # now, the same text: as a backup restore or an editor's save without edits
+    assert cli("sync").exit_code == 0
+
+    def query(*flags: str) -> list[str]:
+        return found(cli("query", "zorbserver", "--mode", "lex", "--json", *flags))
+
+    assert query("--since", "1h") == [] and query("--until", "2020-05-01") == ["home/kept.md"]
+    note.write_text("# Kept\n\nthe zorbserver got a second disk\n", encoding="utf-8")
+    assert cli("sync").exit_code == 0
+    assert query("--since", "1h") == ["home/kept.md"]
 
 
 # ---- a git source: the commit time of each file's last change ---------------------------------
@@ -396,7 +422,10 @@ def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any) -> N
         scoped = await call(session, "search", query="server", path="devops", tags=["wireguard"], since="2000-01-01")
         assert scoped["scope"] == "collection devops (tag wireguard, since 2000-01-01)" and scoped["results"]
         old = await call(session, "search", query="server", until="2000-01-01", mode="lex")
-        assert old["results"] == [] and "nothing found in all sources (until 2000-01-01)" in old["notice"]
+        assert (
+            old["results"] == []
+            and "no indexed file passes the filters: all sources (until 2000-01-01)" in old["notice"]
+        )
         one = await call(session, "search", query="server network tunnel", tags="vpn", k=5)  # a bare string
         assert one["scope"] == "all sources (tag vpn)" and one["results"] == vpn["results"]
         assert "since 'sometime'" in await refused(session, "search", query="x", since="sometime")

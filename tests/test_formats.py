@@ -105,6 +105,12 @@ def test_query_md_names_every_hit_with_its_ref(run: Run) -> None:
         assert f"`{hit['ref']}`" in md
 
 
+def test_query_md_counts_one_hit_in_the_singular(run: Run) -> None:
+    first_line = stdout_of(run("query", "wireguard", "-k", "1", "--format", "md")).splitlines()[0]
+    assert first_line.endswith(", 1 hit)"), first_line
+    assert stdout_of(run("query", "wireguard", "-k", "2", "--format", "md")).splitlines()[0].endswith(", 2 hits)")
+
+
 def test_json_flag_is_the_short_form_and_conflicts_with_another_format(run: Run) -> None:
     assert json.loads(stdout_of(run("query", "wireguard", "--json"))) == json.loads(
         stdout_of(run("query", "wireguard", "--format", "json"))
@@ -276,6 +282,24 @@ def test_show_bad_refs_among_several(run: Run) -> None:
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["errors"][0]["ref"] == "notes:nope.md"
     single = run("show", "notes:nope.md")  # one ref: the command's one-line error, as before
     assert single.exit_code == 1 and single.stderr.startswith("Error: ") and len(single.stderr.splitlines()) == 1
+
+
+def test_show_bad_ref_after_the_cap_is_an_error_not_a_left_out_file(run: Run) -> None:
+    # the cap is reached at the first file: a missing ref after it must still fail the command
+    result = run("show", "notes:devops/long.md", "notes:nope.md", "notes:devops/postgres.md", "--max-lines", "10")
+    assert result.exit_code == 1
+    assert "error: notes:nope.md" in result.stderr
+    as_json = run(
+        "show", "notes:devops/long.md", "notes:nope.md", "notes:devops/postgres.md:99", "--max-lines", "10", "--json"
+    )
+    data = json.loads(as_json.stdout)
+    assert as_json.exit_code == 1
+    assert [item["ref"] for item in data["errors"]] == ["notes:nope.md", "notes:devops/postgres.md"]
+    assert data["omitted"] == []
+    left_out = json.loads(
+        run("show", "notes:devops/long.md", "notes:devops/postgres.md", "--max-lines", "10", "--json").stdout
+    )
+    assert left_out["omitted"] == ["notes:devops/postgres.md"] and left_out["errors"] == []
 
 
 def test_show_glob_keeps_the_single_show_confinement(run: Run, notes: Path, tmp_path: Path) -> None:

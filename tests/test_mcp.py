@@ -217,6 +217,13 @@ def test_detail_snippet_answers_the_same_hits_in_fewer_bytes(workspace: Path, tm
                 assert hit["line"] <= hit["match_line"] <= hit["end_line"] and len(hit["text"]) <= 1200
         wireguard = (await call(session, "search", query="51820/udp", mode="lex", detail="snippet"))["results"][0]
         assert wireguard["ref"].startswith("notes:devops/wireguard.md:") and "51820/udp" in wireguard["snippet"]
+        described = listed["search"].input_schema["properties"]["detail"]["description"]
+        assert all(key in described for key in wireguard), (
+            sorted(wireguard),
+            described,
+        )  # the schema names every field
+        missed = await call(session, "search", query="xyzzynotfound", mode="lex", detail="snippet")
+        assert missed["results"] == [] and missed["notice"] == "nothing found in all sources; try other words or grep"
         bad = await session.call_tool("search", {"query": "x", "detail": "everything"})
         assert bad.is_error and "detail" in bad.content[0].text  # type: ignore[union-attr]
 

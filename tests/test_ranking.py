@@ -172,6 +172,9 @@ def test_a_keyword_miss_is_said_in_the_notice(tmp_path: Path) -> None:
     assert missed.notice is not None and "no keyword match" in missed.notice and not missed.degraded
     assert query("restic", mode="hybrid").notice is None
     assert query("🙂", mode="hybrid").notice == "the query has no searchable words: every hit matches by meaning only"
+    # no hits at all (the floor dropped every meaning hit): the notice speaks of none
+    assert query("xyzzynotfound", mode="hybrid", min_similarity=1.0).notice == "no keyword match"
+    assert query("🙂", mode="hybrid", min_similarity=1.0).notice == "the query has no searchable words"
 
 
 def test_min_similarity_drops_only_weak_meaning_hits(tmp_path: Path) -> None:

@@ -238,6 +238,23 @@ def test_human_output_groups_by_file_and_highlights_only_on_request(
     assert plain.output.count("pad line") < 10
 
 
+def test_full_gives_whole_chunks_in_every_format(
+    config_path: Path, do_sync: Callable[..., object], notes: Path
+) -> None:
+    (notes / "a.md").write_text("# A\n\nkappa first\n" + "pad line\n" * 300 + "kappa last\n", encoding="utf-8")
+    do_sync()
+    args = ["--config", str(config_path), "query", "kappa", "--mode", "lex", "-k", "1"]
+    window = json.loads(CliRunner().invoke(cli_module.cli, [*args, "--json"]).output)["results"][0]["text"]
+    assert len(window) <= 1200
+    whole = json.loads(CliRunner().invoke(cli_module.cli, [*args, "--json", "--full"]).output)["results"][0]["text"]
+    assert whole.startswith("# A\n") and whole.endswith("kappa last") and whole.count("pad line") == 300
+    line = CliRunner().invoke(cli_module.cli, [*args, "--format", "jsonl", "--full"]).output
+    assert json.loads(line)["text"] == whole
+    md = CliRunner().invoke(cli_module.cli, [*args, "--format", "md", "--full"]).output
+    assert md.count("pad line") == 300 and "kappa last" in md
+    assert CliRunner().invoke(cli_module.cli, [*args, "--format", "md"]).output.count("pad line") < 10
+
+
 def test_vec_mode_still_names_a_line(config_path: Path, do_sync: Callable[..., object], notes: Path) -> None:
     write_notes(notes)
     do_sync()

@@ -170,9 +170,13 @@ def query_csv(data: Mapping[str, Any]) -> str:
     return render_csv(QUERY_COLUMNS, ({"rank": rank, **hit} for rank, hit in enumerate(data["results"], 1)))
 
 
-def query_md(data: Mapping[str, Any]) -> str:
+def query_md(data: Mapping[str, Any], full: bool = False) -> str:
+    """`full`: each hit's `text` (then its whole chunk) in the fence instead of its snippet."""
     hits: list[Mapping[str, Any]] = data["results"]
-    lines = [f"# Results for {md_code(data['query'])} ({md_text(data['mode'])}, {len(hits)} hits)", ""]
+    lines = [
+        f"# Results for {md_code(data['query'])} ({md_text(data['mode'])}, {len(hits)} {'hit' if len(hits) == 1 else 'hits'})",
+        "",
+    ]
     if data.get("notice"):
         lines += [f"> notice: {md_text(data['notice'])}", ""]
     for rank, hit in enumerate(hits, 1):
@@ -184,7 +188,8 @@ def query_md(data: Mapping[str, Any]) -> str:
         if hit.get("rev"):
             facts.append(f"rev {md_code(str(hit['rev'])[:12])}")
         lines += [f"## {rank}. {md_text(hit.get('breadcrumb') or hit['path'])}", "", " · ".join(facts), ""]
-        lines += [md_block(hit.get("snippet") or hit.get("text") or ""), ""]
+        shown = hit.get("text") if full else hit.get("snippet")
+        lines += [md_block(shown or hit.get("text") or ""), ""]
     return "\n".join(lines)
 
 

@@ -40,6 +40,19 @@ class Moment(click.ParamType[str]):
         return str(value)
 
 
+class Tag(click.ParamType[str]):
+    """A --tag value: one that folds to nothing (`''`, `#`) is a usage error naming the flag."""
+
+    name = "tag"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from indexer.store.rows import tag_key
+
+        if not tag_key(str(value)):
+            self.fail(f"{value!r} names no tag", param, ctx)
+        return str(value)
+
+
 def filter_options(func: F) -> F:
     """--tag / --since / --until (search.service.scope.Filters): which files count, wherever they are."""
     func = click.option(
@@ -58,6 +71,7 @@ def filter_options(func: F) -> F:
         "--tag",
         "tags",
         multiple=True,
+        type=Tag(),
         metavar="T",
         help="Only files with this front-matter tag (repeatable: all of them; case and '#' ignored).",
     )(func)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.formats import chosen_format, emit, format_option
+from search.cli.formats import chosen_format, emit, format_option, query_md
 from search.cli.options import filter_options, scope_options
 from search.engine import MODES
 from search.snippets import marked, snippet_terms
@@ -29,10 +29,11 @@ if TYPE_CHECKING:
 @click.option(
     "--min-similarity",
     type=click.FloatRange(-1.0, 1.0),
-    help="Drop hits found by meaning alone whose cosine similarity to the query is below X.",
+    help="Drop hits found by meaning alone whose cosine similarity to the query is below X "
+    "(keyword hits stay: no effect with --mode lex).",
 )
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
-@click.option("--full", is_flag=True, help="Print each hit's whole chunk instead of its snippet.")
+@click.option("--full", is_flag=True, help="Print each hit's whole chunk instead of its snippet (in JSON: as text).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @format_option()
 @pass_context
@@ -67,14 +68,17 @@ def query(
     response = outcome.response
     response.notice = outcome.notice
     if fmt == "json":
-        echo_json(response.to_json(explain=explain))
+        echo_json(response.to_json(explain=explain, full=full))
         if response.notice and response.degraded:
             echo(f"notice: {response.notice}", err=True)
         return
     if fmt != "text":  # the notice goes to stderr: stdout stays the format alone
         if response.notice:
             echo(f"notice: {response.notice}", err=True)
-        emit("query", fmt, response.to_json(explain=explain))
+        if fmt == "md":  # --full: each hit's whole chunk instead of its snippet, as in text
+            echo(query_md(response.to_json(explain=explain, full=full), full=full), nl=False, multiline=True)
+        else:
+            emit("query", fmt, response.to_json(explain=explain, full=full))
         return
     _print_hits(response, explain, full)
 
@@ -110,7 +114,8 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                 e = hit.explain
                 blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
                 echo(
-                    f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}  rrf {e['rrf']}"
+                    f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}"
+                    f"  similarity {'-' if e.get('similarity') is None else e['similarity']}  rrf {e['rrf']}"
                     f"  language {e.get('language') or '-'}{blind}"
                 )
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):

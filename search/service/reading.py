@@ -212,27 +212,34 @@ def read_many(
 
     config = service.config
     failed: list[tuple[int, Unread]] = []  # with the position of the ref that named it
-    wanted: dict[tuple[str, str, int | None, int | None], tuple[int, Ref]] = {}
+    # each file with the position of its ref, and whether a glob found it (so it exists)
+    wanted: dict[tuple[str, str, int | None, int | None], tuple[int, Ref, bool]] = {}
     with service.reading_if_indexed() as store:
         for position, text in enumerate(refs):
             try:
                 parsed = parse_ref(text.strip(), config.sources)
                 for source_id, ref in _expand(config, store, parsed, text):
-                    wanted.setdefault((source_id, ref.path, ref.line, ref.count), (position, ref))
+                    key = (source_id, ref.path, ref.line, ref.count)
+                    wanted.setdefault(key, (position, ref, is_glob(parsed.path)))
             except NotesSearchError as exc:
                 failed.append((position, Unread(text, str(exc))))
         views: list[FileView] = []
         omitted: list[str] = []
         capped = False
         used_lines = used_bytes = 0
-        for (source_id, _, _, _), (position, ref) in wanted.items():
-            if capped:  # what follows the cap is named, not read
-                omitted.append(f"{source_id}:{ref.path}")
-                continue
+        for (source_id, _, _, _), (position, ref, globbed) in wanted.items():
             try:
+                if capped and globbed:  # what follows the cap is named, not read
+                    omitted.append(f"{source_id}:{ref.path}")
+                    continue
+                # a ref typed by hand is read even past the cap: one that names no file is an
+                # error to report, not a file left out
                 view = _with_range(_view(config, store, source_id, ref))
             except NotesSearchError as exc:
                 failed.append((position, Unread(f"{source_id}:{ref.path}", str(exc))))
+                continue
+            if capped:
+                omitted.append(f"{source_id}:{ref.path}")
                 continue
             lines, size = _size(view)
             if used_lines + lines <= max_lines and used_bytes + size <= max_bytes:

@@ -64,6 +64,9 @@ def search(
             per_file=per_file,
             min_similarity=min_similarity,
         )
-        if not response.results and target.scope.tags:
-            lag.extend(f"no indexed file has the tag {tag!r}" for tag in unmatched_tags(store, target.scope))
+        if not response.results and target.scope.has_filters:
+            unknown = unmatched_tags(store, target.scope)
+            lag.extend(f"no indexed file has the tag {tag!r}" for tag in unknown)
+            if not unknown and not store.scope_stats(target.scope):  # the filters, not the words, left nothing
+                lag.append(f"no indexed file passes the filters: {target.label}")
     return SearchOutcome(response, target, tuple(lag))
