@@ -1114,8 +1114,9 @@ class PostgresStore:
         Unscoped, one pass: every match's phrase frequencies are taken once (ts_rank_cd per
         phrase), kept, and each phrase's document frequency is counted from those same rows
         (a phrase hits a chunk exactly when its frequency there is positive), so no second scan
-        re-reads the tsvectors. Scoped, the frequencies still come from the whole index: a
-        GIN count first, then only the scope's matches are scored."""
+        re-reads the tsvectors. Scoped, the document frequencies still come from the whole
+        index: counted once per phrase and kept until the lexical rows change, so a repeated
+        phrase costs only the scoring of the scope's own matches."""
         phrases = match_to_tsqueries(match)
         if not phrases or limit <= 0:
             return []
@@ -1127,14 +1128,14 @@ class PostgresStore:
             f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in numbers
         )
         if scope.is_all:
-            # one scan ranks every match once per phrase (in parallel workers when the server has
-            # them; OFFSET 0 keeps the ranking below the window, so it runs once per row); each
+            # one scan ranks every match once per phrase (parallel workers may share the scan;
+            # OFFSET 0 keeps the ranking below the window, so it runs once per row); each
             # phrase's document frequency is then counted over those rows by a window aggregate
             hits = ", ".join(f"count(*) FILTER (WHERE t{i} > 0) OVER () AS n{i}" for i in numbers)
             idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
             norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
             terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
-            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, sum(tokens)::float8 / sum(rows) AS avgdl,
+            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, COALESCE(NULLIF(sum(tokens)::float8 / sum(rows), 0), 1) AS avgdl,
                                         {LEXICAL_VERSION_SQL} AS version
                                  FROM fts_stats HAVING sum(rows) > 0)
                       SELECT m.id, -({terms}) AS score, s.version, {", ".join(f"m.n{i}" for i in numbers)} FROM s, (
