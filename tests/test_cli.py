@@ -169,7 +169,7 @@ def test_degraded_when_embedder_down(run, embedders: Embedders) -> None:  # type
     assert paths(data)[0] == "devops/postgres.md"
     assert "notice:" in result.stderr
     human = run("query", "5432")
-    assert "keyword results only" in human.stderr and "notes:devops/postgres.md\n3:  " in human.stdout
+    assert "keyword results only" in human.stderr and "notes:devops/postgres.md:3  " in human.stdout
     vec = run("query", "5432", "--mode", "vec")
     assert vec.exit_code == 1 and "unreachable" in vec.output
 

@@ -19,6 +19,7 @@ from indexer.lock import FileIndexLock, open_index_lock, running_sync
 from indexer.store import SearchScope, open_store
 from indexer.store.postgres_lock import AdvisoryIndexLock, lock_key, sync_holder
 from indexer.sync import SyncReport, run_sync
+from search.service.indexing import sync_report_json
 from tests.conftest import make_config, wait_for
 from tests.fakes import FakeEmbedder
 
@@ -122,6 +123,7 @@ def test_sync_skips_the_source_another_worker_holds(
     holders.append(Holder(pg_url, "source:notes"))
     report = run_sync(config, source_ids=["notes", "other"], full=True, embedder_factory=lambda: embedder)
     assert not report.locked and report.busy == ["notes"]
+    assert sync_report_json(report)["busy"] == ["notes"]  # what `sync --json` prints
     assert [s.source_id for s in report.sources] == ["other"]
     alone = run_sync(config, source_ids=["notes"], embedder_factory=lambda: embedder)
     assert alone.locked and alone.busy == ["notes"]

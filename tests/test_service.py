@@ -108,7 +108,10 @@ def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
     assert source_report_json(report)["unreadable"] == ["./"]
     assert source_report_json(report)["skips"] == [{"path": "x.bin", "reason": "binary"}]
     shaped = source_report_json(report, place=Place("notes", "devops"), shape="reindex")
-    assert list(shaped) == ["id", "kind", "path", "added", "updated", "deleted", "skipped", "rev", "error"]
+    assert list(shaped) == [
+        *("id", "kind", "path", "added", "updated", "deleted", "skipped", "rev", "error", "unreadable", "recloned")
+    ]
+    assert shaped["unreadable"] == ["./"]  # an agent's reindex says what it could not read, as sync does
     assert shaped["path"] == "devops"
     assert source_report_json(report, place=Place("notes", ""), shape="reindex")["path"] is None
 

@@ -5,6 +5,7 @@ line endings; the CLI groups hits by file and highlights terms only where it may
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -226,7 +227,10 @@ def test_human_output_groups_by_file_and_highlights_only_on_request(
     args = ["--config", str(config_path), "query", "kappa", "--mode", "lex"]
     plain = CliRunner().invoke(cli_module.cli, args)
     assert plain.exit_code == 0, plain.output
-    assert plain.output.count("notes:a.md\n") == 1 and plain.output.count("notes:b.md\n") == 1
+    refs = re.findall(r"^(notes:[ab]\.md):(\d+)  ", plain.output, re.MULTILINE)
+    assert sorted(refs) == [("notes:a.md", "3"), ("notes:b.md", "3")]  # each hit as a ref `show` takes
+    files = [name for name, _ in refs]
+    assert files == sorted(files, key=files.index)  # one file's hits come together
     assert "\x1b" not in plain.output and "\\x1b[31m" in plain.output  # note text is escaped
     colour = CliRunner().invoke(cli_module.cli, args, color=True)
     assert "\x1b[1mkappa\x1b[0m" in colour.output  # bold on a terminal
@@ -266,3 +270,17 @@ def test_vec_mode_still_names_a_line(config_path: Path, do_sync: Callable[..., o
         assert hit["line"] <= hit["match_line"] <= hit["end_line"] and hit["snippet"]
         if hit["path"] == "long.md":
             assert "ZZTOP42" in hit["snippet"]  # overlap with the query's words, also without keywords
+
+
+def test_one_files_hits_come_together_each_as_a_ref(capsys: pytest.CaptureFixture[str]) -> None:
+    from search.cli.query import _print_hits
+    from search.engine import Hit, SearchResponse
+
+    def hit(path: str, line: int, score: float) -> Hit:
+        return Hit("notes", path, line, line + 2, line, path, score, f"kappa {line}", f"kappa {line}", None, "keyword")
+
+    response = SearchResponse("kappa", "lex", results=[hit("a.md", 3, 0.3), hit("b.md", 5, 0.2), hit("a.md", 20, 0.1)])
+    _print_hits(response, explain=False)
+    out = capsys.readouterr().out
+    assert re.findall(r"^(\S+)  ", out, re.MULTILINE) == ["notes:a.md:3", "notes:a.md:20", "notes:b.md:5"]
+    assert out.count("\n\n") == 2  # a blank line after each file, none between one file's hits

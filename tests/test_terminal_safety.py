@@ -183,7 +183,7 @@ def test_query_human_escapes_headings_text_and_names(hostile) -> None:  # type: 
     out = CLICK_STYLE.sub("", result.stdout)
     assert "# t \\x1b]0;HACKED\\x07" in out or "t \\x1b]0;HACKED\\x07" in out
     assert "hostilemarker \\x1b[2J clears" in out
-    assert "notes:esc\\x1b[2Jname.md\n" in out and "notes:new\\nline.md\n" in out  # file headings
+    assert "notes:esc\\x1b[2Jname.md:" in out and "notes:new\\nline.md:" in out  # each hit's ref
     assert "\\u202ereversed" in out and "\\x9b8-bit" in out
 
 

@@ -84,8 +84,9 @@ def query(
 
 
 def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> None:
-    """Hits grouped by file as ripgrep does (the file's best hit decides where it comes): the
-    file once, then per hit its match line, breadcrumb and score over the snippet."""
+    """Hits grouped by file as ripgrep does (the file's best hit decides where it comes, a blank
+    line between files); per hit `source:path:match_line` (what `show` takes, and what editors
+    open at that line), breadcrumb, score and how it matched, over the snippet."""
     if response.notice:
         echo(f"notice: {response.notice}", err=True)
     if explain and response.query_language is not None:
@@ -102,10 +103,10 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
     for hit in response.results:
         by_file.setdefault((hit.source, hit.path), []).append(hit)
     for (source, path), hits in by_file.items():
-        echo(styled(f"{source}:{path}", fg="magenta", bold=True))
         for hit in hits:
             echo(
-                styled(f"{hit.match_line}:", fg="green"),
+                styled(f"{source}:{path}:", fg="magenta", bold=True),
+                styled(str(hit.match_line), fg="green"),
                 "  ",
                 styled(hit.breadcrumb, bold=True),
                 f"  {hit.score:.4f}  {hit.matched}",

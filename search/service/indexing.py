@@ -39,6 +39,8 @@ def source_report_json(
             "skipped": s.skipped,
             "rev": s.rev,
             "error": s.error,
+            "unreadable": _unreadable(s),
+            "recloned": s.recloned,
         }
     return {
         "id": s.source_id,
@@ -50,16 +52,23 @@ def source_report_json(
         "skipped": s.skipped,
         "rev": s.rev,
         "error": s.error,
-        "unreadable": [f"{folder}/" if folder else "./" for folder in s.unreadable],
+        "unreadable": _unreadable(s),
         "recloned": s.recloned,
         "skips": [{"path": path, "reason": reason} for path, reason in s.skips],
     }
 
 
+def _unreadable(s: SourceReport) -> list[str]:
+    """The folders that could not be read (their indexed files are kept), as `folder/`."""
+    return [f"{folder}/" if folder else "./" for folder in s.unreadable]
+
+
 def sync_report_json(report: SyncReport) -> dict[str, object]:
-    """`locked`: another sync held the lock, so nothing was done (every count is zero)."""
+    """`locked`: another sync held the lock, so nothing was done (every count is zero);
+    `busy`: the sources another worker was syncing, left to it (PostgreSQL)."""
     return {
         "locked": report.locked,
+        "busy": report.busy,
         "changed": report.changed,
         "seconds": report.seconds,
         "embedded": report.embedded,
