@@ -23,7 +23,6 @@ query.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import logging
 import os
@@ -43,6 +42,7 @@ from psycopg.pq import Format, TransactionStatus
 
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
     ChunkRow,
     ChunkText,
@@ -57,6 +57,7 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    json_strings,
     tag_key,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY, file_tag_keys
@@ -463,12 +464,7 @@ def _map_storage_errors(method: MethodT) -> MethodT:
 
 
 def _storage_errors_mapped(cls: StoreT) -> StoreT:
-    for name, member in list(vars(cls).items()):
-        if name.startswith("_") or name in {"transaction", "snapshot", "close", "open", "exists"}:
-            continue
-        if inspect.isfunction(member):
-            setattr(cls, name, _map_storage_errors(member))
-    return cls
+    return wrap_public_methods(cls, _map_storage_errors, skip={"transaction", "snapshot", "close", "open", "exists"})
 
 
 # ---- vectors on the wire: pgvector's binary format ----------------------------------------
@@ -1396,7 +1392,15 @@ class PostgresStore:
         sql += " ORDER BY source_id, path"
         return [
             FileRow(
-                source, path, title, _strings(tags), _strings(headings), collection, sha256, int(size), float(updated)
+                source,
+                path,
+                title,
+                json_strings(tags),
+                json_strings(headings),
+                collection,
+                sha256,
+                int(size),
+                float(updated),
             )
             for source, path, title, tags, headings, collection, sha256, size, updated in self.conn.execute(sql, params)
         ]
@@ -1432,11 +1436,6 @@ class PostgresStore:
             source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
             for source_id in {**files, **chunks}
         }
-
-
-def _strings(column: str | None) -> tuple[str, ...]:
-    value = json.loads(column or "[]")
-    return tuple(str(item) for item in value) if isinstance(value, list) else ()
 
 
 def _text(value: str) -> str:

@@ -9,6 +9,7 @@ that unpacking working without a copy per row on the hot search path.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -183,3 +184,9 @@ class VectorMatrix(NamedTuple):
 
     ids: np.ndarray
     matrix: np.ndarray
+
+
+def json_strings(column: str | None) -> tuple[str, ...]:
+    """A stored JSON list column (tags, headings) as strings; anything else stored there reads as none."""
+    value = json.loads(column or "[]")
+    return tuple(str(item) for item in value) if isinstance(value, list) else ()

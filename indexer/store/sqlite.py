@@ -16,7 +16,6 @@ import errno
 import functools
 import hashlib
 import importlib.util
-import inspect
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ import apsw
 
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
     ChunkRow,
     ChunkText,
@@ -45,6 +45,7 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    json_strings,
     tag_key,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, file_tag_keys, set_meta
@@ -119,12 +120,6 @@ def utc_now() -> str:
 
 def content_hash(embed_text: str) -> str:
     return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()
-
-
-def _strings(column: str | None) -> tuple[str, ...]:
-    """A JSON list column (tags, headings) as strings; anything else stored there reads as none."""
-    value = json.loads(column or "[]")
-    return tuple(str(item) for item in value) if isinstance(value, list) else ()
 
 
 def scope_condition(scope: SearchScope, alias: str = "c", lead: str = "tag") -> tuple[str, dict[str, object]]:
@@ -243,13 +238,8 @@ def _map_storage_errors(method: MethodT) -> MethodT:
 
 
 def _storage_errors_mapped(cls: StoreT) -> StoreT:
-    """Apply `_map_storage_errors` to every public method of `cls` (the context managers map
-    their own statements: a wrapper around the call would not see what runs on entering)."""
-    for name, member in list(vars(cls).items()):
-        if name.startswith("_") or name in {"transaction", "snapshot", "close"} or not inspect.isfunction(member):
-            continue
-        setattr(cls, name, _map_storage_errors(member))
-    return cls
+    """Apply `_map_storage_errors` to every public method of `cls` but the context managers."""
+    return wrap_public_methods(cls, _map_storage_errors, skip={"transaction", "snapshot", "close"})
 
 
 @_storage_errors_mapped
@@ -955,7 +945,15 @@ class Store:
         sql += " ORDER BY source_id, path"
         return [
             FileRow(
-                source, path, title, _strings(tags), _strings(headings), collection, sha256, int(size), float(updated)
+                source,
+                path,
+                title,
+                json_strings(tags),
+                json_strings(headings),
+                collection,
+                sha256,
+                int(size),
+                float(updated),
             )
             for source, path, title, tags, headings, collection, sha256, size, updated in self.conn.execute(sql, params)
         ]

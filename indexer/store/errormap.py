@@ -1,0 +1,23 @@
+"""How a backend turns its driver's errors into one `StoreError`: every public method of the
+store class is wrapped by the backend's own mapper (which errors, and how they are worded, are
+the backend's; walking the class is shared)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+ClassT = TypeVar("ClassT", bound=type)
+
+
+def wrap_public_methods(
+    cls: ClassT, wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, skip: Collection[str]
+) -> ClassT:
+    """Replace each public plain method of `cls` (not those in `skip`: context managers map their
+    own statements, since a wrapper around the call would not see what runs on entering)."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") or name in skip or not inspect.isfunction(member):
+            continue
+        setattr(cls, name, wrap(member))
+    return cls
