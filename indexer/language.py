@@ -400,7 +400,8 @@ def chunk_language_of(markdown_texts: list[str]) -> Callable[[str], str]:
     def language_of(markdown_text: str) -> str:
         if markdown_text in batch:
             if not found:
-                found.update(zip(markdown_texts, chunk_languages(markdown_texts), strict=True))
+                unique = list(dict.fromkeys(markdown_texts))  # copied notes, boilerplate: once
+                found.update(zip(unique, chunk_languages(unique), strict=True))
             return found[markdown_text]
         return chunk_language(markdown_text)
 
