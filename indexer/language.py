@@ -13,7 +13,6 @@ import math
 import re
 import threading
 import unicodedata
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -157,6 +156,7 @@ class _Scorer:
 
     def __init__(self, identifier: LanguageIdentifier) -> None:
         import numpy as np
+        from py3langid.langid import visit_counts
 
         self.identifier = identifier
         self.labels: list[str] = list(identifier.nb_classes)
@@ -169,6 +169,7 @@ class _Scorer:
         self._rows_array = np.asarray(self._rows, dtype=np.int64)
         self._output_array = np.asarray(identifier.tk_output, dtype=np.int64)
         self._czech = self.labels.index("cs") if "cs" in self.labels else -1
+        self._visit_counts = visit_counts
         self._np = np
 
     def _walk_loop(self, data: bytes) -> list[int]:
@@ -243,8 +244,7 @@ class _Scorer:
         """`probabilities` of one short sample (a query) in fewer numpy steps: the
         same features, counts and arithmetic in the same order, so the same figures."""
         np = self._np
-        output = self._output
-        visits = Counter(feature for feature in map(output.__getitem__, self._walk_loop(data)) if feature >= 0)
+        visits = self._visit_counts(self._next, self._rows, self._output, data)  # py3langid's own walk
         if not visits:
             uniform: NDArray[numpy.float64] = np.full((1, len(self.labels)), 1.0 / len(self.labels))
             return uniform
