@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import bench.tldr_mixed as tldr_mixed
 from bench.beir import BeirRun
 from bench.crosslingual import split_scores
-from bench.tldr_mixed import build_with_meta, question
+from bench.tldr_mixed import build_with_meta, parallel_descriptions, question
 
 PAGES = {
     "en": {
@@ -73,3 +76,38 @@ def test_split_scores_counts_czech_cross_queries_twice() -> None:
     assert scores["cross"]["ndcg@10"] == 0.5 and scores["cross"]["queries"] == 2
     assert scores["cross-cs"]["ndcg@10"] == 1.0 and scores["cross-cs"]["queries"] == 1
     assert scores["same"]["recall@10"] == 1.0
+
+
+PARALLEL = {
+    "en": {
+        "ls": "# ls\n\n> List files.\n\n- List files one per line:\n\n`ls -1`\n\n- List all files, hidden ones too:\n\n`ls -a`\n",
+        "cp": "# cp\n\n> Copy files.\n\n- Copy a file to another location:\n\n`cp {{source}} {{target}}`\n",
+        "du": "# du\n\n> Disk usage.\n\n- Show the size of a directory:\n\n`du -sh {{path}}`\n",
+    },
+    "ru": {
+        "ls": "# ls\n\n> Список файлов.\n\n- Вывести файлы по одному в строке:\n\n`ls -1`\n\n- Вывести все файлы, включая скрытые:\n\n`ls -a`\n",
+        "cp": "# cp\n\n> Копирование.\n\n- Скопировать файл в другое место:\n\n`cp {{источник}} {{цель}}`\n",
+        "du": "# du\n\n> Занятое место.\n\n- Показать размер каталога рекурсивно:\n\n`du -h {{путь}}`\n",
+    },
+}
+
+
+def test_parallel_descriptions_pair_examples_of_commands_the_benchmark_never_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tldr_tree(tmp_path)
+    for lang, pages in PARALLEL.items():
+        for name, text in pages.items():
+            (root / FOLDERS[lang] / "common" / f"{name}.md").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(tldr_mixed, "RU_COMMANDS", 1)  # one Russian command in the set, the others outside
+    data, _ = build_with_meta(root)
+    used = {doc.split("-", 1)[1] for doc in data.corpus}
+    pairs = parallel_descriptions("ru", "en", root)
+    commands = {name for name, _, _ in pairs}
+    assert commands and not commands & used  # nothing learned from the pairs can leak into the set
+    outside = {"ls", "cp", "du", "grep"} - used
+    # du's translation changed its command line (`-sh` vs `-h`): not a pair
+    assert commands == outside - {"du"}
+    if "ls" in commands:
+        assert ("ls", "Вывести все файлы, включая скрытые", "List all files, hidden ones too") in pairs
+    assert all(left != right for _, left, right in pairs)
