@@ -111,3 +111,26 @@ def test_parallel_descriptions_pair_examples_of_commands_the_benchmark_never_use
     if "ls" in commands:
         assert ("ls", "Вывести все файлы, включая скрытые", "List all files, hidden ones too") in pairs
     assert all(left != right for _, left, right in pairs)
+
+
+def test_alignment_helpers_recover_a_planted_rotation_and_language_direction() -> None:
+    import numpy as np
+
+    from bench.xl_alignment import inlp_basis, procrustes
+
+    rng = np.random.default_rng(7)
+    source = rng.normal(size=(200, 8)).astype(np.float32)
+    rotation, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    target = source @ rotation.T
+    assert np.allclose(procrustes(source, target, 1.0), rotation, atol=1e-4)
+    assert np.allclose(procrustes(source, target, 0.0), np.eye(8), atol=1e-6)
+    half = procrustes(source, target, 0.5)
+    assert np.allclose(half @ half.T, np.eye(8), atol=1e-5)  # a blend is made orthogonal again
+
+    direction = np.zeros(8, dtype=np.float32)
+    direction[3] = 1.0
+    labels = np.array(["en"] * 100 + ["cs"] * 100)
+    vectors = rng.normal(size=(200, 8)).astype(np.float32) * 0.1
+    vectors[labels == "cs"] += 2.0 * direction  # the languages differ along axis 3 only
+    (found,) = inlp_basis(vectors, labels, ["cs", "en"], 0.1)
+    assert abs(float(found @ direction)) > 0.95
