@@ -13,7 +13,9 @@ tldr pages outside the tldr-mixed benchmark (`tldr_mixed.parallel_descriptions`:
 English descriptions of 192 commands the benchmark never uses; there is no Czech pair outside
 it, every Czech page is in the benchmark), or the page summaries. Two "oracle" rows are
 diagnostics, not candidates. Vectors the cache lacks (page summaries, the parallel pairs: about
-3,000 short texts, ~6 minutes of the local model) are computed only with --embed.
+3,000 short texts, ~6 minutes of the local model) are computed only with --embed. --hybrid
+also runs the two strongest rows without a learned map through the real engine (tldr-mixed,
+`search.engine.search` as bench.crosslingual runs it; ~10 minutes a row on a loaded machine).
 Not part of run_all: it is a one-off study whose figures are in bench/EVAL.md.
 """
 
@@ -267,6 +269,84 @@ def variants(r: Replay, extra: dict[str, np.ndarray]) -> dict[str, np.ndarray | 
     return out
 
 
+def hybrid_rows(root: Path, every: int) -> list[list[object]]:
+    """tldr-mixed vec and hybrid through the engine: today, PRF (a precomputed query vector) and
+    the default-origin offsets x 1.5 (the stored vectors and statistics of the synced copy rewritten)."""
+    from bench.beir import rank_documents, score_queries
+    from bench.bench_mixed_latency import Fixed
+    from bench.crosslingual import splits
+
+    loaded = load("tldr-mixed", root)
+    assert loaded is not None, f"tldr-mixed not found under {root}"
+    data, meta = loaded
+    qids = list(data.queries)[::every]
+    rows: list[list[object]] = []
+    for variant in ("today", "pseudo-relevance feedback", "default-origin offsets x 1.5"):
+        with tempfile.TemporaryDirectory(prefix="xl-align-hybrid-") as tmp:
+            workdir = Path(tmp)
+            by_path = write_workspace(data, workdir / "docs")
+            config = load_config(write_config(workdir, workdir / "docs"))
+            embedding = config.embedding
+            cached = LazyEmbedder(lambda e=embedding: CachingEmbedder(CacheOnly(e)))
+            run_sync(config, embedder_factory=cached)
+            queries = cached().embed_batch([data.queries[q] for q in qids], is_query=True)
+            store = Store.open(config.db)
+            try:
+                matrix = store.all_vectors()
+                ids = [int(i) for i in matrix.ids]
+                languages = store.chunk_languages(ids)
+                chunk_languages = [languages[i] for i in ids]
+                passages = np.array(matrix.matrix)
+                if variant.startswith("default-origin"):
+                    space = neutral.NeutralSpace.from_json(store.meta().get(neutral.STATS_KEY))
+                    raw = space.restore(passages, chunk_languages)
+                    scale_default_offsets(1.5)(space)
+                    passages = space.neutralise(raw, chunk_languages)
+                    with store.transaction():
+                        store.rewrite_vectors(ids, passages)
+                        store.write_meta({neutral.STATS_KEY: space.to_json()})
+                basis = neutral.query_basis(store.meta().get(neutral.STATS_KEY) or "")
+            finally:
+                store.close()
+            vectors = {}
+            for i, qid in enumerate(qids):
+                vector = queries[i]
+                if variant.startswith("pseudo"):
+                    known = basis is not None and detect_query_language(data.queries[qid]) != neutral.UNKNOWN
+                    searched = neutral.project_query(vector, basis) if known and basis is not None else vector
+                    top = np.argsort(-(passages @ searched))[:3]
+                    vector = unit(searched + 0.3 * passages[top].mean(0)).astype(np.float32)
+                vectors[qid] = vector
+            store = Store.open(config.db, readonly=True)
+            try:
+                for mode in ("vec", "hybrid"):
+                    rankings = {
+                        q: rank_documents(
+                            store,
+                            config,
+                            data.queries[q],
+                            mode,
+                            by_path,
+                            lambda v=vectors[q], e=embedding: Fixed(e, v),
+                        )
+                        for q in qids
+                    }
+                    per_query, _ = score_queries(
+                        BeirSet(data.name, data.corpus, {q: data.queries[q] for q in qids}, data.qrels), rankings
+                    )
+                    groups: dict[str, list[dict[str, float]]] = {}
+                    for qid, metrics in per_query.items():
+                        for split in splits(meta[qid]):
+                            groups.setdefault(split, []).append(metrics)
+                    cells: list[object] = [variant, mode]
+                    for split, metric in (("cross-cs", "recall@10"), ("same", "ndcg@10"), ("code", "ndcg@10")):
+                        cells.append(f"{np.mean([m[metric] for m in groups.get(split, [])]):.3f}")
+                    rows.append(cells)
+            finally:
+                store.close()
+    return rows
+
+
 def summary_texts(r: Replay) -> list[str]:
     """Per chunk: its page's title and `>` summary lines (what a title + description list would embed)."""
     texts = []
@@ -297,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=eval_root())
     parser.add_argument("--embed", action="store_true", help="run the local model for vectors the cache lacks")
+    parser.add_argument("--hybrid", action="store_true", help="also run the strongest rows through the real engine")
+    parser.add_argument("--every", type=int, default=1, help="with --hybrid: every n-th tldr-mixed question only")
     args = parser.parse_args(argv)
     config = EmbeddingConfig()
     embedder = CachingEmbedder(make_embedder(config) if args.embed else CacheOnly(config))
@@ -335,6 +417,14 @@ def main(argv: list[str] | None = None) -> int:
             cells.append("n/a" if value is None else f"{value[metric]:.3f}")
         rows.append(cells)
     print(md_table(["variant (vec half)", *(c[3] for c in COLUMNS)], rows))
+    if args.hybrid:
+        print()
+        print(
+            md_table(
+                ["tldr-mixed, real engine", "mode", "cross-cs R@10", "same nDCG@10", "code nDCG@10"],
+                hybrid_rows(args.data, args.every),
+            )
+        )
     return 0
 
 
