@@ -347,6 +347,47 @@ def hybrid_rows(root: Path, every: int) -> list[list[object]]:
     return rows
 
 
+def czech_default_leave_one_out(r: Replay, root: Path, embedder: Embedder) -> tuple[np.ndarray, np.ndarray]:
+    """Scores with the shipped Czech mean recomputed (as bench.neutral_defaults makes it) and,
+    for each question, with its own command's Czech page left out of that mean: the shipped
+    mean is made of the Czech pages whose English pages are in the benchmark (no other Czech
+    page exists), so their descriptions are the cs -> en questions."""
+    import hashlib
+
+    from bench.neutral_defaults import PAGES_PER_LANGUAGE, embed_texts
+    from bench.tldr_mixed import read_pages
+
+    tldr = root / "corpora" / "tldr-pages"
+    in_benchmark = set(r.data.corpus)
+    pages = read_pages("cs", tldr)
+    names = sorted(
+        (n for n in pages if f"cs-{n}" not in in_benchmark), key=lambda n: hashlib.sha256(n.encode("utf-8")).hexdigest()
+    )[:PAGES_PER_LANGUAGE]
+    by_page: dict[str, list[np.ndarray]] = {}
+    for name in names:
+        items = embed_texts([pages[name].text])
+        vectors = embedder.embed_batch([text for text, _ in items], is_query=False)
+        by_page[name] = [v for (_, lang), v in zip(items, vectors, strict=True) if lang == "cs"]
+    english_default = neutral.shipped_defaults(MODEL)["en"]
+
+    def with_czech_mean(mean: np.ndarray) -> np.ndarray:
+        def edit(space: neutral.NeutralSpace) -> None:
+            stats = space.languages["cs"]
+            anchored = space.languages["en"].mean + (mean - english_default)  # as neutral.estimate places a default
+            space.languages["cs"] = neutral.LanguageStats(anchored.astype(np.float32), stats.chunks, stats.origin)
+
+        return space_with(r, edit)
+
+    full = with_czech_mean(np.mean([v for vs in by_page.values() for v in vs], axis=0))
+    left_out = full.copy()
+    for name in by_page:
+        rows = [i for i, qid in enumerate(r.qids) if f"en-{name}" in r.data.qrels.get(qid, {})]
+        if rows:
+            rest = [v for other, vs in by_page.items() if other != name for v in vs]
+            left_out[rows] = with_czech_mean(np.mean(rest, axis=0))[rows]
+    return full, left_out
+
+
 def summary_texts(r: Replay) -> list[str]:
     """Per chunk: its page's title and `>` summary lines (what a title + description list would embed)."""
     texts = []
@@ -404,7 +445,15 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 except EmbedderError as exc:
                     eprint(f"summaries not embedded: {exc}")
-            for variant, scores in variants(r, extra).items():
+            found = variants(r, extra)
+            if name == "tldr-mixed":
+                try:
+                    full, left_out = czech_default_leave_one_out(r, args.data, embedder)
+                    found["Czech default recomputed from its 14 pages (= shipped)"] = full
+                    found["same, each question's own command left out of it"] = left_out
+                except EmbedderError as exc:
+                    eprint(f"Czech default pages not embedded: {exc}")
+            for variant, scores in found.items():
                 results.setdefault(variant, {})[name] = None if scores is None else r.score(scores)
     finally:
         embedder.close()
