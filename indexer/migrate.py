@@ -1,7 +1,7 @@
 """Copy an index into another store (SQLite -> PostgreSQL), vectors included, without the model.
 
 The copy goes through the store protocol only, so any backend can be either end: each file is
-written again with its stored chunks (write_file), every chunk comes back pending, and the
+written again with its stored chunks (write_files, a batch of files at a time), every chunk comes back pending, and the
 stored vectors are then attached in chunk order. Chunk ids are remapped consistently: files are
 written in the order of their first chunk id and chunks by index, so the target's ids ascend
 in the same order as the source's. Meta (embedding identity, language statistics, chunker
@@ -11,6 +11,7 @@ are copied; the target is then counted against the source, per source.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -91,27 +92,32 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
         batch_ids = [i for source_id, row in batch for i in ids_by_file.get((source_id, row.path), [])]
         rows = source.chunk_rows(batch_ids)
         languages = source.chunk_languages(batch_ids)
+        writes: list[tuple[str, FileVersion, ParsedDocument]] = []
+        languages_by_text: dict[str, str] = {}
+        for source_id, row in batch:
+            chunk_ids = sorted(ids_by_file.get((source_id, row.path), []), key=lambda i: rows[i].chunk_idx)
+            chunks = [
+                Chunk(rows[i].chunk_idx, rows[i].breadcrumb, rows[i].text, rows[i].start_line, rows[i].end_line)
+                for i in chunk_ids
+            ]
+            languages_by_text.update((rows[i].text, languages.get(i, "unknown")) for i in chunk_ids)
+            stat = known[source_id].get(row.path)
+            file = FileVersion(
+                path=row.path,
+                text="",  # the store keeps chunks, not the file's text
+                sha256=row.sha256,
+                size=row.size,
+                mtime=stat.mtime if stat is not None else None,
+                updated_at=row.updated_at,
+                collection=row.collection,
+            )
+            doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
+            writes.append((source_id, file, doc))
+            order.extend(chunk_ids)
         with target.transaction():
-            for source_id, row in batch:
-                chunk_ids = sorted(ids_by_file.get((source_id, row.path), []), key=lambda i: rows[i].chunk_idx)
-                chunks = [
-                    Chunk(rows[i].chunk_idx, rows[i].breadcrumb, rows[i].text, rows[i].start_line, rows[i].end_line)
-                    for i in chunk_ids
-                ]
-                language_by_text = {rows[i].text: languages.get(i, "unknown") for i in chunk_ids}
-                stat = known[source_id].get(row.path)
-                file = FileVersion(
-                    path=row.path,
-                    text="",  # the store keeps chunks, not the file's text
-                    sha256=row.sha256,
-                    size=row.size,
-                    mtime=stat.mtime if stat is not None else None,
-                    updated_at=row.updated_at,
-                    collection=row.collection,
-                )
-                doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
-                target.write_file(source_id, file, doc, _lookup(language_by_text))
-                order.extend(chunk_ids)
+            # one batch per run of files of one source, in the order of their first chunk ids
+            for source_id, run in itertools.groupby(writes, key=lambda write: write[0]):
+                target.write_files(source_id, [(file, doc) for _, file, doc in run], _lookup(languages_by_text))
         report("files", min(start + FILES_PER_TRANSACTION, total), total)
     for s in stats:
         declared = source.collection_rows(s.source_id)

@@ -177,8 +177,8 @@ class Syncer:
                     report.skipped += 1
                     report.skips.append((change.file.path, f"chunker failed: {exc}"))
         with self.store.transaction():
-            for file, doc in parsed:
-                self.store.write_file(source_id, file, doc, language.chunk_language)
+            self.store.write_files(source_id, parsed, language.chunk_language)
+            for file, _ in parsed:
                 if file.path in known:
                     report.updated += 1
                 else:

@@ -840,20 +840,27 @@ class PostgresStore:
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file with its chunks, their lexical rows and vectors. Inside a transaction."""
-        # one statement: the lexical rows and vectors go by id first (the cascade from `files`
-        # would delete them one statement per chunk)
+        self._delete_files_read(self._delete_files_sent(source_id, [path]))
+
+    def _delete_files_sent(self, source_id: str, paths: Sequence[str]) -> psycopg.Cursor[Any]:
+        """Delete files in one statement: the lexical rows and vectors go by id first (the cascade
+        from `files` would delete them one statement per chunk); `_delete_files_read` takes the
+        answer (apart, so a pipeline can send more meanwhile)."""
         vectors = (
             ", v AS (DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM gone) RETURNING 1)"
             if self.has_vector_table()
             else ", v AS (SELECT 1 WHERE FALSE)"
         )
-        row = self.conn.execute(
-            f"""WITH gone AS (SELECT id FROM chunks WHERE source_id = %(source)s AND path = %(path)s),
+        return self.conn.execute(
+            f"""WITH gone AS (SELECT id FROM chunks WHERE source_id = %(source)s AND path = ANY(%(paths)s)),
                      fts AS (DELETE FROM chunks_fts WHERE id IN (SELECT id FROM gone) RETURNING 1){vectors},
-                     f AS (DELETE FROM files WHERE source_id = %(source)s AND path = %(path)s RETURNING 1)
+                     f AS (DELETE FROM files WHERE source_id = %(source)s AND path = ANY(%(paths)s) RETURNING 1)
                 SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM fts), (SELECT count(*) FROM f)""",
-            {"source": source_id, "path": path},
-        ).fetchone()
+            {"source": source_id, "paths": [_text(path) for path in paths]},
+        )
+
+    def _delete_files_read(self, sent: psycopg.Cursor[Any]) -> None:
+        row = sent.fetchone()
         if row is not None and row[0]:
             self._vectors_changed = True
 
@@ -868,67 +875,104 @@ class PostgresStore:
         """Replace a file's chunks; reuse stored vectors (and languages) for unchanged text.
         Returns the chunks left pending. Inside a transaction; for a rename write the new path
         first, then delete the old one."""
-        hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
+        return self.write_files(source_id, [(file, doc)], language_of)
+
+    def write_files(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None = None,
+    ) -> int:
+        """`write_file` for many files in three round trips whatever their number: the reads and
+        the delete, one statement writing every file, chunk and lexical row, one COPY of the
+        reused vectors. A path given twice is written in order (its later version wins)."""
+        pending = 0
+        for run in _distinct_path_runs(files):
+            pending += self._write_run(source_id, run, language_of)
+        return pending
+
+    def _write_run(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None,
+    ) -> int:
+        if not files:
+            return 0
+        chunks = [(file.path, chunk) for file, doc in files for chunk in doc.chunks]
+        hashes = [content_hash(chunk.embed_text) for _, chunk in chunks]
         self.has_vector_table()  # known before the pipeline: the statements below depend on it
-        # one round trip: the reads, the delete (after them: a reusable vector may be one of this
-        # file's old chunks) and the tsvectors folded meanwhile
+        # one round trip: the reads, the delete (after them: a reusable vector may be one of these
+        # files' old chunks) and the tsvectors folded meanwhile
         with self.conn.pipeline():
             vectors_read = self._vectors_by_hash_sent(set(hashes))
             languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
-            self.delete_file(source_id, file.path)
-            documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
+            deleted = self._delete_files_sent(source_id, [file.path for file, _ in files])
+            documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for _, chunk in chunks]
             carried = self._vectors_by_hash_read(vectors_read)
             known_languages = self._languages_by_hash_read(languages_read)
+            self._delete_files_read(deleted)
         now = utc_now()
         languages = []
-        for chunk, digest in zip(doc.chunks, hashes, strict=True):
+        for (_, chunk), digest in zip(chunks, hashes, strict=True):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        # the file, its chunks and their lexical rows in one statement (foreign keys are checked
-        # at its end, when all three exist)
+        tag_rows = [(key, file.path) for file, doc in files for key in file_tag_keys(doc.tags)]
+        # the files, their chunks and lexical rows in one statement (foreign keys are checked at
+        # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
+        # (%b): a third of the text format's cost to dump
         rows = self.conn.execute(
-            """WITH file AS (
+            """WITH f AS (
                    INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
                                      updated_at, indexed_at)
-                   VALUES (%(source)s, %(path)s, %(title)s, %(tags)s, %(headings)s, %(collection)s, %(sha256)s,
-                           %(size)s, %(mtime)s, %(updated_at)s, %(now)s)),
+                   SELECT %(source)s, path, title, tags, headings, collection, sha256, size, mtime, updated_at,
+                          %(now)s
+                   FROM unnest(%(path)b::text[], %(title)b::text[], %(tags)b::text[], %(headings)b::text[],
+                               %(collection)b::text[], %(sha256)b::text[], %(size)b::bigint[],
+                               %(mtime)b::float8[], %(updated_at)b::float8[])
+                       AS f(path, title, tags, headings, collection, sha256, size, mtime, updated_at)),
                tags AS (
                    INSERT INTO file_tags(tag, source_id, path)
-                   SELECT tag, %(source)s, %(path)s FROM unnest(%(tag_keys)s::text[]) AS tag),
+                   SELECT tag, %(source)s, path FROM unnest(%(tag_key)b::text[], %(tag_path)b::text[]) AS t(tag, path)),
                u AS (
-                   SELECT * FROM unnest(%(idx)s::int[], %(breadcrumb)s::text[], %(text)s::text[], %(start)s::int[],
-                                        %(end)s::int[], %(hash)s::text[], %(embedded)s::text[], %(language)s::text[],
-                                        %(document)s::text[], %(length)s::int[]) WITH ORDINALITY
-                       AS u(idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
+                   SELECT * FROM unnest(%(chunk_path)b::text[], %(idx)b::int[], %(breadcrumb)b::text[],
+                                        %(text)b::text[], %(start)b::int[], %(end)b::int[], %(hash)b::text[],
+                                        %(embedded)b::text[], %(language)b::text[], %(document)b::text[],
+                                        %(length)b::int[]) WITH ORDINALITY
+                       AS u(path, idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
                             length, ord)),
                c AS (
                    INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
                                       content_hash, embedded_at, language)
-                   SELECT %(source)s, %(path)s, idx, breadcrumb, text, start_line, end_line, hash, embedded_at,
+                   SELECT %(source)s, path, idx, breadcrumb, text, start_line, end_line, hash, embedded_at,
                           language FROM u ORDER BY ord
-                   RETURNING id, chunk_idx)
-               INSERT INTO chunks_fts(id, source_id, document, length)
-               SELECT c.id, %(source)s, u.document::tsvector, u.length FROM c JOIN u ON u.idx = c.chunk_idx
-               RETURNING id, (SELECT u.hash FROM u JOIN c ON u.idx = c.chunk_idx WHERE c.id = chunks_fts.id)""",
+                   RETURNING id, path, chunk_idx, content_hash),
+               fts AS (
+                   INSERT INTO chunks_fts(id, source_id, document, length)
+                   SELECT c.id, %(source)s, u.document::tsvector, u.length
+                   FROM c JOIN u ON u.path COLLATE "C" = c.path AND u.idx = c.chunk_idx)
+               SELECT id, content_hash FROM c""",
             {
                 "source": source_id,
-                "path": _text(file.path),
-                "title": _opt_text(doc.title),
-                "tags": json.dumps(doc.tags, ensure_ascii=False),
-                "headings": json.dumps(doc.headings, ensure_ascii=False),
-                "collection": file.collection,
-                "sha256": file.sha256,
-                "size": file.size,
-                "mtime": file.mtime,
-                "updated_at": file.updated_at,
                 "now": now,
-                "tag_keys": file_tag_keys(doc.tags),
-                "idx": [chunk.idx for chunk in doc.chunks],
-                "breadcrumb": [_text(chunk.breadcrumb) for chunk in doc.chunks],
-                "text": [_text(chunk.text) for chunk in doc.chunks],
-                "start": [chunk.start_line for chunk in doc.chunks],
-                "end": [chunk.end_line for chunk in doc.chunks],
+                "path": [_text(file.path) for file, _ in files],
+                "title": [_opt_text(doc.title) for _, doc in files],
+                "tags": [json.dumps(doc.tags, ensure_ascii=False) for _, doc in files],
+                "headings": [json.dumps(doc.headings, ensure_ascii=False) for _, doc in files],
+                "collection": [file.collection for file, _ in files],
+                "sha256": [file.sha256 for file, _ in files],
+                "size": [int(file.size) for file, _ in files],
+                "mtime": [None if file.mtime is None else float(file.mtime) for file, _ in files],
+                "updated_at": [float(file.updated_at) for file, _ in files],
+                "tag_key": [key for key, _ in tag_rows],
+                "tag_path": [_text(path) for _, path in tag_rows],
+                "chunk_path": [_text(path) for path, _ in chunks],
+                "idx": [chunk.idx for _, chunk in chunks],
+                "breadcrumb": [_text(chunk.breadcrumb) for _, chunk in chunks],
+                "text": [_text(chunk.text) for _, chunk in chunks],
+                "start": [chunk.start_line for _, chunk in chunks],
+                "end": [chunk.end_line for _, chunk in chunks],
                 "hash": hashes,
                 "embedded": [now if digest in carried else None for digest in hashes],
                 "language": languages,
@@ -939,7 +983,7 @@ class PostgresStore:
         vectors = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
         if vectors:
             self._insert_vectors(vectors)
-        return len(doc.chunks) - len(vectors)
+        return len(chunks) - len(vectors)
 
     def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;
@@ -1436,6 +1480,21 @@ class PostgresStore:
             source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
             for source_id in {**files, **chunks}
         }
+
+
+def _distinct_path_runs(
+    files: Sequence[tuple[FileVersion, ParsedDocument]],
+) -> Iterator[Sequence[tuple[FileVersion, ParsedDocument]]]:
+    """Consecutive runs of `files` in which no path repeats (one statement writes a run)."""
+    start = 0
+    seen: set[str] = set()
+    for n, (file, _) in enumerate(files):
+        if file.path in seen:
+            yield files[start:n]
+            start, seen = n, set()
+        seen.add(file.path)
+    if start < len(files):
+        yield files[start:]
 
 
 def _text(value: str) -> str:

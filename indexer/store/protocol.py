@@ -216,6 +216,16 @@ class IndexWriter(IndexReader, Protocol):
         Inside a transaction. Write a renamed file's new path before deleting the old one."""
         ...
 
+    def write_files(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None = None,
+    ) -> int:
+        """`write_file` for each (file, document) in order, as one batch (a server store writes
+        it in a few round trips); returns the chunks left pending. Inside a transaction."""
+        ...
+
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file with its chunks and their vectors. Inside a transaction."""
         ...

@@ -517,6 +517,15 @@ class Store:
                 self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", ids)
                 self._vectors_changed = True
 
+    def write_files(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None = None,
+    ) -> int:
+        """`write_file` for each file in order (an embedded database pays no round trips)."""
+        return sum(self.write_file(source_id, file, doc, language_of) for file, doc in files)
+
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
         self._delete_vectors("SELECT id FROM chunks WHERE source_id = ? AND path = ?", (source_id, path))
