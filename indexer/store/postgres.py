@@ -29,7 +29,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -882,13 +882,15 @@ class PostgresStore:
         source_id: str,
         files: Sequence[tuple[FileVersion, ParsedDocument]],
         language_of: Callable[[str], str] | None = None,
+        vectors: Mapping[str, bytes] | None = None,
     ) -> int:
         """`write_file` for many files in three round trips whatever their number: the reads and
         the delete, one statement writing every file, chunk and lexical row, one COPY of the
-        reused vectors. A path given twice is written in order (its later version wins)."""
+        vectors (reused, or given: see the protocol). A path given twice is written in order
+        (its later version wins)."""
         pending = 0
         for run in _distinct_path_runs(files):
-            pending += self._write_run(source_id, run, language_of)
+            pending += self._write_run(source_id, run, language_of, vectors)
         return pending
 
     def _write_run(
@@ -896,6 +898,7 @@ class PostgresStore:
         source_id: str,
         files: Sequence[tuple[FileVersion, ParsedDocument]],
         language_of: Callable[[str], str] | None,
+        vectors: Mapping[str, bytes] | None,
     ) -> int:
         if not files:
             return 0
@@ -905,11 +908,11 @@ class PostgresStore:
         # one round trip: the reads, the delete (after them: a reusable vector may be one of these
         # files' old chunks) and the tsvectors folded meanwhile
         with self.conn.pipeline():
-            vectors_read = self._vectors_by_hash_sent(set(hashes))
+            vectors_read = self._vectors_by_hash_sent(set(hashes)) if vectors is None else None
             languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
             deleted = self._delete_files_sent(source_id, [file.path for file, _ in files])
             documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for _, chunk in chunks]
-            carried = self._vectors_by_hash_read(vectors_read)
+            carried = self._vectors_by_hash_read(vectors_read) if vectors is None else vectors
             known_languages = self._languages_by_hash_read(languages_read)
             self._delete_files_read(deleted)
         now = utc_now()
@@ -980,10 +983,10 @@ class PostgresStore:
                 "length": [n for _, n in documents],
             },
         ).fetchall()
-        vectors = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
-        if vectors:
-            self._insert_vectors(vectors)
-        return len(chunks) - len(vectors)
+        attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
+        if attached:
+            self._insert_vectors(attached)
+        return len(chunks) - len(attached)
 
     def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -522,9 +522,10 @@ class Store:
         source_id: str,
         files: Sequence[tuple[FileVersion, ParsedDocument]],
         language_of: Callable[[str], str] | None = None,
+        vectors: Mapping[str, bytes] | None = None,
     ) -> int:
         """`write_file` for each file in order (an embedded database pays no round trips)."""
-        return sum(self.write_file(source_id, file, doc, language_of) for file, doc in files)
+        return sum(self.write_file(source_id, file, doc, language_of, vectors) for file, doc in files)
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
@@ -537,7 +538,12 @@ class Store:
         )
 
     def write_file(
-        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
+        self,
+        source_id: str,
+        file: FileVersion,
+        doc: ParsedDocument,
+        language_of: Callable[[str], str] | None = None,
+        vectors: Mapping[str, bytes] | None = None,
     ) -> int:
         """Replace a file's chunks; reuse stored vectors for unchanged text. Returns chunks left pending.
 
@@ -545,10 +551,10 @@ class Store:
         before anything is deleted, so for a rename callers write the new path first and delete
         the old one after: moved text is never embedded again. `language_of(chunk text)` names a
         chunk's language; a language already detected for the same text is reused instead
-        (without it every chunk is 'unknown').
+        (without it every chunk is 'unknown'). `vectors`: as in `write_files`.
         """
         hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
-        reusable = self._vectors_by_hash(set(hashes))
+        reusable = dict(vectors) if vectors is not None else self._vectors_by_hash(set(hashes))
         known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
         self.delete_file(source_id, file.path)
         self.conn.execute(
