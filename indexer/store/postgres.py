@@ -1114,11 +1114,11 @@ class PostgresStore:
         return len(rows)
 
     @contextmanager
-    def vector_index_deferred(self, build_memory: str) -> Iterator[None]:
+    def vector_index_deferred(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
         """Drop the HNSW index and build none while the block stores vectors, then build it
-        once (at HNSW_MIN_VECTORS, with `build_memory` as maintenance_work_mem): one bulk build
-        links the graph several times faster than an insert per vector. A failed block leaves
-        the index to the next store_vectors."""
+        once (at HNSW_MIN_VECTORS, with `build_memory(vectors, dims)` as maintenance_work_mem):
+        one bulk build links the graph several times faster than an insert per vector. A failed
+        block leaves the index to the next store_vectors."""
         with self.transaction():
             self.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw")
         self._hnsw_ready = True  # "built": no store_vectors builds it midway
@@ -1126,7 +1126,14 @@ class PostgresStore:
             yield
         finally:
             self._hnsw_ready = False
-        self.conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (build_memory,))
+        if not self.has_vector_table():
+            return
+        vectors, dims = self.conn.execute(
+            "SELECT count(*), (SELECT vector_dims(embedding) FROM chunk_vectors LIMIT 1) FROM chunk_vectors"
+        ).fetchone() or (0, 0)
+        self.conn.execute(
+            "SELECT set_config('maintenance_work_mem', %s, false)", (build_memory(int(vectors), int(dims or 0)),)
+        )
         try:
             self._index_vectors_once_many()
         finally:
