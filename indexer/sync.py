@@ -36,6 +36,7 @@ from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
 from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
+from indexer.store.postgres_bulk import vector_index_held_back
 
 if TYPE_CHECKING:
     import numpy as np
@@ -532,7 +533,11 @@ class Syncer:
         if rechunked:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
         deadline = None if embed_budget is None else started + embed_budget
-        self.embed_pending(report, deadline)
+        if deadline is None:
+            with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk
+                self.embed_pending(report, deadline)
+        else:  # a catch-up someone waits on never builds it in bulk
+            self.embed_pending(report, deadline)
         if embed_budget is None:  # a bounded catch-up never rewrites the whole vector space
             report.neutral = self.refresh_neutral_space()
         report.pending = self.store.count_pending_all()

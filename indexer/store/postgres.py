@@ -1126,6 +1126,37 @@ class PostgresStore:
             yield
         finally:
             self._hnsw_ready = False
+        self._build_vector_index(build_memory)
+
+    @contextmanager
+    def vector_index_held_back(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
+        """While the block attaches vectors to at least HNSW_MIN_VECTORS pending chunks of a
+        space that has no HNSW index yet (a first sync, a new embedding space), build none midway
+        and keep none up: build it once after the block, as `vector_index_deferred` does. An
+        index already there is kept and kept up. A failed block leaves the index to the next
+        store_vectors."""
+        if (
+            not self.has_vector_table()
+            or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL")
+            or int(
+                self._one(
+                    "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE embedded_at IS NULL LIMIT %s) waiting",
+                    (HNSW_MIN_VECTORS,),
+                )
+            )
+            < HNSW_MIN_VECTORS
+        ):
+            yield
+            return
+        self._hnsw_ready = True  # "built": no store_vectors builds it midway
+        try:
+            yield
+        finally:
+            self._hnsw_ready = False
+        self._build_vector_index(build_memory)
+
+    def _build_vector_index(self, build_memory: Callable[[int, int], str]) -> None:
+        """Build the HNSW index (at HNSW_MIN_VECTORS) with memory for the whole graph."""
         if not self.has_vector_table():
             return
         vectors, dims = self.conn.execute(
