@@ -76,8 +76,9 @@ HNSW_BUILD_LOCK = 0x6E6F7466  # and build the vector index once
 HNSW_MIN_VECTORS = 10_000  # below this an exact scan answers unscoped KNN (see _index_vectors_once_many)
 # HNSW candidate list: at least this, and four times k (pgvector's cap is 1000). On clustered
 # vectors a short list can settle in the wrong cluster entirely (recall 0 for that query): at
-# 300k chunks 64 gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query
-EF_SEARCH_MIN = 400
+# 300k chunks 64 gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query;
+# at 1M chunks 400 gave 0.924 (one query 0.0), 1000 gave 0.956 (worst 0.8)
+EF_SEARCH_MIN = 1000
 EF_SEARCH_PER_RESULT = 4
 EF_SEARCH_MAX = 1000
 MAX_POSITION = 16383  # tsvector positions above this collapse into it
