@@ -74,13 +74,16 @@ POOL_SIZE = 4  # idle connections kept per URL and mode: a server's concurrent r
 MIGRATION_LOCK = 0x6E6F7465  # advisory lock id: two first syncs on several hosts migrate once
 HNSW_BUILD_LOCK = 0x6E6F7466  # and build the vector index once
 HNSW_MIN_VECTORS = 10_000  # below this an exact scan answers unscoped KNN (see _index_vectors_once_many)
-# HNSW candidate list: at least this, and four times k (pgvector's cap is 1000). On clustered
-# vectors a short list can settle in the wrong cluster entirely (recall 0 for that query): at
-# 300k chunks 64 gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query;
-# at 1M chunks 400 gave 0.924 (one query 0.0), 1000 gave 0.956 (worst 0.8)
-EF_SEARCH_MIN = 1000
+# HNSW candidate list: at least this, and four times k (pgvector's cap is 1000), growing with
+# the index from EF_GROWS_FROM vectors to the cap at EF_GROWS_TO. On clustered vectors a short
+# list can settle in the wrong cluster entirely (recall 0 for that query): at 300k chunks 64
+# gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query; at 1M chunks
+# 400 gave 0.924 (one query at 0.0), 1000 gave 0.956 (worst 0.8)
+EF_SEARCH_MIN = 400
 EF_SEARCH_PER_RESULT = 4
 EF_SEARCH_MAX = 1000
+EF_GROWS_FROM = 300_000
+EF_GROWS_TO = 1_000_000
 MAX_POSITION = 16383  # tsvector positions above this collapse into it
 MAX_POSITIONS_PER_LEXEME = 256  # tsvector keeps no more per lexeme
 MAX_LEXEME_BYTES = 2046  # a longer token cannot be a lexeme: it is not indexed (nor found)
@@ -1291,7 +1294,7 @@ class PostgresStore:
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
-        candidate list of at least 4k), or an exact scan while there are too few vectors for
+        candidate list of at least 4k, longer in a larger index), or an exact scan while there are too few vectors for
         one (HNSW_MIN_VECTORS). Scoped: exact over the scope's own vectors (a
         materialised set, so no index scan can cut it short). A zero vector is never a hit."""
         import numpy as np
@@ -1300,9 +1303,21 @@ class PostgresStore:
             return []
         query = np.asarray(vector, dtype=np.float32)
         if scope.is_all:
-            ef = min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, EF_SEARCH_PER_RESULT * k))
-            self.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
-            self.conn.execute("SET hnsw.iterative_scan = strict_order")  # k beyond ef_search still gets k
+            # the index's size from the planner's estimate (kept by index builds and autovacuum);
+            # strict_order: k beyond ef_search still gets k
+            self.conn.execute(
+                """SELECT set_config('hnsw.ef_search', LEAST(%(max)s, GREATEST(%(min)s, %(per_k)s,
+                              %(min)s + (%(max)s - %(min)s) * (c.reltuples - %(from)s) / %(span)s))::int::text, false),
+                          set_config('hnsw.iterative_scan', 'strict_order', false)
+                   FROM pg_class c WHERE c.oid = 'chunk_vectors'::regclass""",
+                {
+                    "max": EF_SEARCH_MAX,
+                    "min": EF_SEARCH_MIN,
+                    "per_k": EF_SEARCH_PER_RESULT * k,
+                    "from": EF_GROWS_FROM,
+                    "span": EF_GROWS_TO - EF_GROWS_FROM,
+                },
+            )
             rows = self.conn.execute(
                 """SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
                    ORDER BY embedding <=> %(q)s LIMIT %(k)s""",
