@@ -525,7 +525,7 @@ class Store:
         vectors: Mapping[str, bytes] | None = None,
     ) -> int:
         """`write_file` for each file in order (an embedded database pays no round trips)."""
-        return sum(self.write_file(source_id, file, doc, language_of, vectors) for file, doc in files)
+        return sum(self._write_one(source_id, file, doc, language_of, vectors) for file, doc in files)
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
@@ -538,12 +538,7 @@ class Store:
         )
 
     def write_file(
-        self,
-        source_id: str,
-        file: FileVersion,
-        doc: ParsedDocument,
-        language_of: Callable[[str], str] | None = None,
-        vectors: Mapping[str, bytes] | None = None,
+        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
     ) -> int:
         """Replace a file's chunks; reuse stored vectors for unchanged text. Returns chunks left pending.
 
@@ -551,8 +546,19 @@ class Store:
         before anything is deleted, so for a rename callers write the new path first and delete
         the old one after: moved text is never embedded again. `language_of(chunk text)` names a
         chunk's language; a language already detected for the same text is reused instead
-        (without it every chunk is 'unknown'). `vectors`: as in `write_files`.
+        (without it every chunk is 'unknown').
         """
+        return self._write_one(source_id, file, doc, language_of, None)
+
+    def _write_one(
+        self,
+        source_id: str,
+        file: FileVersion,
+        doc: ParsedDocument,
+        language_of: Callable[[str], str] | None,
+        vectors: Mapping[str, bytes] | None,
+    ) -> int:
+        """`write_file`; with `vectors`, as in `write_files`."""
         hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
         reusable = dict(vectors) if vectors is not None else self._vectors_by_hash(set(hashes))
         known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
