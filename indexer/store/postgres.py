@@ -2,7 +2,8 @@
 store runs, its schema and migrations included.
 
 The same tables and columns as the SQLite store: `meta`, `sources`, `files`, `chunks`,
-`collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count) and
+`collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count and
+its impact tiers, a second GIN-indexed tsvector that bounds unscoped keyword search) and
 `chunk_vectors` (`vector(dims)`, created by `reset_vectors`, which knows the dimensions; an
 HNSW cosine index on it once it holds HNSW_MIN_VECTORS). `fts_stats` holds per-source row and token totals for BM25, kept by
 statement triggers on `chunks_fts`: per source, so sync workers of different sources never
@@ -96,6 +97,28 @@ LEXICAL_VERSION_SQL = (
     "COALESCE(string_agg(fts_stats.source_id || ':' || fts_stats.xmin::text, ',' ORDER BY fts_stats.source_id), '')"
 )
 PHRASE_HITS_KEPT = 10_000
+# Impact tiers: each chunk also keeps, for every lexeme whose bm25 saturation there reaches
+# IMPACT_TIERS[-1], one word naming the highest tier it reaches (`impacts`, GIN-indexed).
+# Unscoped keyword search scores the chunks of the top tiers first: a chunk outside them scores
+# at most sum(idf) * tier floor (times avgdl / IMPACT_REFERENCE_LENGTH when the index's chunks
+# are longer on average), so once the limit-th best score reaches that bound the top is
+# decided without reading the other matches (on the 100k-chunk bench a one-word query matching
+# 20-50 % of the chunks scores a few hundred). The saturation is taken at a fixed reference
+# length, longer than typical chunks, so that the bound is rarely widened; a chunk that holds
+# several words of one prefix is bounded as if they were one (its tier is its best word's).
+IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
+IMPACT_LABELS = "abcdefghij"
+IMPACT_REFERENCE_LENGTH = 256
+IMPACT_STEPS = 3  # tier passes before the full scan
+# Below this many lexical rows every match is scored (cheap) with exact document frequencies;
+# above, a phrase's document frequency is estimated from a sample of about SAMPLED_ROWS rows
+# (counted exactly when the sample holds fewer than SAMPLE_MIN_HITS of its chunks: rare
+# phrases, whose idf weighs most, are cheap to count through the GIN index), and a query whose
+# phrases match fewer than FULL_SCAN_MAX_MATCHES chunks is scored whole.
+TIERED_MIN_ROWS = 20_000
+SAMPLED_ROWS = 2_000
+SAMPLE_MIN_HITS = 20
+FULL_SCAN_MAX_MATCHES = 2_000
 
 
 def is_postgres_url(location: object) -> bool:
@@ -166,39 +189,91 @@ def _position_labels(weight: str) -> list[str]:
 def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
     """The chunk's tsvector (breadcrumb hits weighted A, text hits D; one empty position
     between the two columns so that no phrase spans both) and its token count."""
+    document, length, _ = lexical_row(breadcrumb, text)
+    return document, length
+
+
+def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
+    """What `chunks_fts` keeps of a chunk: its tsvector literal, its token count and its impact
+    tiers (`impact_literal`)."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
     places: dict[str, list[str]] = {}
-    for tokens, first, labels in ((head, 1, _position_labels("A")), (body, len(head) + 2, _position_labels(""))):
+    frequencies: dict[str, int] = {}
+    for tokens, first, labels, weight in (
+        (head, 1, _position_labels("A"), 2),
+        (body, len(head) + 2, _position_labels(""), 1),
+    ):
         for position, token in enumerate(tokens, first):
             label = labels[position if position < MAX_POSITION else MAX_POSITION]
             found = places.get(token)
             if found is None:
                 if _indexable(token):
                     places[token] = [label]
+                    frequencies[token] = weight
             elif len(found) < MAX_POSITIONS_PER_LEXEME:
                 found.append(label)
+                frequencies[token] += weight
     literal = " ".join([f"{_lexeme(token)}:{','.join(found)}" for token, found in places.items()])
-    return literal, len(head) + len(body)
+    length = len(head) + len(body)
+    return literal, length, impact_literal(frequencies, length)
+
+
+def impact_literal(frequencies: dict[str, int], length: int) -> str:
+    """A tsvector of `tier|lexeme` words: each lexeme whose bm25 saturation in this chunk,
+    tf (k1 + 1) / (tf + k1 (1 - b + b length / IMPACT_REFERENCE_LENGTH)), reaches one of
+    IMPACT_TIERS, under the label of the highest tier it reaches. tf is what `ts_rank_cd` counts
+    (a breadcrumb hit twice, at most MAX_POSITIONS_PER_LEXEME positions)."""
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
+    words = []
+    for token, tf in frequencies.items():
+        impact = tf * (BM25_K1 + 1) / (tf + norm)
+        if impact < IMPACT_TIERS[-1] or len(token) > _SURELY_INDEXABLE - 2:
+            continue
+        tier = next(i for i, floor in enumerate(IMPACT_TIERS) if impact >= floor)
+        words.append(_lexeme(f"{IMPACT_LABELS[tier]}|{token}"))
+    return " ".join(words)
 
 
 _MATCH_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
 
 
-def match_to_tsqueries(match: str) -> list[str]:
-    """Translate the FTS5 expression of `search.querybuild` (double-quoted phrases, each maybe
-    followed by `*`, joined by OR) into one tsquery per phrase: words joined by `<->`, a
-    prefix `*` as `:*` on the last word. Phrases with nothing to match are left out."""
-    queries = []
+def match_phrases(match: str) -> list[tuple[list[str], bool]]:
+    """The folded words of each phrase of the FTS5 expression of `search.querybuild`
+    (double-quoted phrases, each maybe followed by `*`, joined by OR) and whether its last word
+    is a prefix. Phrases with nothing to match are left out."""
+    phrases = []
     for body, star in _MATCH_TERM.findall(match):
         tokens = fold_tokens(body.replace('""', '"'), query=True)
-        if not tokens or not all(_indexable(token) for token in tokens):
-            continue
-        words = [_lexeme(token) for token in tokens]
-        if star:
-            words[-1] += ":*"
-        queries.append(" <-> ".join(words))
-    return queries
+        if tokens and all(_indexable(token) for token in tokens):
+            phrases.append((tokens, bool(star)))
+    return phrases
+
+
+def _phrase_tsquery(tokens: list[str], prefix: bool) -> str:
+    words = [_lexeme(token) for token in tokens]
+    if prefix:
+        words[-1] += ":*"
+    return " <-> ".join(words)
+
+
+def match_to_tsqueries(match: str) -> list[str]:
+    """Translate the FTS5 expression into one tsquery per phrase: words joined by `<->`, a
+    prefix `*` as `:*` on the last word."""
+    return [_phrase_tsquery(tokens, prefix) for tokens, prefix in match_phrases(match)]
+
+
+def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str | None:
+    """The chunks where some phrase's first word reaches one of the first `tiers` impact tiers
+    (a prefix phrase of one word: some word with that prefix). A phrase occurs at most as often
+    as its first word, so a chunk outside has each phrase's saturation below those tiers."""
+    items = []
+    for tokens, prefix in phrases:
+        if len(tokens[0]) > _SURELY_INDEXABLE - 2:
+            return None  # a word this long has no impact words: only the full scan finds it
+        star = ":*" if prefix and len(tokens) == 1 else ""
+        items += [_lexeme(f"{label}|{tokens[0]}") + star for label in IMPACT_LABELS[:tiers]]
+    return " | ".join(items)
 
 
 # ---- scope ------------------------------------------------------------------------------------
@@ -393,10 +468,40 @@ LEXICAL_INLINE_SQL = """
     ALTER TABLE chunks_fts SET (toast_tuple_target = 8160);
 """
 
+# each lexical row's impact tiers (see IMPACT_TIERS); no default once filled: a row written
+# without them would be invisible to unscoped keyword search
+LEXICAL_IMPACTS_SQL = """
+    ALTER TABLE chunks_fts ADD COLUMN impacts TSVECTOR NOT NULL DEFAULT '';
+"""
+IMPACTS_FILL_BATCH = 2_000
+
+
+def _fill_impacts(store: PostgresStore) -> None:
+    """The impact tiers of the lexical rows written before they existed, then their index."""
+    after = 0
+    while True:
+        rows = store.conn.execute(
+            """SELECT c.id, c.breadcrumb, c.text FROM chunks c JOIN chunks_fts f ON f.id = c.id
+               WHERE c.id > %s ORDER BY c.id LIMIT %s""",
+            (after, IMPACTS_FILL_BATCH),
+        ).fetchall()
+        if not rows:
+            break
+        after = int(rows[-1][0])
+        store.conn.execute(
+            """UPDATE chunks_fts f SET impacts = u.impacts::tsvector
+               FROM unnest(%s::bigint[], %s::text[]) AS u(id, impacts) WHERE f.id = u.id""",
+            ([int(r[0]) for r in rows], [lexical_row(str(r[1]), str(r[2]))[2] for r in rows]),
+        )
+    store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN impacts DROP DEFAULT")
+    store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
     PgMigration("lexical_rows_inline", LEXICAL_INLINE_SQL),
+    PgMigration("lexical_impacts", LEXICAL_IMPACTS_SQL, data=_fill_impacts),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -876,7 +981,7 @@ class PostgresStore:
             vectors_read = self._vectors_by_hash_sent(set(hashes))
             languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
             self.delete_file(source_id, file.path)
-            documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
+            documents = [lexical_row(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
             carried = self._vectors_by_hash_read(vectors_read)
             known_languages = self._languages_by_hash_read(languages_read)
         now = utc_now()
@@ -899,17 +1004,18 @@ class PostgresStore:
                u AS (
                    SELECT * FROM unnest(%(idx)s::int[], %(breadcrumb)s::text[], %(text)s::text[], %(start)s::int[],
                                         %(end)s::int[], %(hash)s::text[], %(embedded)s::text[], %(language)s::text[],
-                                        %(document)s::text[], %(length)s::int[]) WITH ORDINALITY
+                                        %(document)s::text[], %(length)s::int[], %(impacts)s::text[]) WITH ORDINALITY
                        AS u(idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
-                            length, ord)),
+                            length, impacts, ord)),
                c AS (
                    INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
                                       content_hash, embedded_at, language)
                    SELECT %(source)s, %(path)s, idx, breadcrumb, text, start_line, end_line, hash, embedded_at,
                           language FROM u ORDER BY ord
                    RETURNING id, chunk_idx)
-               INSERT INTO chunks_fts(id, source_id, document, length)
-               SELECT c.id, %(source)s, u.document::tsvector, u.length FROM c JOIN u ON u.idx = c.chunk_idx
+               INSERT INTO chunks_fts(id, source_id, document, length, impacts)
+               SELECT c.id, %(source)s, u.document::tsvector, u.length, u.impacts::tsvector
+               FROM c JOIN u ON u.idx = c.chunk_idx
                RETURNING id, (SELECT u.hash FROM u JOIN c ON u.idx = c.chunk_idx WHERE c.id = chunks_fts.id)""",
             {
                 "source": source_id,
@@ -932,8 +1038,9 @@ class PostgresStore:
                 "hash": hashes,
                 "embedded": [now if digest in carried else None for digest in hashes],
                 "language": languages,
-                "document": [d for d, _ in documents],
-                "length": [n for _, n in documents],
+                "document": [d for d, _, _ in documents],
+                "length": [n for _, n, _ in documents],
+                "impacts": [i for _, _, i in documents],
             },
         ).fetchall()
         vectors = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
@@ -1107,79 +1214,185 @@ class PostgresStore:
         """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first: FTS5's bm25
         over the whole index's statistics (breadcrumb weight 2, text 1), ties by id.
 
-        Unscoped, one pass: every match's phrase frequencies are taken once (ts_rank_cd per
-        phrase), kept, and each phrase's document frequency is counted from those same rows
-        (a phrase hits a chunk exactly when its frequency there is positive), so no second scan
-        re-reads the tsvectors. Scoped, the document frequencies still come from the whole
-        index: counted once per phrase and kept until the lexical rows change, so a repeated
-        phrase costs only the scoring of the scope's own matches."""
-        phrases = match_to_tsqueries(match)
+        Unscoped on a large index (TIERED_MIN_ROWS), the chunks of the top impact tiers are
+        scored first, and the rest only when the bound says they could reach the top (see
+        IMPACT_TIERS). Otherwise one pass: every match's phrase frequencies are taken once
+        (ts_rank_cd per phrase) and each phrase's document frequency is counted from those same
+        rows. Scoped, the document frequencies still come from the whole index: counted (or on
+        a large index estimated) once per phrase and kept until the lexical rows change, so a
+        repeated phrase costs only the scoring of the scope's own matches."""
+        phrases = match_phrases(match)
         if not phrases or limit <= 0:
             return []
-        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
-        params["all"] = " | ".join(f"({phrase})" for phrase in phrases)
-        params["limit"] = limit
-        numbers = range(len(phrases))
-        frequencies = ", ".join(
-            f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in numbers
-        )
-        if scope.is_all:
-            # one scan ranks every match once per phrase (parallel workers may share the scan;
-            # OFFSET 0 keeps the ranking below the window, so it runs once per row); each
-            # phrase's document frequency is then counted over those rows by a window aggregate
-            hits = ", ".join(f"count(*) FILTER (WHERE t{i} > 0) OVER () AS n{i}" for i in numbers)
-            idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
-            norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
-            terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
-            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, COALESCE(NULLIF(sum(tokens)::float8 / sum(rows), 0), 1) AS avgdl,
-                                        {LEXICAL_VERSION_SQL} AS version
-                                 FROM fts_stats HAVING sum(rows) > 0)
-                      SELECT m.id, -({terms}) AS score, s.version, {", ".join(f"m.n{i}" for i in numbers)} FROM s, (
-                          SELECT r.*, {hits} FROM (
-                              SELECT f.id, f.length::float8 AS length, {frequencies}
-                              FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery OFFSET 0) r) m
-                      ORDER BY score, m.id LIMIT %(limit)s"""
-            rows = self.conn.execute(sql, params, prepare=False).fetchall()
-            if rows:
-                self._remember_phrase_hits(str(rows[0][2]), dict(zip(phrases, map(int, rows[0][3:]), strict=True)))
-            return [RankedChunk(int(r[0]), float(r[1])) for r in rows]
-        # the index's totals, and each phrase's document frequency as FTS5 counts it (whole index)
+        queries = [_phrase_tsquery(tokens, prefix) for tokens, prefix in phrases]
         version, total_rows, total_tokens = self.conn.execute(
             f"SELECT {LEXICAL_VERSION_SQL}, COALESCE(sum(rows), 0), COALESCE(sum(tokens), 0) FROM fts_stats"
         ).fetchone() or ("", 0, 0)
+        total_rows, total_tokens = int(total_rows), int(total_tokens)
         if not total_rows:
             return []
         self._remember_phrase_hits(str(version), {})
-        missing = [phrase for phrase in phrases if phrase not in self._phrase_hits]
-        if missing:
-            self._count_phrase_hits(missing)
-            if any(phrase not in self._phrase_hits for phrase in phrases):  # a write came between
-                self._count_phrase_hits(phrases)
-        found = [self._phrase_hits.get(phrase, 0) for phrase in phrases]
+        avgdl = total_tokens / total_rows or 1.0
+        large = total_rows >= TIERED_MIN_ROWS
+        if scope.is_all:
+            if large:
+                found = self._document_frequencies(queries, total_rows)
+                if not any(found):
+                    return []
+                if sum(found) > FULL_SCAN_MAX_MATCHES:
+                    hits = self._tiered_search(phrases, queries, found, total_rows, avgdl, limit)
+                    if hits is not None:
+                        return hits
+            return self._full_search(queries, limit)
+        found = self._document_frequencies(queries, total_rows)
         if not any(found):
             return []
-        import math
-
-        total_rows, total_tokens = int(total_rows), int(total_tokens)
-        avgdl = total_tokens / total_rows or 1.0
-        terms_list = []
-        for i, n_hit in enumerate(found):
-            params[f"idf{i}"] = max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5)))
-            terms_list.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
         where, scope_params = scope_condition(scope, "c")
-        params.update(scope_params)
+        return self._scored(
+            queries,
+            _idfs(found, total_rows),
+            avgdl,
+            limit,
+            f"f.id IN (SELECT c.id FROM chunks c WHERE {where})",
+            scope_params,
+        )
+
+    def _full_search(self, queries: Sequence[str], limit: int) -> list[RankedChunk]:
+        """Every match of the whole index scored, in one scan; its exact document frequencies
+        are kept for later queries."""
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(queries)}
+        params["all"] = " | ".join(f"({phrase})" for phrase in queries)
+        params["limit"] = limit
+        numbers = range(len(queries))
+        # one scan ranks every match once per phrase (parallel workers may share the scan;
+        # OFFSET 0 keeps the ranking below the window, so it runs once per row); each
+        # phrase's document frequency is then counted over those rows by a window aggregate
+        hits = ", ".join(f"count(*) FILTER (WHERE t{i} > 0) OVER () AS n{i}" for i in numbers)
+        idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
+        norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
+        terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
+        sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, COALESCE(NULLIF(sum(tokens)::float8 / sum(rows), 0), 1) AS avgdl,
+                                    {LEXICAL_VERSION_SQL} AS version
+                             FROM fts_stats HAVING sum(rows) > 0)
+                  SELECT m.id, -({terms}) AS score, s.version, {", ".join(f"m.n{i}" for i in numbers)} FROM s, (
+                      SELECT r.*, {hits} FROM (
+                          SELECT f.id, f.length::float8 AS length, {_frequencies_sql(len(queries))}
+                          FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery OFFSET 0) r) m
+                  ORDER BY score, m.id LIMIT %(limit)s"""
+        rows = self.conn.execute(sql, params, prepare=False).fetchall()
+        if rows:
+            self._remember_phrase_hits(str(rows[0][2]), dict(zip(queries, map(int, rows[0][3:]), strict=True)))
+        return [RankedChunk(int(r[0]), float(r[1])) for r in rows]
+
+    def _tiered_search(
+        self,
+        phrases: Sequence[tuple[list[str], bool]],
+        queries: Sequence[str],
+        found: Sequence[int],
+        total_rows: int,
+        avgdl: float,
+        limit: int,
+    ) -> list[RankedChunk] | None:
+        """The unscoped top `limit` from the chunks of the top impact tiers, or None when the
+        bound cannot be met within IMPACT_STEPS passes (the caller scores every match)."""
+        idf = _idfs(found, total_rows)
+        widen = max(1.0, avgdl / IMPACT_REFERENCE_LENGTH)
+
+        def bound(tier: int) -> float:
+            """The best score a chunk outside tiers 0..tier can have."""
+            return sum(weight * min(BM25_K1 + 1, widen * IMPACT_TIERS[tier]) for weight in idf)
+
+        tier = 0
+        for _ in range(IMPACT_STEPS):
+            candidates = impact_tsquery(phrases, tier + 1)
+            if candidates is None:
+                return None
+            hits = self._scored(
+                queries, idf, avgdl, limit, "f.impacts @@ %(candidates)s::tsquery", {"candidates": candidates}
+            )
+            if len(hits) >= limit:
+                kth = -hits[limit - 1].score
+                if kth >= bound(tier):
+                    return hits
+                # a deeper tier whose bound the limit-th score already meets is sure to settle it
+                deeper = [t for t in range(tier + 1, len(IMPACT_TIERS)) if bound(t) <= kth]
+                if not deeper:
+                    return None
+                tier = deeper[0]
+            elif tier + 1 < len(IMPACT_TIERS):
+                tier = min(len(IMPACT_TIERS) - 1, tier + 2)
+            else:
+                return None
+        return None
+
+    def _scored(
+        self,
+        queries: Sequence[str],
+        idf: Sequence[float],
+        avgdl: float,
+        limit: int,
+        where: str,
+        where_params: dict[str, object],
+    ) -> list[RankedChunk]:
+        """The best `limit` of the matches that also meet `where` (over `chunks_fts f`), scored
+        with the given idf and average length."""
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(queries)}
+        params["all"] = " | ".join(f"({phrase})" for phrase in queries)
+        params["limit"] = limit
         params["avgdl"] = avgdl
+        params.update(where_params)
+        terms = []
+        for i, weight in enumerate(idf):
+            params[f"idf{i}"] = weight
+            terms.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
         # MATERIALIZED: each ts_rank_cd runs once per row, not once per use in the score
         sql = f"""WITH m AS MATERIALIZED (
                       SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length::float8 / %(avgdl)s) AS norm,
-                             {frequencies}
-                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery
-                        AND f.id IN (SELECT c.id FROM chunks c WHERE {where}))
-                  SELECT m.id, -({" + ".join(terms_list)}) AS score FROM m
+                             {_frequencies_sql(len(queries))}
+                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery AND {where})
+                  SELECT m.id, -({" + ".join(terms)}) AS score FROM m
                   ORDER BY score, m.id LIMIT %(limit)s"""
         return [
             RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)
         ]  # planned for its terms
+
+    def _document_frequencies(self, queries: Sequence[str], total_rows: int) -> list[int]:
+        """Each phrase's document frequency over the whole index: remembered, else counted (on
+        a large index estimated from a sample, rare phrases counted)."""
+        missing = [phrase for phrase in queries if phrase not in self._phrase_hits]
+        if missing:
+            if total_rows >= TIERED_MIN_ROWS:
+                self._estimate_phrase_hits(missing, total_rows)
+            else:
+                self._count_phrase_hits(missing)
+            if any(phrase not in self._phrase_hits for phrase in queries):  # a write came between
+                self._count_phrase_hits(queries)
+        return [self._phrase_hits.get(phrase, 0) for phrase in queries]
+
+    def _estimate_phrase_hits(self, phrases: Sequence[str], total_rows: int) -> None:
+        """Estimate each phrase's document frequency from a fixed sample of about SAMPLED_ROWS
+        lexical rows (REPEATABLE: the same rows while the table is unchanged, so a query keeps
+        its scores); a phrase the sample holds fewer than SAMPLE_MIN_HITS times is counted."""
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
+        params["percent"] = min(100.0, 100.0 * SAMPLED_ROWS / total_rows)
+        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(phrases)))
+        row = self.conn.execute(
+            f"""SELECT (SELECT {LEXICAL_VERSION_SQL} FROM fts_stats), count(*), {counts}
+                FROM chunks_fts TABLESAMPLE SYSTEM (%(percent)s) REPEATABLE (0)""",
+            params,
+            prepare=False,
+        ).fetchone()
+        assert row is not None  # an aggregate without GROUP BY always answers
+        sampled = int(row[1])
+        estimates = {
+            phrase: round(int(hits) * total_rows / sampled)
+            for phrase, hits in zip(phrases, row[2:], strict=True)
+            if int(hits) >= SAMPLE_MIN_HITS
+        }
+        self._remember_phrase_hits(str(row[0]), estimates)
+        rare = [phrase for phrase in phrases if phrase not in estimates]
+        if rare:
+            self._count_phrase_hits(rare)
 
     def _count_phrase_hits(self, phrases: Sequence[str]) -> None:
         """Count the chunks holding each phrase over the whole index (one scan of their matches)."""
@@ -1436,6 +1649,20 @@ class PostgresStore:
             source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
             for source_id in {**files, **chunks}
         }
+
+
+def _frequencies_sql(phrases: int) -> str:
+    """Each phrase's frequency in `f.document` as t0, t1, ...: ts_rank_cd's covers, one per hit."""
+    return ", ".join(
+        f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in range(phrases)
+    )
+
+
+def _idfs(found: Sequence[int], total_rows: int) -> list[float]:
+    """FTS5's idf of each phrase from its document frequency."""
+    import math
+
+    return [max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5))) for n_hit in found]
 
 
 def _text(value: str) -> str:
