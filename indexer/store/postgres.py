@@ -110,6 +110,7 @@ IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
 IMPACT_STEPS = 3  # tier passes before the full scan
+EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take the chunks holding all of them
 # Below this many lexical rows every match is scored (cheap) with exact document frequencies;
 # above, a phrase's document frequency is estimated from a sample of about SAMPLED_ROWS rows
 # (counted exactly when the sample holds fewer than SAMPLE_MIN_HITS of its chunks: rare
@@ -264,16 +265,20 @@ def match_to_tsqueries(match: str) -> list[str]:
 
 
 def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str | None:
-    """The chunks where some phrase's first word reaches one of the first `tiers` impact tiers
-    (a prefix phrase of one word: some word with that prefix). A phrase occurs at most as often
-    as its first word, so a chunk outside has each phrase's saturation below those tiers."""
+    """The chunks where some phrase has all its words (the last one maybe a prefix) in the
+    first `tiers` impact tiers. A phrase occurs at most as often as each of its words, so in a
+    chunk outside, each phrase's saturation is below those tiers (None: a word too long to have
+    impact words)."""
     items = []
     for tokens, prefix in phrases:
-        if len(tokens[0]) > _SURELY_INDEXABLE - 2:
-            return None  # a word this long has no impact words: only the full scan finds it
-        star = ":*" if prefix and len(tokens) == 1 else ""
-        items += [_lexeme(f"{label}|{tokens[0]}") + star for label in IMPACT_LABELS[:tiers]]
-    return " | ".join(items)
+        if any(len(token) > _SURELY_INDEXABLE - 2 for token in tokens):
+            return None  # only the full scan finds it
+        words = []
+        for n, token in enumerate(tokens, 1):
+            star = ":*" if prefix and n == len(tokens) else ""
+            words.append("(" + " | ".join(_lexeme(f"{label}|{token}") + star for label in IMPACT_LABELS[:tiers]) + ")")
+        items.append(" & ".join(words))
+    return " | ".join(f"({item})" for item in items)
 
 
 # ---- scope ------------------------------------------------------------------------------------
@@ -1236,10 +1241,13 @@ class PostgresStore:
         large = total_rows >= TIERED_MIN_ROWS
         if scope.is_all:
             if large:
-                found = self._document_frequencies(queries, total_rows)
-                if not any(found):
-                    return []
-                if sum(found) > FULL_SCAN_MAX_MATCHES:
+                # the sample first: a query of rare phrases is scored whole, and that scan counts them
+                missing = [phrase for phrase in queries if phrase not in self._phrase_hits]
+                if missing:
+                    self._estimate_phrase_hits(missing, total_rows, count_rare=False)
+                common = sum(self._phrase_hits.get(phrase, 0) for phrase in queries)
+                if common > FULL_SCAN_MAX_MATCHES:
+                    found = self._document_frequencies(queries, total_rows)
                     hits = self._tiered_search(phrases, queries, found, total_rows, avgdl, limit)
                     if hits is not None:
                         return hits
@@ -1297,19 +1305,25 @@ class PostgresStore:
         bound cannot be met within IMPACT_STEPS passes (the caller scores every match)."""
         idf = _idfs(found, total_rows)
         widen = max(1.0, avgdl / IMPACT_REFERENCE_LENGTH)
+        # the chunks holding every phrase are candidates too (a short query's best often do, and
+        # the GIN index intersects their lists cheaply): a chunk outside then lacks one phrase
+        with_every = 2 <= len(queries) <= EVERY_PHRASE_MAX
+        where = "f.impacts @@ %(candidates)s::tsquery"
+        if with_every:
+            where = f"({where} OR f.document @@ %(every)s::tsquery)"
 
         def bound(tier: int) -> float:
-            """The best score a chunk outside tiers 0..tier can have."""
-            return sum(weight * min(BM25_K1 + 1, widen * IMPACT_TIERS[tier]) for weight in idf)
+            """The best score a chunk outside the candidates of tiers 0..tier can have."""
+            parts = [weight * min(BM25_K1 + 1, widen * IMPACT_TIERS[tier]) for weight in idf]
+            return sum(parts) - (min(parts) if with_every else 0.0)
 
         tier = 0
         for _ in range(IMPACT_STEPS):
             candidates = impact_tsquery(phrases, tier + 1)
             if candidates is None:
                 return None
-            hits = self._scored(
-                queries, idf, avgdl, limit, "f.impacts @@ %(candidates)s::tsquery", {"candidates": candidates}
-            )
+            params: dict[str, object] = {"candidates": candidates, "every": " & ".join(f"({q})" for q in queries)}
+            hits = self._scored(queries, idf, avgdl, limit, where, params, True)
             if len(hits) >= limit:
                 kth = -hits[limit - 1].score
                 if kth >= bound(tier):
@@ -1333,9 +1347,12 @@ class PostgresStore:
         limit: int,
         where: str,
         where_params: dict[str, object],
+        where_leads: bool = False,
     ) -> list[RankedChunk]:
         """The best `limit` of the matches that also meet `where` (over `chunks_fts f`), scored
-        with the given idf and average length."""
+        with the given idf and average length. `where` selects through its own index when
+        `where_leads`: the match is then tested on its rows alone, not ANDed with every match's
+        bitmap (all of a common word's chunks)."""
         params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(queries)}
         params["all"] = " | ".join(f"({phrase})" for phrase in queries)
         params["limit"] = limit
@@ -1345,11 +1362,14 @@ class PostgresStore:
         for i, weight in enumerate(idf):
             params[f"idf{i}"] = weight
             terms.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
+        match = "f.document @@ %(all)s::tsquery"
+        if where_leads:
+            match = f"({match}) IS TRUE"  # not an index condition
         # MATERIALIZED: each ts_rank_cd runs once per row, not once per use in the score
         sql = f"""WITH m AS MATERIALIZED (
                       SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length::float8 / %(avgdl)s) AS norm,
                              {_frequencies_sql(len(queries))}
-                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery AND {where})
+                      FROM chunks_fts f WHERE {match} AND {where})
                   SELECT m.id, -({" + ".join(terms)}) AS score FROM m
                   ORDER BY score, m.id LIMIT %(limit)s"""
         return [
@@ -1369,10 +1389,11 @@ class PostgresStore:
                 self._count_phrase_hits(queries)
         return [self._phrase_hits.get(phrase, 0) for phrase in queries]
 
-    def _estimate_phrase_hits(self, phrases: Sequence[str], total_rows: int) -> None:
+    def _estimate_phrase_hits(self, phrases: Sequence[str], total_rows: int, count_rare: bool = True) -> None:
         """Estimate each phrase's document frequency from a fixed sample of about SAMPLED_ROWS
         lexical rows (REPEATABLE: the same rows while the table is unchanged, so a query keeps
-        its scores); a phrase the sample holds fewer than SAMPLE_MIN_HITS times is counted."""
+        its scores); a phrase the sample holds fewer than SAMPLE_MIN_HITS times is counted
+        (`count_rare`) or left unknown."""
         params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
         params["percent"] = min(100.0, 100.0 * SAMPLED_ROWS / total_rows)
         counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(phrases)))
@@ -1391,7 +1412,7 @@ class PostgresStore:
         }
         self._remember_phrase_hits(str(row[0]), estimates)
         rare = [phrase for phrase in phrases if phrase not in estimates]
-        if rare:
+        if rare and count_rare:
             self._count_phrase_hits(rare)
 
     def _count_phrase_hits(self, phrases: Sequence[str]) -> None:
