@@ -173,6 +173,7 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
     for match in COMMON_QUERIES:
         first = postgres.fts_search(match, 10, SearchScope())
         postgres._phrase_hits.clear()  # estimated again, from the same sample
+        postgres._phrase_samples.clear()
         assert postgres.fts_search(match, 10, SearchScope()) == first
         expected = {hit.chunk_id for hit in sqlite.fts_search(match, 10, SearchScope())}
         assert len(expected & {hit.chunk_id for hit in first}) >= 5, match

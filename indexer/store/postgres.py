@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import re
 import struct
@@ -110,7 +111,8 @@ IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
 IMPACT_STEPS = 3  # tier passes before the full scan
-EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take the chunks holding all of them
+EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take chunks holding all of them (see _tiered_search),
+EVERY_MAX_ROWS = 3_000  # all such chunks when the sample says they are at most this many
 # Below this many lexical rows every match is scored (cheap) with exact document frequencies;
 # above, a phrase's document frequency is estimated from a sample of about SAMPLED_ROWS rows
 # (counted exactly when the sample holds fewer than SAMPLE_MIN_HITS of its chunks: rare
@@ -683,6 +685,8 @@ class PostgresStore:
         # phrase -> chunks holding it, valid while the lexical rows are as they were when counted
         self._phrase_hits: dict[str, int] = {}
         self._phrase_hits_key: str | None = None
+        # phrase -> its share of a fixed sample times the rows, for the same version (rare ones too)
+        self._phrase_samples: dict[str, float] = {}
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -1242,13 +1246,13 @@ class PostgresStore:
         if scope.is_all:
             if large:
                 # the sample first: a query of rare phrases is scored whole, and that scan counts them
-                missing = [phrase for phrase in queries if phrase not in self._phrase_hits]
-                if missing:
-                    self._estimate_phrase_hits(missing, total_rows, count_rare=False)
+                every = " & ".join(f"({q})" for q in queries) if 2 <= len(queries) <= EVERY_PHRASE_MAX else None
+                self._sample_phrases([*queries, *([every] if every else [])], total_rows)
                 common = sum(self._phrase_hits.get(phrase, 0) for phrase in queries)
                 if common > FULL_SCAN_MAX_MATCHES:
                     found = self._document_frequencies(queries, total_rows)
-                    hits = self._tiered_search(phrases, queries, found, total_rows, avgdl, limit)
+                    few = every is not None and self._phrase_samples.get(every, math.inf) <= EVERY_MAX_ROWS
+                    hits = self._tiered_search(phrases, queries, found, total_rows, avgdl, limit, every, few)
                     if hits is not None:
                         return hits
             return self._full_search(queries, limit)
@@ -1300,41 +1304,67 @@ class PostgresStore:
         total_rows: int,
         avgdl: float,
         limit: int,
+        every: str | None,
+        every_few: bool,
     ) -> list[RankedChunk] | None:
         """The unscoped top `limit` from the chunks of the top impact tiers, or None when the
-        bound cannot be met within IMPACT_STEPS passes (the caller scores every match)."""
+        bound cannot be met within IMPACT_STEPS passes (the caller scores every match).
+
+        A pass at tier t takes the chunks where some phrase reaches tier t; with `every` (the
+        tsquery of all phrases at once) also the chunks holding every phrase where some phrase
+        reaches a lower tier t2 (all of those when `every_few`): a short query's best chunks
+        hold all its words. A chunk outside then either lacks a phrase (its others below t) or
+        has all of them below t2."""
         idf = _idfs(found, total_rows)
         widen = max(1.0, avgdl / IMPACT_REFERENCE_LENGTH)
-        # the chunks holding every phrase are candidates too (a short query's best often do, and
-        # the GIN index intersects their lists cheaply): a chunk outside then lacks one phrase
-        with_every = 2 <= len(queries) <= EVERY_PHRASE_MAX
-        where = "f.impacts @@ %(candidates)s::tsquery"
-        if with_every:
-            where = f"({where} OR f.document @@ %(every)s::tsquery)"
+        last = len(IMPACT_TIERS) - 1
 
-        def bound(tier: int) -> float:
-            """The best score a chunk outside the candidates of tiers 0..tier can have."""
-            parts = [weight * min(BM25_K1 + 1, widen * IMPACT_TIERS[tier]) for weight in idf]
-            return sum(parts) - (min(parts) if with_every else 0.0)
+        def parts(tier: int) -> list[float]:
+            return [
+                weight * min(BM25_K1 + 1, widen * IMPACT_TIERS[tier]) if n_hit else 0.0
+                for weight, n_hit in zip(idf, found, strict=True)
+            ]
+
+        def plan(tier: int) -> tuple[int | None, float]:
+            """The lower tier for the chunks holding every phrase (None: all of them) and the
+            best score a chunk outside the pass's candidates can have."""
+            if every is None:
+                return None, sum(parts(tier))
+            lacking = sum(parts(tier)) - min(parts(tier))
+            for lower in range(tier, last + 1):
+                if sum(parts(lower)) <= lacking:
+                    return lower, lacking
+            if every_few:
+                return None, lacking
+            return last, max(lacking, sum(parts(last)))
 
         tier = 0
         for _ in range(IMPACT_STEPS):
+            lower, bound = plan(tier)
             candidates = impact_tsquery(phrases, tier + 1)
             if candidates is None:
                 return None
-            params: dict[str, object] = {"candidates": candidates, "every": " & ".join(f"({q})" for q in queries)}
+            params: dict[str, object] = {"candidates": candidates}
+            where = "f.impacts @@ %(candidates)s::tsquery"
+            if every is not None:
+                params["every"] = every
+                if lower is None:
+                    where = f"({where} OR f.document @@ %(every)s::tsquery)"
+                else:
+                    params["every_tiers"] = impact_tsquery(phrases, lower + 1)
+                    where = f"({where} OR (f.document @@ %(every)s::tsquery AND f.impacts @@ %(every_tiers)s::tsquery))"
             hits = self._scored(queries, idf, avgdl, limit, where, params, True)
             if len(hits) >= limit:
                 kth = -hits[limit - 1].score
-                if kth >= bound(tier):
+                if kth >= bound:
                     return hits
                 # a deeper tier whose bound the limit-th score already meets is sure to settle it
-                deeper = [t for t in range(tier + 1, len(IMPACT_TIERS)) if bound(t) <= kth]
+                deeper = [t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth]
                 if not deeper:
                     return None
                 tier = deeper[0]
-            elif tier + 1 < len(IMPACT_TIERS):
-                tier = min(len(IMPACT_TIERS) - 1, tier + 2)
+            elif tier < last:
+                tier = min(last, tier + 2)
             else:
                 return None
         return None
@@ -1382,21 +1412,27 @@ class PostgresStore:
         missing = [phrase for phrase in queries if phrase not in self._phrase_hits]
         if missing:
             if total_rows >= TIERED_MIN_ROWS:
-                self._estimate_phrase_hits(missing, total_rows)
-            else:
-                self._count_phrase_hits(missing)
+                self._sample_phrases(missing, total_rows)
+            rare = [phrase for phrase in missing if phrase not in self._phrase_hits]
+            if rare:
+                self._count_phrase_hits(rare)
             if any(phrase not in self._phrase_hits for phrase in queries):  # a write came between
                 self._count_phrase_hits(queries)
         return [self._phrase_hits.get(phrase, 0) for phrase in queries]
 
-    def _estimate_phrase_hits(self, phrases: Sequence[str], total_rows: int, count_rare: bool = True) -> None:
-        """Estimate each phrase's document frequency from a fixed sample of about SAMPLED_ROWS
+    def _sample_phrases(self, phrases: Sequence[str], total_rows: int) -> None:
+        """Estimate the chunks matching each tsquery from a fixed sample of about SAMPLED_ROWS
         lexical rows (REPEATABLE: the same rows while the table is unchanged, so a query keeps
-        its scores); a phrase the sample holds fewer than SAMPLE_MIN_HITS times is counted
-        (`count_rare`) or left unknown."""
-        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
+        its scores): kept as a document frequency when the sample holds it SAMPLE_MIN_HITS times
+        (a rarer phrase is counted where its idf is needed)."""
+        wanted = [
+            phrase for phrase in phrases if phrase not in self._phrase_samples and phrase not in self._phrase_hits
+        ]
+        if not wanted:
+            return
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(wanted)}
         params["percent"] = min(100.0, 100.0 * SAMPLED_ROWS / total_rows)
-        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(phrases)))
+        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(wanted)))
         row = self.conn.execute(
             f"""SELECT (SELECT {LEXICAL_VERSION_SQL} FROM fts_stats), count(*), {counts}
                 FROM chunks_fts TABLESAMPLE SYSTEM (%(percent)s) REPEATABLE (0)""",
@@ -1404,16 +1440,12 @@ class PostgresStore:
             prepare=False,
         ).fetchone()
         assert row is not None  # an aggregate without GROUP BY always answers
-        sampled = int(row[1])
-        estimates = {
-            phrase: round(int(hits) * total_rows / sampled)
-            for phrase, hits in zip(phrases, row[2:], strict=True)
-            if int(hits) >= SAMPLE_MIN_HITS
-        }
-        self._remember_phrase_hits(str(row[0]), estimates)
-        rare = [phrase for phrase in phrases if phrase not in estimates]
-        if rare and count_rare:
-            self._count_phrase_hits(rare)
+        self._remember_phrase_hits(str(row[0]), {})
+        sampled = max(1, int(row[1]))
+        for phrase, hits in zip(wanted, map(int, row[2:]), strict=True):
+            self._phrase_samples[phrase] = hits * total_rows / sampled
+            if hits >= SAMPLE_MIN_HITS:
+                self._phrase_hits[phrase] = round(hits * total_rows / sampled)
 
     def _count_phrase_hits(self, phrases: Sequence[str]) -> None:
         """Count the chunks holding each phrase over the whole index (one scan of their matches)."""
@@ -1432,8 +1464,9 @@ class PostgresStore:
     def _remember_phrase_hits(self, version: str, hits: dict[str, int]) -> None:
         """Keep document frequencies for the lexical rows' `version`; a new version (any write
         since) forgets the older counts. Bounded: a long-lived server sees unbounded queries."""
-        if version != self._phrase_hits_key or len(self._phrase_hits) > PHRASE_HITS_KEPT:
+        if version != self._phrase_hits_key or len(self._phrase_hits) + len(self._phrase_samples) > PHRASE_HITS_KEPT:
             self._phrase_hits = {}
+            self._phrase_samples = {}
             self._phrase_hits_key = version
         self._phrase_hits.update(hits)
 
@@ -1681,8 +1714,6 @@ def _frequencies_sql(phrases: int) -> str:
 
 def _idfs(found: Sequence[int], total_rows: int) -> list[float]:
     """FTS5's idf of each phrase from its document frequency."""
-    import math
-
     return [max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5))) for n_hit in found]
 
 
