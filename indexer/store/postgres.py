@@ -202,39 +202,40 @@ def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
     places: dict[str, list[str]] = {}
-    frequencies: dict[str, int] = {}
-    for tokens, first, labels, weight in (
-        (head, 1, _position_labels("A"), 2),
-        (body, len(head) + 2, _position_labels(""), 1),
-    ):
+    for tokens, first, labels in ((head, 1, _position_labels("A")), (body, len(head) + 2, _position_labels(""))):
         for position, token in enumerate(tokens, first):
             label = labels[position if position < MAX_POSITION else MAX_POSITION]
             found = places.get(token)
             if found is None:
                 if _indexable(token):
                     places[token] = [label]
-                    frequencies[token] = weight
             elif len(found) < MAX_POSITIONS_PER_LEXEME:
                 found.append(label)
-                frequencies[token] += weight
     literal = " ".join([f"{_lexeme(token)}:{','.join(found)}" for token, found in places.items()])
     length = len(head) + len(body)
-    return literal, length, impact_literal(frequencies, length)
+    return literal, length, impact_literal(places, head, length)
 
 
-def impact_literal(frequencies: dict[str, int], length: int) -> str:
+def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -> str:
     """A tsvector of `tier|lexeme` words: each lexeme whose bm25 saturation in this chunk,
     tf (k1 + 1) / (tf + k1 (1 - b + b length / IMPACT_REFERENCE_LENGTH)), reaches one of
     IMPACT_TIERS, under the label of the highest tier it reaches. tf is what `ts_rank_cd` counts
-    (a breadcrumb hit twice, at most MAX_POSITIONS_PER_LEXEME positions)."""
+    of the kept positions (`places`): a breadcrumb hit (they come first) twice."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
+    in_head: dict[str, int] = {}
+    for token in head:
+        in_head[token] = in_head.get(token, 0) + 1
+    tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
     words = []
-    for token, tf in frequencies.items():
-        impact = tf * (BM25_K1 + 1) / (tf + norm)
-        if impact < IMPACT_TIERS[-1] or len(token) > _SURELY_INDEXABLE - 2:
-            continue
-        tier = next(i for i, floor in enumerate(IMPACT_TIERS) if impact >= floor)
-        words.append(_lexeme(f"{IMPACT_LABELS[tier]}|{token}"))
+    for token, found in places.items():
+        tf = len(found) + min(in_head.get(token, 0), len(found))
+        label = tiers.get(tf, "")
+        if label == "":
+            impact = tf * (BM25_K1 + 1) / (tf + norm)
+            label = next((IMPACT_LABELS[i] for i, floor in enumerate(IMPACT_TIERS) if impact >= floor), None)
+            tiers[tf] = label
+        if label is not None and len(token) <= _SURELY_INDEXABLE - 2:
+            words.append(_lexeme(label + "|" + token))
     return " ".join(words)
 
 
