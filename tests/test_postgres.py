@@ -182,6 +182,16 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
         found = postgres.fts_search(match, 10, SearchScope())
         assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected]
         assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+    # scoped, a lone phrase keeps the sample's estimate (its idf scales every score alike): the
+    # order is FTS5's, even for a phrase the sample never met
+    postgres._phrase_hits.clear()
+    postgres._phrase_samples.clear()
+    for match in ('"quokka"', '"backup"', '"server restore"'):
+        for scope in (SearchScope(path="rare"), SearchScope(path="notes")):
+            expected = sqlite.fts_search(match, 10, scope)
+            assert [hit.chunk_id for hit in postgres.fts_search(match, 10, scope)] == [
+                hit.chunk_id for hit in expected
+            ], (match, scope)
 
 
 def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: str) -> None:

@@ -1409,11 +1409,15 @@ class PostgresStore:
 
     def _document_frequencies(self, queries: Sequence[str], total_rows: int) -> list[int]:
         """Each phrase's document frequency over the whole index: remembered, else counted (on
-        a large index estimated from a sample, rare phrases counted)."""
+        a large index estimated from a sample, rare phrases counted; a lone phrase's idf
+        scales every score alike, so it keeps the sample's estimate)."""
         missing = [phrase for phrase in queries if phrase not in self._phrase_hits]
         if missing:
             if total_rows >= TIERED_MIN_ROWS:
                 self._sample_phrases(missing, total_rows)
+                if len(queries) == 1:
+                    estimate = self._phrase_samples.get(queries[0], 0.0)
+                    return [self._phrase_hits.get(queries[0], max(1, round(estimate)))]  # not 0: unknown
             rare = [phrase for phrase in missing if phrase not in self._phrase_hits]
             if rare:
                 self._count_phrase_hits(rare)
