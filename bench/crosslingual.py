@@ -28,7 +28,8 @@ if __package__ in (None, ""):  # `python bench/crosslingual.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.beir import EVAL_ROOT, BeirRun, BeirSet, cached_local_factory, load_set, read_jsonl, run_beir
+from bench.beir import BeirRun, BeirSet, cached_local_factory, load_set, read_jsonl, run_beir
+from bench.bench_langid import eval_root
 from bench.report import eprint, header, machine_table, md_table
 from bench.tldr_mixed import build_with_meta
 from search.evaluate import mean
@@ -85,12 +86,13 @@ def split_scores(run: BeirRun, meta: dict[str, dict[str, str]]) -> dict[str, dic
 def run_sets(
     names: Sequence[str] = SETS,
     *,
-    data_root: Path = EVAL_ROOT,
+    data_root: Path | None = None,
     query_limit: int | None = None,
     cache: Path | None = None,
     log=eprint,
 ) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     results = {}
+    data_root = data_root or eval_root()  # a worktree one level deeper finds ../shared/eval too
     for name in names:
         loaded = load(name, data_root)
         if loaded is None:
@@ -135,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", action="append", choices=SETS, help="repeatable; default: both")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-machine", action="store_true", help="leave out the machine table")
-    parser.add_argument("--data", type=Path, default=EVAL_ROOT, help="folder holding the eval sets")
+    parser.add_argument("--data", type=Path, default=eval_root(), help="folder holding the eval sets")
     parser.add_argument("--cache", type=Path, help="vector cache file (default: under the XDG cache)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

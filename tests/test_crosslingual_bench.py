@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import bench.tldr_mixed as tldr_mixed
 from bench.beir import BeirRun
 from bench.crosslingual import split_scores
-from bench.tldr_mixed import build_with_meta, question
+from bench.tldr_mixed import build_with_meta, parallel_descriptions, question
 
 PAGES = {
     "en": {
@@ -73,3 +76,61 @@ def test_split_scores_counts_czech_cross_queries_twice() -> None:
     assert scores["cross"]["ndcg@10"] == 0.5 and scores["cross"]["queries"] == 2
     assert scores["cross-cs"]["ndcg@10"] == 1.0 and scores["cross-cs"]["queries"] == 1
     assert scores["same"]["recall@10"] == 1.0
+
+
+PARALLEL = {
+    "en": {
+        "ls": "# ls\n\n> List files.\n\n- List files one per line:\n\n`ls -1`\n\n- List all files, hidden ones too:\n\n`ls -a`\n",
+        "cp": "# cp\n\n> Copy files.\n\n- Copy a file to another location:\n\n`cp {{source}} {{target}}`\n",
+        "du": "# du\n\n> Disk usage.\n\n- Show the size of a directory:\n\n`du -sh {{path}}`\n",
+    },
+    "ru": {
+        "ls": "# ls\n\n> Список файлов.\n\n- Вывести файлы по одному в строке:\n\n`ls -1`\n\n- Вывести все файлы, включая скрытые:\n\n`ls -a`\n",
+        "cp": "# cp\n\n> Копирование.\n\n- Скопировать файл в другое место:\n\n`cp {{источник}} {{цель}}`\n",
+        "du": "# du\n\n> Занятое место.\n\n- Показать размер каталога рекурсивно:\n\n`du -h {{путь}}`\n",
+    },
+}
+
+
+def test_parallel_descriptions_pair_examples_of_commands_the_benchmark_never_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tldr_tree(tmp_path)
+    for lang, pages in PARALLEL.items():
+        for name, text in pages.items():
+            (root / FOLDERS[lang] / "common" / f"{name}.md").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(tldr_mixed, "RU_COMMANDS", 1)  # one Russian command in the set, the others outside
+    data, _ = build_with_meta(root)
+    used = {doc.split("-", 1)[1] for doc in data.corpus}
+    pairs = parallel_descriptions("ru", "en", root)
+    commands = {name for name, _, _ in pairs}
+    assert commands and not commands & used  # nothing learned from the pairs can leak into the set
+    outside = {"ls", "cp", "du", "grep"} - used
+    # du's translation changed its command line (`-sh` vs `-h`): not a pair
+    assert commands == outside - {"du"}
+    if "ls" in commands:
+        assert ("ls", "Вывести все файлы, включая скрытые", "List all files, hidden ones too") in pairs
+    assert all(left != right for _, left, right in pairs)
+
+
+def test_alignment_helpers_recover_a_planted_rotation_and_language_direction() -> None:
+    import numpy as np
+
+    from bench.xl_alignment import inlp_basis, procrustes
+
+    rng = np.random.default_rng(7)
+    source = rng.normal(size=(200, 8)).astype(np.float32)
+    rotation, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    target = source @ rotation.T
+    assert np.allclose(procrustes(source, target, 1.0), rotation, atol=1e-4)
+    assert np.allclose(procrustes(source, target, 0.0), np.eye(8), atol=1e-6)
+    half = procrustes(source, target, 0.5)
+    assert np.allclose(half @ half.T, np.eye(8), atol=1e-5)  # a blend is made orthogonal again
+
+    direction = np.zeros(8, dtype=np.float32)
+    direction[3] = 1.0
+    labels = np.array(["en"] * 100 + ["cs"] * 100)
+    vectors = rng.normal(size=(200, 8)).astype(np.float32) * 0.1
+    vectors[labels == "cs"] += 2.0 * direction  # the languages differ along axis 3 only
+    (found,) = inlp_basis(vectors, labels, ["cs", "en"], 0.1)
+    assert abs(float(found @ direction)) > 0.95
