@@ -108,12 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--as-large-index", action="store_true", help="rank as on an index of TIERED_MIN_ROWS rows or more"
     )
+    parser.add_argument("--sample-rows", type=int, help="with --as-large-index: sample this many rows (SAMPLED_ROWS)")
     args = parser.parse_args(argv)
     if args.as_large_index:
         from indexer.store import postgres
 
         postgres.TIERED_MIN_ROWS = 0
         postgres.FULL_SCAN_MAX_MATCHES = 0
+        if args.sample_rows:
+            postgres.SAMPLED_ROWS = args.sample_rows
     rows = measure(args.dataset or DATASETS, args.queries, args.data)
     print(table(rows))
     worst = max((abs(p - s) for _, _, s, p in rows), default=0.0)
