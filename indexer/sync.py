@@ -36,6 +36,7 @@ from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
 from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
+from indexer.store.postgres_bulk import vector_index_held_back
 
 if TYPE_CHECKING:
     import numpy as np
@@ -182,8 +183,8 @@ class Syncer:
             [chunk.text for file, doc in parsed if file.path not in known for chunk in doc.chunks]
         )
         with self.store.transaction():
-            for file, doc in parsed:
-                self.store.write_file(source_id, file, doc, language_of)
+            self.store.write_files(source_id, parsed, language_of)
+            for file, _ in parsed:
                 if file.path in known:
                     report.updated += 1
                 else:
@@ -537,7 +538,11 @@ class Syncer:
         if rechunked:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
         deadline = None if embed_budget is None else started + embed_budget
-        self.embed_pending(report, deadline)
+        if deadline is None:
+            with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk
+                self.embed_pending(report, deadline)
+        else:  # a catch-up someone waits on never builds it in bulk
+            self.embed_pending(report, deadline)
         if embed_budget is None:  # a bounded catch-up never rewrites the whole vector space
             report.neutral = self.refresh_neutral_space()
         report.pending = self.store.count_pending_all()

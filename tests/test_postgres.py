@@ -1,26 +1,30 @@
-"""What the PostgreSQL store promises beyond the shared contract tests: FTS5's exact bm25 ranking,
-exact scoped KNN (no HNSW shortcut), many readers beside one writer, one-line errors for a
+"""What the PostgreSQL store promises beyond the shared contract tests: FTS5's exact bm25 ranking
+(also when impact tiers cut the unscoped search short), exact scoped KNN (no HNSW shortcut), many readers beside one writer, one-line errors for a
 server, a login or a database that is not there, and the commands end to end on a server."""
 
 from __future__ import annotations
 
 import json
+import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 from click.testing import CliRunner
 
 from indexer.config import ConfigError, parse_config
 from indexer.errors import StoreError
 from indexer.store import SearchScope, Store
+from indexer.store import postgres as pg_module
 from indexer.store.postgres import PostgresStore, describe
 from search import cli as cli_module
 from tests.conftest import make_config
 from tests.fakes import FakeEmbedder
+from tests.store_checks import fts_integrity_check
 from tests.test_store import DIMS, doc, fill
 
 TEXTS = {
@@ -86,6 +90,130 @@ def test_scoped_ranking_follows_writes_that_keep_the_totals(stores: tuple[Store,
         found = postgres.fts_search(match, 20, scope)
         assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected]
         assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+
+
+WORDS = ["backup", "backups", "server", "restore", "kernel", "replica", "query", "index", "záloha", "поезд"]
+COMMON_QUERIES = [
+    '"backu"*',
+    '"server"',
+    '"server"* OR "restor"*',
+    '"kernel" OR "replica" OR "query"',
+    '"zaloha"* OR "поезд"* OR "index" OR "backup" OR "restore"',
+    '"server restore"',
+    '"backup server"* OR "kernel"',
+]
+
+
+@pytest.fixture
+def word_stores(tmp_path: Path, pg_url: str) -> Iterator[tuple[Store, PostgresStore]]:
+    """400 chunks of a ten-word vocabulary, words repeated 1-9 times and chunks of varied
+    lengths: every query word matches a large share of the index, as on the benchmark."""
+    rng = random.Random(7)
+    files = []
+    for n in range(80):
+        texts = []
+        for _ in range(5):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(3, 60))]
+            words += [rng.choice(WORDS)] * rng.randint(0, 8)
+            rng.shuffle(words)
+            texts.append(" ".join(words))
+        files.append(doc(f"notes/n{n}.md", texts))
+    pair = (Store.open(tmp_path / "index.sqlite"), PostgresStore.open(pg_url))
+    for store in pair:
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            for file in files:
+                store.write_file("s", *file)
+    yield pair
+    for store in pair:
+        store.close()
+
+
+def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large index's unscoped search scores the top impact tiers first; with exact document
+    frequencies (every phrase counted) its top is the one scoring every match gives, ids and
+    scores (FTS5's scores; FTS5 may order two chunks whose scores differ in the last bit the
+    other way), and most queries never score every match."""
+    sqlite, postgres = word_stores
+    expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in COMMON_QUERIES for k in (5, 20)}
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    sent = _statements(postgres, monkeypatch)
+    settled = 0
+    for (match, limit), scanned in expected.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, SearchScope())
+        assert found == scanned, (match, limit)
+        fts5 = sqlite.fts_search(match, limit, SearchScope())
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in fts5], rel=1e-9)
+        tiered = any("impacts @@" in str(sql) for sql, _ in sent)
+        full = any("OVER ()" in str(sql) for sql, _ in sent)
+        settled += tiered and not full
+    assert settled >= len(expected) // 2
+
+
+def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above TIERED_MIN_ROWS a common phrase's document frequency is estimated from a fixed
+    sample (the same answer every time while the index is unchanged); a phrase the sample
+    barely holds is counted, so a query of rare phrases scores exactly as FTS5."""
+    sqlite, postgres = word_stores
+    with postgres.transaction():
+        postgres.write_file("s", *doc("rare/r.md", ["a quokka met a numbat", "quokka quokka backup"]))
+    with sqlite.transaction():
+        sqlite.write_file("s", *doc("rare/r.md", ["a quokka met a numbat", "quokka quokka backup"]))
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLED_ROWS", 100)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 5)
+    for match in COMMON_QUERIES:
+        first = postgres.fts_search(match, 10, SearchScope())
+        postgres._phrase_hits.clear()  # estimated again, from the same sample
+        postgres._phrase_samples.clear()
+        assert postgres.fts_search(match, 10, SearchScope()) == first
+        expected = {hit.chunk_id for hit in sqlite.fts_search(match, 10, SearchScope())}
+        assert len(expected & {hit.chunk_id for hit in first}) >= 5, match
+    for match in ('"quokka"', '"numbat" OR "quokka"*'):
+        expected = sqlite.fts_search(match, 10, SearchScope())
+        found = postgres.fts_search(match, 10, SearchScope())
+        assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected]
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+    # scoped, a lone phrase keeps the sample's estimate (its idf scales every score alike): the
+    # order is FTS5's, even for a phrase the sample never met
+    postgres._phrase_hits.clear()
+    postgres._phrase_samples.clear()
+    for match in ('"quokka"', '"backup"', '"server restore"'):
+        for scope in (SearchScope(path="rare"), SearchScope(path="notes")):
+            expected = sqlite.fts_search(match, 10, scope)
+            assert [hit.chunk_id for hit in postgres.fts_search(match, 10, scope)] == [
+                hit.chunk_id for hit in expected
+            ], (match, scope)
+
+
+def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: str) -> None:
+    store = PostgresStore.open(pg_url)
+    store.ensure_source("s", "workspace")
+    with store.transaction():
+        for path, texts in TEXTS.items():
+            store.write_file("s", *doc(path, texts))
+    with store.transaction():  # the index as the previous schema left it
+        store.conn.execute("DROP INDEX idx_chunks_fts_impacts")
+        store.conn.execute("ALTER TABLE chunks_fts DROP COLUMN impacts")
+        store.conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        fts_integrity_check(store)  # every row's impacts as written today
+        assert store._one("SELECT count(*) FROM chunks_fts WHERE impacts <> ''::tsvector") > 0
+        with pytest.raises(psycopg.errors.NotNullViolation):  # no default: refused, not hidden
+            store.conn.execute("INSERT INTO chunks_fts(id, source_id, document, length) VALUES (-1, 's', '', 0)")
+    finally:
+        store.close()
 
 
 def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:

@@ -2,7 +2,8 @@
 store runs, its schema and migrations included.
 
 The same tables and columns as the SQLite store: `meta`, `sources`, `files`, `chunks`,
-`collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count) and
+`collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count and
+its impact tiers, a second GIN-indexed tsvector that bounds unscoped keyword search) and
 `chunk_vectors` (`vector(dims)`, created by `reset_vectors`, which knows the dimensions; an
 HNSW cosine index on it once it holds HNSW_MIN_VECTORS). `fts_stats` holds per-source row and token totals for BM25, kept by
 statement triggers on `chunks_fts`: per source, so sync workers of different sources never
@@ -25,11 +26,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -74,12 +76,16 @@ POOL_SIZE = 4  # idle connections kept per URL and mode: a server's concurrent r
 MIGRATION_LOCK = 0x6E6F7465  # advisory lock id: two first syncs on several hosts migrate once
 HNSW_BUILD_LOCK = 0x6E6F7466  # and build the vector index once
 HNSW_MIN_VECTORS = 10_000  # below this an exact scan answers unscoped KNN (see _index_vectors_once_many)
-# HNSW candidate list: at least this, and four times k (pgvector's cap is 1000). On clustered
-# vectors a short list can settle in the wrong cluster entirely (recall 0 for that query): at
-# 300k chunks 64 gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query
+# HNSW candidate list: at least this, and four times k (pgvector's cap is 1000), growing with
+# the index from EF_GROWS_FROM vectors to the cap at EF_GROWS_TO. On clustered vectors a short
+# list can settle in the wrong cluster entirely (recall 0 for that query): at 300k chunks 64
+# gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query; at 1M chunks
+# 400 gave 0.924 (one query at 0.0), 1000 gave 0.956 (worst 0.8)
 EF_SEARCH_MIN = 400
 EF_SEARCH_PER_RESULT = 4
 EF_SEARCH_MAX = 1000
+EF_GROWS_FROM = 300_000
+EF_GROWS_TO = 1_000_000
 MAX_POSITION = 16383  # tsvector positions above this collapse into it
 MAX_POSITIONS_PER_LEXEME = 256  # tsvector keeps no more per lexeme
 MAX_LEXEME_BYTES = 2046  # a longer token cannot be a lexeme: it is not indexed (nor found)
@@ -96,6 +102,30 @@ LEXICAL_VERSION_SQL = (
     "COALESCE(string_agg(fts_stats.source_id || ':' || fts_stats.xmin::text, ',' ORDER BY fts_stats.source_id), '')"
 )
 PHRASE_HITS_KEPT = 10_000
+# Impact tiers: each chunk also keeps, for every lexeme whose bm25 saturation there reaches
+# IMPACT_TIERS[-1], one word naming the highest tier it reaches (`impacts`, GIN-indexed).
+# Unscoped keyword search scores the chunks of the top tiers first: a chunk outside them scores
+# at most sum(idf) * tier floor (times avgdl / IMPACT_REFERENCE_LENGTH when the index's chunks
+# are longer on average), so once the limit-th best score reaches that bound the top is
+# decided without reading the other matches (on the 100k-chunk bench a one-word query matching
+# 20-50 % of the chunks scores a few hundred). The saturation is taken at a fixed reference
+# length, longer than typical chunks, so that the bound is rarely widened; a chunk that holds
+# several words of one prefix is bounded as if they were one (its tier is its best word's).
+IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
+IMPACT_LABELS = "abcdefghij"
+IMPACT_REFERENCE_LENGTH = 256
+IMPACT_STEPS = 3  # tier passes before the full scan
+EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take chunks holding all of them (see _tiered_search),
+EVERY_MAX_ROWS = 3_000  # all such chunks when the sample says they are at most this many
+# Below this many lexical rows every match is scored (cheap) with exact document frequencies;
+# above, a phrase's document frequency is estimated from a sample of about SAMPLED_ROWS rows
+# (counted exactly when the sample holds fewer than SAMPLE_MIN_HITS of its chunks: rare
+# phrases, whose idf weighs most, are cheap to count through the GIN index), and a query whose
+# phrases match fewer than FULL_SCAN_MAX_MATCHES chunks is scored whole.
+TIERED_MIN_ROWS = 20_000
+SAMPLED_ROWS = 2_000
+SAMPLE_MIN_HITS = 20
+FULL_SCAN_MAX_MATCHES = 2_000
 
 
 def is_postgres_url(location: object) -> bool:
@@ -166,6 +196,13 @@ def _position_labels(weight: str) -> list[str]:
 def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
     """The chunk's tsvector (breadcrumb hits weighted A, text hits D; one empty position
     between the two columns so that no phrase spans both) and its token count."""
+    document, length, _ = lexical_row(breadcrumb, text)
+    return document, length
+
+
+def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
+    """What `chunks_fts` keeps of a chunk: its tsvector literal, its token count and its impact
+    tiers (`impact_literal`)."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
     places: dict[str, list[str]] = {}
@@ -179,26 +216,76 @@ def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
             elif len(found) < MAX_POSITIONS_PER_LEXEME:
                 found.append(label)
     literal = " ".join([f"{_lexeme(token)}:{','.join(found)}" for token, found in places.items()])
-    return literal, len(head) + len(body)
+    length = len(head) + len(body)
+    return literal, length, impact_literal(places, head, length)
+
+
+def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -> str:
+    """A tsvector of `tier|lexeme` words: each lexeme whose bm25 saturation in this chunk,
+    tf (k1 + 1) / (tf + k1 (1 - b + b length / IMPACT_REFERENCE_LENGTH)), reaches one of
+    IMPACT_TIERS, under the label of the highest tier it reaches. tf is what `ts_rank_cd` counts
+    of the kept positions (`places`): a breadcrumb hit (they come first) twice."""
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
+    in_head: dict[str, int] = {}
+    for token in head:
+        in_head[token] = in_head.get(token, 0) + 1
+    tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
+    words = []
+    for token, found in places.items():
+        tf = len(found) + min(in_head.get(token, 0), len(found))
+        label = tiers.get(tf, "")
+        if label == "":
+            impact = tf * (BM25_K1 + 1) / (tf + norm)
+            label = next((IMPACT_LABELS[i] for i, floor in enumerate(IMPACT_TIERS) if impact >= floor), None)
+            tiers[tf] = label
+        if label is not None and len(token) <= _SURELY_INDEXABLE - 2:
+            words.append(_lexeme(label + "|" + token))
+    return " ".join(words)
 
 
 _MATCH_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
 
 
-def match_to_tsqueries(match: str) -> list[str]:
-    """Translate the FTS5 expression of `search.querybuild` (double-quoted phrases, each maybe
-    followed by `*`, joined by OR) into one tsquery per phrase: words joined by `<->`, a
-    prefix `*` as `:*` on the last word. Phrases with nothing to match are left out."""
-    queries = []
+def match_phrases(match: str) -> list[tuple[list[str], bool]]:
+    """The folded words of each phrase of the FTS5 expression of `search.querybuild`
+    (double-quoted phrases, each maybe followed by `*`, joined by OR) and whether its last word
+    is a prefix. Phrases with nothing to match are left out."""
+    phrases = []
     for body, star in _MATCH_TERM.findall(match):
         tokens = fold_tokens(body.replace('""', '"'), query=True)
-        if not tokens or not all(_indexable(token) for token in tokens):
-            continue
-        words = [_lexeme(token) for token in tokens]
-        if star:
-            words[-1] += ":*"
-        queries.append(" <-> ".join(words))
-    return queries
+        if tokens and all(_indexable(token) for token in tokens):
+            phrases.append((tokens, bool(star)))
+    return phrases
+
+
+def _phrase_tsquery(tokens: list[str], prefix: bool) -> str:
+    words = [_lexeme(token) for token in tokens]
+    if prefix:
+        words[-1] += ":*"
+    return " <-> ".join(words)
+
+
+def match_to_tsqueries(match: str) -> list[str]:
+    """Translate the FTS5 expression into one tsquery per phrase: words joined by `<->`, a
+    prefix `*` as `:*` on the last word."""
+    return [_phrase_tsquery(tokens, prefix) for tokens, prefix in match_phrases(match)]
+
+
+def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str | None:
+    """The chunks where some phrase has all its words (the last one maybe a prefix) in the
+    first `tiers` impact tiers. A phrase occurs at most as often as each of its words, so in a
+    chunk outside, each phrase's saturation is below those tiers (None: a word too long to have
+    impact words)."""
+    items = []
+    for tokens, prefix in phrases:
+        if any(len(token) > _SURELY_INDEXABLE - 2 for token in tokens):
+            return None  # only the full scan finds it
+        words = []
+        for n, token in enumerate(tokens, 1):
+            star = ":*" if prefix and n == len(tokens) else ""
+            words.append("(" + " | ".join(_lexeme(f"{label}|{token}") + star for label in IMPACT_LABELS[:tiers]) + ")")
+        items.append(" & ".join(words))
+    return " | ".join(f"({item})" for item in items)
 
 
 # ---- scope ------------------------------------------------------------------------------------
@@ -393,10 +480,40 @@ LEXICAL_INLINE_SQL = """
     ALTER TABLE chunks_fts SET (toast_tuple_target = 8160);
 """
 
+# each lexical row's impact tiers (see IMPACT_TIERS); no default once filled: a row written
+# without them would be invisible to unscoped keyword search
+LEXICAL_IMPACTS_SQL = """
+    ALTER TABLE chunks_fts ADD COLUMN impacts TSVECTOR NOT NULL DEFAULT '';
+"""
+IMPACTS_FILL_BATCH = 2_000
+
+
+def _fill_impacts(store: PostgresStore) -> None:
+    """The impact tiers of the lexical rows written before they existed, then their index."""
+    after = 0
+    while True:
+        rows = store.conn.execute(
+            """SELECT c.id, c.breadcrumb, c.text FROM chunks c JOIN chunks_fts f ON f.id = c.id
+               WHERE c.id > %s ORDER BY c.id LIMIT %s""",
+            (after, IMPACTS_FILL_BATCH),
+        ).fetchall()
+        if not rows:
+            break
+        after = int(rows[-1][0])
+        store.conn.execute(
+            """UPDATE chunks_fts f SET impacts = u.impacts::tsvector
+               FROM unnest(%s::bigint[], %s::text[]) AS u(id, impacts) WHERE f.id = u.id""",
+            ([int(r[0]) for r in rows], [lexical_row(str(r[1]), str(r[2]))[2] for r in rows]),
+        )
+    store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN impacts DROP DEFAULT")
+    store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
     PgMigration("lexical_rows_inline", LEXICAL_INLINE_SQL),
+    PgMigration("lexical_impacts", LEXICAL_IMPACTS_SQL, data=_fill_impacts),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -573,6 +690,8 @@ class PostgresStore:
         # phrase -> chunks holding it, valid while the lexical rows are as they were when counted
         self._phrase_hits: dict[str, int] = {}
         self._phrase_hits_key: str | None = None
+        # phrase -> its share of a fixed sample times the rows, for the same version (rare ones too)
+        self._phrase_samples: dict[str, float] = {}
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -840,20 +959,27 @@ class PostgresStore:
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file with its chunks, their lexical rows and vectors. Inside a transaction."""
-        # one statement: the lexical rows and vectors go by id first (the cascade from `files`
-        # would delete them one statement per chunk)
+        self._delete_files_read(self._delete_files_sent(source_id, [path]))
+
+    def _delete_files_sent(self, source_id: str, paths: Sequence[str]) -> psycopg.Cursor[Any]:
+        """Delete files in one statement: the lexical rows and vectors go by id first (the cascade
+        from `files` would delete them one statement per chunk); `_delete_files_read` takes the
+        answer (apart, so a pipeline can send more meanwhile)."""
         vectors = (
             ", v AS (DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM gone) RETURNING 1)"
             if self.has_vector_table()
             else ", v AS (SELECT 1 WHERE FALSE)"
         )
-        row = self.conn.execute(
-            f"""WITH gone AS (SELECT id FROM chunks WHERE source_id = %(source)s AND path = %(path)s),
+        return self.conn.execute(
+            f"""WITH gone AS (SELECT id FROM chunks WHERE source_id = %(source)s AND path = ANY(%(paths)s)),
                      fts AS (DELETE FROM chunks_fts WHERE id IN (SELECT id FROM gone) RETURNING 1){vectors},
-                     f AS (DELETE FROM files WHERE source_id = %(source)s AND path = %(path)s RETURNING 1)
+                     f AS (DELETE FROM files WHERE source_id = %(source)s AND path = ANY(%(paths)s) RETURNING 1)
                 SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM fts), (SELECT count(*) FROM f)""",
-            {"source": source_id, "path": path},
-        ).fetchone()
+            {"source": source_id, "paths": [_text(path) for path in paths]},
+        )
+
+    def _delete_files_read(self, sent: psycopg.Cursor[Any]) -> None:
+        row = sent.fetchone()
         if row is not None and row[0]:
             self._vectors_changed = True
 
@@ -868,78 +994,119 @@ class PostgresStore:
         """Replace a file's chunks; reuse stored vectors (and languages) for unchanged text.
         Returns the chunks left pending. Inside a transaction; for a rename write the new path
         first, then delete the old one."""
-        hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
+        return self.write_files(source_id, [(file, doc)], language_of)
+
+    def write_files(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None = None,
+        vectors: Mapping[str, bytes] | None = None,
+    ) -> int:
+        """`write_file` for many files in three round trips whatever their number: the reads and
+        the delete, one statement writing every file, chunk and lexical row, one COPY of the
+        vectors (reused, or given: see the protocol). A path given twice is written in order
+        (its later version wins)."""
+        pending = 0
+        for run in _distinct_path_runs(files):
+            pending += self._write_run(source_id, run, language_of, vectors)
+        return pending
+
+    def _write_run(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None,
+        vectors: Mapping[str, bytes] | None,
+    ) -> int:
+        if not files:
+            return 0
+        chunks = [(file.path, chunk) for file, doc in files for chunk in doc.chunks]
+        hashes = [content_hash(chunk.embed_text) for _, chunk in chunks]
         self.has_vector_table()  # known before the pipeline: the statements below depend on it
-        # one round trip: the reads, the delete (after them: a reusable vector may be one of this
-        # file's old chunks) and the tsvectors folded meanwhile
+        # one round trip: the reads, the delete (after them: a reusable vector may be one of these
+        # files' old chunks) and the tsvectors folded meanwhile
         with self.conn.pipeline():
-            vectors_read = self._vectors_by_hash_sent(set(hashes))
+            vectors_read = self._vectors_by_hash_sent(set(hashes)) if vectors is None else None
             languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
-            self.delete_file(source_id, file.path)
-            documents = [tsvector_literal(chunk.breadcrumb, chunk.text) for chunk in doc.chunks]
-            carried = self._vectors_by_hash_read(vectors_read)
+            deleted = self._delete_files_sent(source_id, [file.path for file, _ in files])
+            documents = [lexical_row(chunk.breadcrumb, chunk.text) for _, chunk in chunks]
+            carried = self._vectors_by_hash_read(vectors_read) if vectors is None else vectors
             known_languages = self._languages_by_hash_read(languages_read)
+            self._delete_files_read(deleted)
         now = utc_now()
         languages = []
-        for chunk, digest in zip(doc.chunks, hashes, strict=True):
+        for (_, chunk), digest in zip(chunks, hashes, strict=True):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        # the file, its chunks and their lexical rows in one statement (foreign keys are checked
-        # at its end, when all three exist)
+        tag_rows = [(key, file.path) for file, doc in files for key in file_tag_keys(doc.tags)]
+        # the files, their chunks and lexical rows in one statement (foreign keys are checked at
+        # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
+        # (%b): a third of the text format's cost to dump
         rows = self.conn.execute(
-            """WITH file AS (
+            """WITH f AS (
                    INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
                                      updated_at, indexed_at)
-                   VALUES (%(source)s, %(path)s, %(title)s, %(tags)s, %(headings)s, %(collection)s, %(sha256)s,
-                           %(size)s, %(mtime)s, %(updated_at)s, %(now)s)),
+                   SELECT %(source)s, path, title, tags, headings, collection, sha256, size, mtime, updated_at,
+                          %(now)s
+                   FROM unnest(%(path)b::text[], %(title)b::text[], %(tags)b::text[], %(headings)b::text[],
+                               %(collection)b::text[], %(sha256)b::text[], %(size)b::bigint[],
+                               %(mtime)b::float8[], %(updated_at)b::float8[])
+                       AS f(path, title, tags, headings, collection, sha256, size, mtime, updated_at)),
                tags AS (
                    INSERT INTO file_tags(tag, source_id, path)
-                   SELECT tag, %(source)s, %(path)s FROM unnest(%(tag_keys)s::text[]) AS tag),
+                   SELECT tag, %(source)s, path FROM unnest(%(tag_key)b::text[], %(tag_path)b::text[]) AS t(tag, path)),
                u AS (
-                   SELECT * FROM unnest(%(idx)s::int[], %(breadcrumb)s::text[], %(text)s::text[], %(start)s::int[],
-                                        %(end)s::int[], %(hash)s::text[], %(embedded)s::text[], %(language)s::text[],
-                                        %(document)s::text[], %(length)s::int[]) WITH ORDINALITY
-                       AS u(idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
-                            length, ord)),
+                   SELECT * FROM unnest(%(chunk_path)b::text[], %(idx)b::int[], %(breadcrumb)b::text[],
+                                        %(text)b::text[], %(start)b::int[], %(end)b::int[], %(hash)b::text[],
+                                        %(embedded)b::text[], %(language)b::text[], %(document)b::text[],
+                                        %(length)b::int[], %(impacts)b::text[]) WITH ORDINALITY
+                       AS u(path, idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
+                            length, impacts, ord)),
                c AS (
                    INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
                                       content_hash, embedded_at, language)
-                   SELECT %(source)s, %(path)s, idx, breadcrumb, text, start_line, end_line, hash, embedded_at,
+                   SELECT %(source)s, path, idx, breadcrumb, text, start_line, end_line, hash, embedded_at,
                           language FROM u ORDER BY ord
-                   RETURNING id, chunk_idx)
-               INSERT INTO chunks_fts(id, source_id, document, length)
-               SELECT c.id, %(source)s, u.document::tsvector, u.length FROM c JOIN u ON u.idx = c.chunk_idx
-               RETURNING id, (SELECT u.hash FROM u JOIN c ON u.idx = c.chunk_idx WHERE c.id = chunks_fts.id)""",
+                   RETURNING id, path, chunk_idx, content_hash),
+               fts AS (
+                   INSERT INTO chunks_fts(id, source_id, document, length, impacts)
+                   SELECT c.id, %(source)s, u.document::tsvector, u.length, u.impacts::tsvector
+                   FROM c JOIN u ON u.path COLLATE "C" = c.path AND u.idx = c.chunk_idx)
+               SELECT id, content_hash FROM c""",
             {
                 "source": source_id,
-                "path": _text(file.path),
-                "title": _opt_text(doc.title),
-                "tags": json.dumps(doc.tags, ensure_ascii=False),
-                "headings": json.dumps(doc.headings, ensure_ascii=False),
-                "collection": file.collection,
-                "sha256": file.sha256,
-                "size": file.size,
-                "mtime": file.mtime,
-                "updated_at": file.updated_at,
                 "now": now,
-                "tag_keys": file_tag_keys(doc.tags),
-                "idx": [chunk.idx for chunk in doc.chunks],
-                "breadcrumb": [_text(chunk.breadcrumb) for chunk in doc.chunks],
-                "text": [_text(chunk.text) for chunk in doc.chunks],
-                "start": [chunk.start_line for chunk in doc.chunks],
-                "end": [chunk.end_line for chunk in doc.chunks],
+                "path": [_text(file.path) for file, _ in files],
+                "title": [_opt_text(doc.title) for _, doc in files],
+                "tags": [json.dumps(doc.tags, ensure_ascii=False) for _, doc in files],
+                "headings": [json.dumps(doc.headings, ensure_ascii=False) for _, doc in files],
+                "collection": [file.collection for file, _ in files],
+                "sha256": [file.sha256 for file, _ in files],
+                "size": [int(file.size) for file, _ in files],
+                "mtime": [None if file.mtime is None else float(file.mtime) for file, _ in files],
+                "updated_at": [float(file.updated_at) for file, _ in files],
+                "tag_key": [key for key, _ in tag_rows],
+                "tag_path": [_text(path) for _, path in tag_rows],
+                "chunk_path": [_text(path) for path, _ in chunks],
+                "idx": [chunk.idx for _, chunk in chunks],
+                "breadcrumb": [_text(chunk.breadcrumb) for _, chunk in chunks],
+                "text": [_text(chunk.text) for _, chunk in chunks],
+                "start": [chunk.start_line for _, chunk in chunks],
+                "end": [chunk.end_line for _, chunk in chunks],
                 "hash": hashes,
                 "embedded": [now if digest in carried else None for digest in hashes],
                 "language": languages,
-                "document": [d for d, _ in documents],
-                "length": [n for _, n in documents],
+                "document": [d for d, _, _ in documents],
+                "length": [n for _, n, _ in documents],
+                "impacts": [i for _, _, i in documents],
             },
         ).fetchall()
-        vectors = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
-        if vectors:
-            self._insert_vectors(vectors)
-        return len(doc.chunks) - len(vectors)
+        attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
+        if attached:
+            self._insert_vectors(attached)
+        return len(chunks) - len(attached)
 
     def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;
@@ -1067,11 +1234,11 @@ class PostgresStore:
         return len(rows)
 
     @contextmanager
-    def vector_index_deferred(self, build_memory: str) -> Iterator[None]:
+    def vector_index_deferred(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
         """Drop the HNSW index and build none while the block stores vectors, then build it
-        once (at HNSW_MIN_VECTORS, with `build_memory` as maintenance_work_mem): one bulk build
-        links the graph several times faster than an insert per vector. A failed block leaves
-        the index to the next store_vectors."""
+        once (at HNSW_MIN_VECTORS, with `build_memory(vectors, dims)` as maintenance_work_mem):
+        one bulk build links the graph several times faster than an insert per vector. A failed
+        block leaves the index to the next store_vectors."""
         with self.transaction():
             self.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw")
         self._hnsw_ready = True  # "built": no store_vectors builds it midway
@@ -1079,7 +1246,45 @@ class PostgresStore:
             yield
         finally:
             self._hnsw_ready = False
-        self.conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (build_memory,))
+        self._build_vector_index(build_memory)
+
+    @contextmanager
+    def vector_index_held_back(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
+        """While the block attaches vectors to at least HNSW_MIN_VECTORS pending chunks of a
+        space that has no HNSW index yet (a first sync, a new embedding space), build none midway
+        and keep none up: build it once after the block, as `vector_index_deferred` does. An
+        index already there is kept and kept up. A failed block leaves the index to the next
+        store_vectors."""
+        if (
+            not self.has_vector_table()
+            or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL")
+            or int(
+                self._one(
+                    "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE embedded_at IS NULL LIMIT %s) waiting",
+                    (HNSW_MIN_VECTORS,),
+                )
+            )
+            < HNSW_MIN_VECTORS
+        ):
+            yield
+            return
+        self._hnsw_ready = True  # "built": no store_vectors builds it midway
+        try:
+            yield
+        finally:
+            self._hnsw_ready = False
+        self._build_vector_index(build_memory)
+
+    def _build_vector_index(self, build_memory: Callable[[int, int], str]) -> None:
+        """Build the HNSW index (at HNSW_MIN_VECTORS) with memory for the whole graph."""
+        if not self.has_vector_table():
+            return
+        vectors, dims = self.conn.execute(
+            "SELECT count(*), (SELECT vector_dims(embedding) FROM chunk_vectors LIMIT 1) FROM chunk_vectors"
+        ).fetchone() or (0, 0)
+        self.conn.execute(
+            "SELECT set_config('maintenance_work_mem', %s, false)", (build_memory(int(vectors), int(dims or 0)),)
+        )
         try:
             self._index_vectors_once_many()
         finally:
@@ -1107,79 +1312,233 @@ class PostgresStore:
         """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first: FTS5's bm25
         over the whole index's statistics (breadcrumb weight 2, text 1), ties by id.
 
-        Unscoped, one pass: every match's phrase frequencies are taken once (ts_rank_cd per
-        phrase), kept, and each phrase's document frequency is counted from those same rows
-        (a phrase hits a chunk exactly when its frequency there is positive), so no second scan
-        re-reads the tsvectors. Scoped, the document frequencies still come from the whole
-        index: counted once per phrase and kept until the lexical rows change, so a repeated
-        phrase costs only the scoring of the scope's own matches."""
-        phrases = match_to_tsqueries(match)
+        Unscoped on a large index (TIERED_MIN_ROWS), the chunks of the top impact tiers are
+        scored first, and the rest only when the bound says they could reach the top (see
+        IMPACT_TIERS). Otherwise one pass: every match's phrase frequencies are taken once
+        (ts_rank_cd per phrase) and each phrase's document frequency is counted from those same
+        rows. Scoped, the document frequencies still come from the whole index: counted (or on
+        a large index estimated) once per phrase and kept until the lexical rows change, so a
+        repeated phrase costs only the scoring of the scope's own matches."""
+        phrases = match_phrases(match)
         if not phrases or limit <= 0:
             return []
-        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(phrases)}
-        params["all"] = " | ".join(f"({phrase})" for phrase in phrases)
-        params["limit"] = limit
-        numbers = range(len(phrases))
-        frequencies = ", ".join(
-            f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in numbers
-        )
-        if scope.is_all:
-            # one scan ranks every match once per phrase (parallel workers may share the scan;
-            # OFFSET 0 keeps the ranking below the window, so it runs once per row); each
-            # phrase's document frequency is then counted over those rows by a window aggregate
-            hits = ", ".join(f"count(*) FILTER (WHERE t{i} > 0) OVER () AS n{i}" for i in numbers)
-            idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
-            norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
-            terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
-            sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, COALESCE(NULLIF(sum(tokens)::float8 / sum(rows), 0), 1) AS avgdl,
-                                        {LEXICAL_VERSION_SQL} AS version
-                                 FROM fts_stats HAVING sum(rows) > 0)
-                      SELECT m.id, -({terms}) AS score, s.version, {", ".join(f"m.n{i}" for i in numbers)} FROM s, (
-                          SELECT r.*, {hits} FROM (
-                              SELECT f.id, f.length::float8 AS length, {frequencies}
-                              FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery OFFSET 0) r) m
-                      ORDER BY score, m.id LIMIT %(limit)s"""
-            rows = self.conn.execute(sql, params, prepare=False).fetchall()
-            if rows:
-                self._remember_phrase_hits(str(rows[0][2]), dict(zip(phrases, map(int, rows[0][3:]), strict=True)))
-            return [RankedChunk(int(r[0]), float(r[1])) for r in rows]
-        # the index's totals, and each phrase's document frequency as FTS5 counts it (whole index)
+        queries = [_phrase_tsquery(tokens, prefix) for tokens, prefix in phrases]
         version, total_rows, total_tokens = self.conn.execute(
             f"SELECT {LEXICAL_VERSION_SQL}, COALESCE(sum(rows), 0), COALESCE(sum(tokens), 0) FROM fts_stats"
         ).fetchone() or ("", 0, 0)
+        total_rows, total_tokens = int(total_rows), int(total_tokens)
         if not total_rows:
             return []
         self._remember_phrase_hits(str(version), {})
-        missing = [phrase for phrase in phrases if phrase not in self._phrase_hits]
-        if missing:
-            self._count_phrase_hits(missing)
-            if any(phrase not in self._phrase_hits for phrase in phrases):  # a write came between
-                self._count_phrase_hits(phrases)
-        found = [self._phrase_hits.get(phrase, 0) for phrase in phrases]
+        avgdl = total_tokens / total_rows or 1.0
+        large = total_rows >= TIERED_MIN_ROWS
+        if scope.is_all:
+            if large:
+                # the sample first: a query of rare phrases is scored whole, and that scan counts them
+                every = " & ".join(f"({q})" for q in queries) if 2 <= len(queries) <= EVERY_PHRASE_MAX else None
+                self._sample_phrases([*queries, *([every] if every else [])], total_rows)
+                common = sum(self._phrase_hits.get(phrase, 0) for phrase in queries)
+                if common > FULL_SCAN_MAX_MATCHES:
+                    found = self._document_frequencies(queries, total_rows)
+                    few = every is not None and self._phrase_samples.get(every, math.inf) <= EVERY_MAX_ROWS
+                    hits = self._tiered_search(phrases, queries, found, total_rows, avgdl, limit, every, few)
+                    if hits is not None:
+                        return hits
+            return self._full_search(queries, limit)
+        found = self._document_frequencies(queries, total_rows)
         if not any(found):
             return []
-        import math
-
-        total_rows, total_tokens = int(total_rows), int(total_tokens)
-        avgdl = total_tokens / total_rows or 1.0
-        terms_list = []
-        for i, n_hit in enumerate(found):
-            params[f"idf{i}"] = max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5)))
-            terms_list.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
         where, scope_params = scope_condition(scope, "c")
-        params.update(scope_params)
+        return self._scored(
+            queries,
+            _idfs(found, total_rows),
+            avgdl,
+            limit,
+            f"f.id IN (SELECT c.id FROM chunks c WHERE {where})",
+            scope_params,
+        )
+
+    def _full_search(self, queries: Sequence[str], limit: int) -> list[RankedChunk]:
+        """Every match of the whole index scored, in one scan; its exact document frequencies
+        are kept for later queries."""
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(queries)}
+        params["all"] = " | ".join(f"({phrase})" for phrase in queries)
+        params["limit"] = limit
+        numbers = range(len(queries))
+        # one scan ranks every match once per phrase (parallel workers may share the scan;
+        # OFFSET 0 keeps the ranking below the window, so it runs once per row); each
+        # phrase's document frequency is then counted over those rows by a window aggregate
+        hits = ", ".join(f"count(*) FILTER (WHERE t{i} > 0) OVER () AS n{i}" for i in numbers)
+        idf = (f"greatest(1e-6, ln((s.total_rows - m.n{i} + 0.5) / (m.n{i} + 0.5)))" for i in numbers)
+        norm = f"{BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.length / s.avgdl)"
+        terms = " + ".join(f"{w} * (m.t{i} * {BM25_K1 + 1}) / (m.t{i} + {norm})" for i, w in enumerate(idf))
+        sql = f"""WITH s AS (SELECT sum(rows)::float8 AS total_rows, COALESCE(NULLIF(sum(tokens)::float8 / sum(rows), 0), 1) AS avgdl,
+                                    {LEXICAL_VERSION_SQL} AS version
+                             FROM fts_stats HAVING sum(rows) > 0)
+                  SELECT m.id, -({terms}) AS score, s.version, {", ".join(f"m.n{i}" for i in numbers)} FROM s, (
+                      SELECT r.*, {hits} FROM (
+                          SELECT f.id, f.length::float8 AS length, {_frequencies_sql(len(queries))}
+                          FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery OFFSET 0) r) m
+                  ORDER BY score, m.id LIMIT %(limit)s"""
+        rows = self.conn.execute(sql, params, prepare=False).fetchall()
+        if rows:
+            self._remember_phrase_hits(str(rows[0][2]), dict(zip(queries, map(int, rows[0][3:]), strict=True)))
+        return [RankedChunk(int(r[0]), float(r[1])) for r in rows]
+
+    def _tiered_search(
+        self,
+        phrases: Sequence[tuple[list[str], bool]],
+        queries: Sequence[str],
+        found: Sequence[int],
+        total_rows: int,
+        avgdl: float,
+        limit: int,
+        every: str | None,
+        every_few: bool,
+    ) -> list[RankedChunk] | None:
+        """The unscoped top `limit` from the chunks of the top impact tiers, or None when the
+        bound cannot be met within IMPACT_STEPS passes (the caller scores every match).
+
+        A pass at tier t takes the chunks where some phrase reaches tier t; with `every` (the
+        tsquery of all phrases at once) also the chunks holding every phrase where some phrase
+        reaches a lower tier t2 (all of those when `every_few`): a short query's best chunks
+        hold all its words. A chunk outside then either lacks a phrase (its others below t) or
+        has all of them below t2."""
+        idf = _idfs(found, total_rows)
+        widen = max(1.0, avgdl / IMPACT_REFERENCE_LENGTH)
+        last = len(IMPACT_TIERS) - 1
+
+        def parts(tier: int) -> list[float]:
+            return [
+                weight * min(BM25_K1 + 1, widen * IMPACT_TIERS[tier]) if n_hit else 0.0
+                for weight, n_hit in zip(idf, found, strict=True)
+            ]
+
+        def plan(tier: int) -> tuple[int | None, float]:
+            """The lower tier for the chunks holding every phrase (None: all of them) and the
+            best score a chunk outside the pass's candidates can have."""
+            if every is None:
+                return None, sum(parts(tier))
+            lacking = sum(parts(tier)) - min(parts(tier))
+            for lower in range(tier, last + 1):
+                if sum(parts(lower)) <= lacking:
+                    return lower, lacking
+            if every_few:
+                return None, lacking
+            return last, max(lacking, sum(parts(last)))
+
+        tier = 0
+        for _ in range(IMPACT_STEPS):
+            lower, bound = plan(tier)
+            candidates = impact_tsquery(phrases, tier + 1)
+            if candidates is None:
+                return None
+            params: dict[str, object] = {"candidates": candidates}
+            where = "f.impacts @@ %(candidates)s::tsquery"
+            if every is not None:
+                params["every"] = every
+                if lower is None:
+                    where = f"({where} OR f.document @@ %(every)s::tsquery)"
+                else:
+                    params["every_tiers"] = impact_tsquery(phrases, lower + 1)
+                    where = f"({where} OR (f.document @@ %(every)s::tsquery AND f.impacts @@ %(every_tiers)s::tsquery))"
+            hits = self._scored(queries, idf, avgdl, limit, where, params, True)
+            if len(hits) >= limit:
+                kth = -hits[limit - 1].score
+                if kth >= bound:
+                    return hits
+                # a deeper tier whose bound the limit-th score already meets is sure to settle it
+                deeper = [t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth]
+                if not deeper:
+                    return None
+                tier = deeper[0]
+            elif tier < last:
+                tier = min(last, tier + 2)
+            else:
+                return None
+        return None
+
+    def _scored(
+        self,
+        queries: Sequence[str],
+        idf: Sequence[float],
+        avgdl: float,
+        limit: int,
+        where: str,
+        where_params: dict[str, object],
+        where_leads: bool = False,
+    ) -> list[RankedChunk]:
+        """The best `limit` of the matches that also meet `where` (over `chunks_fts f`), scored
+        with the given idf and average length. `where` selects through its own index when
+        `where_leads`: the match is then tested on its rows alone, not ANDed with every match's
+        bitmap (all of a common word's chunks)."""
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(queries)}
+        params["all"] = " | ".join(f"({phrase})" for phrase in queries)
+        params["limit"] = limit
         params["avgdl"] = avgdl
+        params.update(where_params)
+        terms = []
+        for i, weight in enumerate(idf):
+            params[f"idf{i}"] = weight
+            terms.append(f"%(idf{i})s * (t{i} * {BM25_K1 + 1}) / (t{i} + m.norm)")
+        match = "f.document @@ %(all)s::tsquery"
+        if where_leads:
+            match = f"({match}) IS TRUE"  # not an index condition
         # MATERIALIZED: each ts_rank_cd runs once per row, not once per use in the score
         sql = f"""WITH m AS MATERIALIZED (
                       SELECT f.id, {BM25_K1} * (1 - {BM25_B} + {BM25_B} * f.length::float8 / %(avgdl)s) AS norm,
-                             {frequencies}
-                      FROM chunks_fts f WHERE f.document @@ %(all)s::tsquery
-                        AND f.id IN (SELECT c.id FROM chunks c WHERE {where}))
-                  SELECT m.id, -({" + ".join(terms_list)}) AS score FROM m
+                             {_frequencies_sql(len(queries))}
+                      FROM chunks_fts f WHERE {match} AND {where})
+                  SELECT m.id, -({" + ".join(terms)}) AS score FROM m
                   ORDER BY score, m.id LIMIT %(limit)s"""
         return [
             RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params, prepare=False)
         ]  # planned for its terms
+
+    def _document_frequencies(self, queries: Sequence[str], total_rows: int) -> list[int]:
+        """Each phrase's document frequency over the whole index: remembered, else counted (on
+        a large index estimated from a sample, rare phrases counted; a lone phrase's idf
+        scales every score alike, so it keeps the sample's estimate)."""
+        missing = [phrase for phrase in queries if phrase not in self._phrase_hits]
+        if missing:
+            if total_rows >= TIERED_MIN_ROWS:
+                self._sample_phrases(missing, total_rows)
+                if len(queries) == 1:
+                    estimate = self._phrase_samples.get(queries[0], 0.0)
+                    return [self._phrase_hits.get(queries[0], max(1, round(estimate)))]  # not 0: unknown
+            rare = [phrase for phrase in missing if phrase not in self._phrase_hits]
+            if rare:
+                self._count_phrase_hits(rare)
+            if any(phrase not in self._phrase_hits for phrase in queries):  # a write came between
+                self._count_phrase_hits(queries)
+        return [self._phrase_hits.get(phrase, 0) for phrase in queries]
+
+    def _sample_phrases(self, phrases: Sequence[str], total_rows: int) -> None:
+        """Estimate the chunks matching each tsquery from a fixed sample of about SAMPLED_ROWS
+        lexical rows (REPEATABLE: the same rows while the table is unchanged, so a query keeps
+        its scores): kept as a document frequency when the sample holds it SAMPLE_MIN_HITS times
+        (a rarer phrase is counted where its idf is needed)."""
+        wanted = [
+            phrase for phrase in phrases if phrase not in self._phrase_samples and phrase not in self._phrase_hits
+        ]
+        if not wanted:
+            return
+        params: dict[str, object] = {f"q{i}": phrase for i, phrase in enumerate(wanted)}
+        params["percent"] = min(100.0, 100.0 * SAMPLED_ROWS / total_rows)
+        counts = ", ".join(f"count(*) FILTER (WHERE document @@ %(q{i})s::tsquery)" for i in range(len(wanted)))
+        row = self.conn.execute(
+            f"""SELECT (SELECT {LEXICAL_VERSION_SQL} FROM fts_stats), count(*), {counts}
+                FROM chunks_fts TABLESAMPLE SYSTEM (%(percent)s) REPEATABLE (0)""",
+            params,
+            prepare=False,
+        ).fetchone()
+        assert row is not None  # an aggregate without GROUP BY always answers
+        self._remember_phrase_hits(str(row[0]), {})
+        sampled = max(1, int(row[1]))
+        for phrase, hits in zip(wanted, map(int, row[2:]), strict=True):
+            self._phrase_samples[phrase] = hits * total_rows / sampled
+            if hits >= SAMPLE_MIN_HITS:
+                self._phrase_hits[phrase] = round(hits * total_rows / sampled)
 
     def _count_phrase_hits(self, phrases: Sequence[str]) -> None:
         """Count the chunks holding each phrase over the whole index (one scan of their matches)."""
@@ -1198,14 +1557,15 @@ class PostgresStore:
     def _remember_phrase_hits(self, version: str, hits: dict[str, int]) -> None:
         """Keep document frequencies for the lexical rows' `version`; a new version (any write
         since) forgets the older counts. Bounded: a long-lived server sees unbounded queries."""
-        if version != self._phrase_hits_key or len(self._phrase_hits) > PHRASE_HITS_KEPT:
+        if version != self._phrase_hits_key or len(self._phrase_hits) + len(self._phrase_samples) > PHRASE_HITS_KEPT:
             self._phrase_hits = {}
+            self._phrase_samples = {}
             self._phrase_hits_key = version
         self._phrase_hits.update(hits)
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
-        candidate list of at least 4k), or an exact scan while there are too few vectors for
+        candidate list of at least 4k, longer in a larger index), or an exact scan while there are too few vectors for
         one (HNSW_MIN_VECTORS). Scoped: exact over the scope's own vectors (a
         materialised set, so no index scan can cut it short). A zero vector is never a hit."""
         import numpy as np
@@ -1214,9 +1574,21 @@ class PostgresStore:
             return []
         query = np.asarray(vector, dtype=np.float32)
         if scope.is_all:
-            ef = min(EF_SEARCH_MAX, max(EF_SEARCH_MIN, EF_SEARCH_PER_RESULT * k))
-            self.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
-            self.conn.execute("SET hnsw.iterative_scan = strict_order")  # k beyond ef_search still gets k
+            # the index's size from the planner's estimate (kept by index builds and autovacuum);
+            # strict_order: k beyond ef_search still gets k
+            self.conn.execute(
+                """SELECT set_config('hnsw.ef_search', LEAST(%(max)s, GREATEST(%(min)s, %(per_k)s,
+                              %(min)s + (%(max)s - %(min)s) * (c.reltuples - %(from)s) / %(span)s))::int::text, false),
+                          set_config('hnsw.iterative_scan', 'strict_order', false)
+                   FROM pg_class c WHERE c.oid = 'chunk_vectors'::regclass""",
+                {
+                    "max": EF_SEARCH_MAX,
+                    "min": EF_SEARCH_MIN,
+                    "per_k": EF_SEARCH_PER_RESULT * k,
+                    "from": EF_GROWS_FROM,
+                    "span": EF_GROWS_TO - EF_GROWS_FROM,
+                },
+            )
             rows = self.conn.execute(
                 """SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
                    ORDER BY embedding <=> %(q)s LIMIT %(k)s""",
@@ -1436,6 +1808,33 @@ class PostgresStore:
             source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
             for source_id in {**files, **chunks}
         }
+
+
+def _distinct_path_runs(
+    files: Sequence[tuple[FileVersion, ParsedDocument]],
+) -> Iterator[Sequence[tuple[FileVersion, ParsedDocument]]]:
+    """Consecutive runs of `files` in which no path repeats (one statement writes a run)."""
+    start = 0
+    seen: set[str] = set()
+    for n, (file, _) in enumerate(files):
+        if file.path in seen:
+            yield files[start:n]
+            start, seen = n, set()
+        seen.add(file.path)
+    if start < len(files):
+        yield files[start:]
+
+
+def _frequencies_sql(phrases: int) -> str:
+    """Each phrase's frequency in `f.document` as t0, t1, ...: ts_rank_cd's covers, one per hit."""
+    return ", ".join(
+        f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in range(phrases)
+    )
+
+
+def _idfs(found: Sequence[int], total_rows: int) -> list[float]:
+    """FTS5's idf of each phrase from its document frequency."""
+    return [max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5))) for n_hit in found]
 
 
 def _text(value: str) -> str:

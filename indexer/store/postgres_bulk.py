@@ -5,9 +5,11 @@ build links them all in one pass, several times faster for a whole index).
 PostgresStore builds the index itself once a space holds HNSW_MIN_VECTORS and keeps it up
 from then on; during a bulk load that build is held back (its "index is there" flag is set)
 and an index already present is dropped, then the store's own build runs once at the end, with
-more memory. Used by `migrate` only: meanwhile unscoped vector searches scan every vector
-(exact, slower), and a copy killed meanwhile leaves a target without the index until its next
-vectors are stored (the store then builds it) or the rerun's `--force` starts the space again.
+memory for the whole graph. `migrate` defers it (dropping an index there); a sync's embedding
+pass holds it back only while no index exists yet (a first sync, a new embedding space) and at
+least HNSW_MIN_VECTORS chunks wait. Meanwhile unscoped vector searches scan every vector (exact,
+slower), and a run killed meanwhile leaves the space without the index until its next vectors
+are stored (the store then builds it) or a copy's rerun with `--force` starts the space again.
 """
 
 from __future__ import annotations
@@ -17,7 +19,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-BUILD_MEMORY = "1GB"  # maintenance_work_mem for the build: a graph that fits is built much faster
+# maintenance_work_mem for the build: a graph that fits in it is built several times faster
+# (pgvector warns when it does not). Per vector the graph holds its floats and about 1 KB of
+# links and header (m = 16: 32 neighbours on the ground layer); a quarter more for the rest
+GRAPH_BYTES_PER_VECTOR = 1024
+BUILD_MEMORY_MIN_MB = 1024
+BUILD_MEMORY_MAX_MB = 8192  # a server with less to give builds on disk, slower but the same index
+
+
+def build_memory(vectors: int, dims: int) -> str:
+    """maintenance_work_mem for building the HNSW index over `vectors` vectors of `dims`."""
+    need_mb = vectors * (dims * 4 + GRAPH_BYTES_PER_VECTOR) * 1.25 / 2**20
+    return f"{int(min(max(need_mb, BUILD_MEMORY_MIN_MB), BUILD_MEMORY_MAX_MB))}MB"
 
 
 @contextmanager
@@ -28,5 +41,18 @@ def vector_index_deferred(store: Any) -> Iterator[None]:
     if postgres is None or not isinstance(store, postgres.PostgresStore):
         yield
         return
-    with store.vector_index_deferred(BUILD_MEMORY):
+    with store.vector_index_deferred(build_memory):
+        yield
+
+
+@contextmanager
+def vector_index_held_back(store: Any) -> Iterator[None]:
+    """A first sync's embedding pass into a PostgresStore: the HNSW index is built once after it
+    (when at least HNSW_MIN_VECTORS chunks wait and no index exists yet) instead of at the
+    threshold and then kept up vector by vector; any other store passes through untouched."""
+    postgres = sys.modules.get("indexer.store.postgres")
+    if postgres is None or not isinstance(store, postgres.PostgresStore):
+        yield
+        return
+    with store.vector_index_held_back(build_memory):
         yield

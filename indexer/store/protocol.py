@@ -32,7 +32,7 @@ since fusion uses ranks, but `--explain` shows them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -214,6 +214,20 @@ class IndexWriter(IndexReader, Protocol):
         any chunk whose embedded text is already indexed; returns the chunks left pending.
         The file's `doc.tags` and `file.updated_at` are what a scope's tag and time filters see.
         Inside a transaction. Write a renamed file's new path before deleting the old one."""
+        ...
+
+    def write_files(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None = None,
+        vectors: Mapping[str, bytes] | None = None,
+    ) -> int:
+        """`write_file` for each (file, document) in order, as one batch (a server store writes
+        it in a few round trips); returns the chunks left pending. With `vectors` (float32
+        bytes by the content hash of a chunk's embedded text: a copy's stored vectors) those
+        are the chunks' vectors, stored with them, and no stored vector is reused: a chunk
+        whose hash is missing stays pending. Inside a transaction."""
         ...
 
     def delete_file(self, source_id: str, path: str) -> None:

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -517,6 +517,16 @@ class Store:
                 self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", ids)
                 self._vectors_changed = True
 
+    def write_files(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        language_of: Callable[[str], str] | None = None,
+        vectors: Mapping[str, bytes] | None = None,
+    ) -> int:
+        """`write_file` for each file in order (an embedded database pays no round trips)."""
+        return sum(self._write_one(source_id, file, doc, language_of, vectors) for file, doc in files)
+
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
         self._delete_vectors("SELECT id FROM chunks WHERE source_id = ? AND path = ?", (source_id, path))
@@ -538,8 +548,19 @@ class Store:
         chunk's language; a language already detected for the same text is reused instead
         (without it every chunk is 'unknown').
         """
+        return self._write_one(source_id, file, doc, language_of, None)
+
+    def _write_one(
+        self,
+        source_id: str,
+        file: FileVersion,
+        doc: ParsedDocument,
+        language_of: Callable[[str], str] | None,
+        vectors: Mapping[str, bytes] | None,
+    ) -> int:
+        """`write_file`; with `vectors`, as in `write_files`."""
         hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
-        reusable = self._vectors_by_hash(set(hashes))
+        reusable = dict(vectors) if vectors is not None else self._vectors_by_hash(set(hashes))
         known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
         self.delete_file(source_id, file.path)
         self.conn.execute(

@@ -1,0 +1,98 @@
+"""The store's batch write (`write_files`) on both backends, and PostgreSQL's HNSW build held back
+during a first sync's embedding pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from indexer.store import SearchScope, Store, content_hash
+from indexer.store.postgres_bulk import vector_index_held_back
+from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
+from tests.test_store import DIMS, doc, store  # noqa: F401 - `store` is the two-backend fixture
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    matrix = rng.normal(size=(n, DIMS)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def test_a_batch_writes_every_file_in_order_and_a_repeated_path_keeps_its_last_version(store: Store) -> None:
+    files = [doc(f"d/n{i}.md", [f"alpha {i}", f"beta {i}"]) for i in range(5)]
+    files.append(doc("d/n1.md", ["gamma replaced"]))  # the same path again: this version wins
+    with store.transaction():
+        pending = store.write_files("s", files)
+    assert pending == 11  # what write_file returns for each, summed (n1.md's first version included)
+    rows = store.chunk_rows([p.id for p in store.pending_chunks(100)])
+    by_id = sorted((chunk_id, row.path, row.chunk_idx, row.text) for chunk_id, row in rows.items())
+    assert [(path, idx, text) for _, path, idx, text in by_id] == [  # ids ascend in the order written
+        *[(f"d/n{i}.md", k, f"{word} {i}") for i in (0, 2, 3, 4) for k, word in enumerate(("alpha", "beta"))],
+        ("d/n1.md", 0, "gamma replaced"),
+    ]
+    assert sorted(r.path for r in store.file_rows("s")) == [f"d/n{i}.md" for i in range(5)]
+    assert {h.chunk_id for h in store.fts_search('"gamma"', 10, SearchScope())} == {
+        i for i, row in rows.items() if row.text == "gamma replaced"
+    }
+    assert not {h.chunk_id for h in store.fts_search('"beta"', 10, SearchScope())} & {
+        i for i, row in rows.items() if row.path == "d/n1.md"
+    }
+    fts_integrity_check(store)
+    counts = store.counts()
+    assert counts["chunks"] == counts["chunks_fts"] == counts["pending"] == 9
+
+
+def test_given_vectors_go_with_their_chunks_and_no_stored_vector_is_reused(store: Store) -> None:
+    rng = np.random.default_rng(3)
+    with store.transaction():
+        store.write_files("s", [doc("a.md", ["kept text"])])
+    first = store.pending_chunks(10)
+    store.store_vectors([first[0].id], _unit(rng, 1))
+    # a.md again: its first chunk unchanged (a vector stored for it), a new one whose vector is given
+    again = doc("a.md", ["kept text", "new text"])
+    given = _unit(rng, 1)[0]
+    new_hash = content_hash(again[1].chunks[1].embed_text)
+    with store.transaction():
+        pending = store.write_files("s", [again], vectors={new_hash: given.tobytes()})
+    assert pending == 1  # the unchanged chunk was not given: it waits, although its text had a vector
+    waiting = store.pending_chunks(10)
+    assert [store.chunk_rows([p.id])[p.id].text for p in waiting] == ["kept text"]
+    everything = store.all_vectors()
+    assert len(everything.ids) == 1
+    assert store.chunk_rows(everything.ids.tolist())[int(everything.ids[0])].text == "new text"
+    assert np.allclose(everything.matrix[0], given)
+    assert orphan_vectors(store) == [] and embedded_without_vector(store) == []
+    # without `vectors` the stored ones are reused as before
+    with store.transaction():
+        assert store.write_files("s", [again]) == 1
+    assert store.counts()["vectors"] == 1
+
+
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import indexer.store.postgres as postgres_store
+
+    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 20)
+    index = "SELECT to_regclass('idx_chunk_vectors_hnsw') IS NOT NULL"
+    conn = store.conn  # type: ignore[attr-defined]
+    with store.transaction():
+        store.write_files("s", [doc(f"n{i}.md", [f"note {i}", f"more {i}"]) for i in range(30)])
+    rng = np.random.default_rng(4)
+    with vector_index_held_back(store):
+        after = 0
+        while pending := store.pending_chunks(10, after):
+            after = pending[-1].id
+            store.store_vectors([p.id for p in pending], _unit(rng, len(pending)))
+            assert not conn.execute(index).fetchone()[0]  # not midway, although 20 are in
+    assert conn.execute(index).fetchone()[0]
+    assert store.counts()["vectors"] == 60
+    # with the index there, a later pass keeps it and keeps it up
+    with store.transaction():
+        store.write_files("s", [doc(f"m{i}.md", [f"later {i}"]) for i in range(25)])
+    with vector_index_held_back(store):
+        pending = store.pending_chunks(100)
+        store.store_vectors([p.id for p in pending], _unit(rng, len(pending)))
+        assert conn.execute(index).fetchone()[0]
+    hits = store.vec_search(_unit(rng, 1)[0], 5, SearchScope())
+    assert len(hits) == 5
