@@ -96,3 +96,28 @@ def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
         assert conn.execute(index).fetchone()[0]
     hits = store.vec_search(_unit(rng, 1)[0], 5, SearchScope())
     assert len(hits) == 5
+
+
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+def test_a_first_embedding_pass_cut_short_gets_its_hnsw_index_from_the_next_pass(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first sync killed after its last vectors were stored but before the held-back build
+    leaves no chunk pending: the next sync's pass, with nothing to embed, builds the index."""
+    import indexer.store.postgres as postgres_store
+
+    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 20)
+    index = "SELECT to_regclass('idx_chunk_vectors_hnsw') IS NOT NULL"
+    conn = store.conn  # type: ignore[attr-defined]
+    with store.transaction():
+        store.write_files("s", [doc(f"n{i}.md", [f"note {i}"]) for i in range(30)])
+    rng = np.random.default_rng(5)
+    with pytest.raises(KeyboardInterrupt), vector_index_held_back(store):
+        pending = store.pending_chunks(100)
+        store.store_vectors([p.id for p in pending], _unit(rng, len(pending)))
+        raise KeyboardInterrupt  # the run stops before the build
+    assert not conn.execute(index).fetchone()[0]
+    assert store.pending_chunks(100) == []
+    with vector_index_held_back(store):
+        pass  # nothing to embed
+    assert conn.execute(index).fetchone()[0]

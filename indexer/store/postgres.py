@@ -1253,19 +1253,18 @@ class PostgresStore:
         """While the block attaches vectors to at least HNSW_MIN_VECTORS pending chunks of a
         space that has no HNSW index yet (a first sync, a new embedding space), build none midway
         and keep none up: build it once after the block, as `vector_index_deferred` does. An
-        index already there is kept and kept up. A failed block leaves the index to the next
-        store_vectors."""
-        if (
-            not self.has_vector_table()
-            or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL")
-            or int(
-                self._one(
-                    "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE embedded_at IS NULL LIMIT %s) waiting",
-                    (HNSW_MIN_VECTORS,),
-                )
-            )
-            < HNSW_MIN_VECTORS
-        ):
+        index already there is kept and kept up. With fewer waiting, a space that holds enough
+        vectors but no index (a run stopped between its last vectors and its build: nothing is
+        pending, so no store_vectors would ever build it) gets it before the block."""
+        if not self.has_vector_table() or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL"):
+            yield
+            return
+        waiting = self._one(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE embedded_at IS NULL LIMIT %s) waiting",
+            (HNSW_MIN_VECTORS,),
+        )
+        if int(waiting) < HNSW_MIN_VECTORS:
+            self._build_vector_index(build_memory)  # nothing below HNSW_MIN_VECTORS vectors
             yield
             return
         self._hnsw_ready = True  # "built": no store_vectors builds it midway
