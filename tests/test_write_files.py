@@ -3,6 +3,8 @@ during a first sync's embedding pass."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,15 @@ def test_a_first_embedding_pass_cut_short_gets_its_hnsw_index_from_the_next_pass
     with vector_index_held_back(store):
         pass  # nothing to embed
     assert conn.execute(index).fetchone()[0]
+
+
+def test_a_tag_holding_a_nul_character_is_written_and_found(store: Store) -> None:
+    """Front matter can spell a NUL (`tags: ["a\\0b"]`); PostgreSQL text holds none, so it is
+    stored as U+FFFD there, and a filter on that tag still finds the note."""
+    file, parsed = doc("tagged.md", ["tagged text"])
+    parsed = dataclasses.replace(parsed, tags=["a\x00b", "plain"])
+    with store.transaction():
+        store.write_files("s", [(file, parsed), doc("other.md", ["other text"])])
+    for tag in ("a\x00b", "plain"):
+        found = store.fts_search('"text"', 10, SearchScope(tags=(tag,)))
+        assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in found] == ["tagged.md"], tag

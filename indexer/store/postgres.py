@@ -328,7 +328,7 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f"({alias}.source_id, {alias}.path) IN (SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(times)})"
         )
     for i, tag in enumerate(dict.fromkeys(tag_key(tag) for tag in scope.tags)):
-        params[f"scope_tag{i}"] = tag
+        params[f"scope_tag{i}"] = _text(tag)  # as `file_tags` holds it
         clauses.append(
             f"({alias}.source_id, {alias}.path) IN"
             f" (SELECT t.source_id, t.path FROM file_tags t WHERE t.tag = %(scope_tag{i})s)"
@@ -465,7 +465,7 @@ def _fill_file_tags(store: PostgresStore) -> None:
             parsed = json.loads(str(tags))
         except ValueError:
             continue
-        for key in file_tag_keys(parsed):
+        for key in _stored_tag_keys(parsed):
             store.conn.execute(
                 "INSERT INTO file_tags(tag, source_id, path) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                 (key, source_id, path),
@@ -1040,7 +1040,8 @@ class PostgresStore:
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        tag_rows = [(key, file.path) for file, doc in files for key in file_tag_keys(doc.tags)]
+        # PostgreSQL text holds no NUL (front matter can spell one): keys as stored, distinct again
+        tag_rows = [(key, file.path) for file, doc in files for key in _stored_tag_keys(doc.tags)]
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
         # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
         # (%b): a third of the text format's cost to dump
@@ -1834,6 +1835,11 @@ def _frequencies_sql(phrases: int) -> str:
 def _idfs(found: Sequence[int], total_rows: int) -> list[float]:
     """FTS5's idf of each phrase from its document frequency."""
     return [max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5))) for n_hit in found]
+
+
+def _stored_tag_keys(tags: object) -> list[str]:
+    """A file's `file_tags` keys as PostgreSQL stores them (see `_text`), each once."""
+    return list(dict.fromkeys(_text(key) for key in file_tag_keys(tags)))
 
 
 def _text(value: str) -> str:
