@@ -110,8 +110,8 @@ PHRASE_HITS_KEPT = 10_000
 # are longer on average), so once the limit-th best score reaches that bound the top is
 # decided without reading the other matches (on the 100k-chunk bench a one-word query matching
 # 20-50 % of the chunks scores a few hundred). The saturation is taken at a fixed reference
-# length, longer than typical chunks, so that the bound is rarely widened; a chunk that holds
-# several words of one prefix is bounded as if they were one (its tier is its best word's).
+# length, longer than typical chunks, so that the bound is rarely widened; a prefix several of
+# a chunk's words share has a tier of its own, for their summed frequency (see impact_literal).
 IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
