@@ -195,16 +195,10 @@ def _position_labels(weight: str) -> list[str]:
     return [f"{position}{weight}" for position in range(MAX_POSITION + 1)]
 
 
-def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
-    """The chunk's tsvector (breadcrumb hits weighted A, text hits D; one empty position
-    between the two columns so that no phrase spans both) and its token count."""
-    document, length, _ = lexical_row(breadcrumb, text)
-    return document, length
-
-
 def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
-    """What `chunks_fts` keeps of a chunk: its tsvector literal, its token count and its impact
-    tiers (`impact_literal`)."""
+    """What `chunks_fts` keeps of a chunk: its tsvector literal (breadcrumb hits weighted A,
+    text hits D; one empty position between the two columns so that no phrase spans both), its
+    token count and its impact tiers (`impact_literal`)."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
     places: dict[str, list[str]] = {}
@@ -525,7 +519,7 @@ LEXICAL_IMPACTS_SQL = """
 IMPACTS_FILL_BATCH = 2_000
 
 
-def _fill_impacts(store: PostgresStore) -> None:
+def _require_impacts(store: PostgresStore) -> None:
     """No default for new rows; the rows written before get their tiers in the next step
     (`_write_impacts`: a reader refuses the schema in between)."""
     store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN impacts DROP DEFAULT")
@@ -557,7 +551,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
     PgMigration("lexical_rows_inline", LEXICAL_INLINE_SQL),
-    PgMigration("lexical_impacts", LEXICAL_IMPACTS_SQL, data=_fill_impacts),
+    PgMigration("lexical_impacts", LEXICAL_IMPACTS_SQL, data=_require_impacts),
     # rows written before prefixes shared by several lexemes had summed tiers get them
     PgMigration("shared_prefix_impacts", "SELECT 1", data=_write_impacts),
 )
