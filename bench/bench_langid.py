@@ -484,8 +484,11 @@ def _synthetic_docs(n_files: int) -> list[tuple[object, object]]:
     return docs
 
 
-def _write_all(docs: list[tuple[object, object]], language_of: Callable[[str], str] | None) -> tuple[float, int]:
-    """Seconds to write every file (transactions of 200 files, as sync does) into a fresh index."""
+def _write_all(
+    docs: list[tuple[object, object]], language_of: Callable[[list[str]], Callable[[str], str]] | None
+) -> tuple[float, int]:
+    """Seconds to write every file (transactions of 200 files, as sync does) into a fresh index;
+    `language_of`: `chunk_language_of`, or None for no detection."""
     import shutil
     import tempfile
 
@@ -497,9 +500,13 @@ def _write_all(docs: list[tuple[object, object]], language_of: Callable[[str], s
         store.ensure_source("notes", "workspace")
         start = time.perf_counter()
         for first in range(0, len(docs), 200):
+            batch = docs[first : first + 200]
+            # as sync does: the new files' chunks of one write batch are detected together
+            texts = [chunk.text for _, doc in batch for chunk in doc.chunks]  # type: ignore[attr-defined]
+            write_language = language_of(texts) if language_of is not None else None
             with store.transaction():
-                for file, doc in docs[first : first + 200]:
-                    store.write_file("notes", file, doc, language_of)  # type: ignore[arg-type]
+                for file, doc in batch:
+                    store.write_file("notes", file, doc, write_language)  # type: ignore[arg-type]
         seconds = time.perf_counter() - start
         chunks = store.counts()["chunks"]
         store.close()
@@ -511,21 +518,25 @@ def _write_all(docs: list[tuple[object, object]], language_of: Callable[[str], s
 def write_cost(quick: bool) -> str:
     """write_file throughput with and without detection, alternating runs on the same documents;
     and a rewrite of the same files, where every language is reused by content hash."""
-    from indexer.language import chunk_language
+    from indexer.language import chunk_language, chunk_language_of, chunk_languages
 
     chunk_language("jak obnovit zálohu databáze")  # the model load is paid once per process, not here
     docs = _synthetic_docs(300 if quick else 1000)
     runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
     chunks = 0
     for _ in range(3 if quick else 5):
-        for name, language_of in (("without detection", None), ("with detection", chunk_language)):
+        for name, language_of in (("without detection", None), ("with detection", chunk_language_of)):
             seconds, chunks = _write_all(docs, language_of)
             runs[name].append(chunks / seconds)
     texts = [chunk.text for _, doc in docs for chunk in doc.chunks]  # type: ignore[attr-defined]
-    start = time.perf_counter()
+    start = time.process_time()
     for text in texts:
         chunk_language(text)
-    per_chunk = (time.perf_counter() - start) / len(texts) * 1e6
+    per_chunk = (time.process_time() - start) / len(texts) * 1e6
+    start = time.process_time()
+    for first in range(0, len(texts), 1200):
+        chunk_languages(texts[first : first + 1200])
+    per_chunk_batched = (time.process_time() - start) / len(texts) * 1e6
     base = statistics.median(runs["without detection"])
     rows = [
         [
@@ -543,65 +554,200 @@ def write_cost(quick: bool) -> str:
             f"### Cost in the write path ({len(docs)} synthetic notes, {chunks} chunks, fresh DB per run)\n",
             md_table(["Store.write_file", "runs", "median chunks/s", "min", "max", "vs without"], rows),
             "",
-            f"chunk_language alone: {per_chunk:.0f} µs per chunk (median chunk {statistics.median(len(t) for t in texts):.0f} chars).",
+            f"CPU per chunk (median chunk {statistics.median(len(t) for t in texts):.0f} chars): chunk_language "
+            f"one by one {per_chunk:.0f} µs, chunk_languages in batches of 1,200 (a write batch) {per_chunk_batched:.0f} µs.",
         ]
     )
+
+
+SYNC_WAYS = ("without detection", "with detection")
+
+
+def _one_sync(workspace_root: Path, with_detection: bool) -> tuple[float, float, int]:
+    """CPU seconds of a first `run_sync` of the workspace into a fresh index, the part of them
+    spent re-estimating the language statistics, and the chunks embedded."""
+    import shutil
+    import tempfile
+
+    from bench.workspaces import fake_embedder_factory, write_config
+    from indexer import language
+    from indexer import sync as sync_module
+    from indexer.config import load_config
+
+    language.chunk_language("jak obnovit zálohu databáze")  # the model load is not a sync's cost
+    if not with_detection:  # every chunk unknown: what a sync did before languages existed
+        language.chunk_language_of = lambda texts: lambda text: language.UNKNOWN  # type: ignore[assignment]
+    refresh = sync_module.Syncer.refresh_neutral_space
+    spent = [0.0]
+
+    def timed_refresh(self: sync_module.Syncer) -> str | None:
+        start = time.process_time()
+        try:
+            return refresh(self)
+        finally:
+            spent[0] += time.process_time() - start
+
+    sync_module.Syncer.refresh_neutral_space = timed_refresh  # type: ignore[method-assign]
+    tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-sync-"))
+    try:
+        config = load_config(
+            write_config(workspace_root, db=tmp / "index.sqlite", log=tmp / "sync.log", path=tmp / "config.yaml")
+        )
+        factory = fake_embedder_factory(config)
+        start = time.process_time()
+        report = sync_module.run_sync(config, embedder_factory=factory)
+        return time.process_time() - start, spent[0], report.embedded
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sync_cost(quick: bool) -> str:
     """A whole first `run_sync` of a synthetic workspace (walk, read, parse, write, fake 384-d
-    embedder, vectors), with detection and with it replaced by a constant, alternating."""
-    import shutil
-    import tempfile
+    embedder, vectors), with detection and with it replaced by a constant, alternating, each in
+    a fresh process with one BLAS thread; CPU time (the shared machine's load moves wall time by
+    a third between identical runs)."""
+    import os
 
-    from bench.workspaces import fake_embedder_factory, notes_corpus, write_config
-    from indexer import language
-    from indexer.config import load_config
-    from indexer.sync import run_sync
+    from bench.workspaces import notes_corpus
 
     workspace = notes_corpus(
         "langid-sync-300" if quick else "langid-sync-1000", files=300 if quick else 1000, log=lambda line: None
     )
-    real = language.chunk_language
-    language.chunk_language("jak obnovit zálohu databáze")
-    runs: dict[str, list[float]] = {"without detection": [], "with detection": []}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    runs: dict[str, list[tuple[float, float]]] = {way: [] for way in SYNC_WAYS}
     chunks = 0
-    try:
-        for _ in range(3 if quick else 5):
-            for name in runs:
-                language.chunk_language = real if name == "with detection" else (lambda text: language.UNKNOWN)
-                tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-sync-"))
-                try:
-                    config = load_config(
-                        write_config(
-                            workspace.root, db=tmp / "index.sqlite", log=tmp / "sync.log", path=tmp / "config.yaml"
-                        )
-                    )
-                    start = time.perf_counter()
-                    report = run_sync(config, embedder_factory=fake_embedder_factory(config))
-                    seconds = time.perf_counter() - start
-                    chunks = report.embedded
-                    runs[name].append(chunks / seconds)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        language.chunk_language = real
-    base = statistics.median(runs["without detection"])
-    rows = [
-        [
-            name,
-            len(values),
-            f"{statistics.median(values):,.0f}",
-            f"{min(values):,.0f}",
-            f"{max(values):,.0f}",
-            f"{statistics.median(values) / base - 1:+.1%}",
-        ]
-        for name, values in runs.items()
-    ]
+    for _ in range(3 if quick else 5):
+        for way in SYNC_WAYS:
+            code = (
+                "import json, sys; from pathlib import Path; from bench.bench_langid import _one_sync; "
+                f"print(json.dumps(_one_sync(Path(sys.argv[1]), {way == 'with detection'})))"
+            )
+            out = subprocess.run(
+                [sys.executable, "-c", code, str(workspace.root)], capture_output=True, text=True, check=True, env=env
+            )
+            cpu, refresh, chunks = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[way].append((cpu, refresh))
+    base = statistics.median(cpu for cpu, _ in runs["without detection"])
+    rows = []
+    for way, values in runs.items():
+        cpu = statistics.median(value for value, _ in values)
+        rows.append(
+            [
+                way,
+                len(values),
+                f"{cpu:.2f}",
+                f"{min(value for value, _ in values):.2f}",
+                f"{max(value for value, _ in values):.2f}",
+                f"{statistics.median(refresh for _, refresh in values):.3f}",
+                f"{chunks / cpu:,.0f}",
+                f"{base / cpu - 1:+.1%}",
+            ]
+        )
     return "\n".join(
         [
-            f"### Cost in a whole first sync ({workspace.files} synthetic notes, {chunks} chunks, fake embedder)\n",
-            md_table(["run_sync", "runs", "median chunks/s", "min", "max", "vs without"], rows),
+            f"### Cost in a whole first sync ({workspace.files} synthetic notes, {chunks} chunks, fake embedder, CPU time)\n",
+            md_table(
+                [
+                    "run_sync",
+                    "runs",
+                    "median CPU s",
+                    "min",
+                    "max",
+                    "of it: statistics refresh s",
+                    "chunks per CPU s",
+                    "throughput vs without",
+                ],
+                rows,
+            ),
+        ]
+    )
+
+
+def _reference_language(plan: tuple[list[str], str] | None) -> str:
+    """What `indexer.language` decides for a planned text when each window is scored by
+    py3langid's own `rank` (the library's code path, one call per window)."""
+    from indexer import language
+
+    if plan is None:
+        return UNKNOWN
+    identifier = language._identifier().identifier
+    found = set()
+    for sample in plan[0]:
+        ranked = identifier.rank(sample)
+        scores = dict(ranked)
+        label, probability = ranked[0]
+        found.add(language._decide(label, probability, scores.get("cs", 0.0), plan[1]))
+    return found.pop() if len(found) == 1 else UNKNOWN
+
+
+def _agreement_sets(quick: bool) -> dict[str, tuple[str, list[str]]]:
+    """name -> (how it is detected: chunk / text / query, texts)."""
+    root = eval_root() / "corpora"
+    cap = 400 if quick else None
+
+    def chunks_of(folder: Path) -> list[str]:
+        paths = sorted(folder.rglob("*.md"))[:cap]
+        return [
+            chunk.text for path in paths for chunk in parse_markdown(path.read_text(encoding="utf-8"), path.name).chunks
+        ]
+
+    sets: dict[str, tuple[str, list[str]]] = {}
+    for name, folder in (
+        ("tldr-pages en", root / "tldr-pages" / "pages"),
+        ("tldr-pages cs", root / "tldr-pages" / "pages.cs"),
+        ("tldr-pages ru", root / "tldr-pages" / "pages.ru"),
+        ("linux-spellbook-cs", root / "linux-spellbook-cs"),
+    ):
+        if folder.is_dir():
+            sets[name] = ("chunk", chunks_of(folder))
+    sets["synthetic notes"] = (
+        "chunk",
+        [chunk.text for _, doc in _synthetic_docs(300 if quick else 1000) for chunk in doc.chunks],  # type: ignore[attr-defined]
+    )
+    samples = load_samples(quick)
+    sets["bench_langid samples"] = ("text", [sample.text for sample in samples])
+    sets["bench_langid short texts as queries"] = ("query", [s.text for s in samples if s.kind == "short"])
+    return sets
+
+
+def agreement(quick: bool) -> str:
+    """The labels of the batched detector (`chunk_languages`, `detect_languages`) against the same
+    decisions on py3langid's own scoring of each window, text by text."""
+    from collections import Counter
+
+    from indexer import language
+
+    rows = []
+    total = same = 0
+    for name, (kind, texts) in _agreement_sets(quick).items():
+        if kind == "chunk":
+            ours = [
+                label
+                for first in range(0, len(texts), 1200)
+                for label in language.chunk_languages(texts[first : first + 1200])
+            ]
+            plans = [language._text_samples(language.prose_for_language(text)) for text in texts]
+        elif kind == "text":
+            ours = language.detect_languages(texts)
+            plans = [language._text_samples(text) for text in texts]
+        else:
+            ours = [language.detect_query_language(text) for text in texts]
+            plans = [
+                language._samples([w for w in language_words(t) if w not in language._QUERY_OPERATORS], [])
+                for t in texts
+            ]
+        reference = [_reference_language(plan) for plan in plans]
+        differ = sum(a != b for a, b in zip(ours, reference, strict=True))
+        total += len(texts)
+        same += len(texts) - differ
+        counts = Counter(ours)
+        rows.append([name, kind, len(texts), differ, ", ".join(f"{lang} {n}" for lang, n in counts.most_common())])
+    return "\n".join(
+        [
+            "### Labels: batched scoring against py3langid's own, text by text\n",
+            md_table(["texts", "detected as", "n", "labels that differ", "labels (batched)"], rows),
+            "",
+            f"Agreement {same:,} / {total:,}.",
         ]
     )
 
@@ -663,6 +809,7 @@ def run(quick: bool, with_machine: bool) -> str:
     """The run_all convention."""
     sections = (
         ("candidates", candidates),
+        ("agreement", agreement),
         ("write path", write_cost),
         ("sync", sync_cost),
         ("older index", migration_cost),

@@ -46,6 +46,7 @@ from indexer.sync import run_sync
 
 REPEATS = 5
 QUICK_QUERIES = 200
+MODEL_QUERIES = 50  # questions embedded by the real model for the end-to-end figure
 
 
 class CacheOnly(Embedder):
@@ -113,6 +114,7 @@ def measure(quick: bool, cache: Path | None = None) -> str:
                     ways["language-blind"].append(_timed(once))
                 finally:
                     language.detect_query_language = real_detect  # type: ignore[assignment]
+            model = _model_query_ms(config.embedding, [text for _, text in queries[:MODEL_QUERIES]])
         finally:
             store.close()
     base = statistics.median(ways["language-blind"])
@@ -127,12 +129,38 @@ def measure(quick: bool, cache: Path | None = None) -> str:
         ]
         for way, times in ways.items()
     ]
+    aware = statistics.median(ways["language-aware"])
+    end_to_end = (
+        f"\nWith the query's embedding by the local model ({config.embedding.model}, p50 {model:.1f} ms CPU over "
+        f"{MODEL_QUERIES} of these questions, one at a time), what a user waits for: "
+        f"{aware + model:.1f} vs {base + model:.1f} ms, ratio {(aware + model) / (base + model):.3f}\n"
+        if model is not None
+        else "\n_The local model is not available: no end-to-end figure._\n"
+    )
     return (
         f"### Hybrid query, tldr-mixed ({report_.embedded or 'cached'} chunks; query vector precomputed; "
         f"median of {REPEATS} per query)\n\n"
         + md_table(["way", "queries", "p50 ms", "p90 ms", "p50 vs language-blind"], rows)
         + f"\nMedian per-query ratio language-aware / language-blind: {paired:.3f}\n"
+        + end_to_end
     )
+
+
+def _model_query_ms(config: EmbeddingConfig, questions: list[str]) -> float | None:
+    """CPU ms (median) the local model takes to embed one question, uncached."""
+    from indexer.embedders import make_embedder
+
+    try:
+        embedder = make_embedder(config)
+        embedder.embed_query("warm up")  # the model load is a process's, not a query's
+    except EmbedderError:
+        return None
+    times = []
+    for question in questions:
+        start = time.process_time()
+        embedder.embed_query(question)
+        times.append(time.process_time() - start)
+    return statistics.median(times) * 1000
 
 
 def run(quick: bool, with_machine: bool) -> str:

@@ -13,9 +13,12 @@ import math
 import re
 import threading
 import unicodedata
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy
+    from numpy.typing import NDArray
     from py3langid.langid import LanguageIdentifier
 
 UNKNOWN = "unknown"
@@ -122,17 +125,34 @@ _CZECH_ONLY = frozenset("řůěŘŮĚ")
 _SLOVAK_ONLY = frozenset("ľĺŕôäĽĹŔÔÄ")
 # query syntax words, not language: "backup OR restore"
 _QUERY_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
-_CYRILLIC = re.compile("[\u0400-\u052f]")
+_CYRILLIC_RUN = re.compile("[\u0400-\u052f]+")
 
 _identifier_lock = threading.Lock()
 _identifier_instance: _Scorer | None = None
 
+# A byte that never occurs in UTF-8 and sends py3langid's automaton back to its start state from
+# every state (checked in tests): samples joined by it are walked as one byte string.
+_SEPARATOR = b"\xff"
+# The automaton's states stand for at most this many trailing bytes (its trie is that deep; checked
+# in tests), so the state after any byte follows from the bytes just before it: a long byte string
+# can be walked in many segments at once, each first reading the bytes before its start.
+_AUTOMATON_DEPTH = 6
+# Below this many bytes a Python loop over the automaton is cheaper than numpy's setup.
+_SEGMENT_WALK_BYTES = 512
+# Samples scored in one numpy pass: more would leave the processor's caches (measured slower).
+_SAMPLES_PER_PASS = 512
+
+
+def _model_bytes(sample: str) -> bytes:
+    """The bytes py3langid scores for `sample` (its own normalisation)."""
+    text = sample.lower() if sample.isupper() else sample
+    return unicodedata.normalize("NFC", text).encode("utf-8", errors="surrogatepass")
+
 
 class _Scorer:
     """py3langid's naive Bayes classifier over the candidate languages, scored here from its
-    model's tables: the same n-gram automaton and arithmetic, without its per-call overhead
-    (half a call's time went to float16 conversions and softmax steps on 17 numbers; chunks are
-    written by the thousand per second and each long one is classified twice)."""
+    model's tables: the same n-gram automaton and arithmetic, for many samples in one pass (its
+    per-call overhead and the Python loop over every byte were most of a sync's language cost)."""
 
     def __init__(self, identifier: LanguageIdentifier) -> None:
         import numpy as np
@@ -141,29 +161,112 @@ class _Scorer:
         self.identifier = identifier
         self.labels: list[str] = list(identifier.nb_classes)
         self.table = np.ascontiguousarray(identifier.nb_ptc, dtype=np.float32)  # features x languages
-        self.prior = np.asarray(identifier.nb_pc, dtype=np.float32)
-        self._walk = visit_counts
+        self.prior = np.asarray(identifier.nb_pc, dtype=np.float64)
         self._next = identifier.tk_nextmove
         self._rows = [row << 8 for row in identifier.tk_row]
         self._output = identifier.tk_output
+        self._next_array = np.asarray(identifier.tk_nextmove)
+        self._rows_array = np.asarray(self._rows, dtype=np.int64)
+        self._output_array = np.asarray(identifier.tk_output, dtype=np.int64)
+        self._czech = self.labels.index("cs") if "cs" in self.labels else -1
+        self._visit_counts = visit_counts
         self._np = np
 
-    def probabilities(self, sample: str) -> dict[str, float]:
-        """Each candidate language's probability for `sample` (py3langid's `rank`, normalised)."""
+    def _walk_loop(self, data: bytes) -> list[int]:
+        """The automaton's state after each byte (state 0 before the first)."""
+        nextmove, rows = self._next, self._rows
+        state, states = 0, list[int]()
+        append = states.append
+        for byte in data:
+            state = nextmove[rows[state] + byte]
+            append(state)
+        return states
+
+    def _walk_segments(self, data: bytes) -> NDArray[numpy.int64]:
+        """The same states, computed for many segments of `data` side by side (numpy)."""
         np = self._np
-        text = sample.lower() if sample.isupper() else sample
-        data = unicodedata.normalize("NFC", text).encode("utf-8", errors="surrogatepass")
-        visits = self._walk(self._next, self._rows, self._output, data)
-        if not visits:  # no feature at all: every language equally likely
-            return dict.fromkeys(self.labels, 1.0 / len(self.labels))
-        features = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
-        counts = np.fromiter(visits.values(), dtype=np.float32, count=len(visits))
-        scores: list[float] = (np.log1p(counts) @ self.table[features] + self.prior).tolist()
-        scale = 1.0 / math.sqrt(len(data))  # py3langid's temperature: calibrated across lengths
-        top = max(scores)
-        exps = [math.exp((score - top) * scale) for score in scores]
-        total = sum(exps)
-        return {label: value / total for label, value in zip(self.labels, exps, strict=True)}
+        size = len(data)
+        width = max(16, int(math.sqrt(size)))  # segment length: steps x segments balanced
+        segments = -(-size // width)
+        warmup = _AUTOMATON_DEPTH - 1
+        padded = np.full(warmup + segments * width, _SEPARATOR[0], dtype=np.uint8)
+        padded[warmup : warmup + size] = np.frombuffer(data, dtype=np.uint8)
+        # column j: the j-th byte of every segment, the first `warmup` ones from before its start
+        columns = np.lib.stride_tricks.as_strided(padded, shape=(warmup + width, segments), strides=(1, width)).copy()
+        nextmove, rows = self._next_array, self._rows_array
+        state = np.zeros(segments, dtype=np.int64)
+        for step in range(warmup):
+            state = nextmove[rows[state] + columns[step]]
+        states = np.empty((width, segments), dtype=np.int64)
+        for step in range(width):
+            state = nextmove[rows[state] + columns[warmup + step]]
+            states[step] = state
+        flat: NDArray[numpy.int64] = states.T.reshape(-1)[:size]
+        return flat
+
+    def probabilities(self, samples: list[str]) -> NDArray[numpy.float64]:
+        """Each sample's probability per label of `labels` (py3langid's `rank`, normalised)."""
+        np = self._np
+        encoded = [_model_bytes(sample) for sample in samples]
+        if len(encoded) == 1 and len(encoded[0]) < _SEGMENT_WALK_BYTES:
+            return self._probabilities_of_one(encoded[0])
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        data = _SEPARATOR.join(encoded)
+        states: list[int] | NDArray[numpy.int64] = (
+            self._walk_loop(data) if len(data) < _SEGMENT_WALK_BYTES else self._walk_segments(data)
+        )
+        features = self._output_array[states]
+        sample_of = np.repeat(np.arange(len(encoded), dtype=np.int64), lengths + 1)[: len(data)]
+        found = features >= 0
+        n_features = self.table.shape[0]
+        keys = sample_of[found] * n_features + features[found]
+        keys.sort()
+        # no feature at all: every language equally likely
+        result: NDArray[numpy.float64] = np.full((len(encoded), len(self.labels)), 1.0 / len(self.labels))
+        if keys.size:
+            starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+            counts = np.diff(np.append(starts, keys.size)).astype(np.float32)
+            keys = keys[starts]
+            owner = keys // n_features
+            weighted = self.table[keys % n_features] * np.log1p(counts)[:, None]
+            firsts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
+            scored = owner[firsts]
+            scores = np.add.reduceat(weighted, firsts, axis=0, dtype=np.float64) + self.prior
+            # py3langid's temperature, the square root of the byte length: calibrated across lengths
+            scores *= (1.0 / np.sqrt(lengths[scored]))[:, None]
+            scores -= scores.max(axis=1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=1, keepdims=True)
+            result[scored] = scores
+        return result
+
+    def _probabilities_of_one(self, data: bytes) -> NDArray[numpy.float64]:
+        """`probabilities` of one short sample (a query) in fewer numpy steps: the
+        same features, counts and arithmetic in the same order, so the same figures."""
+        np = self._np
+        visits = self._visit_counts(self._next, self._rows, self._output, data)  # py3langid's own walk
+        if not visits:
+            uniform: NDArray[numpy.float64] = np.full((1, len(self.labels)), 1.0 / len(self.labels))
+            return uniform
+        features = sorted(visits)
+        counts = np.array([visits[feature] for feature in features], dtype=np.float32)
+        weighted = self.table[features] * np.log1p(counts)[:, None]
+        scores: NDArray[numpy.float64] = np.add.reduceat(weighted, [0], axis=0, dtype=np.float64) + self.prior
+        scores *= 1.0 / np.sqrt(np.array([len(data)]))[:, None]
+        scores -= scores.max(axis=1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=1, keepdims=True)
+        return scores
+
+    def best(self, samples: list[str]) -> list[tuple[str, float, float]]:
+        """Each sample's likeliest label, its probability and Czech's (first label on a tie)."""
+        np = self._np
+        probabilities = self.probabilities(samples)
+        best = probabilities.argmax(axis=1)
+        top = probabilities[np.arange(len(samples)), best].tolist()
+        czech = probabilities[:, self._czech].tolist() if self._czech >= 0 else [0.0] * len(samples)
+        labels = self.labels
+        return [(labels[index], p, c) for index, p, c in zip(best.tolist(), top, czech, strict=True)]
 
 
 def _identifier() -> _Scorer:
@@ -188,23 +291,23 @@ def preload() -> None:
     _identifier()
 
 
-def _classify(sample: str, alphabet: set[str]) -> str:
-    """The supported language `sample` is written in, or UNKNOWN; `alphabet`: the text's letters."""
-    scores = _identifier().probabilities(sample)
-    language = max(scores, key=scores.__getitem__)
-    probability = scores[language]
-    czech, slovak = bool(alphabet & _CZECH_ONLY), bool(alphabet & _SLOVAK_ONLY)
-    if language == "cs" and slovak and not czech:
-        language = "sk"
-    elif language == "sk" and czech and not slovak:
-        language = "cs"
-    elif language == "sk" and not slovak and scores.get("cs", 0.0) >= CZECH_TIE * probability:
-        # Czech and Slovak share most n-grams: without a letter only Slovak has, a near tie goes
-        # to Czech (the language these notes are far more likely to be in)
-        language, probability = "cs", probability + scores["cs"]
+def _decide(language: str, probability: float, czech_probability: float, sample: str) -> str:
+    """The supported language of one sample whose likeliest label is `language`, or UNKNOWN;
+    `sample`: the text's words (its letters tell Czech from Slovak)."""
+    if language == "cs" or language == "sk":
+        czech = not sample.isascii() and any(letter in sample for letter in _CZECH_ONLY)
+        slovak = not sample.isascii() and any(letter in sample for letter in _SLOVAK_ONLY)
+        if language == "cs" and slovak and not czech:
+            language = "sk"
+        elif language == "sk" and czech and not slovak:
+            language = "cs"
+        elif language == "sk" and not slovak and czech_probability >= CZECH_TIE * probability:
+            # Czech and Slovak share most n-grams: without a letter only Slovak has, a near tie
+            # goes to Czech (the language these notes are far more likely to be in)
+            language, probability = "cs", probability + czech_probability
     if language not in SUPPORTED_LANGUAGES or probability < MIN_CONFIDENCE:
         return UNKNOWN
-    return str(language)
+    return language
 
 
 def _leading(words: list[str]) -> list[str]:
@@ -217,35 +320,64 @@ def _leading(words: list[str]) -> list[str]:
     return words
 
 
-def _detect_words(head: list[str], tail: list[str]) -> str:
-    """The language of a text's words: `head` from its start, `tail` (maybe empty) from its end.
-    A text longer than two windows is read at its start and at its end, which must agree."""
-    sample = " ".join(head + tail)
-    letters = len(sample) - len(head) - len(tail) + 1
-    if len(head) + len(tail) < MIN_WORDS or letters < MIN_LETTERS:
-        return UNKNOWN
-    cyrillic = len(_CYRILLIC.findall(sample))
-    if MIXED_SCRIPT_SHARE <= cyrillic / letters <= 1 - MIXED_SCRIPT_SHARE:
-        return UNKNOWN
-    alphabet = set(sample)
+def _samples(head: list[str], tail: list[str]) -> tuple[list[str], str] | None:
+    """What the detector reads of a text's words (`head` from its start, `tail`, maybe empty,
+    from its end) and all those words; None when the words alone make it UNKNOWN. A text
+    longer than two windows is read at its start and at its end, which must agree."""
+    words = head + tail if tail else head
+    sample = " ".join(words)
+    letters = len(sample) - len(words) + 1
+    if len(words) < MIN_WORDS or letters < MIN_LETTERS:
+        return None
+    if not sample.isascii():
+        cyrillic = sum(map(len, _CYRILLIC_RUN.findall(sample)))
+        if MIXED_SCRIPT_SHARE <= cyrillic / letters <= 1 - MIXED_SCRIPT_SHARE:
+            return None
     if len(sample) <= 2 * WINDOW_CHARS:
-        return _classify(sample, alphabet)
-    words = head + tail
-    language = _classify(" ".join(_leading(words)), alphabet)
-    if language == UNKNOWN:
-        return UNKNOWN
-    ending = " ".join(_leading(words[::-1])[::-1])
-    return language if _classify(ending, alphabet) == language else UNKNOWN
+        return [sample], sample
+    return [" ".join(_leading(words)), " ".join(_leading(words[::-1])[::-1])], sample
+
+
+def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
+    """The language of every planned text, all samples scored in one pass."""
+    samples = [sample for plan in plans if plan is not None for sample in plan[0]]
+    if not samples:
+        return [UNKNOWN] * len(plans)
+    scorer = _identifier()
+    verdicts = iter(
+        [
+            verdict
+            for first in range(0, len(samples), _SAMPLES_PER_PASS)
+            for verdict in scorer.best(samples[first : first + _SAMPLES_PER_PASS])
+        ]
+    )
+    languages = []
+    for plan in plans:
+        if plan is None:
+            languages.append(UNKNOWN)
+            continue
+        found = {_decide(*next(verdicts), plan[1]) for _ in plan[0]}
+        languages.append(found.pop() if len(found) == 1 else UNKNOWN)
+    return languages
+
+
+def _text_samples(text: str) -> tuple[list[str], str] | None:
+    span = 2 * WINDOW_CHARS
+    if len(text) <= 3 * span:
+        return _samples(language_words(text), [])
+    # a long text: only its start and its end are read; a word the cut went through is dropped
+    return _samples(language_words(text[:span])[:-1], language_words(text[-span:])[1:])
 
 
 def detect_language(text: str) -> str:
     """ISO 639-1 code of the plain text's language (one of SUPPORTED_LANGUAGES), or UNKNOWN when
     the text is too short, uncertain, mixed, language-less or in another language."""
-    span = 2 * WINDOW_CHARS
-    if len(text) <= 3 * span:
-        return _detect_words(language_words(text), [])
-    # a long text: only its start and its end are read; a word the cut went through is dropped
-    return _detect_words(language_words(text[:span])[:-1], language_words(text[-span:])[1:])
+    return _detect_all([_text_samples(text)])[0]
+
+
+def detect_languages(texts: list[str]) -> list[str]:
+    """`detect_language` of each text, scored together (much cheaper per text than one by one)."""
+    return _detect_all([_text_samples(text) for text in texts])
 
 
 def chunk_language(markdown_text: str) -> str:
@@ -253,8 +385,31 @@ def chunk_language(markdown_text: str) -> str:
     return detect_language(prose_for_language(markdown_text))
 
 
+def chunk_languages(markdown_texts: list[str]) -> list[str]:
+    """`chunk_language` of each chunk, scored together."""
+    return detect_languages([prose_for_language(text) for text in markdown_texts])
+
+
+def chunk_language_of(markdown_texts: list[str]) -> Callable[[str], str]:
+    """`chunk_language` for a write batch: asked about one of `markdown_texts` (the chunks of
+    files new to the index), it detects them all in one pass; any other text (a chunk of an
+    edited file whose language is not known by its hash) is detected alone."""
+    batch = set(markdown_texts)
+    found: dict[str, str] = {}
+
+    def language_of(markdown_text: str) -> str:
+        if markdown_text in batch:
+            if not found:
+                unique = list(dict.fromkeys(markdown_texts))  # copied notes, boilerplate: once
+                found.update(zip(unique, chunk_languages(unique), strict=True))
+            return found[markdown_text]
+        return chunk_language(markdown_text)
+
+    return language_of
+
+
 def detect_query_language(query: str) -> str:
     """The language of a search query, or UNKNOWN for identifiers, key combinations, commands
     and one-word queries (there a guess would be noise)."""
     words = [word for word in language_words(query) if word not in _QUERY_OPERATORS]
-    return _detect_words(words, [])
+    return _detect_all([_samples(words, [])])[0]

@@ -177,8 +177,13 @@ class Syncer:
                     log.warning("%s:%s: skipped, chunker failed: %s", source_id, change.file.path, exc)
                     report.skipped += 1
                     report.skips.append((change.file.path, f"chunker failed: {exc}"))
+        # the chunks of new files are detected together; an edited file's unchanged chunks keep
+        # their language by content hash, so its other chunks are detected one by one
+        language_of = language.chunk_language_of(
+            [chunk.text for file, doc in parsed if file.path not in known for chunk in doc.chunks]
+        )
         with self.store.transaction():
-            self.store.write_files(source_id, parsed, language.chunk_language)
+            self.store.write_files(source_id, parsed, language_of)
             for file, _ in parsed:
                 if file.path in known:
                     report.updated += 1
@@ -565,7 +570,9 @@ def backfill_languages(store: IndexWriter) -> int:
         rows = store.chunks_for_language_backfill(after, upto, LANGUAGE_BACKFILL_BATCH)
         finished = len(rows) < LANGUAGE_BACKFILL_BATCH
         after = upto if finished else rows[-1].id
-        detected = [(row.id, language.chunk_language(row.text)) for row in rows]
+        detected = list(
+            zip((row.id for row in rows), language.chunk_languages([row.text for row in rows]), strict=True)
+        )
         store.store_backfilled_languages(detected, upto, after)
         done += len(rows)
         if finished:

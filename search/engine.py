@@ -283,7 +283,11 @@ def _fuse(
         # notes in other languages are in play: the keyword half answers from the query's
         # language only, so it counts as much as its best hit covers the query's terms (not at
         # all when it found nothing: then no candidate is scaled up for being out of its reach)
-        coverage = max((term_coverage(terms, text) for text in top_lexical), default=0.0)
+        coverage = 0.0
+        for text in top_lexical:
+            coverage = max(coverage, term_coverage(terms, text))
+            if coverage == 1.0:  # no hit can cover more
+                break
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
     fused = rrf(

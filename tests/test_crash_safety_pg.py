@@ -186,7 +186,7 @@ def test_random_kill_during_first_index_converges(
 
 
 FIRST_INDEX_POINTS = [
-    "call@indexer.language:chunk_language@150",  # deep inside the first batch transaction (its write_files)
+    "call@indexer.language:chunk_languages@1",  # inside the first batch transaction (its write_files)
     "call@indexer.sync:Syncer._write_batch@2",  # first batch committed, second not started
     "call@indexer.store.postgres:PostgresStore.store_vectors@3",  # vectors partly attached
     "call@indexer.store.postgres:PostgresStore.set_meta@1",  # before chunker_version is recorded

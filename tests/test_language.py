@@ -210,3 +210,115 @@ def test_detection_never_raises_and_answers_a_supported_code_or_unknown(text: st
 )
 def test_markdown_fragments_never_raise(parts: list[str]) -> None:
     assert chunk_language(" ".join(parts)) in ANSWERS
+
+
+# ---- many chunks in one pass -----------------------------------------------------------------
+
+ENGLISH_SECTION = "## Upstream notes\n\n" + ENGLISH
+MIXED_BATCH = [
+    f"## Záloha\n\n{CZECH}\n",
+    ENGLISH_SECTION,
+    f"## Копия\n\n{RUSSIAN}\n",
+    SLOVAK,
+    UKRAINIAN,
+    GERMAN,
+    POLISH,
+    CODE_BLOCK,
+    "",
+    "| host | port |\n|---|---|\n| db01 | 5432 |",
+    f"{CZECH} {ENGLISH}",
+    f"{RUSSIAN} {ENGLISH}",
+    "jak obnovit zálohu",
+    "Obnova zálohy cez vzdialený prístup, ľahko",
+    f"## Záloha\n\n{CODE_BLOCK}\n\n{CZECH[:160]}\n",
+    (CZECH + " ") * 12,  # long: both ends read
+]
+
+
+def test_a_batch_gets_the_labels_each_chunk_gets_alone() -> None:
+    alone = [chunk_language(text) for text in MIXED_BATCH]
+    assert alone[:7] == ["cs", "en", "ru", "sk", "uk", "de", UNKNOWN]
+    assert alone[7:12] == [UNKNOWN] * 5  # code, nothing, a table, two mixed texts
+    assert language.chunk_languages(MIXED_BATCH) == alone
+    # a chunk's label does not depend on its neighbours in the batch
+    assert language.chunk_languages(MIXED_BATCH[::-1] * 3) == alone[::-1] * 3
+    assert language.chunk_languages([]) == []
+    assert language.detect_languages(MIXED_BATCH) == [detect_language(text) for text in MIXED_BATCH]
+
+
+def test_the_write_batch_detects_new_chunks_together_and_others_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches: list[list[str]] = []
+    real = language.chunk_languages
+
+    def counting(texts: list[str]) -> list[str]:
+        batches.append(texts)
+        return real(texts)
+
+    monkeypatch.setattr(language, "chunk_languages", counting)
+    language_of = language.chunk_language_of(MIXED_BATCH[:3])
+    assert batches == []  # nothing asked yet: nothing detected
+    assert language_of(ENGLISH_SECTION) == "en"
+    assert language_of(MIXED_BATCH[0]) == "cs" and language_of(MIXED_BATCH[2]) == "ru"
+    assert batches == [MIXED_BATCH[:3]]  # one pass for all three
+    assert language_of(GERMAN) == "de"  # not in the batch: detected alone
+    assert len(batches) == 1
+
+
+def _scorer_states(data: bytes) -> tuple[list[int], list[int]]:
+    scorer = language._identifier()
+    return scorer._walk_loop(data), scorer._walk_segments(data).tolist()
+
+
+def test_the_automaton_walked_in_segments_reaches_the_states_of_the_byte_loop() -> None:
+    texts = [CZECH, RUSSIAN * 3, ENGLISH + UKRAINIAN, "a", "ab" * 300, "\u0000\u00ff" + SLOVAK]
+    data = language._SEPARATOR.join(language._model_bytes(text) for text in texts)
+    loop, segments = _scorer_states(data)
+    assert loop == segments
+    for size in (1, 5, 6, 7, 17, 300, 1021):
+        loop, segments = _scorer_states(data[:size])
+        assert loop == segments
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3000))
+def test_any_bytes_walk_the_same_in_segments(data: bytes) -> None:
+    loop, segments = _scorer_states(data)
+    assert loop == segments
+
+
+def test_the_separator_restarts_the_automaton_which_remembers_at_most_its_depth() -> None:
+    import numpy as np
+
+    scorer = language._identifier()
+    table = scorer._next_array.reshape(-1, 256)  # states share stored rows of 256 next states
+    rows = scorer._rows_array >> 8
+    assert (table[rows, language._SEPARATOR[0]] == 0).all() and scorer._output[0] < 0
+    # breadth first from the start: every state is reached within the depth the segments rely on
+    seen = np.zeros(len(rows), dtype=bool)
+    seen[0] = True
+    frontier = np.array([0])
+    for _ in range(language._AUTOMATON_DEPTH):
+        reached = np.zeros(len(rows), dtype=bool)
+        reached[table[rows[frontier]].ravel()] = True
+        frontier = np.flatnonzero(reached & ~seen)
+        seen |= reached
+    assert seen.all()
+    # and a state stands for its last bytes: from any state, the depth's bytes lead to one state
+    rng = np.random.default_rng(10)
+    starts = rng.integers(0, len(rows), size=500)
+    for tail in rng.integers(0, 256, size=(50, language._AUTOMATON_DEPTH)):
+        states = starts
+        for byte in tail.tolist():
+            states = table[rows[states], byte]
+        assert len(set(states.tolist())) == 1
+
+
+def test_the_scores_are_py3langids_own() -> None:
+    scorer = language._identifier()
+    samples = ["jak obnovit zálohu databáze", ENGLISH[:64], RUSSIAN[:64], SLOVAK[:64], "zxq", "1234"]
+    ours = scorer.probabilities(samples)
+    for sample, row in zip(samples, ours, strict=True):
+        library = dict(scorer.identifier.rank(sample))
+        assert {label: round(value, 5) for label, value in zip(scorer.labels, row, strict=True)} == {
+            label: round(library[label], 5) for label in scorer.labels
+        }

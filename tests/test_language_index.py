@@ -56,14 +56,20 @@ def languages_by_path(config: Config) -> dict[str, set[str]]:
 
 
 def count_detections(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every chunk text detected from now on, alone or in a batch."""
     seen: list[str] = []
-    real = language.chunk_language
+    real, real_batch = language.chunk_language, language.chunk_languages
 
     def counting(text: str) -> str:
         seen.append(text)
         return real(text)
 
+    def counting_batch(texts: list[str]) -> list[str]:
+        seen.extend(texts)
+        return real_batch(texts)
+
     monkeypatch.setattr(language, "chunk_language", counting)
+    monkeypatch.setattr(language, "chunk_languages", counting_batch)
     return seen
 
 
@@ -128,16 +134,16 @@ def test_an_older_index_gets_its_languages_on_the_next_sync_and_resumes_after_a_
 
     monkeypatch.setattr(sync, "LANGUAGE_BACKFILL_BATCH", 2)
     calls = 0
-    real = language.chunk_language
+    real = language.chunk_languages
 
-    def crash_in_second_batch(text: str) -> str:
+    def crash_in_second_batch(texts: list[str]) -> list[str]:
         nonlocal calls
         calls += 1
-        if calls == 3:
+        if calls == 2:
             raise KeyboardInterrupt
-        return real(text)
+        return real(texts)
 
-    monkeypatch.setattr(language, "chunk_language", crash_in_second_batch)
+    monkeypatch.setattr(language, "chunk_languages", crash_in_second_batch)
     with pytest.raises(KeyboardInterrupt):
         do_sync()
     store = Store.open(config.db, readonly=True)
@@ -168,3 +174,35 @@ def test_a_new_index_needs_no_backfill(tmp_path: Path) -> None:
         assert store.language_counts() == {}
     finally:
         store.close()
+
+
+def test_each_chunk_of_a_file_keeps_its_own_language(
+    do_sync: Callable[..., SyncReport], config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = config.sources["notes"].root  # type: ignore[attr-defined]
+    write(
+        root,
+        {
+            # a Czech note with an English section, a code-only section and a mixed one
+            "cz/navod.md": (
+                f"# Návod\n\n## Postup\n\n{CZECH} {CZECH}\n\n{CZECH}\n\n## Upstream\n\n{ENGLISH} {ENGLISH}\n\n{ENGLISH}\n\n"
+                f"## Skript\n\n{CODE_BLOCK}\n\n{CODE_BLOCK}\n\n{CODE_BLOCK}\n\n"
+                f"## Poznámky\n\n{RUSSIAN} {ENGLISH}\n\n{RUSSIAN} {ENGLISH}\n"
+            ),
+        },
+    )
+    seen = count_detections(monkeypatch)
+    do_sync()
+    store = Store.open(config.db, readonly=True)
+    try:
+        languages = store.chunk_languages()
+        by_heading = {row.breadcrumb: languages[row.id] for row in store.chunk_rows(languages).values()}
+    finally:
+        store.close()
+    assert {heading: lang for heading, lang in by_heading.items() if heading.startswith("Návod")} == {
+        "Návod": "cs",
+        "Návod > Upstream": "en",
+        "Návod > Skript": "unknown",
+        "Návod > Poznámky": "unknown",
+    }
+    assert len(seen) == len(languages)  # every chunk of the new files, in one pass
