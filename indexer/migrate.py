@@ -12,9 +12,8 @@ are copied; the target is then counted against the source, per source.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
@@ -93,8 +92,7 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
         rows = source.chunk_rows(batch_ids)
         languages = source.chunk_languages(batch_ids)
         vectors_by_id = stream.take(batch_ids) if stream is not None else {}
-        vectors: dict[str, bytes] = {}
-        writes: list[tuple[str, FileVersion, ParsedDocument]] = []
+        calls: list[_WriteCall] = []
         languages_by_text: dict[str, str] = {}
         for source_id, row in batch:
             chunk_ids = sorted(ids_by_file.get((source_id, row.path), []), key=lambda i: rows[i].chunk_idx)
@@ -103,9 +101,14 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
                 for i in chunk_ids
             ]
             languages_by_text.update((rows[i].text, languages.get(i, "unknown")) for i in chunk_ids)
+            given: dict[str, bytes] = {}
+            waiting: set[str] = set()
             for i, written in zip(chunk_ids, chunks, strict=True):
+                digest = content_hash(written.embed_text)
                 if i in vectors_by_id:
-                    vectors.setdefault(content_hash(written.embed_text), vectors_by_id[i])
+                    given.setdefault(digest, vectors_by_id[i])
+                else:
+                    waiting.add(digest)
             stat = known[source_id].get(row.path)
             file = FileVersion(
                 path=row.path,
@@ -117,15 +120,18 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
                 collection=row.collection,
             )
             doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
-            writes.append((source_id, file, doc))
+            call = calls[-1] if calls else None
+            if call is None or not call.takes(source_id, given, waiting):
+                call = _WriteCall(source_id)
+                calls.append(call)
+            call.add(file, doc, given, waiting)
         with target.transaction():
-            # one batch per run of files of one source, in the order of their first chunk ids
-            for source_id, run in itertools.groupby(writes, key=lambda write: write[0]):
+            for call in calls:  # in the order of their first chunk ids
                 target.write_files(
-                    source_id,
-                    [(file, doc) for _, file, doc in run],
+                    call.source_id,
+                    call.files,
                     _lookup(languages_by_text),
-                    vectors if stream is not None else None,
+                    call.vectors if stream is not None else None,
                 )
         report("files", min(start + FILES_PER_TRANSACTION, total), total)
     for s in stats:
@@ -134,6 +140,29 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
             with target.transaction():
                 target.replace_collections(s.source_id, declared)
     return target.counts().get("vectors", 0)
+
+
+@dataclass
+class _WriteCall:
+    """Files of one source written by one `write_files`. Its vectors go by text (content hash)
+    to every chunk of the call, so a text left pending in one file (an embedding pass cut short
+    between two batches can leave one copy of a text embedded and another waiting) goes in
+    another call than a file where it has a vector: each chunk is copied as it is. (Both cases
+    in one file cannot be told apart; verification then names the difference.)"""
+
+    source_id: str
+    files: list[tuple[FileVersion, ParsedDocument]] = field(default_factory=list)
+    vectors: dict[str, bytes] = field(default_factory=dict)
+    waiting: set[str] = field(default_factory=set)
+
+    def takes(self, source_id: str, given: dict[str, bytes], waiting: set[str]) -> bool:
+        return source_id == self.source_id and not (given.keys() & self.waiting or waiting & self.vectors.keys())
+
+    def add(self, file: FileVersion, doc: ParsedDocument, given: dict[str, bytes], waiting: set[str]) -> None:
+        self.files.append((file, doc))
+        for digest, vector in given.items():
+            self.vectors.setdefault(digest, vector)
+        self.waiting |= waiting
 
 
 def _lookup(languages: dict[str, str]) -> Callable[[str], str]:

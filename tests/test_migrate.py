@@ -13,7 +13,7 @@ from indexer.config import Config
 from indexer.errors import StoreError
 from indexer.lock import SyncLock
 from indexer.migrate import TargetNotEmpty, migrate
-from indexer.model import FileVersion, ParsedDocument
+from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import IndexWriter, SearchScope, Store, open_store
 from indexer.sync import SyncReport
 from search import cli as cli_module
@@ -92,6 +92,38 @@ def test_pending_chunks_stay_pending(config: Config, do_sync: Sync, target_store
         assert content(target_store) == content(source)
     finally:
         source.close()
+
+
+def test_a_pending_chunk_whose_text_has_a_vector_elsewhere_stays_pending(
+    config: Config, do_sync: Sync, target_store: IndexWriter
+) -> None:
+    """An embedding pass cut short (a catch-up's deadline, between two batches) can leave one
+    copy of a text embedded and another pending: the copy keeps each chunk as it is."""
+    import numpy as np
+
+    do_sync()
+    source = Store.open(config.db)
+    try:
+        with source.transaction():
+            for path in ("dup/a.md", "dup/b.md"):
+                source.write_file("notes", *_one_chunk(path, "a text both notes hold"))
+        waiting = source.pending_chunks(10)
+        assert len(waiting) == 2
+        vector = np.zeros((1, int(source.meta()["embedding_dims"])), dtype=np.float32)
+        vector[0, 0] = 1.0
+        source.store_vectors([waiting[0].id], vector)
+        report = migrate(source, target_store)
+        assert report.pending == source.counts()["pending"] == 1
+        assert content(target_store) == content(source)
+    finally:
+        source.close()
+
+
+def _one_chunk(path: str, text: str) -> tuple[FileVersion, ParsedDocument]:
+    return (
+        FileVersion(path=path, text=text, sha256=path, size=len(text), mtime=1.0, updated_at=1.0),
+        ParsedDocument(title=path, chunks=[Chunk(0, "Shared", text, 1, 1)]),
+    )
 
 
 def test_non_empty_target_is_refused_unless_forced(config: Config, do_sync: Sync, target_store: IndexWriter) -> None:

@@ -155,6 +155,34 @@ def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
     assert settled >= len(expected) // 2
 
 
+def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefix query counts every word it matches: a chunk of sixteen words of one stem, each
+    once (each word in a low tier), outranks chunks repeating one word six times (top tier),
+    and the bounded search still puts it first."""
+    store = PostgresStore.open(pg_url)
+    try:
+        store.ensure_source("s", "workspace")
+        files = [doc("stems.md", [" ".join("backup" + chr(97 + j) for j in range(16))])]
+        files += [doc(f"repeated{i}.md", [" ".join(["backup"] * 6)]) for i in range(3)]
+        files += [doc(f"long{i}.md", [" ".join(["backup", *(f"word{j}" for j in range(100))])]) for i in range(40)]
+        with store.transaction():
+            store.write_files("s", files)
+        queries = ('"backu"*', '"backup"*', '"backu"* OR "word1"')
+        exact = {match: store.fts_search(match, 3, SearchScope()) for match in queries}
+        assert store.chunk_rows([exact['"backu"*'][0].chunk_id]).popitem()[1].path == "stems.md"
+        monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+        monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+        sent = _statements(store, monkeypatch)
+        for match in queries:
+            sent.clear()
+            assert store.fts_search(match, 3, SearchScope()) == exact[match], match
+            assert any("impacts @@" in str(sql) for sql, _ in sent)  # the bounded path answered
+    finally:
+        store.close()
+
+
 def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
     word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:

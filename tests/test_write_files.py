@@ -3,6 +3,8 @@ during a first sync's embedding pass."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,40 @@ def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
         assert conn.execute(index).fetchone()[0]
     hits = store.vec_search(_unit(rng, 1)[0], 5, SearchScope())
     assert len(hits) == 5
+
+
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+def test_a_first_embedding_pass_cut_short_gets_its_hnsw_index_from_the_next_pass(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first sync killed after its last vectors were stored but before the held-back build
+    leaves no chunk pending: the next sync's pass, with nothing to embed, builds the index."""
+    import indexer.store.postgres as postgres_store
+
+    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 20)
+    index = "SELECT to_regclass('idx_chunk_vectors_hnsw') IS NOT NULL"
+    conn = store.conn  # type: ignore[attr-defined]
+    with store.transaction():
+        store.write_files("s", [doc(f"n{i}.md", [f"note {i}"]) for i in range(30)])
+    rng = np.random.default_rng(5)
+    with pytest.raises(KeyboardInterrupt), vector_index_held_back(store):
+        pending = store.pending_chunks(100)
+        store.store_vectors([p.id for p in pending], _unit(rng, len(pending)))
+        raise KeyboardInterrupt  # the run stops before the build
+    assert not conn.execute(index).fetchone()[0]
+    assert store.pending_chunks(100) == []
+    with vector_index_held_back(store):
+        pass  # nothing to embed
+    assert conn.execute(index).fetchone()[0]
+
+
+def test_a_tag_holding_a_nul_character_is_written_and_found(store: Store) -> None:
+    """Front matter can spell a NUL (`tags: ["a\\0b"]`); PostgreSQL text holds none, so it is
+    stored as U+FFFD there, and a filter on that tag still finds the note."""
+    file, parsed = doc("tagged.md", ["tagged text"])
+    parsed = dataclasses.replace(parsed, tags=["a\x00b", "plain"])
+    with store.transaction():
+        store.write_files("s", [(file, parsed), doc("other.md", ["other text"])])
+    for tag in ("a\x00b", "plain"):
+        found = store.fts_search('"text"', 10, SearchScope(tags=(tag,)))
+        assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in found] == ["tagged.md"], tag

@@ -24,6 +24,7 @@ query.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import math
@@ -109,12 +110,13 @@ PHRASE_HITS_KEPT = 10_000
 # are longer on average), so once the limit-th best score reaches that bound the top is
 # decided without reading the other matches (on the 100k-chunk bench a one-word query matching
 # 20-50 % of the chunks scores a few hundred). The saturation is taken at a fixed reference
-# length, longer than typical chunks, so that the bound is rarely widened; a chunk that holds
-# several words of one prefix is bounded as if they were one (its tier is its best word's).
+# length, longer than typical chunks, so that the bound is rarely widened; a prefix several of
+# a chunk's words share has a tier of its own, for their summed frequency (see impact_literal).
 IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
 IMPACT_STEPS = 3  # tier passes before the full scan
+SHARED_PREFIX_MIN = 3  # a shorter prefix in a query has no summed tiers: the full scan answers it
 EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take chunks holding all of them (see _tiered_search),
 EVERY_MAX_ROWS = 3_000  # all such chunks when the sample says they are at most this many
 # Below this many lexical rows every match is scored (cheap) with exact document frequencies;
@@ -193,16 +195,10 @@ def _position_labels(weight: str) -> list[str]:
     return [f"{position}{weight}" for position in range(MAX_POSITION + 1)]
 
 
-def tsvector_literal(breadcrumb: str, text: str) -> tuple[str, int]:
-    """The chunk's tsvector (breadcrumb hits weighted A, text hits D; one empty position
-    between the two columns so that no phrase spans both) and its token count."""
-    document, length, _ = lexical_row(breadcrumb, text)
-    return document, length
-
-
 def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
-    """What `chunks_fts` keeps of a chunk: its tsvector literal, its token count and its impact
-    tiers (`impact_literal`)."""
+    """What `chunks_fts` keeps of a chunk: its tsvector literal (breadcrumb hits weighted A,
+    text hits D; one empty position between the two columns so that no phrase spans both), its
+    token count and its impact tiers (`impact_literal`)."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
     places: dict[str, list[str]] = {}
@@ -224,22 +220,50 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
     """A tsvector of `tier|lexeme` words: each lexeme whose bm25 saturation in this chunk,
     tf (k1 + 1) / (tf + k1 (1 - b + b length / IMPACT_REFERENCE_LENGTH)), reaches one of
     IMPACT_TIERS, under the label of the highest tier it reaches. tf is what `ts_rank_cd` counts
-    of the kept positions (`places`): a breadcrumb hit (they come first) twice."""
+    of the kept positions (`places`): a breadcrumb hit (they come first) twice.
+
+    A prefix query counts the hits of every lexeme it matches, so each prefix (of at least
+    SHARED_PREFIX_MIN characters) that several lexemes of the chunk share also gets a
+    `tier>prefix` word for their summed tf: without it a chunk of many words of one stem
+    (backup, backups, backuped) would be bounded by its best word alone and could be left out
+    of a top it belongs to."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
     in_head: dict[str, int] = {}
     for token in head:
         in_head[token] = in_head.get(token, 0) + 1
     tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
-    words = []
-    for token, found in places.items():
-        tf = len(found) + min(in_head.get(token, 0), len(found))
+
+    def tier_of(tf: int) -> str | None:
         label = tiers.get(tf, "")
         if label == "":
             impact = tf * (BM25_K1 + 1) / (tf + norm)
             label = next((IMPACT_LABELS[i] for i, floor in enumerate(IMPACT_TIERS) if impact >= floor), None)
             tiers[tf] = label
+        return label
+
+    words = []
+    frequencies: dict[str, int] = {}
+    for token, found in places.items():
+        tf = frequencies[token] = len(found) + min(in_head.get(token, 0), len(found))
+        label = tier_of(tf)
         if label is not None and len(token) <= _SURELY_INDEXABLE - 2:
             words.append(_lexeme(label + "|" + token))
+    # the lexemes holding a prefix are adjacent once sorted: each pair adds its shared prefixes
+    shared: dict[str, int] = {}
+    ordered = sorted(frequencies)
+    for before, token in itertools.pairwise(ordered):
+        if before[:SHARED_PREFIX_MIN] != token[:SHARED_PREFIX_MIN]:
+            continue  # most pairs: nothing shared worth a word
+        common = min(len(os.path.commonprefix((before, token))), _SURELY_INDEXABLE - 2)  # noqa: RUF071 - characters wanted
+        for n in range(SHARED_PREFIX_MIN, common + 1):
+            prefix = token[:n]
+            if prefix not in shared:  # `before` is the first lexeme holding it
+                shared[prefix] = frequencies[before]
+            shared[prefix] += frequencies[token]
+    for prefix, tf in shared.items():
+        label = tier_of(tf)
+        if label is not None:
+            words.append(_lexeme(label + ">" + prefix))
     return " ".join(words)
 
 
@@ -272,18 +296,25 @@ def match_to_tsqueries(match: str) -> list[str]:
 
 
 def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str | None:
-    """The chunks where some phrase has all its words (the last one maybe a prefix) in the
-    first `tiers` impact tiers. A phrase occurs at most as often as each of its words, so in a
-    chunk outside, each phrase's saturation is below those tiers (None: a word too long to have
-    impact words)."""
+    """The chunks where some phrase has all its words (the last one maybe a prefix: through
+    one lexeme's tiers or the summed ones) in the first `tiers` impact tiers. A phrase occurs
+    at most as often as each of its words, so in a chunk outside, each phrase's saturation is
+    below those tiers (None: a word too long to have impact words, or a prefix too short)."""
     items = []
     for tokens, prefix in phrases:
         if any(len(token) > _SURELY_INDEXABLE - 2 for token in tokens):
             return None  # only the full scan finds it
         words = []
         for n, token in enumerate(tokens, 1):
-            star = ":*" if prefix and n == len(tokens) else ""
-            words.append("(" + " | ".join(_lexeme(f"{label}|{token}") + star for label in IMPACT_LABELS[:tiers]) + ")")
+            labels = IMPACT_LABELS[:tiers]
+            if prefix and n == len(tokens):  # one lexeme holding it, or the sum of several
+                if len(token) < SHARED_PREFIX_MIN:
+                    return None
+                alternatives = [_lexeme(f"{label}|{token}") + ":*" for label in labels]
+                alternatives += [_lexeme(f"{label}>{token}") for label in labels]
+            else:
+                alternatives = [_lexeme(f"{label}|{token}") for label in labels]
+            words.append("(" + " | ".join(alternatives) + ")")
         items.append(" & ".join(words))
     return " | ".join(f"({item})" for item in items)
 
@@ -328,7 +359,7 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f"({alias}.source_id, {alias}.path) IN (SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(times)})"
         )
     for i, tag in enumerate(dict.fromkeys(tag_key(tag) for tag in scope.tags)):
-        params[f"scope_tag{i}"] = tag
+        params[f"scope_tag{i}"] = _text(tag)  # as `file_tags` holds it
         clauses.append(
             f"({alias}.source_id, {alias}.path) IN"
             f" (SELECT t.source_id, t.path FROM file_tags t WHERE t.tag = %(scope_tag{i})s)"
@@ -465,7 +496,7 @@ def _fill_file_tags(store: PostgresStore) -> None:
             parsed = json.loads(str(tags))
         except ValueError:
             continue
-        for key in file_tag_keys(parsed):
+        for key in _stored_tag_keys(parsed):
             store.conn.execute(
                 "INSERT INTO file_tags(tag, source_id, path) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                 (key, source_id, path),
@@ -488,8 +519,16 @@ LEXICAL_IMPACTS_SQL = """
 IMPACTS_FILL_BATCH = 2_000
 
 
-def _fill_impacts(store: PostgresStore) -> None:
-    """The impact tiers of the lexical rows written before they existed, then their index."""
+def _require_impacts(store: PostgresStore) -> None:
+    """No default for new rows; the rows written before get their tiers in the next step
+    (`_write_impacts`: a reader refuses the schema in between)."""
+    store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN impacts DROP DEFAULT")
+
+
+def _write_impacts(store: PostgresStore) -> None:
+    """Every lexical row's impact tiers as `lexical_row` makes them today, then their index
+    (built once after the rows, not kept up row by row)."""
+    store.conn.execute("DROP INDEX IF EXISTS idx_chunks_fts_impacts")
     after = 0
     while True:
         rows = store.conn.execute(
@@ -505,7 +544,6 @@ def _fill_impacts(store: PostgresStore) -> None:
                FROM unnest(%s::bigint[], %s::text[]) AS u(id, impacts) WHERE f.id = u.id""",
             ([int(r[0]) for r in rows], [lexical_row(str(r[1]), str(r[2]))[2] for r in rows]),
         )
-    store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN impacts DROP DEFAULT")
     store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
 
 
@@ -513,7 +551,9 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
     PgMigration("lexical_rows_inline", LEXICAL_INLINE_SQL),
-    PgMigration("lexical_impacts", LEXICAL_IMPACTS_SQL, data=_fill_impacts),
+    PgMigration("lexical_impacts", LEXICAL_IMPACTS_SQL, data=_require_impacts),
+    # rows written before prefixes shared by several lexemes had summed tiers get them
+    PgMigration("shared_prefix_impacts", "SELECT 1", data=_write_impacts),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -1040,7 +1080,8 @@ class PostgresStore:
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        tag_rows = [(key, file.path) for file, doc in files for key in file_tag_keys(doc.tags)]
+        # PostgreSQL text holds no NUL (front matter can spell one): keys as stored, distinct again
+        tag_rows = [(key, file.path) for file, doc in files for key in _stored_tag_keys(doc.tags)]
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
         # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
         # (%b): a third of the text format's cost to dump
@@ -1253,19 +1294,18 @@ class PostgresStore:
         """While the block attaches vectors to at least HNSW_MIN_VECTORS pending chunks of a
         space that has no HNSW index yet (a first sync, a new embedding space), build none midway
         and keep none up: build it once after the block, as `vector_index_deferred` does. An
-        index already there is kept and kept up. A failed block leaves the index to the next
-        store_vectors."""
-        if (
-            not self.has_vector_table()
-            or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL")
-            or int(
-                self._one(
-                    "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE embedded_at IS NULL LIMIT %s) waiting",
-                    (HNSW_MIN_VECTORS,),
-                )
-            )
-            < HNSW_MIN_VECTORS
-        ):
+        index already there is kept and kept up. With fewer waiting, a space that holds enough
+        vectors but no index (a run stopped between its last vectors and its build: nothing is
+        pending, so no store_vectors would ever build it) gets it before the block."""
+        if not self.has_vector_table() or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL"):
+            yield
+            return
+        waiting = self._one(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks WHERE embedded_at IS NULL LIMIT %s) waiting",
+            (HNSW_MIN_VECTORS,),
+        )
+        if int(waiting) < HNSW_MIN_VECTORS:
+            self._build_vector_index(build_memory)  # nothing below HNSW_MIN_VECTORS vectors
             yield
             return
         self._hnsw_ready = True  # "built": no store_vectors builds it midway
@@ -1835,6 +1875,11 @@ def _frequencies_sql(phrases: int) -> str:
 def _idfs(found: Sequence[int], total_rows: int) -> list[float]:
     """FTS5's idf of each phrase from its document frequency."""
     return [max(1e-6, math.log((total_rows - n_hit + 0.5) / (n_hit + 0.5))) for n_hit in found]
+
+
+def _stored_tag_keys(tags: object) -> list[str]:
+    """A file's `file_tags` keys as PostgreSQL stores them (see `_text`), each once."""
+    return list(dict.fromkeys(_text(key) for key in file_tag_keys(tags)))
 
 
 def _text(value: str) -> str:

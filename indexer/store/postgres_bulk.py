@@ -8,8 +8,9 @@ and an index already present is dropped, then the store's own build runs once at
 memory for the whole graph. `migrate` defers it (dropping an index there); a sync's embedding
 pass holds it back only while no index exists yet (a first sync, a new embedding space) and at
 least HNSW_MIN_VECTORS chunks wait. Meanwhile unscoped vector searches scan every vector (exact,
-slower), and a run killed meanwhile leaves the space without the index until its next vectors
-are stored (the store then builds it) or a copy's rerun with `--force` starts the space again.
+slower), and a run killed meanwhile leaves the space without the index until the next sync's
+embedding pass (which builds it, even with nothing to embed), or a copy's rerun with `--force`
+starts the space again.
 """
 
 from __future__ import annotations
