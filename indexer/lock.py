@@ -122,7 +122,23 @@ class SyncLock:
         self.release()
 
 
-class FileIndexLock:
+class _WholeIndexClaims:
+    """The claims of a lock that holds the whole index once acquired: every one is granted."""
+
+    def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
+        return True
+
+    def claim_embedding(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def claim_index(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def release_index(self) -> None:
+        pass
+
+
+class FileIndexLock(_WholeIndexClaims):
     """The SQLite index's lock: the run holds the whole index, so every claim is granted."""
 
     def __init__(self, path: Path) -> None:
@@ -134,38 +150,14 @@ class FileIndexLock:
     def release(self) -> None:
         self._lock.release()
 
-    def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
-        return True
 
-    def claim_embedding(self, timeout: float = 0.0) -> bool:
-        return True
-
-    def claim_index(self, timeout: float = 0.0) -> bool:
-        return True
-
-    def release_index(self) -> None:
-        pass
-
-
-class HeldIndexLock:
+class HeldIndexLock(_WholeIndexClaims):
     """A run whose caller already excludes every other writer (tests, in-process tools)."""
 
     def acquire(self, timeout: float = 0.0) -> bool:
         return True
 
     def release(self) -> None:
-        pass
-
-    def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
-        return True
-
-    def claim_embedding(self, timeout: float = 0.0) -> bool:
-        return True
-
-    def claim_index(self, timeout: float = 0.0) -> bool:
-        return True
-
-    def release_index(self) -> None:
         pass
 
 

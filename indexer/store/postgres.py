@@ -47,6 +47,7 @@ from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
+    FILE_ROW_COLUMNS,
     ChunkRow,
     ChunkText,
     CollectionRow,
@@ -60,7 +61,7 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
-    json_strings,
+    file_row,
     tag_key,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY, file_tag_keys
@@ -1796,26 +1797,13 @@ class PostgresStore:
         }
 
     def file_rows(self, source_id: str | None = None) -> list[FileRow]:
-        sql = "SELECT source_id, path, title, tags, headings, collection, sha256, size, updated_at FROM files"
+        sql = f"SELECT {FILE_ROW_COLUMNS} FROM files"
         params: tuple[object, ...] = ()
         if source_id is not None:
             sql += " WHERE source_id = %s"
             params = (source_id,)
         sql += " ORDER BY source_id, path"
-        return [
-            FileRow(
-                source,
-                path,
-                title,
-                json_strings(tags),
-                json_strings(headings),
-                collection,
-                sha256,
-                int(size),
-                float(updated),
-            )
-            for source, path, title, tags, headings, collection, sha256, size, updated in self.conn.execute(sql, params)
-        ]
+        return [file_row(values) for values in self.conn.execute(sql, params)]
 
     def sources_with_file(self, path: str) -> list[str]:
         rows = self.conn.execute("SELECT source_id FROM files WHERE path = %s ORDER BY source_id", (path,))

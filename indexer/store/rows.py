@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -190,3 +191,14 @@ def json_strings(column: str | None) -> tuple[str, ...]:
     """A stored JSON list column (tags, headings) as strings; anything else stored there reads as none."""
     value = json.loads(column or "[]")
     return tuple(str(item) for item in value) if isinstance(value, list) else ()
+
+
+FILE_ROW_COLUMNS = "source_id, path, title, tags, headings, collection, sha256, size, updated_at"
+
+
+def file_row(values: Sequence[Any]) -> FileRow:
+    """A `files` row read as FILE_ROW_COLUMNS (the same columns on every backend)."""
+    source, path, title, tags, headings, collection, sha256, size, updated = values
+    return FileRow(
+        source, path, title, json_strings(tags), json_strings(headings), collection, sha256, int(size), float(updated)
+    )
