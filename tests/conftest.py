@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -13,6 +14,7 @@ import pytest
 from click.testing import Result
 
 from indexer.config import Config, load_config
+from indexer.lock import open_index_lock
 from indexer.sync import SyncReport, run_sync
 from tests.fakes import FakeEmbedder
 from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures
@@ -104,6 +106,20 @@ NOTES = {
         Feed the starter twice a day with equal weights of flour and water.
         """,
 }
+
+
+@contextmanager
+def sync_lock_held(config: Config) -> Iterator[None]:
+    """Hold the index the way a running sync that excludes every other does, on either store:
+    the SQLite file lock, or on PostgreSQL the exclusive index key (where runs otherwise share
+    the index, so the file lock alone would stop nothing)."""
+    lock = open_index_lock(config)
+    assert lock.acquire()
+    try:
+        assert lock.claim_index()
+        yield
+    finally:
+        lock.release()
 
 
 @pytest.fixture(autouse=True)

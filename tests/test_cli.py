@@ -9,9 +9,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from indexer.config import EmbeddingConfig, load_config
-from indexer.lock import SyncLock
 from search import cli as cli_module
-from tests.conftest import assert_one_line_error, make_config, write
+from tests.conftest import assert_one_line_error, make_config, sync_lock_held, write
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
 
@@ -275,14 +274,10 @@ def test_edit_right_before_a_scoped_search_is_found(run, notes: Path) -> None:  
 def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_path: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     write(notes, {"travel/new.md": "# Nová\n\nOkoun říční.\n"})
-    lock = SyncLock(load_config(config_path).lock_path)
-    assert lock.acquire()
-    try:
+    with sync_lock_held(load_config(config_path)):
         data = query_json(run, "okoun", "--path", "travel")
         assert "a sync is running" in data["notice"]
         assert "travel/new.md" not in paths(data)
-    finally:
-        lock.release()
 
 
 @both_backends
