@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 from click.testing import Result
 
 from indexer.config import Config, load_config
 from indexer.lock import open_index_lock
+from indexer.store import Store, open_store
 from indexer.sync import SyncReport, run_sync
 from tests.fakes import FakeEmbedder
 from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures
@@ -106,6 +107,11 @@ NOTES = {
         Feed the starter twice a day with equal weights of flour and water.
         """,
 }
+
+
+def open_index(config: Config, readonly: bool = False) -> Store:
+    """The config's index, on whichever store it lives (the Store protocol on either)."""
+    return cast(Store, open_store(config.index_location, readonly=readonly))
 
 
 @contextmanager

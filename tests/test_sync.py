@@ -11,15 +11,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import pytest
 
 from indexer.config import Config, load_config
 from indexer.lock import SyncLock
-from indexer.store import Store, index_exists, open_store
+from indexer.store import index_exists
 from indexer.sync import SyncReport, run_sync
-from tests.conftest import NOTES, make_config, sync_lock_held, write
+from tests.conftest import NOTES, make_config, open_index, sync_lock_held, write
 from tests.fakes import FakeEmbedder
 from tests.store_checks import (
     chunk_fingerprint,
@@ -30,11 +29,6 @@ from tests.store_checks import (
 )
 
 Sync = Callable[..., SyncReport]
-
-
-def open_index(config: Config, readonly: bool = False) -> Store:
-    """The config's index, on whichever store it lives."""
-    return cast(Store, open_store(config.index_location, readonly=readonly))
 
 
 def snapshot(config: Config) -> tuple[dict[str, int], list[tuple[object, ...]], dict[str, str]]:
