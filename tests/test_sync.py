@@ -20,6 +20,7 @@ from indexer.store import index_exists
 from indexer.sync import SyncReport, run_sync
 from tests.conftest import NOTES, make_config, open_index, sync_lock_held, write
 from tests.fakes import FakeEmbedder
+from tests.pg import both_backends
 from tests.store_checks import (
     chunk_fingerprint,
     embedded_without_vector,
@@ -119,6 +120,25 @@ def test_rename_reuses_vectors(do_sync: Sync, config: Config, notes: Path, embed
     (notes / "cooking").rename(notes / "kitchen")
     report = do_sync()
     assert (report.sources[0].added, report.sources[0].deleted) == (1, 1)
+    assert embedder.texts_embedded == before, "moved text must not be embedded again"
+    assert_consistent(config)
+
+
+@both_backends
+def test_text_moved_between_two_changed_files_is_not_embedded_again(
+    do_sync: Sync, config: Config, notes: Path, embedder: FakeEmbedder
+) -> None:
+    """Two notes swap their contents: one write batch replaces both, the first one's old chunks
+    (the second one's new text) are deleted before the second is written, and still every
+    vector is reused by text."""
+    first, second = notes / "devops/postgres.md", notes / "travel/kazan.md"
+    do_sync()
+    before = embedder.texts_embedded
+    first_text, second_text = first.read_text(encoding="utf-8"), second.read_text(encoding="utf-8")
+    first.write_text(second_text, encoding="utf-8")
+    second.write_text(first_text, encoding="utf-8")
+    report = do_sync()
+    assert report.sources[0].updated == 2
     assert embedder.texts_embedded == before, "moved text must not be embedded again"
     assert_consistent(config)
 
