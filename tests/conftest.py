@@ -128,6 +128,22 @@ def sync_lock_held(config: Config) -> Iterator[None]:
         lock.release()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only(reason): the test is about the SQLite store itself (its file, WAL, flock, vec0, its"
+        " migrations); with NOTES_SEARCH_TEST_BACKEND=postgres it is skipped, saying why",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("NOTES_SEARCH_TEST_BACKEND") != "postgres":
+        return
+    for item in items:
+        if (marker := item.get_closest_marker("sqlite_only")) is not None:
+            item.add_marker(pytest.mark.skip(reason=f"SQLite only: {marker.args[0]}"))
+
+
 @pytest.fixture(autouse=True)
 def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The developer's own git config (insteadOf, hooksPath, credential helpers) must not leak in."""
