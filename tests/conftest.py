@@ -195,6 +195,21 @@ def db_url(backend: str, request: pytest.FixtureRequest) -> str | None:
     return str(request.getfixturevalue("pg_url")) if backend == "postgres" else None
 
 
+@pytest.fixture(scope="module")
+def module_db_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """`db_url` for an index a module's tests share (built once, read by many): a schema of its
+    own on PostgreSQL with $NOTES_SEARCH_TEST_BACKEND=postgres, else None (the SQLite file)."""
+    if os.environ.get("NOTES_SEARCH_TEST_BACKEND", "sqlite") != "postgres":
+        yield None
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.create_index()
+    try:
+        yield url
+    finally:
+        server.drop_index(url)
+
+
 @pytest.fixture
 def config_path(tmp_path: Path, notes: Path, db_url: str | None) -> Path:
     return make_config(tmp_path, notes, db=db_url)
