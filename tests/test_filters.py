@@ -407,8 +407,8 @@ def test_a_one_percent_filter_answers_exactly_as_its_folder_scope(
 # ---- MCP: the search tool's arguments through the real client ---------------------------------
 
 
-def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any) -> None:
-    config = make_workspace(tmp_path, ollama)
+def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any, db_url: str | None) -> None:
+    config = make_workspace(tmp_path, ollama, db_url)
 
     async def body(session: ClientSession) -> None:
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}

@@ -277,13 +277,13 @@ def test_cli_per_file_min_similarity_and_matched(cli_run: Callable[..., Result])
         assert cli_run("query", "restic", *bad).exit_code == 2
 
 
-def test_mcp_search_takes_per_file_and_min_similarity(tmp_path: Path) -> None:
+def test_mcp_search_takes_per_file_and_min_similarity(tmp_path: Path, db_url: str | None) -> None:
     from tests.embed_servers import OllamaServer
     from tests.test_mcp import call, make_workspace, over_stdio
 
     server = OllamaServer({"fake-embed:latest": 64})
     try:
-        workspace = make_workspace(tmp_path, server)
+        workspace = make_workspace(tmp_path, server, db_url)
 
         async def body(session: ClientSession) -> None:
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
