@@ -358,10 +358,14 @@ def test_query_path_is_normalised_and_must_exist(run) -> None:  # type: ignore[n
     assert "UTF-8" in error_line(run("query", "port", "--path", "caf\udce9.md"))
 
 
-def test_source_prefix_narrows_within_source_option(tmp_path: Path, notes: Path, embedders: Embedders) -> None:
+def test_source_prefix_narrows_within_source_option(
+    tmp_path: Path, notes: Path, embedders: Embedders, db_url: str | None
+) -> None:
     other = tmp_path / "other"
     write(other, {"devops/extra.md": "# Extra\n\nport 8080 on the other side\n"})
-    config = make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+    config = make_config(
+        tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n", db=db_url
+    )
     runner = CliRunner()
 
     def run(*args: str) -> Result:
