@@ -33,13 +33,14 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
 from psycopg.adapt import Dumper
 from psycopg.pq import Format, TransactionStatus
 
@@ -733,6 +734,7 @@ class PostgresStore:
         self._phrase_hits_key: str | None = None
         # phrase -> its share of a fixed sample times the rows, for the same version (rare ones too)
         self._phrase_samples: dict[str, float] = {}
+        self._in_snapshot = False
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -833,9 +835,12 @@ class PostgresStore:
     def _register_vector_type(self) -> None:
         oid = self._one("SELECT oid FROM pg_type WHERE typname = 'vector'")
         if self._vector_oid != oid:
-            self._vector_oid = int(oid)
-            dumper = type("VectorDumper", (_VectorDumper,), {"oid": int(oid)})
-            self.conn.adapters.register_dumper("numpy.ndarray", dumper)
+            self._use_vector_oid(int(oid))
+
+    def _use_vector_oid(self, oid: int) -> None:
+        self._vector_oid = oid
+        dumper = type("VectorDumper", (_VectorDumper,), {"oid": oid})
+        self.conn.adapters.register_dumper("numpy.ndarray", dumper)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -870,14 +875,55 @@ class PostgresStore:
             self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except STORAGE_ERRORS as exc:
             raise storage_error(self.url, exc) from None
+        self._in_snapshot = True
         try:
             yield
         finally:
+            self._in_snapshot = False
             try:
                 if not self.conn.closed:
                     self.conn.execute("COMMIT")
             except STORAGE_ERRORS as exc:
                 raise storage_error(self.url, exc) from None
+
+    def sibling(self) -> Callable[[], AbstractContextManager[PostgresStore]] | None:
+        """Inside `snapshot()`: an opener of readers on other pooled connections that import
+        this transaction's snapshot (`pg_export_snapshot()` here, `SET TRANSACTION SNAPSHOT`
+        there), so their reads run beside this connection's and see exactly its state. The
+        export lasts as long as this transaction: every sibling must close before it ends."""
+        if not self._in_snapshot:
+            return None
+        token = str(self._one("SELECT pg_export_snapshot()"))
+        return functools.partial(self._sibling_reader, token)
+
+    @contextmanager
+    def _sibling_reader(self, token: str) -> Iterator[PostgresStore]:
+        conn = _live_connection(self.url, True)
+        try:
+            # one round trip: the import must be the transaction's first statement
+            conn.execute(
+                pg_sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}").format(
+                    pg_sql.Literal(token)
+                )
+            )
+        except psycopg.Error as exc:
+            conn.close()
+            raise storage_error(self.url, exc) from None
+        reader = PostgresStore(conn, self.url, True)
+        reader._in_snapshot = True
+        reader._has_vectors = self._has_vectors
+        reader._hnsw_ready = self._hnsw_ready
+        if self._vector_oid is not None:  # the same database: no lookup
+            reader._use_vector_oid(self._vector_oid)
+        try:
+            yield reader
+        finally:
+            reader._in_snapshot = False
+            try:  # every read has answered: a failed COMMIT of a read-only transaction changes nothing
+                conn.execute("COMMIT")
+            except psycopg.Error:
+                conn.close()
+            _give_back(self.url, True, conn)
 
     # ---- meta and embedding identity ------------------------------------------------------
 
