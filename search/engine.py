@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
@@ -323,7 +323,8 @@ class _VectorHalf:
         self.prepared = False
         self.reader: IndexReader | None = None  # the sibling, once the worker opened it
         self.opened = ExitStack()
-        self.running: Future[_Pass] | None = None
+        self.running: Future[_Pass] | None = None  # a pass through the sibling
+        self.embedding: Future[_QueryVector] | None = None  # the query vector, for a pass here
 
     def start(self, depth: int) -> None:
         self.depth = depth
@@ -333,21 +334,28 @@ class _VectorHalf:
 
         if not self.prepared:
             opener = self.store.sibling()
-            self.running = apart(lambda: self._first_pass(depth, opener))
+            if opener is None:  # the store's connection stays with the keyword half
+                self.embedding = apart(self._embedded)
+            else:
+                self.running = apart(lambda: self._first_pass(depth, opener))
         elif self.reader is not None:
             reader = self.reader
             self.running = apart(lambda: self._searched(reader, depth))
 
     def settle(self) -> None:
-        """Wait for a pass running apart; raise what stopped its preparation."""
-        if self.running is not None:
-            self.running.result()
+        """Wait for work running apart; raise what stopped the query vector's preparation."""
+        for running in (self.embedding, self.running):
+            if running is not None:
+                running.result()
 
     def collect(self, response: SearchResponse, notices: list[str], info: list[str]) -> list[RankedChunk]:
         """The pass's hits; on the first pass also what preparing the query vector had to say."""
         running, self.running = self.running, None
+        embedding, self.embedding = self.embedding, None
         if running is not None:
             done = running.result()
+        elif embedding is not None:
+            done = self._counted_and_searched(embedding.result(), self.store, self.depth)
         elif not self.prepared:
             done = self._first_pass(self.depth, None)
         else:
@@ -362,17 +370,26 @@ class _VectorHalf:
         return done.hits
 
     def close(self) -> None:
-        """Wait for a pass still running (the keyword half failed), then close the sibling."""
-        if self.running is not None:
+        """Wait for work still running apart (the keyword half failed), then close the sibling."""
+        running: list[Future[Any]] = [future for future in (self.embedding, self.running) if future is not None]
+        if running:
             from concurrent.futures import wait
 
-            wait([self.running])
-            self.running = None
+            wait(running)
+            self.embedding = self.running = None
         self.opened.close()
 
     def _first_pass(self, depth: int, opener: Callable[[], AbstractContextManager[IndexReader]] | None) -> _Pass:
-        """Embed (and project) the query, count the chunks in scope still without a vector,
-        search: on a worker through a sibling reader, or here through the store itself."""
+        """The query vector, then the first search: through a sibling reader (on a worker), or
+        through the store itself (on the store's thread)."""
+        prepared = self._embedded()
+        reader = self.store
+        if opener is not None and prepared.vector is not None:
+            reader = self.reader = self.opened.enter_context(opener())
+        return self._counted_and_searched(prepared, reader, depth)
+
+    def _embedded(self) -> _QueryVector:
+        """Embed (and project) the query: no store involved, so it may run on any thread."""
         prepared = _QueryVector(None)
         prepared.vector = _embed_query(
             self.config, self.embedder_factory, self.query, self.mode, prepared.notices, prepared.info
@@ -382,9 +399,10 @@ class _VectorHalf:
             if basis is not None:
                 prepared.vector = neutral.project_query(prepared.vector, basis)
                 prepared.projected = True
-        reader = self.store
-        if opener is not None and prepared.vector is not None:
-            reader = self.reader = self.opened.enter_context(opener())
+        return prepared
+
+    def _counted_and_searched(self, prepared: _QueryVector, reader: IndexReader, depth: int) -> _Pass:
+        """Count the chunks in scope still without a vector, then search."""
         if prepared.vector is not None:
             pending = reader.count_pending(self.scope)
             if pending:

@@ -138,6 +138,29 @@ def test_sqlite_offers_no_sibling(tmp_path: Path) -> None:
         store.close()
 
 
+def test_without_a_sibling_only_the_embedding_leaves_the_searching_thread(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One apsw connection runs one statement at a time: every read of a SQLite store stays on
+    the thread that searches, only the query's embedding runs on a worker."""
+    assert isinstance(reader, Store)
+    threads: dict[str, set[str]] = {}
+    for name in ("fts_search", "vec_search", "count_pending", "chunk_rows", "chunk_languages", "meta"):
+        original = getattr(Store, name)
+
+        def recording(self: Store, *args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            threads.setdefault(_name, set()).add(threading.current_thread().name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Store, name, recording)
+    embedder = CommittingEmbedder(config, lambda: None)
+    response = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder)
+    assert response.results and response.results[0].matched == "both"
+    assert embedder.threads[0].startswith("search-half")
+    assert {"fts_search", "vec_search", "count_pending", "chunk_rows"} <= threads.keys()
+    assert set().union(*threads.values()) == {threading.current_thread().name}
+
+
 @both_backends
 def test_overlapped_searches_match_searches_one_after_the_other(
     config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
