@@ -274,6 +274,8 @@ class _QueryVector:
     projected: bool = False
     notices: list[str] = field(default_factory=list)
     info: list[str] = field(default_factory=list)
+    from_memory: list[RankedChunk] | None = None  # the resident copy's answer, when asked and current
+    failed: Exception | None = None  # what stopped the resident copy's answer
 
 
 @dataclass
@@ -335,7 +337,9 @@ class _VectorHalf:
         if not self.prepared:
             opener = self.store.sibling()
             if opener is None:  # the store's connection stays with the keyword half
-                self.embedding = apart(self._embedded)
+                # the resident copy answers apart from the store, for the generation read here
+                generation = self.store.vectors_generation() if self.resident and self.scope.is_all else None
+                self.embedding = apart(lambda: self._embedded(generation, depth))
             else:
                 self.running = apart(lambda: self._first_pass(depth, opener))
         elif self.reader is not None:
@@ -388,8 +392,9 @@ class _VectorHalf:
             reader = self.reader = self.opened.enter_context(opener())
         return self._counted_and_searched(prepared, reader, depth)
 
-    def _embedded(self) -> _QueryVector:
-        """Embed (and project) the query: no store involved, so it may run on any thread."""
+    def _embedded(self, generation: str | None = None, depth: int = 0) -> _QueryVector:
+        """Embed (and project) the query: no store involved, so it may run on any thread. Given
+        the vectors `generation`, the resident copy is also asked for the `depth` nearest."""
         prepared = _QueryVector(None)
         prepared.vector = _embed_query(
             self.config, self.embedder_factory, self.query, self.mode, prepared.notices, prepared.info
@@ -399,6 +404,11 @@ class _VectorHalf:
             if basis is not None:
                 prepared.vector = neutral.project_query(prepared.vector, basis)
                 prepared.projected = True
+        if generation is not None and self.resident is not None and prepared.vector is not None:
+            try:
+                prepared.from_memory = self.resident.knn_at(generation, prepared.vector, depth)
+            except Exception as exc:  # noqa: BLE001 - raised by collect, unless the keyword half failed first
+                prepared.failed = exc
         return prepared
 
     def _counted_and_searched(self, prepared: _QueryVector, reader: IndexReader, depth: int) -> _Pass:
@@ -412,7 +422,12 @@ class _VectorHalf:
                 )
         self.vector = prepared.vector
         self.prepared = True
-        done = self._searched(reader, depth)
+        if prepared.failed is not None:
+            done = _Pass(None, [], prepared.failed)
+        elif prepared.from_memory is not None:
+            done = _Pass(None, prepared.from_memory)
+        else:
+            done = self._searched(reader, depth)
         done.prepared = prepared
         return done
 

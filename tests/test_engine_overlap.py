@@ -272,3 +272,57 @@ def test_an_embedder_that_is_down_still_degrades_to_keywords(config: Config, rea
     assert response.degraded and response.notice is not None
     assert response.notice.startswith("vector search unavailable")
     assert response.results and all(hit.matched == "keyword" for hit in response.results)
+
+
+def test_the_resident_copy_answers_on_the_worker_for_the_searching_threads_generation(
+    config: Config, reader: IndexReader, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite the resident vectors (the MCP server's) answer the vector half on the worker,
+    for the generation the search read in its snapshot: a sync committed while the query is
+    embedded leaves the copy stale for this search's state, which then asks vec0 instead, on
+    its own thread, and answers from the state before the sync."""
+    from search.resident import ResidentVectors
+
+    resident = ResidentVectors(config.db, min_interval=0)
+    resident.reload_in_background()
+    assert resident.wait(30)
+    asked: list[str] = []
+    original = ResidentVectors.knn_at
+
+    def recording(self: ResidentVectors, generation: str, vector: np.ndarray, k: int) -> Any:
+        asked.append(threading.current_thread().name)
+        return original(self, generation, vector, k)
+
+    monkeypatch.setattr(ResidentVectors, "knn_at", recording)
+    embedder = FakeEmbedder(config.embedding)
+    plain = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder)
+    with_copy = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder, resident=resident)
+    assert asked and asked[0].startswith("search-half")
+    assert [(h.path, h.line, h.matched) for h in with_copy.results] == [
+        (h.path, h.line, h.matched) for h in plain.results
+    ]
+
+    moved: list[bool] = []
+
+    def sync_meanwhile() -> None:
+        (notes / "cooking/sourdough.md").unlink()
+        run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+        resident.reload_in_background()  # the copy moves on to the new generation meanwhile
+        resident.wait(30)
+        latest = Store.open(config.db, readonly=True)
+        try:
+            moved.append(resident.knn(latest, np.ones(config.embedding.dims, np.float32), 1) is not None)
+        finally:
+            latest.close()
+
+    during = search(
+        reader,
+        config,
+        QUERY,
+        mode="hybrid",
+        embedder_factory=lambda: CommittingEmbedder(config, sync_meanwhile),
+        resident=resident,
+    )
+    assert moved == [True]
+    assert during.results[0].path == "cooking/sourdough.md"
+    assert during.results[0].matched == "both"
