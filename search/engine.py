@@ -332,9 +332,11 @@ class _VectorHalf:
         self.depth = depth
         if not self.overlap:
             return
-        from search.overlap import apart
+        from search.overlap import apart, busy
 
         if not self.prepared:
+            if busy():  # nothing would run apart: no snapshot to export for it
+                return
             opener = self.store.sibling()
             if opener is None:  # the store's connection stays with the keyword half
                 # the resident copy answers apart from the store, for the generation read here

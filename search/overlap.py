@@ -22,33 +22,47 @@ WORKERS = 4  # searches whose halves overlap at once; more run theirs in turn
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
-_free = threading.BoundedSemaphore(WORKERS)
+_running = 0  # work started and not yet done
 _pid = os.getpid()
 
 
 def _pool() -> ThreadPoolExecutor:
-    global _executor, _free, _pid
+    global _executor, _running, _pid
     with _lock:
         if _pid != os.getpid():  # a forked child has the parent's pool object but none of its threads
             _executor = None
-            _free = threading.BoundedSemaphore(WORKERS)
+            _running = 0
             _pid = os.getpid()
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="search-half")
         return _executor
 
 
+def busy() -> bool:
+    """Whether every worker is taken now (a hint: `apart` decides)."""
+    _pool()  # after a fork, the parent's work is not this process's
+    return _running >= WORKERS
+
+
 def apart(work: Callable[[], T]) -> Future[T] | None:
     """Start `work` on a free shared worker; None (nothing started) when every worker is busy,
     and the caller runs it itself."""
+    global _running
     pool = _pool()
-    free = _free
-    if not free.acquire(blocking=False):
-        return None
+    with _lock:
+        if _running >= WORKERS:
+            return None
+        _running += 1
     try:
         future = pool.submit(work)
     except BaseException:
-        free.release()
+        _done()
         raise
-    future.add_done_callback(lambda _: free.release())
+    future.add_done_callback(lambda _: _done())
     return future
+
+
+def _done() -> None:
+    global _running
+    with _lock:
+        _running = max(0, _running - 1)

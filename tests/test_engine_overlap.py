@@ -212,6 +212,7 @@ def test_a_busy_pool_starts_nothing() -> None:
     started = [overlap.apart(release.wait) for _ in range(overlap.WORKERS)]
     try:
         assert all(future is not None for future in started)
+        assert overlap.busy()
         assert overlap.apart(lambda: 1) is None
     finally:
         release.set()
@@ -224,6 +225,7 @@ def test_a_busy_pool_starts_nothing() -> None:
             break
         threading.Event().wait(0.01)
     assert later is not None and later.result(timeout=10) == 2
+    assert not overlap.busy()
 
 
 def _failing(message: str) -> Callable[..., Any]:
