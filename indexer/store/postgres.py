@@ -33,13 +33,14 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
 from psycopg.adapt import Dumper
 from psycopg.pq import Format, TransactionStatus
 
@@ -104,6 +105,12 @@ LEXICAL_VERSION_SQL = (
     "COALESCE(string_agg(fts_stats.source_id || ':' || fts_stats.xmin::text, ',' ORDER BY fts_stats.source_id), '')"
 )
 PHRASE_HITS_KEPT = 10_000
+# A sync's write transactions commit without waiting for the WAL flush: a server or machine
+# crash may lose the last ones (never part of one: each is lost whole, and the next sync writes
+# those files or embeds those chunks again), as SQLite's WAL with synchronous=NORMAL may; a
+# killed worker loses nothing it committed. Any synchronous commit (marking a source synced,
+# building the vector index) flushes every earlier one.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 # Impact tiers: each chunk also keeps, for every lexeme whose bm25 saturation there reaches
 # IMPACT_TIERS[-1], one word naming the highest tier it reaches (`impacts`, GIN-indexed).
 # Unscoped keyword search scores the chunks of the top tiers first: a chunk outside them scores
@@ -733,6 +740,7 @@ class PostgresStore:
         self._phrase_hits_key: str | None = None
         # phrase -> its share of a fixed sample times the rows, for the same version (rare ones too)
         self._phrase_samples: dict[str, float] = {}
+        self._in_snapshot = False
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -833,9 +841,12 @@ class PostgresStore:
     def _register_vector_type(self) -> None:
         oid = self._one("SELECT oid FROM pg_type WHERE typname = 'vector'")
         if self._vector_oid != oid:
-            self._vector_oid = int(oid)
-            dumper = type("VectorDumper", (_VectorDumper,), {"oid": int(oid)})
-            self.conn.adapters.register_dumper("numpy.ndarray", dumper)
+            self._use_vector_oid(int(oid))
+
+    def _use_vector_oid(self, oid: int) -> None:
+        self._vector_oid = oid
+        dumper = type("VectorDumper", (_VectorDumper,), {"oid": oid})
+        self.conn.adapters.register_dumper("numpy.ndarray", dumper)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -870,14 +881,55 @@ class PostgresStore:
             self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except STORAGE_ERRORS as exc:
             raise storage_error(self.url, exc) from None
+        self._in_snapshot = True
         try:
             yield
         finally:
+            self._in_snapshot = False
             try:
                 if not self.conn.closed:
                     self.conn.execute("COMMIT")
             except STORAGE_ERRORS as exc:
                 raise storage_error(self.url, exc) from None
+
+    def sibling(self) -> Callable[[], AbstractContextManager[PostgresStore]] | None:
+        """Inside `snapshot()`: an opener of readers on other pooled connections that import
+        this transaction's snapshot (`pg_export_snapshot()` here, `SET TRANSACTION SNAPSHOT`
+        there), so their reads run beside this connection's and see exactly its state. The
+        export lasts as long as this transaction: every sibling must close before it ends."""
+        if not self._in_snapshot:
+            return None
+        token = str(self._one("SELECT pg_export_snapshot()"))
+        return functools.partial(self._sibling_reader, token)
+
+    @contextmanager
+    def _sibling_reader(self, token: str) -> Iterator[PostgresStore]:
+        conn = _live_connection(self.url, True)
+        try:
+            # one round trip: the import must be the transaction's first statement
+            conn.execute(
+                pg_sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}").format(
+                    pg_sql.Literal(token)
+                )
+            )
+        except psycopg.Error as exc:
+            conn.close()
+            raise storage_error(self.url, exc) from None
+        reader = PostgresStore(conn, self.url, True)
+        reader._in_snapshot = True
+        reader._has_vectors = self._has_vectors
+        reader._hnsw_ready = self._hnsw_ready
+        if self._vector_oid is not None:  # the same database: no lookup
+            reader._use_vector_oid(self._vector_oid)
+        try:
+            yield reader
+        finally:
+            reader._in_snapshot = False
+            try:  # every read has answered: a failed COMMIT of a read-only transaction changes nothing
+                conn.execute("COMMIT")
+            except psycopg.Error:
+                conn.close()
+            _give_back(self.url, True, conn)
 
     # ---- meta and embedding identity ------------------------------------------------------
 
@@ -1062,20 +1114,54 @@ class PostgresStore:
     ) -> int:
         if not files:
             return 0
-        chunks = [(file.path, chunk) for file, doc in files for chunk in doc.chunks]
-        hashes = [content_hash(chunk.embed_text) for _, chunk in chunks]
+        hashes = [content_hash(chunk.embed_text) for _, doc in files for chunk in doc.chunks]
+        pieces = _pieces(files)
         self.has_vector_table()  # known before the pipeline: the statements below depend on it
-        # one round trip: the reads, the delete (after them: a reusable vector may be one of these
-        # files' old chunks) and the tsvectors folded meanwhile
+        # one pipeline: the reads and the delete (after them: a reusable vector may be one of these
+        # files' old chunks), then one statement per piece, each sent as soon as its tsvectors
+        # are folded, so the server writes one piece while the next is folded here
         with self.conn.pipeline():
+            self.conn.execute(ASYNC_COMMIT)
             vectors_read = self._vectors_by_hash_sent(set(hashes)) if vectors is None else None
             languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
             deleted = self._delete_files_sent(source_id, [file.path for file, _ in files])
-            documents = [lexical_row(chunk.breadcrumb, chunk.text) for _, chunk in chunks]
+            first = _folded(pieces[0])
             carried = self._vectors_by_hash_read(vectors_read) if vectors is None else vectors
             known_languages = self._languages_by_hash_read(languages_read)
             self._delete_files_read(deleted)
-        now = utc_now()
+            now = utc_now()
+            written = []
+            done = 0
+            for number, piece in enumerate(pieces):
+                documents = first if number == 0 else _folded(piece)
+                chunk_count = sum(len(doc.chunks) for _, doc in piece)
+                piece_hashes = hashes[done : done + chunk_count]
+                done += chunk_count
+                written.append(
+                    self._write_piece_sent(
+                        source_id, piece, piece_hashes, documents, language_of, known_languages, carried, now
+                    )
+                )
+        rows = [row for sent in written for row in sent.fetchall()]
+        attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
+        if attached:
+            self._insert_vectors(attached)
+        return len(hashes) - len(attached)
+
+    def _write_piece_sent(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        hashes: Sequence[str],
+        documents: Sequence[tuple[str, int, str]],
+        language_of: Callable[[str], str] | None,
+        known_languages: dict[str, str],
+        carried: Mapping[str, bytes],
+        now: str,
+    ) -> psycopg.Cursor[Any]:
+        """Send the statement writing these files, their chunks and lexical rows; the cursor
+        answers (chunk id, content hash) per chunk once the pipeline has run it."""
+        chunks = [(file.path, chunk) for file, doc in files for chunk in doc.chunks]
         languages = []
         for (_, chunk), digest in zip(chunks, hashes, strict=True):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
@@ -1086,7 +1172,7 @@ class PostgresStore:
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
         # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
         # (%b): a third of the text format's cost to dump
-        rows = self.conn.execute(
+        return self.conn.execute(
             """WITH f AS (
                    INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
                                      updated_at, indexed_at)
@@ -1144,11 +1230,7 @@ class PostgresStore:
                 "length": [n for _, n, _ in documents],
                 "impacts": [i for _, _, i in documents],
             },
-        ).fetchall()
-        attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
-        if attached:
-            self._insert_vectors(attached)
-        return len(chunks) - len(attached)
+        )
 
     def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;
@@ -1257,13 +1339,13 @@ class PostgresStore:
         if not len(ids):
             return 0
         with self.transaction():
-            waiting = {
-                int(r[0])
-                for r in self.conn.execute(
+            with self.conn.pipeline():
+                self.conn.execute(ASYNC_COMMIT)
+                marked = self.conn.execute(
                     "UPDATE chunks SET embedded_at = %s WHERE id = ANY(%s) AND embedded_at IS NULL RETURNING id",
                     (utc_now(), [int(i) for i in ids]),
                 )
-            }
+            waiting = {int(r[0]) for r in marked.fetchall()}
             rows = [
                 (int(chunk_id), np.asarray(vector, dtype=np.float32).tobytes())
                 for chunk_id, vector in zip(ids, vectors, strict=True)
@@ -1836,6 +1918,27 @@ class PostgresStore:
             source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
             for source_id in {**files, **chunks}
         }
+
+
+# chunks per statement of a batch: the server writes one piece while the next is folded
+PIECE_CHUNKS = 256
+
+
+def _pieces(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[list[tuple[FileVersion, ParsedDocument]]]:
+    """Consecutive runs of whole files of about PIECE_CHUNKS chunks each (at least one file)."""
+    pieces: list[list[tuple[FileVersion, ParsedDocument]]] = [[]]
+    size = 0
+    for item in files:
+        if size >= PIECE_CHUNKS:
+            pieces.append([])
+            size = 0
+        pieces[-1].append(item)
+        size += len(item[1].chunks)
+    return pieces
+
+
+def _folded(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[tuple[str, int, str]]:
+    return [lexical_row(chunk.breadcrumb, chunk.text) for _, doc in files for chunk in doc.chunks]
 
 
 def _distinct_path_runs(

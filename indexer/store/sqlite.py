@@ -399,6 +399,11 @@ class Store:
         finally:
             _map_storage_errors(Store._execute)(self, "COMMIT")
 
+    def sibling(self) -> None:
+        """A WAL read snapshot belongs to one connection, and one apsw connection runs one
+        statement at a time: a search's halves share this reader, one after the other."""
+        return None
+
     def _execute(self, sql: str) -> None:
         self.conn.execute(sql)
 
