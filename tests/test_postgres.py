@@ -242,7 +242,6 @@ def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
         assert found == scanned, (match, limit, postgres.keyword_trace)
         fts5 = sqlite.fts_search(match, limit, SearchScope())
         assert [hit.score for hit in found] == pytest.approx([hit.score for hit in fts5], rel=1e-9)
-        print("TRACE", match, limit, postgres.keyword_trace)
         settled += any(step.startswith("settle at") for step in postgres.keyword_trace) and not any(
             "OVER ()" in str(sql) for sql, _ in sent
         )
