@@ -1525,12 +1525,12 @@ class PostgresStore:
         parts: Callable[[int], list[float]],
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
-        reach (None: no candidate set is small enough to write down). For a tier t, a chunk has all its
-        phrases below t unless the impact words say otherwise, so it scores less than the sum
-        of `parts(t)` over the phrases it holds: the chunks of tier t plus those holding a set
-        of phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
-        document index) hold the whole top. Each tier gives one such candidate set; the one
-        the planner expects to be smallest is scored."""
+        reach (None: no candidate set short enough to write down). Outside tier t's chunks a
+        chunk has every phrase below t, so it scores less than the sum of `parts(t)` over the
+        phrases it holds: tier t's chunks plus those holding some set of phrases whose parts
+        reach the floor (MaxScore over phrase sets, each set through the document index) hold
+        the whole top. Each tier gives one such candidate set; the one the planner expects to
+        be smallest is scored."""
         choices: list[tuple[float, str, dict[str, object], str]] = []
         for tier in range(len(IMPACT_TIERS)):
             candidates = impact_tsquery(phrases, tier + 1)
