@@ -130,10 +130,13 @@ TIERED_MIN_ROWS = 20_000
 SAMPLED_ROWS = 2_000
 SAMPLE_MIN_HITS = 20
 FULL_SCAN_MAX_MATCHES = 2_000
-# The pass that settles a top whose floor is known (see _settling_pass) takes at most this many
-# phrase sets in its tsquery: the index evaluates a long one slowly (20 sets of three prefixes
-# took longer than scoring every match); its candidates are a subset of every match
-SETTLING_MAX_SETS = 8
+# The pass that settles a top whose floor is known (see _settling_pass) looks up at most this
+# many phrase sets (each one a GIN scan: 20 sets of three common prefixes cost about as much as
+# scoring every match), and only when the planner expects it to read under this share of every
+# match (scoring the rows it reads costs more than one scan's: at 100k chunks a settling pass
+# over ~44k of ~71k matches took longer than the scan)
+SETTLING_MAX_SETS = 16
+SETTLING_MAX_SHARE = 0.4
 
 
 def is_postgres_url(location: object) -> bool:
@@ -1525,7 +1528,7 @@ class PostgresStore:
         parts: Callable[[int], list[float]],
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
-        reach (None: no candidate set short enough to write down). Outside tier t's chunks a
+        reach (None: no candidate set looks worth it). Outside tier t's chunks a
         chunk has every phrase below t, so it scores less than the sum of `parts(t)` over the
         phrases it holds: tier t's chunks plus those holding some set of phrases whose parts
         reach the floor (MaxScore over phrase sets, each set through the document index) hold
@@ -1541,11 +1544,11 @@ class PostgresStore:
             sets = _phrase_sets_reaching(parts(tier), floor)
             if sets is None:
                 continue  # too many sets at this tier: the index evaluates a long tsquery slowly
-            if sets:
-                params["holding"] = " | ".join(
-                    "(" + " & ".join(f"({queries[i]})" for i in chosen) + ")" for chosen in sets
-                )
-                where = f"({where} OR f.document @@ %(holding)s::tsquery)"
+            if sets:  # one index condition per set: GIN evaluates several short tsqueries faster than one long one
+                for n, chosen in enumerate(sets):
+                    params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
+                arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
+                where = f"({where} OR {arms})"
             choices.append((self._estimated_rows(where, params), where, params, IMPACT_LABELS[tier]))
             if not sets or choices[-1][0] > 2 * min(choice[0] for choice in choices):
                 break  # a deeper tier takes more chunks of its own and drops fewer sets
@@ -1554,7 +1557,11 @@ class PostgresStore:
             self.keyword_trace.append(f"settle: over {SETTLING_MAX_SETS} phrase sets at every tier")
             return None
         estimate, where, params, label = best
-        self.keyword_trace.append(f"settle at tier {label}: ~{estimate:.0f} rows expected")
+        matches = self._estimated_rows("f.document @@ %(all)s::tsquery", {"all": " | ".join(f"({q})" for q in queries)})
+        if estimate > SETTLING_MAX_SHARE * matches:
+            self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
+            return None
+        self.keyword_trace.append(f"settle at tier {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
         return self._scored(queries, idf, avgdl, limit, where, params, True)
 
     def _estimated_rows(self, where: str, params: dict[str, object]) -> float:
