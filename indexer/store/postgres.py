@@ -1528,12 +1528,12 @@ class PostgresStore:
         parts: Callable[[int], list[float]],
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
-        reach (None: no candidate set looks worth it). Outside tier t's chunks a
-        chunk has every phrase below t, so it scores less than the sum of `parts(t)` over the
-        phrases it holds: tier t's chunks plus those holding some set of phrases whose parts
-        reach the floor (MaxScore over phrase sets, each set through the document index) hold
-        the whole top. Each tier gives one such candidate set; the one the planner expects to
-        be smallest is scored."""
+        reach (None: no candidate set looks cheaper than the scan of every match). Outside
+        tier t's chunks a chunk has every phrase below t, so it scores less than the sum of
+        `parts(t)` over the phrases it holds: tier t's chunks plus those holding some set of
+        phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
+        document index) hold the whole top. Each tier gives one such candidate set; the one
+        the planner expects to be smallest is scored."""
         choices: list[tuple[float, str, dict[str, object], str]] = []
         for tier in range(len(IMPACT_TIERS)):
             candidates = impact_tsquery(phrases, tier + 1)
@@ -1544,7 +1544,7 @@ class PostgresStore:
             sets = _phrase_sets_reaching(parts(tier), floor)
             if sets is None:
                 continue  # too many sets at this tier: the index evaluates a long tsquery slowly
-            if sets:  # one index condition per set: GIN evaluates several short tsqueries faster than one long one
+            if sets:  # one index condition each: GIN evaluates short tsqueries faster than one long one
                 for n, chosen in enumerate(sets):
                     params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
                 arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
