@@ -1510,7 +1510,10 @@ class PostgresStore:
                 self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: kth {kth:.3f} bound {bound:.3f}")
                 if kth >= bound:
                     return hits
-                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts)
+                # a deeper tier whose bound the limit-th score already meets is sure to settle it too
+                deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
+                settles = None if deeper is None else pass_condition(deeper)
+                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts, settles)
             self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
             if tier == last:
                 return None
@@ -1526,6 +1529,7 @@ class PostgresStore:
         limit: int,
         floor: float,
         parts: Callable[[int], list[float]],
+        deeper_pass: tuple[str, dict[str, object]] | None,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
         reach (None: no candidate set looks cheaper than the scan of every match). Outside
@@ -1533,8 +1537,11 @@ class PostgresStore:
         `parts(t)` over the phrases it holds: tier t's chunks plus those holding some set of
         phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
         document index) hold the whole top. Each tier gives one such candidate set; the one
-        the planner expects to be smallest is scored."""
+        the planner expects to be smallest is scored, or `deeper_pass` (a tier pass whose bound
+        the floor meets) when it expects that one smaller."""
         choices: list[tuple[float, str, dict[str, object], str]] = []
+        if deeper_pass is not None:
+            choices.append((self._estimated_rows(*deeper_pass), *deeper_pass, "pass"))
         for tier in range(len(IMPACT_TIERS)):
             candidates = impact_tsquery(phrases, tier + 1)
             if candidates is None:
@@ -1549,7 +1556,7 @@ class PostgresStore:
                     params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
                 arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
                 where = f"({where} OR {arms})"
-            choices.append((self._estimated_rows(where, params), where, params, IMPACT_LABELS[tier]))
+            choices.append((self._estimated_rows(where, params), where, params, f"tier {IMPACT_LABELS[tier]}"))
             if not sets or choices[-1][0] > 2 * min(choice[0] for choice in choices):
                 break  # a deeper tier takes more chunks of its own and drops fewer sets
         best = min(choices, key=lambda choice: choice[0], default=None)
@@ -1561,7 +1568,7 @@ class PostgresStore:
         if estimate > SETTLING_MAX_SHARE * matches:
             self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
             return None
-        self.keyword_trace.append(f"settle at tier {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
+        self.keyword_trace.append(f"settle at {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
         return self._scored(queries, idf, avgdl, limit, where, params, True)
 
     def _estimated_rows(self, where: str, params: dict[str, object]) -> float:
