@@ -349,7 +349,7 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f" AND ({alias}.path = %(scope_path)s OR {alias}.path >= %(scope_lo)s)"
         )
     if scope.collection is not None:
-        params["scope_collection"] = scope.collection
+        params["scope_collection"] = _text(scope.collection)  # as `files` holds it
         clauses.append(
             f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
             f" AND f.path = {alias}.path AND f.collection = %(scope_collection)s)"
@@ -1134,7 +1134,7 @@ class PostgresStore:
                 "title": [_opt_text(doc.title) for _, doc in files],
                 "tags": [json.dumps(doc.tags, ensure_ascii=False) for _, doc in files],
                 "headings": [json.dumps(doc.headings, ensure_ascii=False) for _, doc in files],
-                "collection": [file.collection for file, _ in files],
+                "collection": [_opt_text(file.collection) for file, _ in files],
                 "sha256": [file.sha256 for file, _ in files],
                 "size": [int(file.size) for file, _ in files],
                 "mtime": [None if file.mtime is None else float(file.mtime) for file, _ in files],
@@ -1219,8 +1219,8 @@ class PostgresStore:
                    ON CONFLICT DO NOTHING""",
                 (
                     source_id,
-                    row.name,
-                    row.folder,
+                    _text(row.name),
+                    _text(row.folder),
                     _text(row.description),
                     json.dumps(list(row.tags), ensure_ascii=False),
                 ),
@@ -1236,7 +1236,7 @@ class PostgresStore:
     def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
         self.conn.execute(
             "UPDATE files SET collection = %s WHERE source_id = %s AND path = %s AND collection IS DISTINCT FROM %s",
-            (collection, source_id, path, collection),
+            (_opt_text(collection), source_id, _text(path), _opt_text(collection)),
         )
 
     def collections(self) -> list[CollectionRow]:

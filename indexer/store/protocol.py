@@ -227,7 +227,9 @@ class IndexWriter(IndexReader, Protocol):
         it in a few round trips); returns the chunks left pending. With `vectors` (float32
         bytes by the content hash of a chunk's embedded text: a copy's stored vectors) those
         are the chunks' vectors, stored with them, and no stored vector is reused: a chunk
-        whose hash is missing stays pending. Inside a transaction."""
+        whose hash is missing stays pending. Without them, stored vectors are looked up for the
+        whole batch before any of its files is replaced: text moved between two files of one
+        batch keeps its vector whichever comes first. Inside a transaction."""
         ...
 
     def delete_file(self, source_id: str, path: str) -> None:
