@@ -123,7 +123,8 @@ ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
-IMPACT_STEPS = 3  # tier passes before the full scan
+IMPACT_STEPS = 4  # tier passes (each IMPACT_STEP tiers deeper while too few chunks are found) before the full scan
+IMPACT_STEP = 3
 SHARED_PREFIX_MIN = 3  # a shorter prefix in a query has no summed tiers: the full scan answers it
 EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take chunks holding all of them (see _tiered_search),
 EVERY_MAX_ROWS = 3_000  # all such chunks when the sample says they are at most this many
@@ -136,6 +137,13 @@ TIERED_MIN_ROWS = 20_000
 SAMPLED_ROWS = 2_000
 SAMPLE_MIN_HITS = 20
 FULL_SCAN_MAX_MATCHES = 2_000
+# The pass that settles a top whose floor is known (see _settling_pass) looks up at most this
+# many phrase sets (each one a GIN scan: 20 sets of three common prefixes cost about as much as
+# scoring every match), and only when the planner expects it to read under this share of every
+# match (scoring the rows it reads costs more than one scan's: at 100k chunks a settling pass
+# over ~44k of ~71k matches took longer than the scan)
+SETTLING_MAX_SETS = 16
+SETTLING_MAX_SHARE = 0.4
 
 
 def is_postgres_url(location: object) -> bool:
@@ -741,6 +749,8 @@ class PostgresStore:
         # phrase -> its share of a fixed sample times the rows, for the same version (rare ones too)
         self._phrase_samples: dict[str, float] = {}
         self._in_snapshot = False
+        # how the last unscoped keyword search on a large index went, pass by pass (for benchmarks)
+        self.keyword_trace: list[str] = []
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -1442,6 +1452,7 @@ class PostgresStore:
         rows. Scoped, the document frequencies still come from the whole index: counted (or on
         a large index estimated) once per phrase and kept until the lexical rows change, so a
         repeated phrase costs only the scoring of the scope's own matches."""
+        self.keyword_trace = []
         phrases = match_phrases(match)
         if not phrases or limit <= 0:
             return []
@@ -1520,13 +1531,16 @@ class PostgresStore:
         every_few: bool,
     ) -> list[RankedChunk] | None:
         """The unscoped top `limit` from the chunks of the top impact tiers, or None when the
-        bound cannot be met within IMPACT_STEPS passes (the caller scores every match).
+        bound cannot be met in bounded passes (the caller scores every match).
 
         A pass at tier t takes the chunks where some phrase reaches tier t; with `every` (the
         tsquery of all phrases at once) also the chunks holding every phrase where some phrase
         reaches a lower tier t2 (all of those when `every_few`): a short query's best chunks
         hold all its words. A chunk outside then either lacks a phrase (its others below t) or
-        has all of them below t2."""
+        has all of them below t2. When the limit-th score of a pass falls short of its bound it
+        is still a floor the true limit-th score reaches, and one last pass settles the top:
+        the chunks of some tier plus those holding a set of phrases that could reach the floor
+        below that tier (`_settling_pass`), whichever of those the planner expects smallest."""
         idf = _idfs(found, total_rows)
         widen = max(1.0, avgdl / IMPACT_REFERENCE_LENGTH)
         last = len(IMPACT_TIERS) - 1
@@ -1550,9 +1564,8 @@ class PostgresStore:
                 return None, lacking
             return last, max(lacking, sum(parts(last)))
 
-        tier = 0
-        for _ in range(IMPACT_STEPS):
-            lower, bound = plan(tier)
+        def pass_condition(tier: int) -> tuple[str, dict[str, object]] | None:
+            lower, _ = plan(tier)
             candidates = impact_tsquery(phrases, tier + 1)
             if candidates is None:
                 return None
@@ -1565,21 +1578,89 @@ class PostgresStore:
                 else:
                     params["every_tiers"] = impact_tsquery(phrases, lower + 1)
                     where = f"({where} OR (f.document @@ %(every)s::tsquery AND f.impacts @@ %(every_tiers)s::tsquery))"
-            hits = self._scored(queries, idf, avgdl, limit, where, params, True)
+            return where, params
+
+        tier = 0
+        for _ in range(IMPACT_STEPS):
+            condition = pass_condition(tier)
+            if condition is None:
+                return None
+            bound = plan(tier)[1]
+            hits = self._scored(queries, idf, avgdl, limit, *condition, True)
             if len(hits) >= limit:
                 kth = -hits[limit - 1].score
+                self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: kth {kth:.3f} bound {bound:.3f}")
                 if kth >= bound:
                     return hits
-                # a deeper tier whose bound the limit-th score already meets is sure to settle it
-                deeper = [t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth]
-                if not deeper:
-                    return None
-                tier = deeper[0]
-            elif tier < last:
-                tier = min(last, tier + 2)
-            else:
+                # a deeper tier whose bound the limit-th score already meets is sure to settle it too
+                deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
+                settles = None if deeper is None else pass_condition(deeper)
+                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts, settles)
+            self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
+            if tier == last:
                 return None
+            tier = min(last, tier + IMPACT_STEP)
         return None
+
+    def _settling_pass(
+        self,
+        phrases: Sequence[tuple[list[str], bool]],
+        queries: Sequence[str],
+        idf: Sequence[float],
+        avgdl: float,
+        limit: int,
+        floor: float,
+        parts: Callable[[int], list[float]],
+        deeper_pass: tuple[str, dict[str, object]] | None,
+    ) -> list[RankedChunk] | None:
+        """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
+        reach (None: no candidate set looks cheaper than the scan of every match). Outside
+        tier t's chunks a chunk has every phrase below t, so it scores less than the sum of
+        `parts(t)` over the phrases it holds: tier t's chunks plus those holding some set of
+        phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
+        document index) hold the whole top. Each tier gives one such candidate set; the one
+        the planner expects to be smallest is scored, or `deeper_pass` (a tier pass whose bound
+        the floor meets) when it expects that one smaller."""
+        choices: list[tuple[float, str, dict[str, object], str]] = []
+        if deeper_pass is not None:
+            choices.append((self._estimated_rows(*deeper_pass), *deeper_pass, "pass"))
+        for tier in range(len(IMPACT_TIERS)):
+            candidates = impact_tsquery(phrases, tier + 1)
+            if candidates is None:
+                return None
+            params: dict[str, object] = {"candidates": candidates}
+            where = "f.impacts @@ %(candidates)s::tsquery"
+            sets = _phrase_sets_reaching(parts(tier), floor)
+            if sets is None:
+                continue  # too many sets at this tier: the index evaluates a long tsquery slowly
+            if sets:  # one index condition each: GIN evaluates short tsqueries faster than one long one
+                for n, chosen in enumerate(sets):
+                    params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
+                arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
+                where = f"({where} OR {arms})"
+            choices.append((self._estimated_rows(where, params), where, params, f"tier {IMPACT_LABELS[tier]}"))
+            if not sets or choices[-1][0] > 2 * min(choice[0] for choice in choices):
+                break  # a deeper tier takes more chunks of its own and drops fewer sets
+        best = min(choices, key=lambda choice: choice[0], default=None)
+        if best is None:
+            self.keyword_trace.append(f"settle: over {SETTLING_MAX_SETS} phrase sets at every tier")
+            return None
+        estimate, where, params, label = best
+        matches = self._estimated_rows("f.document @@ %(all)s::tsquery", {"all": " | ".join(f"({q})" for q in queries)})
+        if estimate > SETTLING_MAX_SHARE * matches:
+            self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
+            return None
+        self.keyword_trace.append(f"settle at {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
+        return self._scored(queries, idf, avgdl, limit, where, params, True)
+
+    def _estimated_rows(self, where: str, params: dict[str, object]) -> float:
+        """The planner's estimate of the lexical rows meeting `where` (a fraction of a
+        millisecond: no row is read)."""
+        row = self.conn.execute(
+            f"EXPLAIN (FORMAT JSON) SELECT 1 FROM chunks_fts f WHERE {where}", params, prepare=False
+        ).fetchone()
+        assert row is not None  # EXPLAIN always answers
+        return float(row[0][0]["Plan"]["Plan Rows"])
 
     def _scored(
         self,
@@ -1961,6 +2042,37 @@ def _frequencies_sql(phrases: int) -> str:
     return ", ".join(
         f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in range(phrases)
     )
+
+
+def _phrase_sets_reaching(parts: Sequence[float], floor: float) -> list[tuple[int, ...]] | None:
+    """The smallest sets of phrases (by index) whose parts sum to at least `floor` (a little
+    less: a rounding error must not leave a chunk out), each set once; None when there are more
+    than SETTLING_MAX_SETS. A chunk holding none of them scores less than the floor."""
+    reach = floor * (1 - 1e-9) - 1e-12
+    order = sorted((i for i, part in enumerate(parts) if part > 0), key=lambda i: -parts[i])
+    remaining = [0.0] * (len(order) + 1)
+    for n in range(len(order) - 1, -1, -1):
+        remaining[n] = remaining[n + 1] + parts[order[n]]
+    sets: list[tuple[int, ...]] = []
+    visits = [0]
+
+    def extend(start: int, chosen: tuple[int, ...], total: float) -> bool:
+        visits[0] += 1
+        if visits[0] > 100 * SETTLING_MAX_SETS:
+            return False
+        for n in range(start, len(order)):
+            if total + remaining[n] < reach:
+                return True  # nor can any later, smaller part
+            picked = (*chosen, order[n])
+            if total + parts[order[n]] >= reach:  # minimal: without its smallest part it falls short
+                sets.append(tuple(sorted(picked)))
+                if len(sets) > SETTLING_MAX_SETS:
+                    return False
+            elif not extend(n + 1, picked, total + parts[order[n]]):
+                return False
+        return True
+
+    return sets if extend(0, (), 0.0) else None
 
 
 def _idfs(found: Sequence[int], total_rows: int) -> list[float]:
