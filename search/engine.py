@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
-from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
+from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
 from search.fusion import Fused, exact_value_terms, match_terms, rrf, term_coverage
@@ -276,6 +276,7 @@ class _QueryVector:
     info: list[str] = field(default_factory=list)
     from_memory: list[RankedChunk] | None = None  # the resident copy's answer, when asked and current
     failed: Exception | None = None  # what stopped the resident copy's answer
+    search_here: bool = False  # no sibling could be opened: the store's thread counts and searches
 
 
 @dataclass
@@ -360,6 +361,8 @@ class _VectorHalf:
         embedding, self.embedding = self.embedding, None
         if running is not None:
             done = running.result()
+            if done.prepared is not None and done.prepared.search_here:
+                done = self._counted_and_searched(done.prepared, self.store, self.depth)
         elif embedding is not None:
             done = self._counted_and_searched(embedding.result(), self.store, self.depth)
         elif not self.prepared:
@@ -391,7 +394,13 @@ class _VectorHalf:
         prepared = self._embedded()
         reader = self.store
         if opener is not None and prepared.vector is not None:
-            reader = self.reader = self.opened.enter_context(opener())
+            try:
+                reader = self.reader = self.opened.enter_context(opener())
+            except StoreError:
+                # the sibling only saves time: a server refusing one more connection (at its
+                # limit) leaves the vector half to the store's own, after the keyword half
+                prepared.search_here = True
+                return _Pass(prepared, [])
         return self._counted_and_searched(prepared, reader, depth)
 
     def _embedded(self, generation: str | None = None, depth: int = 0) -> _QueryVector:

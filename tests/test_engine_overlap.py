@@ -328,3 +328,31 @@ def test_the_resident_copy_answers_on_the_worker_for_the_searching_threads_gener
     assert moved == [True]
     assert during.results[0].path == "cooking/sourdough.md"
     assert during.results[0].matched == "both"
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_sibling_the_server_refuses_leaves_the_vector_half_to_the_store(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sibling is a second connection only for speed: a server at its connection limit
+    refuses it, and the search answers through its own connection as one after the other."""
+    embedder = FakeEmbedder(config.embedding)
+
+    def run() -> list[tuple[str, int, str]]:
+        found = search(reader, config, QUERY, k=5, mode="hybrid", embedder_factory=lambda: embedder)
+        return [(hit.path, hit.line, hit.matched) for hit in found.results]
+
+    with monkeypatch.context() as sequential:
+        sequential.setattr(overlap, "apart", lambda work: None)
+        expected = run()
+    assert any(matched == "meaning" for _, _, matched in expected)
+    refused: list[str] = []
+
+    def refuse(url: str, readonly: bool) -> Any:
+        refused.append(threading.current_thread().name)
+        raise StoreError("index x: cannot connect: sorry, too many clients already")
+
+    monkeypatch.setattr(pg_module, "_live_connection", refuse)
+    assert run() == expected
+    assert refused and all(name.startswith("search-half") for name in refused)
+    assert reader.conn.info.transaction_status == pg_module.TransactionStatus.IDLE  # type: ignore[attr-defined]
