@@ -58,6 +58,12 @@ def prose_for_language(markdown_text: str) -> str:
         text = _FRONT_MATTER.sub(lambda m: _FRONT_MATTER_KEY.sub("", m.group(1)), text, count=1)
     if "```" in text or "~~~" in text:
         text = _FENCED_CODE.sub("", text)
+    return _prose_of_lines(text)
+
+
+def _prose_of_lines(text: str) -> str:
+    """`prose_for_language` of a text without front matter, fences or HTML comments: only
+    indented code spans lines (a block of whole lines), every other step keeps to one line."""
     if "    " in text or "\t" in text:
         text = _INDENTED_CODE.sub("", text)
     if "|" in text:
@@ -93,9 +99,22 @@ _EDGES = "[" + re.escape(_TOKEN_EDGE) + "]*"
 _WORD_TOKEN = re.compile(rf"(?<!\S){_EDGES}({_WORD.pattern}){_EDGES}(?!\S)")
 
 
+_WHOLE_WORD = re.compile(_WORD.pattern)
+
+
 def language_words(text: str) -> list[str]:
-    """The words of `text` that can tell a language: letter-only tokens, markup trimmed."""
-    return _WORD_TOKEN.findall(text)
+    """The words of `text` that can tell a language: letter-only tokens, markup trimmed.
+
+    `_WORD_TOKEN.findall(text)`, token by token (checked equal in tests): a token is a run of
+    non-space characters (`str.split` and the pattern's `\\S` agree on what a space is), its
+    edges are never letters, so what is left once they are stripped is the word or nothing;
+    most words are letters alone, and `str.isalpha` is a subset of the pattern's letters."""
+    words = []
+    for token in text.split():
+        core = token.strip(_TOKEN_EDGE)
+        if core.isalpha() or (core and _WHOLE_WORD.fullmatch(core)):
+            words.append(core)
+    return words
 
 
 # ---- detection -------------------------------------------------------------------------------
@@ -310,16 +329,6 @@ def _decide(language: str, probability: float, czech_probability: float, sample:
     return language
 
 
-def _leading(words: list[str]) -> list[str]:
-    """The first words of `words` up to about WINDOW_CHARS."""
-    size = 0
-    for count, word in enumerate(words):
-        if size >= WINDOW_CHARS:
-            return words[:count]
-        size += len(word) + 1
-    return words
-
-
 def _samples(head: list[str], tail: list[str]) -> tuple[list[str], str] | None:
     """What the detector reads of a text's words (`head` from its start, `tail`, maybe empty,
     from its end) and all those words; None when the words alone make it UNKNOWN. A text
@@ -335,7 +344,11 @@ def _samples(head: list[str], tail: list[str]) -> tuple[list[str], str] | None:
             return None
     if len(sample) <= 2 * WINDOW_CHARS:
         return [sample], sample
-    return [" ".join(_leading(words)), " ".join(_leading(words[::-1])[::-1])], sample
+    # the words from the start up to the first that ends WINDOW_CHARS - 1 or more characters
+    # into the sample, and as many from the end (words hold no space: they end at one)
+    head_end = sample.find(" ", WINDOW_CHARS - 1)
+    tail_start = sample.rfind(" ", 0, len(sample) - WINDOW_CHARS + 1) + 1
+    return [sample[:head_end] if head_end >= 0 else sample, sample[tail_start:]], sample
 
 
 def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
@@ -369,6 +382,46 @@ def _text_samples(text: str) -> tuple[list[str], str] | None:
     return _samples(language_words(text[:span])[:-1], language_words(text[-span:])[1:])
 
 
+# A chunk longer than both is read at its two ends only: the prose of about this many characters
+# from its start and as many from its end, instead of the prose of all of it.
+END_CHARS = 200
+_INDENT = (" " * 4, "\t")
+
+
+def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
+    """`_text_samples(prose_for_language(markdown_text))`, computed from the chunk's two ends
+    when that gives the same plan, exactly.
+
+    Without front matter, fences or HTML comments, every step of the prose keeps to its line
+    but indented code, whose blocks are whole lines: a line is code by itself and the line
+    before it, and a blank line also by the line after it. So the prose of the lines up to a
+    non-blank line is the start of the chunk's prose, and the prose from a line that is neither
+    blank nor indented to the end is its end. When both parts have a
+    window's worth of prose and more than the long-text threshold together, the chunk's prose is
+    long and its windows lie inside them; otherwise the whole prose is computed."""
+    text = markdown_text
+    size = len(text)
+    if size <= 2 * END_CHARS or "```" in text or "~~~" in text or "<!--" in text or text.startswith("---"):
+        return _text_samples(prose_for_language(text))
+    head_end = text.find("\n", END_CHARS)
+    while head_end >= 0 and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t"):
+        head_end = text.find("\n", head_end + 1)  # a blank line is code when code follows it
+    tail_start = text.rfind("\n", 0, size - END_CHARS)
+    while tail_start >= 0:
+        line_end = text.find("\n", tail_start + 1)
+        line = text[tail_start + 1 : line_end if line_end >= 0 else size]
+        if line.strip(" \t") and not line.startswith(_INDENT):
+            break
+        tail_start = text.rfind("\n", 0, tail_start)
+    span = 2 * WINDOW_CHARS
+    if 0 <= head_end <= tail_start:
+        head = _prose_of_lines(text[: head_end + 1])
+        tail = _prose_of_lines(text[tail_start + 1 :])
+        if len(head) >= span and len(tail) >= span and len(head) + len(tail) > 3 * span:
+            return _samples(language_words(head[:span])[:-1], language_words(tail[-span:])[1:])
+    return _text_samples(prose_for_language(text))
+
+
 def detect_language(text: str) -> str:
     """ISO 639-1 code of the plain text's language (one of SUPPORTED_LANGUAGES), or UNKNOWN when
     the text is too short, uncertain, mixed, language-less or in another language."""
@@ -382,12 +435,12 @@ def detect_languages(texts: list[str]) -> list[str]:
 
 def chunk_language(markdown_text: str) -> str:
     """The language of a chunk's prose: code, tables and links do not take part."""
-    return detect_language(prose_for_language(markdown_text))
+    return _detect_all([_chunk_samples(markdown_text)])[0]
 
 
 def chunk_languages(markdown_texts: list[str]) -> list[str]:
     """`chunk_language` of each chunk, scored together."""
-    return detect_languages([prose_for_language(text) for text in markdown_texts])
+    return _detect_all([_chunk_samples(text) for text in markdown_texts])
 
 
 def chunk_language_of(markdown_texts: list[str]) -> Callable[[str], str]:
