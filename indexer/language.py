@@ -165,6 +165,8 @@ _SAMPLES_PER_PASS = 512
 def _model_bytes(sample: str) -> bytes:
     """The bytes py3langid scores for `sample` (its own normalisation)."""
     text = sample.lower() if sample.isupper() else sample
+    if text.isascii():  # NFC leaves ASCII as it is
+        return text.encode()
     return unicodedata.normalize("NFC", text).encode("utf-8", errors="surrogatepass")
 
 
@@ -392,17 +394,19 @@ def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
     """`_text_samples(prose_for_language(markdown_text))`, computed from the chunk's two ends
     when that gives the same plan, exactly.
 
-    Without front matter, fences or HTML comments, every step of the prose keeps to its line
-    but indented code, whose blocks are whole lines: a line is code by itself and the line
-    before it, and a blank line also by the line after it. So the prose of the lines up to a
-    non-blank line is the start of the chunk's prose, and the prose from a line that is neither
-    blank nor indented to the end is its end. When both parts have a
-    window's worth of prose and more than the long-text threshold together, the chunk's prose is
-    long and its windows lie inside them; otherwise the whole prose is computed."""
+    Without front matter or HTML comments, and once fenced code is gone, every step of the
+    prose keeps to its line but indented code, whose blocks are whole lines: a line is code by
+    itself and the line before it, and a blank line also by the line after it. So the prose of
+    the lines up to a non-blank line is the start of the chunk's prose, and the prose from a
+    line that is neither blank nor indented to the end is its end. When both parts have a
+    window's worth of prose and more than the long-text threshold together, the chunk's prose
+    is long and its windows lie inside them; otherwise the whole prose is computed."""
     text = markdown_text
-    size = len(text)
-    if size <= 2 * END_CHARS or "```" in text or "~~~" in text or "<!--" in text or text.startswith("---"):
+    if len(text) <= 2 * END_CHARS or "<!--" in text or text.startswith("---"):
         return _text_samples(prose_for_language(text))
+    if "```" in text or "~~~" in text:
+        text = _FENCED_CODE.sub("", text)  # what prose_for_language does first here
+    size = len(text)
     head_end = text.find("\n", END_CHARS)
     while head_end >= 0 and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t"):
         head_end = text.find("\n", head_end + 1)  # a blank line is code when code follows it
@@ -419,7 +423,7 @@ def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
         tail = _prose_of_lines(text[tail_start + 1 :])
         if len(head) >= span and len(tail) >= span and len(head) + len(tail) > 3 * span:
             return _samples(language_words(head[:span])[:-1], language_words(tail[-span:])[1:])
-    return _text_samples(prose_for_language(text))
+    return _text_samples(_prose_of_lines(text))
 
 
 def detect_language(text: str) -> str:

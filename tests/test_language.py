@@ -427,6 +427,10 @@ MARKDOWN_LINES = [
     "> quoted prose",
     "    ",
     "a line ending in spaces    ",
+    "```",
+    "```bash",
+    "  ~~~",
+    "````",
 ]
 
 
