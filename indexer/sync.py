@@ -495,9 +495,8 @@ class Syncer:
         if report is None or self.store.language_backfill() is not None or not self.lock.claim_index():
             return sum(self.store.store_vectors(page.ids, page.matrix) for page in pages)
         try:
-            present = self.store.chunk_languages([i for page in pages for i in page.ids])
-            # another worker may have removed a held chunk meanwhile: it has no vector to count
-            pages = [page.only(present) for page in pages]
+            # (a chunk another worker removed meanwhile is counted, and its vector not stored:
+            # the same as its removal right after the estimate, which the rule also ignores)
             counts: dict[str, int] = {}
             for page in pages:
                 for lang in page.languages:
@@ -515,10 +514,10 @@ class Syncer:
         finally:
             self.lock.release_index()
 
-    def _vector_pages(self, page: int = VECTOR_PAGE) -> Iterator[VectorPage]:
+    def _vector_pages(self) -> Iterator[VectorPage]:
         after_id = 0
         while True:
-            vectors = self.store.vectors_by_language(after_id, page)
+            vectors = self.store.vectors_by_language(after_id, VECTOR_PAGE)
             if not vectors.ids:
                 return
             after_id = vectors.ids[-1]
@@ -653,7 +652,7 @@ class _HeldVectors:
     def within_bounds(self) -> bool:
         return self.nbytes <= HOLD_BYTES and time.monotonic() - self.started <= HOLD_SECONDS
 
-    def pages(self) -> list[_HeldPage]:
+    def pages(self) -> list[VectorPage]:
         """The held vectors cut as `Syncer._vector_pages` would read them once stored."""
         import numpy as np
 
@@ -661,20 +660,11 @@ class _HeldVectors:
             return []
         matrix = np.concatenate(self.blocks)
         return [
-            _HeldPage(
+            VectorPage(
                 self.ids[at : at + VECTOR_PAGE], self.languages[at : at + VECTOR_PAGE], matrix[at : at + VECTOR_PAGE]
             )
             for at in range(0, len(self.ids), VECTOR_PAGE)
         ]
-
-
-class _HeldPage(VectorPage):
-    def only(self, present: dict[int, str]) -> _HeldPage:
-        """This page without the chunks missing from `present` (chunk id -> language)."""
-        keep = [at for at, chunk_id in enumerate(self.ids) if chunk_id in present]
-        if len(keep) == len(self.ids):
-            return self
-        return _HeldPage([self.ids[at] for at in keep], [self.languages[at] for at in keep], self.matrix[keep])
 
 
 class IndexBusy(Exception):
