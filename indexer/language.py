@@ -109,12 +109,11 @@ def language_words(text: str) -> list[str]:
     non-space characters (`str.split` and the pattern's `\\S` agree on what a space is), its
     edges are never letters, so what is left once they are stripped is the word or nothing;
     most words are letters alone, and `str.isalpha` is a subset of the pattern's letters."""
-    words = []
-    for token in text.split():
-        core = token.strip(_TOKEN_EDGE)
-        if core.isalpha() or (core and _WHOLE_WORD.fullmatch(core)):
-            words.append(core)
-    return words
+    return [
+        core
+        for token in text.split()
+        if (core := token.strip(_TOKEN_EDGE)).isalpha() or (core and _WHOLE_WORD.fullmatch(core))
+    ]
 
 
 # ---- detection -------------------------------------------------------------------------------
@@ -375,8 +374,13 @@ def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
         if plan is None:
             languages.append(UNKNOWN)
             continue
-        found = {_decide(*next(verdicts), plan[1]) for _ in plan[0]}
-        languages.append(found.pop() if len(found) == 1 else UNKNOWN)
+        windows, sample = plan
+        found = _decide(*next(verdicts), sample)
+        if len(windows) == 2:  # both ends must agree: an unknown start already decides
+            tail = next(verdicts)
+            if found != UNKNOWN and _decide(*tail, sample) != found:
+                found = UNKNOWN
+        languages.append(found)
     return languages
 
 
