@@ -240,8 +240,8 @@ class _Scorer:
             self._walk_loop(data) if len(data) < _SEGMENT_WALK_BYTES else self._walk_segments(data)
         )
         features = self._output_array[states]
-        sample_of = np.repeat(np.arange(len(encoded), dtype=np.int64), lengths + 1)[: len(data)]
-        found = features >= 0
+        found = np.flatnonzero(features >= 0)
+        sample_of = np.repeat(np.arange(len(encoded), dtype=np.int64), lengths + 1)  # per byte (+ separator)
         n_features = self.table.shape[0]
         keys = sample_of[found] * n_features + features[found]
         keys.sort()
@@ -250,9 +250,9 @@ class _Scorer:
         if keys.size:
             starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
             counts = np.diff(np.append(starts, keys.size)).astype(np.float32)
-            keys = keys[starts]
-            owner = keys // n_features
-            weighted = self.table[keys % n_features] * np.log1p(counts)[:, None]
+            owner, feature = np.divmod(keys[starts], n_features)
+            weighted = np.take(self.table, feature, axis=0)
+            weighted *= np.log1p(counts)[:, None]
             firsts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
             scored = owner[firsts]
             scores = np.add.reduceat(weighted, firsts, axis=0, dtype=np.float64) + self.prior
