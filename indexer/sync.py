@@ -486,30 +486,31 @@ class Syncer:
         rounding as `_rewrite_neutral_space`) and the vectors neutralised with them. Without it
         (an embedder failure, too much held), raw, as any vector stored before an estimate.
 
-        The statistics are written first, in their own transaction: a kill between the two leaves
-        statistics and no vector, and the re-run neutralises the same vectors with them (the
-        rule sees its counts met), which is the state this run would have reached."""
+        The statistics are committed first, then the vectors in the pages they were embedded in
+        (a transaction each, as when not held): a kill in between leaves the statistics and some
+        of the vectors, all in their space, and the re-run neutralises the others with them (the
+        rule sees its counts met): the state this run would have reached."""
         model = self.config.embedding.model
         old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
-        pages = held.pages()
+        batches = held.batches
         if report is None or self.store.language_backfill() is not None or not self.lock.claim_index():
-            return sum(self.store.store_vectors(page.ids, page.matrix) for page in pages)
+            return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
         try:
             # (a chunk another worker removed meanwhile is counted, and its vector not stored:
             # the same as its removal right after the estimate, which the rule also ignores)
             counts: dict[str, int] = {}
-            for page in pages:
-                for lang in page.languages:
+            for batch in batches:
+                for lang in batch.languages:
                     counts[lang] = counts.get(lang, 0) + 1
             if self.store.vectors_by_language(0, 1).ids or not neutral.needs_estimate(old, counts, model):
-                return sum(self.store.store_vectors(page.ids, page.matrix) for page in pages)
-            new = _estimate_space(pages, model)
+                return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
+            new = _estimate_space(held.pages(), model)
             summary = new.summary()
             self.store.set_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
             log.info("language statistics re-estimated: %s", summary)
             report.neutral = summary
             return sum(
-                self.store.store_vectors(page.ids, new.neutralise(page.matrix, page.languages)) for page in pages
+                self.store.store_vectors(batch.ids, new.neutralise(batch.matrix, batch.languages)) for batch in batches
             )
         finally:
             self.lock.release_index()
@@ -632,22 +633,19 @@ def _estimate_space(pages: Iterable[VectorPage], model: str) -> neutral.NeutralS
 
 @dataclass
 class _HeldVectors:
-    """Raw vectors a first sync embedded and has not stored yet, in id order."""
+    """Raw vectors a first sync embedded and has not stored yet, in id order, in the pages
+    they were embedded in (stored in those: one transaction each, as when not held)."""
 
-    ids: list[int] = field(default_factory=list)
-    languages: list[str] = field(default_factory=list)
-    blocks: list[np.ndarray] = field(default_factory=list)
+    batches: list[VectorPage] = field(default_factory=list)
     nbytes: int = 0
     started: float = field(default_factory=time.monotonic)
 
     def add(self, ids: list[int], languages: list[str], vectors: np.ndarray) -> None:
         import numpy as np
 
-        block = np.asarray(vectors, dtype=np.float32)  # what the store keeps of them
-        self.ids += ids
-        self.languages += languages
-        self.blocks.append(block)
-        self.nbytes += block.nbytes
+        matrix = np.asarray(vectors, dtype=np.float32)  # what the store keeps of them
+        self.batches.append(VectorPage(ids, languages, matrix))
+        self.nbytes += matrix.nbytes
 
     def within_bounds(self) -> bool:
         return self.nbytes <= HOLD_BYTES and time.monotonic() - self.started <= HOLD_SECONDS
@@ -656,14 +654,14 @@ class _HeldVectors:
         """The held vectors cut as `Syncer._vector_pages` would read them once stored."""
         import numpy as np
 
-        if not self.blocks:
+        if not self.batches:
             return []
-        matrix = np.concatenate(self.blocks)
+        ids = [chunk_id for batch in self.batches for chunk_id in batch.ids]
+        languages = [lang for batch in self.batches for lang in batch.languages]
+        matrix = np.concatenate([batch.matrix for batch in self.batches])
         return [
-            VectorPage(
-                self.ids[at : at + VECTOR_PAGE], self.languages[at : at + VECTOR_PAGE], matrix[at : at + VECTOR_PAGE]
-            )
-            for at in range(0, len(self.ids), VECTOR_PAGE)
+            VectorPage(ids[at : at + VECTOR_PAGE], languages[at : at + VECTOR_PAGE], matrix[at : at + VECTOR_PAGE])
+            for at in range(0, len(ids), VECTOR_PAGE)
         ]
 
 
