@@ -650,19 +650,27 @@ class _HeldVectors:
     def within_bounds(self) -> bool:
         return self.nbytes <= HOLD_BYTES and time.monotonic() - self.started <= HOLD_SECONDS
 
-    def pages(self) -> list[VectorPage]:
-        """The held vectors cut as `Syncer._vector_pages` would read them once stored."""
+    def pages(self) -> Iterator[VectorPage]:
+        """The held vectors cut as `Syncer._vector_pages` would read them once stored, one page
+        at a time: joining them all first would hold a second copy of every one (twice the bound)."""
         import numpy as np
 
-        if not self.batches:
-            return []
-        ids = [chunk_id for batch in self.batches for chunk_id in batch.ids]
-        languages = [lang for batch in self.batches for lang in batch.languages]
-        matrix = np.concatenate([batch.matrix for batch in self.batches])
-        return [
-            VectorPage(ids[at : at + VECTOR_PAGE], languages[at : at + VECTOR_PAGE], matrix[at : at + VECTOR_PAGE])
-            for at in range(0, len(ids), VECTOR_PAGE)
-        ]
+        ids: list[int] = []
+        languages: list[str] = []
+        parts: list[np.ndarray] = []
+        for batch in self.batches:
+            at = 0
+            while at < len(batch.ids):
+                take = min(VECTOR_PAGE - len(ids), len(batch.ids) - at)
+                ids += batch.ids[at : at + take]
+                languages += batch.languages[at : at + take]
+                parts.append(batch.matrix[at : at + take])
+                at += take
+                if len(ids) == VECTOR_PAGE:
+                    yield VectorPage(ids, languages, np.concatenate(parts))
+                    ids, languages, parts = [], [], []
+        if ids:
+            yield VectorPage(ids, languages, np.concatenate(parts))
 
 
 class IndexBusy(Exception):

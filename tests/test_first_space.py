@@ -185,3 +185,35 @@ def test_a_kill_at_each_held_step_converges(kill_point: str, tmp_path: Path, ser
     check_after_kill(config_path, {MODEL: dict(vectors_by_text(reference_db))})
     rerun_and_compare(config_path, reference_db)
     assert index_summary(db)[0] == stats
+
+
+def test_the_estimate_reads_the_held_vectors_without_a_second_copy_of_them() -> None:
+    """The held vectors are bounded by HOLD_BYTES; estimating from them must not concatenate
+    them all (twice the bound at once), yet cut the same pages a stored index reads."""
+    import tracemalloc
+
+    rng = np.random.default_rng(7)
+    held = sync._HeldVectors()
+    for start in range(1, 9_001, 900):  # embedding pages that do not line up with VECTOR_PAGE
+        ids = list(range(start, start + 900))
+        held.add(ids, [("en", "cs", "unknown")[i % 3] for i in ids], rng.standard_normal((900, 96)).astype(np.float32))
+    ids = [i for batch in held.batches for i in batch.ids]
+    languages = [lang for batch in held.batches for lang in batch.languages]
+    matrix = np.concatenate([batch.matrix for batch in held.batches])
+    expected = [
+        (ids[at : at + sync.VECTOR_PAGE], languages[at : at + sync.VECTOR_PAGE], matrix[at : at + sync.VECTOR_PAGE])
+        for at in range(0, len(ids), sync.VECTOR_PAGE)
+    ]
+    pages = [(page.ids, page.languages, page.matrix) for page in held.pages()]
+    assert [p[:2] for p in pages] == [e[:2] for e in expected]
+    assert all(np.array_equal(p[2], e[2]) for p, e in zip(pages, expected, strict=True))
+    reference = sync._estimate_space([sync.VectorPage(*e) for e in expected], MODEL).to_json()
+    del pages, matrix, expected
+
+    tracemalloc.start()
+    try:
+        assert sync._estimate_space(held.pages(), MODEL).to_json() == reference
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < held.nbytes / 2
