@@ -479,3 +479,44 @@ def test_a_pooled_connection_the_server_dropped_is_replaced(pg_url: str, pg_serv
         assert again.conn.info.backend_pid != pid and again.counts()["files"] == 0
     finally:
         again.close()
+
+
+def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_rows_change(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-lived server reads through a new store each call (its connection from the pool):
+    the document frequencies a scoped query counted are kept for the next call while the
+    lexical rows are unchanged, counted again after a write, and forgotten with a new
+    connection (the server may have restarted and lost its last commits)."""
+    writer = PostgresStore.open(pg_url)
+    writer.ensure_source("s", "workspace")
+    with writer.transaction():
+        for path, texts in TEXTS.items():
+            writer.write_file("s", *doc(path, texts))
+    counted: list[list[str]] = []
+    count = PostgresStore._count_phrase_hits
+
+    def counting(store: PostgresStore, phrases: Any) -> None:
+        counted.append(list(phrases))
+        count(store, phrases)
+
+    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    scope = SearchScope(path="devops")
+
+    def one_call(match: str) -> list[Any]:
+        reader = PostgresStore.open(pg_url, readonly=True)
+        try:
+            return reader.fts_search(match, 10, scope)
+        finally:
+            reader.close()
+
+    first = one_call('"server"* OR "backup"')
+    assert first and len(counted) == 1
+    assert one_call('"server"* OR "backup"') == first and len(counted) == 1
+    with writer.transaction():
+        writer.write_file("s", *doc("devops/more.md", ["backup backup of the server"]))
+    changed = one_call('"server"* OR "backup"')
+    assert len(counted) == 2
+    pg_module.discard_pool()
+    assert one_call('"server"* OR "backup"') == changed and len(counted) == 3
+    writer.close()

@@ -667,9 +667,14 @@ def _vector_bytes(sent: bytes) -> bytes:
 _pool_lock = threading.Lock()
 _pool: dict[tuple[str, bool], list[psycopg.Connection[Any]]] = {}
 _pool_pid = os.getpid()
+# url -> (lexical rows' version, phrase -> chunks holding it, phrase -> sampled estimate), see
+# PostgresStore._remember_phrase_hits
+_phrase_memory: dict[str, tuple[str, dict[str, int], dict[str, float]]] = {}
 
 
 def _connect(url: str, readonly: bool) -> psycopg.Connection[Any]:
+    with _pool_lock:  # maybe a restarted server, whose lost commits' transaction ids come again
+        _phrase_memory.pop(url, None)
     extra: dict[str, Any] = {}
     if "connect_timeout" not in url:
         extra["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -1762,9 +1767,13 @@ class PostgresStore:
         """Keep document frequencies for the lexical rows' `version`; a new version (any write
         since) forgets the older counts. Bounded: a long-lived server sees unbounded queries."""
         if version != self._phrase_hits_key or len(self._phrase_hits) + len(self._phrase_samples) > PHRASE_HITS_KEPT:
-            self._phrase_hits = {}
-            self._phrase_samples = {}
-            self._phrase_hits_key = version
+            # shared by the process's stores of this index at this version: a server opens a store
+            # per call, whose own counts would start empty every time
+            with _pool_lock:
+                kept = _phrase_memory.get(self.url)
+                if kept is None or kept[0] != version or len(kept[1]) + len(kept[2]) > PHRASE_HITS_KEPT:
+                    kept = _phrase_memory[self.url] = (version, {}, {})
+            self._phrase_hits_key, self._phrase_hits, self._phrase_samples = kept
         self._phrase_hits.update(hits)
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
