@@ -45,8 +45,8 @@ def busy() -> bool:
 
 
 def apart(work: Callable[[], T]) -> Future[T] | None:
-    """Start `work` on a free shared worker; None (nothing started) when every worker is busy,
-    and the caller runs it itself."""
+    """Start `work` on a free shared worker; None (nothing started) when every worker is busy
+    or Python is exiting, and the caller runs it itself."""
     global _running
     pool = _pool()
     with _lock:
@@ -55,6 +55,9 @@ def apart(work: Callable[[], T]) -> Future[T] | None:
         _running += 1
     try:
         future = pool.submit(work)
+    except RuntimeError:  # Python is exiting (a thread that outlives the main one): no new work
+        _done()
+        return None
     except BaseException:
         _done()
         raise

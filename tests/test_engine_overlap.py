@@ -356,3 +356,26 @@ def test_a_sibling_the_server_refuses_leaves_the_vector_half_to_the_store(
     assert run() == expected
     assert refused and all(name.startswith("search-half") for name in refused)
     assert reader.conn.info.transaction_status == pg_module.TransactionStatus.IDLE  # type: ignore[attr-defined]
+
+
+def test_a_search_after_the_interpreter_began_to_exit_runs_its_halves_in_turn(tmp_path: Path) -> None:
+    """Once Python begins to exit (the main thread returned), a thread pool takes no new work:
+    a search still running on another thread then runs its halves one after the other
+    instead of failing."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import threading, time\n"
+        "from search import overlap\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    print('started' if overlap.apart(lambda: 1) is not None else 'in turn', overlap.busy())\n"
+        "threading.Thread(target=late).start()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["in", "turn", "False"]
