@@ -175,7 +175,9 @@ class Lexicon:
         words = [w for w, _ in ranked]
         counts = [c for _, c in ranked]
         reliable = sum(1 for c in counts if c >= MIN_RELIABLE)
-        slope = zipf_slope(counts, FIT_FROM_RANK, reliable)
+        if reliable < 2:
+            raise ValueError(f"too little {lang} text: {reliable} words seen {MIN_RELIABLE}+ times")
+        slope = zipf_slope(counts, min(FIT_FROM_RANK, reliable // 2), reliable)
         vocab = max(vocab, len(words))
         words += _synthetic_tail(lang, words, set(words), vocab - len(words))
         anchor = counts[reliable - 1]
@@ -244,15 +246,15 @@ class RealisticWords:
         return sample
 
 
-def realistic_words(data: Path, cache: Path) -> RealisticWords:
+def realistic_words(data: Path, cache: Path, vocab: int = VOCAB_PER_LANG) -> RealisticWords:
     ranked = cached_counts(data, cache)
-    lexicons = {lang: Lexicon.build(lang, rows) for lang, rows in ranked.items()}
+    lexicons = {lang: Lexicon.build(lang, rows, vocab) for lang, rows in ranked.items()}
     h = hashlib.sha256(REAL_GEN_VERSION.encode())
     h.update(json.dumps(ranked, ensure_ascii=False).encode())
     params = (
         MIN_RELIABLE,
         TAIL_SLOPE,
-        VOCAB_PER_LANG,
+        vocab,
         TOPIC_WORDS,
         TOPIC_MIN_RANK,
         TOPIC_SHARE,
