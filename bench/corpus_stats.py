@@ -1,0 +1,182 @@
+"""What the benchmark corpora look like to a lexical engine: the realistic generator's
+parameters, and per built index its vocabulary and the document frequency of its query terms.
+
+    .venv/bin/python -m bench.corpus_stats [--sizes 100000,1000000] [--data /work/shared/eval]
+        [--dense-cache DIR]
+
+Reads the store-built indexes that bench_pg / bench_search left in the bench cache (a size not
+built yet is reported as such; nothing is built here). Document frequencies are counted with
+the engine's own MATCH expression of each term (prefix stars included), as a fraction of the
+index's chunks; "OR of the terms" is what BM25 has to score for the whole query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/corpus_stats.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    __package__ = "bench"
+
+from bench import corpus_real
+from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, Corpus, RealisticWords, corpus_of
+from bench.machine import cache_root, code_key
+from bench.report import eprint, md_table
+
+QUERIES = 50
+
+
+def generator_table(source: RealisticWords) -> str:
+    rows: list[list[object]] = []
+    for lang, lex in source.lexicons.items():
+        rows.append(
+            [
+                lang,
+                f"{lex.tokens:,}",
+                f"{lex.measured:,}",
+                f"{lex.reliable:,}",
+                f"{lex.slope:.2f}",
+                f"{corpus_real.TAIL_SLOPE:.1f}",
+                f"{len(lex.words):,}",
+                f"{lex.share(lex.reliable + 1, len(lex.words)):.1%}",
+                f"{lex.share(lex.measured + 1, len(lex.words)):.1%}",
+            ]
+        )
+    table = md_table(
+        [
+            "lang",
+            "words counted",
+            "distinct",
+            f"r0 (seen ≥ {corpus_real.MIN_RELIABLE}×)",
+            "head slope (fitted)",
+            "tail slope",
+            "ranks",
+            "draws past r0",
+            "draws of synthetic words",
+        ],
+        rows,
+    )
+    mix = (
+        f"Each word of a note: {corpus_real.TOPIC_SHARE:.0%} from its topic's lexicon "
+        f"({corpus_real.TOPIC_WORDS} words, log-uniform over ranks ≥ {corpus_real.TOPIC_MIN_RANK}, "
+        f"Zipf in their own order), {corpus_real.NOTE_SHARE:.0%} one of the note's "
+        f"{corpus_real.NOTE_KEYWORDS} keywords, the rest from the language's ranks above "
+        "(the shares in the table are of those global draws). Query words: "
+        + ", ".join(f"{share:.0%} from ranks {lo:.0%}-{hi:.0%}" for share, lo, hi in corpus_real.QUERY_BANDS)
+        + " of the measured content words (4+ letters, no stop words)."
+    )
+    return table + "\n\n" + mix
+
+
+def find_index(corpus: Corpus, size: int, roots: list[Path]) -> Path | None:
+    name = f"{corpus.name('search', size)}-g{corpus.version}-{code_key()}"
+    for root in roots:
+        db = root / name / "db" / "index.sqlite"
+        if (root / name / "DONE.json").exists() and db.exists():
+            return db
+    return None
+
+
+def index_row(corpus: Corpus, size: int, db: Path) -> list[object]:
+    """Vocabulary and query-term document frequencies of one index, read-only."""
+    import apsw
+
+    from search.querybuild import build_fts_query, query_terms
+
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        conn.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, 'chunks_fts', 'row')")
+        vocab = conn.execute("SELECT count(*) FROM temp.vocab").fetchone()[0]
+        terms: dict[str, float] = {}
+        matched: list[float] = []
+
+        def count(match: str) -> float:
+            return (
+                conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)).fetchone()[0]
+                / chunks
+            )
+
+        for q in corpus.queries(QUERIES):
+            for term in query_terms(q):
+                if term.match not in terms:
+                    terms[term.match] = count(term.match)
+            expression = build_fts_query(q)
+            if expression:
+                matched.append(count(expression))
+    finally:
+        conn.close()
+    dfs = sorted(terms.values())
+    p90 = statistics.quantiles(dfs, n=10)[-1]
+    qp90 = statistics.quantiles(matched, n=10)[-1]
+    rare = sum(1 for d in dfs if d < 0.01) / len(dfs)
+    return [
+        corpus.kind,
+        f"{chunks:,}",
+        f"{vocab:,}",
+        len(dfs),
+        f"{statistics.median(dfs):.2%}",
+        f"{p90:.1%}",
+        f"{rare:.0%}",
+        f"{statistics.median(matched):.1%}",
+        f"{qp90:.1%}",
+    ]
+
+
+def run(sizes: list[int], data: Path, dense_cache: Path | None) -> str:
+    realistic = corpus_of("realistic", data)
+    rows: list[list[object]] = []
+    for size in sizes:
+        for kind in CORPUS_KINDS:
+            corpus = realistic if kind == "realistic" else corpus_of(kind)
+            roots = [cache_root()] + ([dense_cache] if dense_cache and kind == "dense" else [])
+            db = find_index(corpus, size, roots)
+            if db is None:
+                rows.append([kind, f"{size:,} (not built)", "", "", "", "", "", "", ""])
+                continue
+            eprint(f"  {kind} {size:,}: {db}")
+            rows.append(index_row(corpus, size, db))
+    return "\n".join(
+        [
+            f"### The realistic corpus's generator (version {realistic.version})",
+            "",
+            generator_table(realistic.source),
+            "",
+            f"### Vocabulary and document frequency of the {QUERIES} benchmark queries' terms",
+            "",
+            md_table(
+                [
+                    "corpus",
+                    "chunks",
+                    "vocabulary (FTS terms)",
+                    "query terms",
+                    "term df p50",
+                    "term df p90",
+                    "terms in < 1 %",
+                    "query (OR) p50",
+                    "query (OR) p90",
+                ],
+                rows,
+            ),
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated chunk counts")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="eval data the realistic words come from")
+    parser.add_argument("--dense-cache", type=Path, help="another bench cache folder holding the dense indexes")
+    parser.add_argument("--out", type=Path, help="also write the report to this file")
+    args = parser.parse_args()
+    text = run([int(s) for s in args.sizes.split(",")], args.data, args.dense_cache)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
