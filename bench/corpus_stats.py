@@ -126,11 +126,11 @@ def index_row(corpus: Corpus, size: int, db: Path) -> list[object]:
     ]
 
 
-def run(sizes: list[int], data: Path, dense_cache: Path | None) -> str:
+def run(sizes: list[int], data: Path, dense_cache: Path | None, kinds: tuple[str, ...] = CORPUS_KINDS) -> str:
     realistic = corpus_of("realistic", data)
     rows: list[list[object]] = []
     for size in sizes:
-        for kind in CORPUS_KINDS:
+        for kind in kinds:
             corpus = realistic if kind == "realistic" else corpus_of(kind)
             roots = [cache_root()] + ([dense_cache] if dense_cache and kind == "dense" else [])
             db = find_index(corpus, size, roots)
@@ -170,9 +170,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated chunk counts")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="eval data the realistic words come from")
     parser.add_argument("--dense-cache", type=Path, help="another bench cache folder holding the dense indexes")
+    parser.add_argument("--kinds", default=",".join(CORPUS_KINDS), help="comma-separated corpus kinds")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args()
-    text = run([int(s) for s in args.sizes.split(",")], args.data, args.dense_cache)
+    kinds = tuple(args.kinds.split(","))
+    text = run([int(s) for s in args.sizes.split(",")], args.data, args.dense_cache, kinds)
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
