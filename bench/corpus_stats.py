@@ -5,7 +5,9 @@ parameters, and per built index its vocabulary and the document frequency of its
         [--dense-cache DIR]
 
 Reads the store-built indexes that bench_pg / bench_search left in the bench cache (a size not
-built yet is reported as such; nothing is built here). Document frequencies are counted with
+built yet is reported as such; nothing is built here). `--latency` also times SQLite search in
+one long-lived process on each pair of indexes, the corpora alternating round by round so that
+both see the same machine load. Document frequencies are counted with
 the engine's own MATCH expression of each term (prefix stars included), as a fraction of the
 index's chunks; "OR of the terms" is what BM25 has to score for the whole query.
 """
@@ -13,8 +15,10 @@ index's chunks; "OR of the terms" is what BM25 has to score for the whole query.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/corpus_stats.py`
@@ -27,6 +31,12 @@ from bench.machine import cache_root, code_key
 from bench.report import eprint, md_table
 
 QUERIES = 50
+LATENCY_ROUNDS = 3
+LATENCY_PLAN = (("hybrid", "all"), ("hybrid", "1% (--path area-07)"), ("lex", "all"), ("vec", "all"))
+
+
+def load_average() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def generator_table(source: RealisticWords) -> str:
@@ -126,10 +136,69 @@ def index_row(corpus: Corpus, size: int, db: Path) -> list[object]:
     ]
 
 
-def run(sizes: list[int], data: Path, dense_cache: Path | None, kinds: tuple[str, ...] = CORPUS_KINDS) -> str:
+def sqlite_latency(size: int, built: list[tuple[Corpus, Path]]) -> list[list[object]]:
+    """p50/p90 of engine searches on each index (read-only, resident vectors, query vector
+    precomputed), per-query median of LATENCY_ROUNDS rounds; the corpora take turns."""
+    from bench.bench_search import FixedQueryEmbedder, _scopes
+    from bench.corpus_text import AREAS, TOPICS_PER_AREA, query_vector
+    from bench.report import Stats, ms
+    from bench.workspaces import Workspace
+    from indexer.store import Store
+    from search.engine import search
+    from search.resident import ResidentVectors
+
+    scopes = _scopes()
+    opened = []
+    for corpus, db in built:
+        ws = Workspace(db.parent.parent, 0, 0)
+        resident = ResidentVectors(db)
+        resident.reload_in_background()
+        if not resident.wait():
+            raise RuntimeError(f"the vectors of {db} could not be loaded")
+        qs = corpus.queries(QUERIES)
+        embedder = FixedQueryEmbedder({q: query_vector(i, AREAS * TOPICS_PER_AREA) for i, q in enumerate(qs)})
+        opened.append((corpus, Store.open(db, readonly=True), ws.config(), resident, qs, embedder))
+    samples: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    try:
+        for _ in range(LATENCY_ROUNDS):
+            for corpus, store, config, resident, qs, embedder in opened:
+                for mode, scope_name in LATENCY_PLAN:
+                    per = samples.setdefault((corpus.kind, mode, scope_name), {})
+                    for q in qs:
+                        started = time.perf_counter()
+                        search(
+                            store,
+                            config,
+                            q,
+                            k=8,
+                            mode=mode,
+                            scope=scopes[scope_name],
+                            embedder_factory=lambda e=embedder: e,
+                            resident=resident,
+                        )
+                        per.setdefault(q, []).append(time.perf_counter() - started)
+    finally:
+        for _, store, *_ in opened:
+            store.close()
+    rows: list[list[object]] = []
+    for (kind, mode, scope_name), per in samples.items():
+        s = Stats.of([statistics.median(v) for v in per.values()])
+        rows.append([f"{size:,}", kind, mode, scope_name, s.n, ms(s.median), ms(s.p90), ms(s.max)])
+    return rows
+
+
+def run(
+    sizes: list[int],
+    data: Path,
+    dense_cache: Path | None,
+    kinds: tuple[str, ...] = CORPUS_KINDS,
+    with_latency: bool = False,
+) -> str:
     realistic = corpus_of("realistic", data)
     rows: list[list[object]] = []
+    latency_rows: list[list[object]] = []
     for size in sizes:
+        built: list[tuple[Corpus, Path]] = []
         for kind in kinds:
             corpus = realistic if kind == "realistic" else corpus_of(kind)
             roots = [cache_root()] + ([dense_cache] if dense_cache and kind == "dense" else [])
@@ -139,6 +208,10 @@ def run(sizes: list[int], data: Path, dense_cache: Path | None, kinds: tuple[str
                 continue
             eprint(f"  {kind} {size:,}: {db}")
             rows.append(index_row(corpus, size, db))
+            built.append((corpus, db))
+        if with_latency and built:
+            eprint(f"  SQLite latency at {size:,} ...")
+            latency_rows += sqlite_latency(size, built)
     return "\n".join(
         [
             f"### The realistic corpus's generator (version {realistic.version})",
@@ -162,6 +235,17 @@ def run(sizes: list[int], data: Path, dense_cache: Path | None, kinds: tuple[str
                 rows,
             ),
         ]
+        + (
+            [
+                "",
+                f"### SQLite latency side by side (long-lived process, k=8, per-query median of {LATENCY_ROUNDS} "
+                f"rounds, the corpora alternating; {load_average()})",
+                "",
+                md_table(["index", "corpus", "mode", "scope", "queries", "p50 ms", "p90 ms", "max ms"], latency_rows),
+            ]
+            if latency_rows
+            else []
+        )
     )
 
 
@@ -171,10 +255,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="eval data the realistic words come from")
     parser.add_argument("--dense-cache", type=Path, help="another bench cache folder holding the dense indexes")
     parser.add_argument("--kinds", default=",".join(CORPUS_KINDS), help="comma-separated corpus kinds")
+    parser.add_argument("--latency", action="store_true", help="also time SQLite search on each pair of indexes")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     kinds = tuple(args.kinds.split(","))
-    text = run([int(s) for s in args.sizes.split(",")], args.data, args.dense_cache, kinds)
+    text = run([int(s) for s in args.sizes.split(",")], args.data, args.dense_cache, kinds, args.latency)
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
