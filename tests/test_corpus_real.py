@@ -204,3 +204,20 @@ def test_cache_names_never_reach_a_dense_cache(tmp_path: Path, monkeypatch: pyte
 def test_unknown_corpus_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="dense, realistic"):
         corpus_real.corpus_of("sparse")
+
+
+def test_a_realistic_index_is_built_and_measured(
+    source: corpus_real.RealisticWords, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import corpus_stats
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    corpus = Corpus("realistic", source.version, "real-", source, lambda n: realistic_queries(source, n))
+    ws = workspaces.store_built_workspace(corpus.name("search", 300), chunks=300, log=lambda m: None, corpus=corpus)
+    assert (ws.notes / note_path(5)).read_text(encoding="utf-8") == corpus.note_text(5)
+    assert corpus_stats.find_index(corpus, 300, [workspaces.cache_root()]) == ws.db
+    assert corpus_stats.find_index(DENSE_CORPUS, 300, [workspaces.cache_root()]) is None
+    row = corpus_stats.index_row(corpus, 300, ws.db)
+    assert row[:2] == ["realistic", f"{ws.chunks:,}"] and int(str(row[2]).replace(",", "")) > 1_000
+    fractions = [float(str(cell).rstrip("%")) for cell in row[4:]]
+    assert all(0.0 <= f <= 100.0 for f in fractions) and fractions[0] <= fractions[1]
