@@ -136,9 +136,9 @@ def index_row(corpus: Corpus, size: int, db: Path) -> list[object]:
     ]
 
 
-def sqlite_latency(size: int, built: list[tuple[Corpus, Path]]) -> list[list[object]]:
+def sqlite_latency(size: int, built: list[tuple[Corpus, Path]], rounds: int = LATENCY_ROUNDS) -> list[list[object]]:
     """p50/p90 of engine searches on each index (read-only, resident vectors, query vector
-    precomputed), per-query median of LATENCY_ROUNDS rounds; the corpora take turns."""
+    precomputed), per-query median of `rounds` rounds; the corpora take turns."""
     from bench.bench_search import FixedQueryEmbedder, _scopes
     from bench.corpus_text import AREAS, TOPICS_PER_AREA, query_vector
     from bench.report import Stats, ms
@@ -160,7 +160,7 @@ def sqlite_latency(size: int, built: list[tuple[Corpus, Path]]) -> list[list[obj
         opened.append((corpus, Store.open(db, readonly=True), ws.config(), resident, qs, embedder))
     samples: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     try:
-        for _ in range(LATENCY_ROUNDS):
+        for _ in range(rounds):
             for corpus, store, config, resident, qs, embedder in opened:
                 for mode, scope_name in LATENCY_PLAN:
                     per = samples.setdefault((corpus.kind, mode, scope_name), {})
@@ -193,6 +193,8 @@ def run(
     dense_cache: Path | None,
     kinds: tuple[str, ...] = CORPUS_KINDS,
     with_latency: bool = False,
+    rounds: int = LATENCY_ROUNDS,
+    with_df: bool = True,
 ) -> str:
     realistic = corpus_of("realistic", data)
     rows: list[list[object]] = []
@@ -207,11 +209,12 @@ def run(
                 rows.append([kind, f"{size:,} (not built)", "", "", "", "", "", "", ""])
                 continue
             eprint(f"  {kind} {size:,}: {db}")
-            rows.append(index_row(corpus, size, db))
+            if with_df:
+                rows.append(index_row(corpus, size, db))
             built.append((corpus, db))
         if with_latency and built:
             eprint(f"  SQLite latency at {size:,} ...")
-            latency_rows += sqlite_latency(size, built)
+            latency_rows += sqlite_latency(size, built, rounds)
     return "\n".join(
         [
             f"### The realistic corpus's generator (version {realistic.version})",
@@ -238,7 +241,7 @@ def run(
         + (
             [
                 "",
-                f"### SQLite latency side by side (long-lived process, k=8, per-query median of {LATENCY_ROUNDS} "
+                f"### SQLite latency side by side (long-lived process, k=8, per-query median of {rounds} "
                 f"rounds, the corpora alternating; {load_average()})",
                 "",
                 md_table(["index", "corpus", "mode", "scope", "queries", "p50 ms", "p90 ms", "max ms"], latency_rows),
@@ -256,10 +259,20 @@ def main() -> None:
     parser.add_argument("--dense-cache", type=Path, help="another bench cache folder holding the dense indexes")
     parser.add_argument("--kinds", default=",".join(CORPUS_KINDS), help="comma-separated corpus kinds")
     parser.add_argument("--latency", action="store_true", help="also time SQLite search on each pair of indexes")
+    parser.add_argument("--rounds", type=int, default=LATENCY_ROUNDS, help="latency rounds per corpus")
+    parser.add_argument("--no-df", action="store_true", help="skip the document-frequency counts")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     kinds = tuple(args.kinds.split(","))
-    text = run([int(s) for s in args.sizes.split(",")], args.data, args.dense_cache, kinds, args.latency)
+    text = run(
+        [int(s) for s in args.sizes.split(",")],
+        args.data,
+        args.dense_cache,
+        kinds,
+        args.latency,
+        args.rounds,
+        not args.no_df,
+    )
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
