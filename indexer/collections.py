@@ -259,7 +259,13 @@ def _tags(value: Any) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list):
         return ()
-    return tuple(str(tag) for tag in value if isinstance(tag, (str, int, float)) and str(tag))
+    return tuple(_without_nul(str(tag)) for tag in value if isinstance(tag, (str, int, float)) and str(tag))
+
+
+def _without_nul(text: str) -> str:
+    """YAML can spell a NUL ("a\\0b") and PostgreSQL text holds none: it becomes U+FFFD here, at the
+    source, so both stores hold the same name and a sync compares what it found with what it stored."""
+    return text.replace("\x00", "\ufffd")
 
 
 def load_collections(
@@ -276,7 +282,7 @@ def load_collections(
         meta = _read_meta(os.path.join(folder.path, META_FILE), where, log)
         fallback = folder.rel or source_id
         name = meta.get("name")
-        name = name.strip() if isinstance(name, str) and name.strip() else fallback
+        name = _without_nul(name.strip()) if isinstance(name, str) and name.strip() else fallback
         if name in taken:
             log.warning("%s: collection name %r is already used, using %r", where, name, fallback)
             name = fallback
@@ -288,7 +294,7 @@ def load_collections(
         result.append(
             CollectionFolder(
                 name=name,
-                description=description.strip() if isinstance(description, str) else "",
+                description=_without_nul(description.strip()) if isinstance(description, str) else "",
                 tags=_tags(meta.get("tags")),
                 source_id=source_id,
                 folder=folder.rel,

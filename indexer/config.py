@@ -345,8 +345,9 @@ def _search(raw: dict[str, Any], c: _Checker) -> SearchConfig:
 
 
 def _check_id(source_id: Any, key: str, c: _Checker) -> str:
-    if not isinstance(source_id, str) or not source_id or ":" in source_id or "/" in source_id:
-        raise c.fail(key, "source id must be a non-empty string without ':' or '/'")
+    if not isinstance(source_id, str) or not source_id or any(bad in source_id for bad in ":/\0"):
+        # NUL: PostgreSQL text holds none, and a root collection is named after its source
+        raise c.fail(key, "source id must be a non-empty string without ':', '/' or a NUL character")
     return source_id
 
 

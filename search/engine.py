@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
@@ -13,10 +14,12 @@ from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
 from search.fusion import Fused, exact_value_terms, match_terms, rrf, term_coverage
-from search.querybuild import build_exact_query, query_terms
+from search.querybuild import QueryTerm, build_exact_query, query_terms
 from search.snippets import excerpt, snippet_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
+    from concurrent.futures import Future
+
     import numpy as np
 
     from indexer.embedders import Embedder
@@ -178,64 +181,63 @@ def search(
     match = " OR ".join(term.match for term in terms) if terms else None
     rules = exact_rules(terms)
     with store.snapshot():
-        query_vector = None
+        half = None
         if mode != "lex":
             meta = check_identity(config, store)
             response.vector_space = describe_vector_space(config, meta)
             from indexer.language import detect_query_language  # the model is loaded for vectors anyway
 
             response.query_language = detect_query_language(query)
-            query_vector = _embed_query(config, embedder_factory, query, mode, notices, info)
-            if query_vector is not None and config.embedding.language_neutral and response.query_language != UNKNOWN:
-                basis = neutral.query_basis(meta.get(neutral.STATS_KEY) or "")
-                if basis is not None:
-                    query_vector = neutral.project_query(query_vector, basis)
-                    response.vector_space = (
-                        f"{response.vector_space}; query projected off the index's language directions"
-                    )
-            if query_vector is not None:
-                pending = store.count_pending(scope)
-                if pending:
-                    notices.append(
-                        f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
-                        "they can only match by keywords"
-                    )
+            half = _VectorHalf(
+                store,
+                config,
+                meta,
+                query,
+                response.query_language,
+                mode,
+                scope,
+                embedder_factory,
+                resident,
+                # only a keyword half gives the query's embedding something to run beside
+                overlap=mode == "hybrid" and match is not None,
+            )
         if mode == "lex" and match is None:
             info.append("the query has no searchable words")
-        while True:
-            lexical: list[RankedChunk] = []
-            if match is not None:
-                lexical = store.fts_search(match, depth, scope)
-                exact_match = build_exact_query(terms)
-                if exact_match is not None and len(lexical) >= depth:
-                    # an exact match is also a prefix match: only a full list can have left one out
-                    seen = {cid for cid, _ in lexical}
-                    lexical += [hit for hit in store.fts_search(exact_match, depth, scope) if hit.chunk_id not in seen]
-            vector: list[RankedChunk] = []
-            if query_vector is not None:
-                from_memory = resident.knn(store, query_vector, depth) if resident and scope.is_all else None
-                vector = from_memory if from_memory is not None else store.vec_search(query_vector, depth, scope)
-            candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
-            rows = store.chunk_rows(candidates)
-            # only a hybrid query of known language asks which candidates the keywords could not see
-            knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
-            keyword_ids = {cid for cid, _ in lexical}
-            languages = store.chunk_languages(candidates - keyword_ids) if knows_language else {}
-            fused, blind = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
-            chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
-            shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
-            if mode != "lex" and shown:  # --explain names each hit's language
-                languages.update(store.chunk_languages(shown))
-            response.results = _hits(chosen, rows, lexical, vector, languages, blind, query)
-            exhausted = len(lexical) < depth and len(vector) < depth
-            if (
-                len(response.results) >= k
-                or exhausted
-                or depth >= MAX_DEPTH
-                or (per_file is None and min_similarity is None)
-            ):
-                break
-            depth = min(MAX_DEPTH, depth * 4)
+        try:
+            while True:
+                if half is not None:
+                    half.start(depth)
+                try:
+                    lexical = _lexical_half(store, match, terms, depth, scope)
+                except Exception:
+                    if half is not None:
+                        half.settle()  # a failure of what ran before the keyword half comes first
+                    raise
+                vector = half.collect(response, notices, info) if half is not None else []
+                candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
+                rows = store.chunk_rows(candidates)
+                # only a hybrid query of known language asks which candidates the keywords could not see
+                knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
+                keyword_ids = {cid for cid, _ in lexical}
+                languages = store.chunk_languages(candidates - keyword_ids) if knows_language else {}
+                fused, blind = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
+                chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
+                shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
+                if mode != "lex" and shown:  # --explain names each hit's language
+                    languages.update(store.chunk_languages(shown))
+                response.results = _hits(chosen, rows, lexical, vector, languages, blind, query)
+                exhausted = len(lexical) < depth and len(vector) < depth
+                if (
+                    len(response.results) >= k
+                    or exhausted
+                    or depth >= MAX_DEPTH
+                    or (per_file is None and min_similarity is None)
+                ):
+                    break
+                depth = min(MAX_DEPTH, depth * 4)
+        finally:
+            if half is not None:
+                half.close()
     if mode == "hybrid" and not lexical:
         if match is None:
             meaning_only = ": every hit matches by meaning only" if response.results else ""
@@ -247,6 +249,199 @@ def search(
     response.degraded = bool(notices)
     response.notice = "; ".join(notices + info) or None
     return response
+
+
+def _lexical_half(
+    store: IndexReader, match: str | None, terms: list[QueryTerm], depth: int, scope: SearchScope
+) -> list[RankedChunk]:
+    """The keyword half: prefix matches, then the exact ones a full list may have left out."""
+    if match is None:
+        return []
+    lexical = store.fts_search(match, depth, scope)
+    exact_match = build_exact_query(terms)
+    if exact_match is not None and len(lexical) >= depth:
+        # an exact match is also a prefix match: only a full list can have left one out
+        seen = {cid for cid, _ in lexical}
+        lexical += [hit for hit in store.fts_search(exact_match, depth, scope) if hit.chunk_id not in seen]
+    return lexical
+
+
+@dataclass
+class _QueryVector:
+    """The query's vector (None: the vector half finds nothing) and what preparing it found."""
+
+    vector: np.ndarray | None
+    projected: bool = False
+    notices: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+    from_memory: list[RankedChunk] | None = None  # the resident copy's answer, when asked and current
+    failed: Exception | None = None  # what stopped the resident copy's answer
+
+
+@dataclass
+class _Pass:
+    """One pass of the vector half: the query vector on the first, the hits or what stopped them
+    (kept apart: the keyword half's failure, had it one, came first)."""
+
+    prepared: _QueryVector | None
+    hits: list[RankedChunk]
+    error: Exception | None = None
+
+
+class _VectorHalf:
+    """The vector half of one search, inside the store's snapshot: `start` begins a pass at a
+    depth, the caller runs the keyword half, `collect` ends the pass. With `overlap`, the first
+    pass embeds the query on a shared worker meanwhile, and where the store opens a sibling
+    reader in its snapshot (PostgreSQL) the worker also searches the vectors through it;
+    otherwise, or when every worker is busy, the rest runs in `collect`, in the order a search
+    without the workers runs it."""
+
+    def __init__(
+        self,
+        store: IndexReader,
+        config: Config,
+        meta: dict[str, str],
+        query: str,
+        query_language: str,
+        mode: str,
+        scope: SearchScope,
+        embedder_factory: Callable[[], Embedder],
+        resident: ResidentVectors | None,
+        *,
+        overlap: bool,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.meta = meta
+        self.query = query
+        self.query_language = query_language
+        self.mode = mode
+        self.scope = scope
+        self.embedder_factory = embedder_factory
+        self.resident = resident
+        self.overlap = overlap
+        self.depth = 0
+        self.vector: np.ndarray | None = None
+        self.prepared = False
+        self.reader: IndexReader | None = None  # the sibling, once the worker opened it
+        self.opened = ExitStack()
+        self.running: Future[_Pass] | None = None  # a pass through the sibling
+        self.embedding: Future[_QueryVector] | None = None  # the query vector, for a pass here
+
+    def start(self, depth: int) -> None:
+        self.depth = depth
+        if not self.overlap:
+            return
+        from search.overlap import apart, busy
+
+        if not self.prepared:
+            if busy():  # nothing would run apart: no snapshot to export for it
+                return
+            opener = self.store.sibling()
+            if opener is None:  # the store's connection stays with the keyword half
+                # the resident copy answers apart from the store, for the generation read here
+                generation = self.store.vectors_generation() if self.resident and self.scope.is_all else None
+                self.embedding = apart(lambda: self._embedded(generation, depth))
+            else:
+                self.running = apart(lambda: self._first_pass(depth, opener))
+        elif self.reader is not None:
+            reader = self.reader
+            self.running = apart(lambda: self._searched(reader, depth))
+
+    def settle(self) -> None:
+        """Wait for work running apart; raise what stopped the query vector's preparation."""
+        for running in (self.embedding, self.running):
+            if running is not None:
+                running.result()
+
+    def collect(self, response: SearchResponse, notices: list[str], info: list[str]) -> list[RankedChunk]:
+        """The pass's hits; on the first pass also what preparing the query vector had to say."""
+        running, self.running = self.running, None
+        embedding, self.embedding = self.embedding, None
+        if running is not None:
+            done = running.result()
+        elif embedding is not None:
+            done = self._counted_and_searched(embedding.result(), self.store, self.depth)
+        elif not self.prepared:
+            done = self._first_pass(self.depth, None)
+        else:
+            done = self._searched(self.reader or self.store, self.depth)
+        if done.prepared is not None:
+            notices += done.prepared.notices
+            info += done.prepared.info
+            if done.prepared.projected:
+                response.vector_space = f"{response.vector_space}; query projected off the index's language directions"
+        if done.error is not None:
+            raise done.error
+        return done.hits
+
+    def close(self) -> None:
+        """Wait for work still running apart (the keyword half failed), then close the sibling."""
+        running: list[Future[Any]] = [future for future in (self.embedding, self.running) if future is not None]
+        if running:
+            from concurrent.futures import wait
+
+            wait(running)
+            self.embedding = self.running = None
+        self.opened.close()
+
+    def _first_pass(self, depth: int, opener: Callable[[], AbstractContextManager[IndexReader]] | None) -> _Pass:
+        """The query vector, then the first search: through a sibling reader (on a worker), or
+        through the store itself (on the store's thread)."""
+        prepared = self._embedded()
+        reader = self.store
+        if opener is not None and prepared.vector is not None:
+            reader = self.reader = self.opened.enter_context(opener())
+        return self._counted_and_searched(prepared, reader, depth)
+
+    def _embedded(self, generation: str | None = None, depth: int = 0) -> _QueryVector:
+        """Embed (and project) the query: no store involved, so it may run on any thread. Given
+        the vectors `generation`, the resident copy is also asked for the `depth` nearest."""
+        prepared = _QueryVector(None)
+        prepared.vector = _embed_query(
+            self.config, self.embedder_factory, self.query, self.mode, prepared.notices, prepared.info
+        )
+        if prepared.vector is not None and self.config.embedding.language_neutral and self.query_language != UNKNOWN:
+            basis = neutral.query_basis(self.meta.get(neutral.STATS_KEY) or "")
+            if basis is not None:
+                prepared.vector = neutral.project_query(prepared.vector, basis)
+                prepared.projected = True
+        if generation is not None and self.resident is not None and prepared.vector is not None:
+            try:
+                prepared.from_memory = self.resident.knn_at(generation, prepared.vector, depth)
+            except Exception as exc:  # noqa: BLE001 - raised by collect, unless the keyword half failed first
+                prepared.failed = exc
+        return prepared
+
+    def _counted_and_searched(self, prepared: _QueryVector, reader: IndexReader, depth: int) -> _Pass:
+        """Count the chunks in scope still without a vector, then search."""
+        if prepared.vector is not None:
+            pending = reader.count_pending(self.scope)
+            if pending:
+                prepared.notices.append(
+                    f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
+                    "they can only match by keywords"
+                )
+        self.vector = prepared.vector
+        self.prepared = True
+        if prepared.failed is not None:
+            done = _Pass(None, [], prepared.failed)
+        elif prepared.from_memory is not None:
+            done = _Pass(None, prepared.from_memory)
+        else:
+            done = self._searched(reader, depth)
+        done.prepared = prepared
+        return done
+
+    def _searched(self, reader: IndexReader, depth: int) -> _Pass:
+        if self.vector is None:
+            return _Pass(None, [])
+        try:
+            from_memory = self.resident.knn(reader, self.vector, depth) if self.resident and self.scope.is_all else None
+            hits = from_memory if from_memory is not None else reader.vec_search(self.vector, depth, self.scope)
+        except Exception as exc:  # noqa: BLE001 - raised by collect, unless the keyword half failed first
+            return _Pass(None, [], exc)
+        return _Pass(None, hits)
 
 
 def _fuse(

@@ -56,8 +56,13 @@ class ResidentVectors:
         """Chunks by cosine distance, nearest first, as `IndexReader.vec_search` returns for the whole
         index; None when the copy is not current (a reload is started). Call inside the store's
         snapshot, so the generation read here is the one the rest of the search sees."""
+        return self.knn_at(store.vectors_generation(), vector, k)
+
+    def knn_at(self, generation: str, vector: np.ndarray, k: int) -> list[RankedChunk] | None:
+        """`knn` for the state whose vectors generation the caller read in its snapshot: no
+        store is read here, so another thread may answer while the caller's connection is busy."""
         copy = self._copy
-        if copy is None or copy.generation != store.vectors_generation():
+        if copy is None or copy.generation != generation:
             self.reload_in_background()
             return None
         query = np.asarray(vector, dtype=np.float32)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 from click.testing import Result
 
 from indexer.config import Config, load_config
+from indexer.lock import open_index_lock
+from indexer.store import Store, open_store
 from indexer.sync import SyncReport, run_sync
 from tests.fakes import FakeEmbedder
 from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures
@@ -106,6 +109,41 @@ NOTES = {
 }
 
 
+def open_index(config: Config, readonly: bool = False) -> Store:
+    """The config's index, on whichever store it lives (the Store protocol on either)."""
+    return cast(Store, open_store(config.index_location, readonly=readonly))
+
+
+@contextmanager
+def sync_lock_held(config: Config) -> Iterator[None]:
+    """Hold the index the way a running sync that excludes every other does, on either store:
+    the SQLite file lock, or on PostgreSQL the exclusive index key (where runs otherwise share
+    the index, so the file lock alone would stop nothing)."""
+    lock = open_index_lock(config)
+    assert lock.acquire()
+    try:
+        assert lock.claim_index()
+        yield
+    finally:
+        lock.release()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only(reason): the test is about the SQLite store itself (its file, WAL, flock, vec0, its"
+        " migrations); with NOTES_SEARCH_TEST_BACKEND=postgres it is skipped, saying why",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("NOTES_SEARCH_TEST_BACKEND") != "postgres":
+        return
+    for item in items:
+        if (marker := item.get_closest_marker("sqlite_only")) is not None:
+            item.add_marker(pytest.mark.skip(reason=f"SQLite only: {marker.args[0]}"))
+
+
 @pytest.fixture(autouse=True)
 def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The developer's own git config (insteadOf, hooksPath, credential helpers) must not leak in."""
@@ -155,6 +193,21 @@ def backend(request: pytest.FixtureRequest) -> str:
 def db_url(backend: str, request: pytest.FixtureRequest) -> str | None:
     """The PostgreSQL URL of this test's database, or None on SQLite (the config's default file)."""
     return str(request.getfixturevalue("pg_url")) if backend == "postgres" else None
+
+
+@pytest.fixture(scope="module")
+def module_db_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """`db_url` for an index a module's tests share (built once, read by many): a schema of its
+    own on PostgreSQL with $NOTES_SEARCH_TEST_BACKEND=postgres, else None (the SQLite file)."""
+    if os.environ.get("NOTES_SEARCH_TEST_BACKEND", "sqlite") != "postgres":
+        yield None
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.create_index()
+    try:
+        yield url
+    finally:
+        server.drop_index(url)
 
 
 @pytest.fixture

@@ -4,9 +4,10 @@ here, not in the store's surface."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from indexer.store import Store
+from indexer.store import Store, is_postgres, open_store
 
 
 def _is_postgres(store: Any) -> bool:
@@ -68,3 +69,28 @@ def chunk_fingerprint(store: Store | Any) -> list[tuple[object, ...]]:
                       embedded_at IS NOT NULL, language FROM chunks ORDER BY source_id, path, chunk_idx"""
         ).fetchall()
     ]
+
+
+def write_mark(location: Path | str) -> object:
+    """Something any committed write to the index changes: the SQLite file's and its WAL's mtime
+    and size, or on PostgreSQL each table's row count and newest row version (xmin: an insert or
+    update sets it, a delete lowers the count). Equal marks before and after: nothing written."""
+    if not is_postgres(location):
+        db = Path(location)
+        files = [db, db.with_name(db.name + "-wal")]
+        return [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.exists()]
+    store: Any = open_store(location, readonly=True)
+    try:
+        tables = [
+            str(name)
+            for (name,) in store.conn.execute(
+                "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'"
+                " ORDER BY relname"
+            )
+        ]
+        return [
+            (table, *store.conn.execute(f"SELECT count(*), max(xmin::text::bigint) FROM {table}").fetchone())
+            for table in tables
+        ]
+    finally:
+        store.close()

@@ -9,9 +9,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from indexer.config import EmbeddingConfig, load_config
-from indexer.lock import SyncLock
 from search import cli as cli_module
-from tests.conftest import assert_one_line_error, make_config, write
+from tests.conftest import assert_one_line_error, make_config, sync_lock_held, write
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
 
@@ -275,14 +274,10 @@ def test_edit_right_before_a_scoped_search_is_found(run, notes: Path) -> None:  
 def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_path: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     write(notes, {"travel/new.md": "# Nová\n\nOkoun říční.\n"})
-    lock = SyncLock(load_config(config_path).lock_path)
-    assert lock.acquire()
-    try:
+    with sync_lock_held(load_config(config_path)):
         data = query_json(run, "okoun", "--path", "travel")
         assert "a sync is running" in data["notice"]
         assert "travel/new.md" not in paths(data)
-    finally:
-        lock.release()
 
 
 @both_backends
@@ -363,10 +358,14 @@ def test_query_path_is_normalised_and_must_exist(run) -> None:  # type: ignore[n
     assert "UTF-8" in error_line(run("query", "port", "--path", "caf\udce9.md"))
 
 
-def test_source_prefix_narrows_within_source_option(tmp_path: Path, notes: Path, embedders: Embedders) -> None:
+def test_source_prefix_narrows_within_source_option(
+    tmp_path: Path, notes: Path, embedders: Embedders, db_url: str | None
+) -> None:
     other = tmp_path / "other"
     write(other, {"devops/extra.md": "# Extra\n\nport 8080 on the other side\n"})
-    config = make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+    config = make_config(
+        tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n", db=db_url
+    )
     runner = CliRunner()
 
     def run(*args: str) -> Result:

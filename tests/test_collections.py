@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from indexer.collections import CollectionFolder, collection_for, find_collections, walk_folders
+from indexer.config import Config
 from indexer.globs import FileSelection
+from indexer.store import SearchScope, open_store
+from indexer.sync import SyncReport
+from tests.pg import both_backends
+from tests.store_checks import write_mark
 
 ALL = FileSelection(paths=("**",))
 
@@ -143,3 +149,31 @@ def test_deeply_nested_meta_is_tolerated(tmp_path: Path, caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING):
         [found] = find_collections("src", tmp_path, ALL)
     assert found.name == "deep" and "malformed _meta.yaml" in caplog.text
+
+
+@both_backends
+def test_a_collection_spelled_with_nul_characters_is_indexed_alike_on_both_backends(
+    do_sync: Callable[..., SyncReport], config: Config, notes: Path
+) -> None:
+    """YAML can spell a NUL; PostgreSQL text holds none. The name, description and tags keep a
+    U+FFFD in its place on both stores, so the file rows name the same collection, a filter on
+    that name finds its notes, and the next sync finds what it stored (and writes nothing)."""
+    write(notes, "travel/_meta.yaml", 'name: "trips\\0abroad"\ndescription: "Cesty\\0a výlety"\ntags: ["a\\0b"]\n')
+    report = do_sync()
+    assert [s.error for s in report.sources] == [None]
+    store = open_store(config.index_location)
+    try:
+        [row] = store.collections()
+        assert (row.name, row.description, row.tags, row.files) == (
+            "trips\ufffdabroad",
+            "Cesty\ufffda výlety",
+            ("a\ufffdb",),
+            1,
+        )
+        hits = store.fts_search('"кремль"', 10, SearchScope(collection=row.name))
+        assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in hits] == ["travel/kazan.md"]
+    finally:
+        store.close()
+    before = write_mark(config.index_location)
+    assert not do_sync().changed
+    assert write_mark(config.index_location) == before

@@ -60,6 +60,10 @@ from tests.test_crash_safety import (
     write_config,
 )
 
+pytestmark = pytest.mark.sqlite_only(
+    "readers and writers of one SQLite file (WAL, busy timeouts); PostgreSQL has test_concurrency_pg.py"
+)
+
 MODEL_3 = "fake-embed-3:latest"
 DIMS_3 = 32
 CORPUS_FILES = 200

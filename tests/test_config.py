@@ -103,6 +103,7 @@ def test_string_keep_alive_becomes_a_number() -> None:
             "c.yaml: sources.workspace.a: source id 'a' is already used",
         ),
         ("sources: {git: {'a:b': {url: x}}}\n", "c.yaml: sources.git.a:b: source id must be"),
+        ('sources: {workspace: {"a\\0b": {paths: ["**"]}}}\n', "c.yaml: sources.workspace.a\x00b: source id must be"),
         ("sources: {svn: {}}\n", "c.yaml: sources.svn: unknown key"),
         ("- just\n- a list\n", "c.yaml: expected a mapping"),
         ("sources: [unclosed\n", "c.yaml: invalid YAML (line 2, column 1)"),

@@ -61,6 +61,10 @@ from tests.fakes import hash_vector
 from tests.gitutil import commit, init_upstream
 from tests.store_checks import chunk_fingerprint, embedded_without_vector, fts_integrity_check, orphan_vectors
 
+pytestmark = pytest.mark.sqlite_only(
+    "the kill -9 suite of the SQLite file (its WAL, its flock, vec0); PostgreSQL has test_crash_safety_pg.py"
+)
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 NOTES_SEARCH = str(Path(sys.executable).with_name("notes-search"))

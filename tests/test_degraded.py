@@ -17,13 +17,12 @@ from click.testing import CliRunner, Result
 from indexer.config import Config, load_config
 from indexer.embed_health import OUTAGE_WINDOW, embedder_health
 from indexer.embedders import make_embedder
-from indexer.lock import SyncLock
-from indexer.store import SearchScope, Store
+from indexer.store import SearchScope
 from indexer.sync import run_sync
 from search import cli as cli_module
 from search.mcp_server import NotesTools
 from search.service import NotesService
-from tests.conftest import write
+from tests.conftest import open_index, sync_lock_held, write
 from tests.embed_servers import OllamaServer, closed_port_url
 from tests.test_crash_safety import subprocess_env
 
@@ -36,13 +35,14 @@ def server() -> Iterator[OllamaServer]:
         yield running
 
 
-def write_config(tmp_path: Path, notes: Path, endpoint: str) -> Path:
+def write_config(tmp_path: Path, notes: Path, endpoint: str, db_url: str | None = None) -> Path:
     """Ollama protocol, no sync retries (a closed port would otherwise cost seconds per sync)."""
     path = tmp_path / "notes-search.yaml"
+    db_line = f'db: "{db_url}"\n' if db_url else ""
     path.write_text(
         f"""\
 root: {tmp_path}
-embedding:
+{db_line}embedding:
   provider: ollama
   model: fake-embed:latest
   endpoint: {endpoint}
@@ -59,9 +59,9 @@ sources:
     return path
 
 
-def synced(tmp_path: Path, notes: Path, server: OllamaServer) -> Config:
-    """Indexed with every vector, through the real HTTP embedder."""
-    config = load_config(write_config(tmp_path, notes, server.url))
+def synced(tmp_path: Path, notes: Path, server: OllamaServer, db_url: str | None) -> Config:
+    """Indexed with every vector, through the real HTTP embedder, on the selected store."""
+    config = load_config(write_config(tmp_path, notes, server.url, db_url))
     embedder = make_embedder(config.embedding)
     report = run_sync(config, embedder_factory=lambda: embedder)
     assert report.embedded > 0 and report.pending == 0
@@ -80,7 +80,7 @@ def query_json(config: Config | Path, *args: str) -> dict[str, Any]:
 
 
 def pending_in(config: Config, path: str) -> int:
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         return store.count_pending(SearchScope(path=path))
     finally:
@@ -110,11 +110,11 @@ def use_clock(config: Config, clock: Clock) -> None:
 
 
 def test_lexical_queries_never_touch_the_embedder(
-    tmp_path: Path, notes: Path, server: OllamaServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, notes: Path, server: OllamaServer, monkeypatch: pytest.MonkeyPatch, db_url: str | None
 ) -> None:
     """Not one request, not even a constructed embedder: CLI and MCP, scoped (with a catch-up of
     a new note, whose text is indexed and whose vectors are left to the next sync) and not."""
-    config = synced(tmp_path, notes, server)
+    config = synced(tmp_path, notes, server, db_url)
     before = len(server.embed_requests)
     built: list[object] = []
     real = cli_module.make_embedder
@@ -136,9 +136,9 @@ def test_lexical_queries_never_touch_the_embedder(
 
 
 def test_hybrid_query_remembers_a_failure_for_the_window_then_retries(
-    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock
+    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock, db_url: str | None
 ) -> None:
-    config = synced(tmp_path, notes, server)
+    config = synced(tmp_path, notes, server, db_url)
     use_clock(config, clock)
     tools = NotesTools(NotesService.from_config_file(str(config.path)))
     assert tools.search("záloha", None, 3, "hybrid")["degraded"] is False
@@ -167,9 +167,9 @@ def test_hybrid_query_remembers_a_failure_for_the_window_then_retries(
 
 
 def test_a_successful_sync_ends_a_remembered_outage(
-    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock
+    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock, db_url: str | None
 ) -> None:
-    config = synced(tmp_path, notes, server)
+    config = synced(tmp_path, notes, server, db_url)
     use_clock(config, clock)
     server.fail_next = 1
     assert query_json(config, "záloha")["degraded"] is True
@@ -179,10 +179,12 @@ def test_a_successful_sync_ends_a_remembered_outage(
     assert query_json(config, "záloha")["degraded"] is False
 
 
-def test_hanging_server_costs_one_short_timeout(tmp_path: Path, notes: Path, server: OllamaServer) -> None:
+def test_hanging_server_costs_one_short_timeout(
+    tmp_path: Path, notes: Path, server: OllamaServer, db_url: str | None
+) -> None:
     """Accepts and never answers: one attempt with the short read timeout (not the configured
     60 s, not four attempts), then left alone."""
-    config = synced(tmp_path, notes, server)
+    config = synced(tmp_path, notes, server, db_url)
     base = len(server.embed_requests)
     server.delay = 3600
     first = query_json(config, "záloha")
@@ -192,11 +194,11 @@ def test_hanging_server_costs_one_short_timeout(tmp_path: Path, notes: Path, ser
 
 
 def test_scoped_catch_up_with_the_embedder_down_stores_the_text(
-    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock
+    tmp_path: Path, notes: Path, server: OllamaServer, clock: Clock, db_url: str | None
 ) -> None:
     """The catch-up indexes a new note at once (pending), tries the embedder once, and the
     search finds the note by keywords; later searches leave the embedder alone."""
-    config = synced(tmp_path, notes, server)
+    config = synced(tmp_path, notes, server, db_url)
     use_clock(config, clock)
     base = len(server.embed_requests)
     server.fail_next = 1000
@@ -213,10 +215,10 @@ def test_scoped_catch_up_with_the_embedder_down_stores_the_text(
     assert len(server.embed_requests) == base + 1
 
 
-def test_one_shot_cli_processes_share_the_outage(tmp_path: Path, notes: Path) -> None:
+def test_one_shot_cli_processes_share_the_outage(tmp_path: Path, notes: Path, db_url: str | None) -> None:
     """A closed port: the first process learns it once, the next one skips the embedder (and
     never loads the HTTP client) because the outage is kept next to the index."""
-    config_path = write_config(tmp_path, notes, closed_port_url())
+    config_path = write_config(tmp_path, notes, closed_port_url(), db_url)
     driver = "import sys; from search.cli import main; sys.argv[0] = 'notes-search'; main()"
     cmd = [sys.executable, "-c", driver, "--config", str(config_path)]
     sync = subprocess.run([*cmd, "sync"], env=subprocess_env(), capture_output=True, text=True, timeout=60)
@@ -242,12 +244,12 @@ def test_one_shot_cli_processes_share_the_outage(tmp_path: Path, notes: Path) ->
     assert second["results"][0]["path"] == "devops/postgres.md"
 
 
-def test_sync_json_says_when_another_sync_holds_the_lock(tmp_path: Path, notes: Path, server: OllamaServer) -> None:
-    config = synced(tmp_path, notes, server)
+def test_sync_json_says_when_another_sync_holds_the_lock(
+    tmp_path: Path, notes: Path, server: OllamaServer, db_url: str | None
+) -> None:
+    config = synced(tmp_path, notes, server, db_url)
     normal = json.loads(cli(config, "sync", "--json").stdout)
-    lock = SyncLock(config.lock_path)
-    assert lock.acquire()
-    try:
+    with sync_lock_held(config):
         locked = cli(config, "sync", "--json")
         assert locked.exit_code == 0 and locked.stderr == ""
         data = json.loads(locked.stdout)
@@ -256,15 +258,13 @@ def test_sync_json_says_when_another_sync_holds_the_lock(tmp_path: Path, notes: 
         for quiet in (["sync"], ["sync", "--quiet"]):  # cron: silence
             result = cli(config, *quiet)
             assert result.exit_code == 0 and result.output == ""
-    finally:
-        lock.release()
 
 
 @pytest.mark.parametrize("whole", [".", ""])
 def test_path_dot_and_empty_catch_up_like_a_source(
-    tmp_path: Path, notes: Path, server: OllamaServer, whole: str
+    tmp_path: Path, notes: Path, server: OllamaServer, whole: str, db_url: str | None
 ) -> None:
-    config = synced(tmp_path, notes, server)
+    config = synced(tmp_path, notes, server, db_url)
     write(notes, NEW_NOTE)
     data = query_json(config, "okoun Lipno", "--path", whole)
     assert data["results"] and data["results"][0]["path"] == "travel/okoun.md"

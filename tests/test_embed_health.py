@@ -15,8 +15,9 @@ from tests.conftest import make_config
 def test_guarded_remembers_an_outage_skips_calls_during_it_and_forgets_it_on_success(
     tmp_path: Path,
     notes: Path,
+    db_url: str | None,
 ) -> None:
-    config = load_config(make_config(tmp_path, notes))
+    config = load_config(make_config(tmp_path, notes, db=db_url))
     now = [1_000_000.0]
     health = embedder_health(config)
     health.clock = lambda: now[0]

@@ -30,6 +30,11 @@ from tests.conftest import assert_one_line_error
 from tests.embed_servers import closed_port_url
 from tests.test_crash_safety import subprocess_env
 
+pytestmark = pytest.mark.sqlite_only(
+    "errors of the SQLite file and its folders (permissions, a full disk, a damaged file); a server that"
+    " cannot be reached or lacks the index: test_postgres"
+)
+
 REPO = Path(__file__).resolve().parent.parent
 RUN_CLI = "import sys; from search.cli import main; sys.argv[0] = 'notes-search'; main()"
 TIMEOUT = 120  # seconds a child may take before the test fails instead of hanging

@@ -38,7 +38,7 @@ from indexer.store import SearchScope, Store
 from indexer.sync import run_sync
 from search.engine import search
 from search.querybuild import build_fts_query
-from tests.conftest import NOTES, make_config, write
+from tests.conftest import NOTES, make_config, open_index, write
 from tests.fakes import FakeEmbedder
 from tests.test_chunker import source_lines
 from tests.test_crash_safety import TreeGuard
@@ -304,7 +304,9 @@ def test_built_query_is_always_valid_fts5(text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Config, Store, FakeEmbedder]]:
+def real_store(
+    tmp_path_factory: pytest.TempPathFactory, module_db_url: str | None
+) -> Iterator[tuple[Config, Store, FakeEmbedder]]:
     base = tmp_path_factory.mktemp("fuzzstore")
     notes = base / "notes"
     write(notes, NOTES)
@@ -314,10 +316,10 @@ def real_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Confi
     os.symlink(outside / "secret.md", notes / "leak.md")
     os.symlink(outside, notes / "leakdir")
     guard = TreeGuard(notes, outside)
-    config = load_config(make_config(base, notes))
+    config = load_config(make_config(base, notes, db=module_db_url))
     embedder = FakeEmbedder(config.embedding)
     run_sync(config, embedder_factory=lambda: embedder)
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     yield config, store, embedder
     store.close()
     guard.check()

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,16 @@ from indexer.sync import SyncReport, run_sync
 from search import cli as cli_module
 from search.cli.context import CliContext
 from search.mcp_server import NotesTools
-from tests.conftest import write
+from tests.conftest import open_index, write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
-from tests.store_checks import chunk_fingerprint, embedded_without_vector, fts_integrity_check, orphan_vectors
+from tests.store_checks import (
+    chunk_fingerprint,
+    embedded_without_vector,
+    fts_integrity_check,
+    orphan_vectors,
+    write_mark,
+)
 
 T0 = 1_600_000_000
 DAY = 86_400
@@ -45,6 +52,10 @@ def note(title: str, body: str) -> str:
 class Index:
     """A config file in its own folder (db, log, mirrors inside) and a sync with a fake embedder."""
 
+    # where each new index lives: None for the SQLite file in its folder; with
+    # NOTES_SEARCH_TEST_BACKEND=postgres, `index_backend` hands out a schema of its own to each
+    new_db_url: Callable[[], str | None] = staticmethod(lambda: None)
+
     def __init__(
         self,
         home: Path,
@@ -57,6 +68,7 @@ class Index:
         self.path = home / "notes-search.yaml"
         self.embedding = embedding
         self.embedder = FakeEmbedder(EmbeddingConfig(**embedding))
+        self.db_url = type(self).new_db_url()
         self.configure(git, workspace)
 
     def configure(self, git: dict[str, dict[str, Any]], workspace: dict[str, dict[str, Any]] | None = None) -> None:
@@ -65,7 +77,10 @@ class Index:
             sources["workspace"] = workspace
         # `$$` is a literal `$` in config paths (a home folder may be named like a variable)
         root = str(self.home).replace("$", "$$")
-        self.path.write_text(yaml.safe_dump({"root": root, "embedding": self.embedding, "sources": sources}))
+        raw: dict[str, Any] = {"root": root, "embedding": self.embedding, "sources": sources}
+        if self.db_url:
+            raw["db"] = self.db_url
+        self.path.write_text(yaml.safe_dump(raw))
 
     @property
     def config(self) -> Config:
@@ -77,7 +92,7 @@ class Index:
         return report
 
     def store(self) -> Store:
-        return Store.open(self.config.db)
+        return open_index(self.config)
 
     def state(self) -> tuple[list[tuple[object, ...]], list[dict[str, object]]]:
         """(chunk fingerprint, file rows): everything an index holds, id-independent."""
@@ -93,9 +108,28 @@ class Index:
 
     def search(self, word: str) -> set[str]:
         """Paths of chunks that contain `word` (FTS), as a search would find them."""
-        with closing(Store.open(self.config.db, readonly=True)) as store:
+        with closing(open_index(self.config, readonly=True)) as store:
             ids = [chunk_id for chunk_id, _ in store.fts_search(f'"{word}"', 50, SearchScope())]
             return {row.path for row in store.chunk_rows(ids).values()}
+
+
+@pytest.fixture(autouse=True)
+def index_backend(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """On PostgreSQL every Index a test builds (a fresh one to compare with, say) gets its own."""
+    if backend != "postgres":
+        yield
+        return
+    server = request.getfixturevalue("pg_server")
+    made: list[str] = []
+
+    def new_db_url() -> str:
+        made.append(server.create_index())
+        return made[-1]
+
+    monkeypatch.setattr(Index, "new_db_url", staticmethod(new_db_url))
+    yield
+    for url in made:
+        server.drop_index(url)
 
 
 @pytest.fixture
@@ -351,11 +385,13 @@ def test_identical_sync_fetches_nothing_and_writes_nothing(upstream: pygit2.Repo
     with closing(index.store()) as store:
         counts_before, state_before = store.counts(), store.source_stats()
     files_before, calls_before = stamps(*watched), index.embedder.calls
+    written_before = write_mark(index.config.index_location)
     time.sleep(1.05)  # any write of a timestamp (second resolution) would now change the file
 
     report = index.sync()
     assert not report.changed and report.sources[0].rev == index.rev()
     assert stamps(*watched) == files_before
+    assert write_mark(index.config.index_location) == written_before
     assert index.embedder.calls == calls_before
     with closing(index.store()) as store:
         assert (store.counts(), store.source_stats()) == (counts_before, state_before)
@@ -419,7 +455,7 @@ def test_query_hits_of_git_sources_carry_the_indexed_rev(
 def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, Any]]:
     """Each git source's `git_freshness`; each workspace source's `lag` as `status` reports it."""
     config = index.config
-    with closing(Store.open(config.db, readonly=True)) as store:
+    with closing(open_index(config, readonly=True)) as store:
         state = {
             sid: git_freshness(src, store, check_remote=check_remote)
             for sid, src in config.sources.items()

@@ -9,6 +9,10 @@ import pytest
 
 from tests.golden import CLI_COMMANDS, MCP_CALLS, golden_files, record
 
+pytestmark = pytest.mark.sqlite_only(
+    "the recording is of a SQLite index (status names its file, scores are SQLite's BM25), byte for byte"
+)
+
 RERECORD = "re-record with `PYTHONPATH=. .venv/bin/python -m tests.golden --update`"
 
 

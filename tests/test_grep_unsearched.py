@@ -118,8 +118,8 @@ def test_unreadable_file_and_folder_are_named(unprivileged: list[str], locked_wo
         assert "permission denied" in lines[0]
 
 
-def test_deleted_mirror_is_named_cli_and_mcp(tmp_path: Path) -> None:
-    config_path = build_world(tmp_path)
+def test_deleted_mirror_is_named_cli_and_mcp(tmp_path: Path, db_url: str | None) -> None:
+    config_path = build_world(tmp_path, db_url)
     shutil.rmtree(load_config(config_path).sources["wiki"].mirror)  # type: ignore[union-attr]
     runner = CliRunner()
 

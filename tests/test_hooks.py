@@ -28,13 +28,13 @@ from click.testing import CliRunner, Result
 
 from hooks.install import MARKER, hooks_path_override, install_hooks, pending_marker, run_hook_job
 from indexer.embedders import Embedder
-from indexer.lock import SyncLock
-from indexer.store import Store
+from indexer.lock import open_index_lock
 from search import cli as cli_module
+from tests.conftest import open_index
 from tests.conftest import wait_for as shared_wait_for
 from tests.embed_servers import OllamaServer
 from tests.gitutil import commit, init_upstream
-from tests.test_git_sync import DAY, T0, Index, note, url
+from tests.test_git_sync import DAY, T0, Index, index_backend, note, url  # noqa: F401 - index_backend: autouse
 
 POLL_SECONDS = 15.0
 WEIRD = "dir with spaces $(touch pwned) `touch pwned2`; 'q\" $HOME"
@@ -235,8 +235,8 @@ def test_a_fire_during_a_running_sync_causes_one_more_sync(upstream: pygit2.Repo
 def test_a_burst_of_fires_costs_one_sync_that_waits_for_the_lock(upstream: pygit2.Repository, index: Index) -> None:
     config = index.config
     rev = commit(upstream, {"b.md": note("Beta", "burst")}, time=T0 + DAY)
-    lock = SyncLock(config.lock_path)
-    assert lock.acquire()  # a cron sync is running: the job must wait for it, not give up
+    lock = open_index_lock(config)  # a cron sync holding the whole index (on PostgreSQL too)
+    assert lock.acquire() and lock.claim_index()  # the job must wait for it, not give up
     counts: list[int] = []
     jobs = [
         threading.Thread(
@@ -271,7 +271,7 @@ def wait_until_indexed(index: Index, word: str, path: str, server: OllamaServer,
     wait_for(lambda: index.search(word) == {path}, what=f"{word!r} to become searchable")
     seconds = time.monotonic() - started
     wait_for(lambda: not hook_jobs(str(tmp_path)), what="hook jobs to exit")
-    with closing(Store.open(index.config.db, readonly=True)) as store:
+    with closing(open_index(index.config, readonly=True)) as store:
         assert store.counts()["pending"] == 0
     assert server.embed_requests  # the background job embedded through HTTP, not in this process
     return seconds

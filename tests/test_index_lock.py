@@ -83,8 +83,10 @@ def test_keys_are_stable_and_distinct() -> None:
     assert int(out.stdout) == lock_key("source", "notes")
 
 
-def test_the_config_chooses_the_lock(config: Config, pg_config: Config) -> None:
-    assert isinstance(open_index_lock(config), FileIndexLock)
+def test_the_config_chooses_the_lock(tmp_path: Path, notes: Path, pg_config: Config) -> None:
+    (tmp_path / "sqlite").mkdir()
+    sqlite_config = load_config(make_config(tmp_path / "sqlite", notes))
+    assert isinstance(open_index_lock(sqlite_config), FileIndexLock)
     assert isinstance(open_index_lock(pg_config), AdvisoryIndexLock)
 
 

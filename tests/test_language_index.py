@@ -13,7 +13,7 @@ from indexer import language, sync
 from indexer.config import Config, load_config
 from indexer.store import LANGUAGE_BACKFILL_KEY, SearchScope, Store
 from indexer.sync import SyncReport, run_sync
-from tests.conftest import make_config, write
+from tests.conftest import make_config, open_index, write
 from tests.fakes import FakeEmbedder
 from tests.test_language import CODE_BLOCK, CZECH, ENGLISH, RUSSIAN
 
@@ -27,10 +27,10 @@ EXPECTED = {"cz/zaloha.md": "cs", "en/backup.md": "en", "ru/kopiya.md": "ru", "c
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Config:
+def config(tmp_path: Path, db_url: str | None) -> Config:
     root = tmp_path / "notes"
     write(root, NOTES)
-    return load_config(make_config(tmp_path, root))
+    return load_config(make_config(tmp_path, root, db=db_url))
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def do_sync(config: Config) -> Callable[..., SyncReport]:
 
 
 def languages_by_path(config: Config) -> dict[str, set[str]]:
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         paths = {row.id: row.path for row in store.chunk_rows(store.chunk_languages()).values()}
         out: dict[str, set[str]] = {}
@@ -76,7 +76,7 @@ def count_detections(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_sync_stores_every_chunks_language_and_counts_them(do_sync: Callable[..., SyncReport], config: Config) -> None:
     do_sync()
     assert languages_by_path(config) == {path: {lang} for path, lang in EXPECTED.items()}
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         assert store.language_counts() == {"notes": {"cs": 1, "en": 1, "ru": 1, "unknown": 1}}
         assert store.language_counts(SearchScope(path="ru")) == {"notes": {"ru": 1}}
@@ -118,13 +118,14 @@ def make_old_index(config: Config) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only("it rewrites the SQLite file into an older schema")
 def test_an_older_index_gets_its_languages_on_the_next_sync_and_resumes_after_a_crash(
     do_sync: Callable[..., SyncReport], config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     do_sync()
     fresh = languages_by_path(config)
     make_old_index(config)
-    store = Store.open(config.db)  # the migration: the column, every old chunk still to detect
+    store = open_index(config)  # the migration: the column, every old chunk still to detect
     try:
         upto = max(store.chunk_languages())
         assert store.meta()[LANGUAGE_BACKFILL_KEY] == f"{upto}:0"
@@ -146,7 +147,7 @@ def test_an_older_index_gets_its_languages_on_the_next_sync_and_resumes_after_a_
     monkeypatch.setattr(language, "chunk_languages", crash_in_second_batch)
     with pytest.raises(KeyboardInterrupt):
         do_sync()
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         first_batch_end = sorted(store.chunk_languages())[1]
         assert store.meta()[LANGUAGE_BACKFILL_KEY] == f"{upto}:{first_batch_end}"  # one batch kept
@@ -157,7 +158,7 @@ def test_an_older_index_gets_its_languages_on_the_next_sync_and_resumes_after_a_
     do_sync()
     assert len(seen) == len(fresh) - 2  # the rest, not the batch already done
     assert languages_by_path(config) == fresh
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         assert LANGUAGE_BACKFILL_KEY not in store.meta()
     finally:
@@ -193,7 +194,7 @@ def test_each_chunk_of_a_file_keeps_its_own_language(
     )
     seen = count_detections(monkeypatch)
     do_sync()
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         languages = store.chunk_languages()
         by_heading = {row.breadcrumb: languages[row.id] for row in store.chunk_rows(languages).values()}

@@ -263,9 +263,11 @@ def wait_for_port(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: 
 
 
 @pytest.fixture(scope="module")
-def http_server(tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer) -> Iterator[str]:
+def http_server(
+    tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer, module_db_url: str | None
+) -> Iterator[str]:
     root = tmp_path_factory.mktemp("http")
-    config = make_workspace(root, ollama)
+    config = make_workspace(root, ollama, module_db_url)
     port = free_port()
     log = root / "server.log"
     with log.open("wb") as out:

@@ -17,10 +17,18 @@ from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import IndexWriter, SearchScope, Store, open_store
 from indexer.sync import SyncReport
 from search import cli as cli_module
-from tests.conftest import assert_one_line_error, write
+from tests.conftest import assert_one_line_error, make_config, write
 from tests.fakes import FakeEmbedder
 
 Sync = Callable[..., SyncReport]
+
+
+@pytest.fixture
+def backend() -> str:
+    """The source of a migration is a SQLite index by definition (`migrate` refuses a config
+    whose index is already on a server, see the test below), so the config here is SQLite's
+    whatever NOTES_SEARCH_TEST_BACKEND says; the targets cover both stores."""
+    return "sqlite"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -223,6 +231,13 @@ def test_cli_copies_into_postgres(
         target.close()
         source.close()
     assert_one_line_error(run_cli(config_path, "migrate", "--to", pg_url), "already holds an index")
+
+
+def test_a_config_whose_index_is_on_a_server_is_refused_in_one_line(tmp_path: Path, notes: Path, pg_url: str) -> None:
+    config_path = make_config(tmp_path, notes, db=pg_url)
+    result = run_cli(config_path, "migrate", "--to", str(tmp_path / "copy.sqlite"))
+    assert_one_line_error(result, "already on a server", "migrate copies a SQLite index")
+    assert not (tmp_path / "copy.sqlite").exists()
 
 
 def test_cli_shows_progress_on_a_terminal(

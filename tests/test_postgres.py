@@ -124,6 +124,7 @@ def word_stores(tmp_path: Path, pg_url: str) -> Iterator[tuple[Store, PostgresSt
         with store.transaction():
             for file in files:
                 store.write_file("s", *file)
+    pair[1].conn.execute("ANALYZE chunks_fts")  # the planner's statistics, as autovacuum keeps them
     yield pair
     for store in pair:
         store.close()
@@ -181,6 +182,75 @@ def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
             assert any("impacts @@" in str(sql) for sql, _ in sent)  # the bounded path answered
     finally:
         store.close()
+
+
+# words of falling frequency (the n-th about 1/n as common as the first), so phrases weigh
+# differently and a many-word query's best chunks hold only some of its words
+ZIPF_WORDS = [f"{stem}{n}" for n, stem in enumerate(["alpha", "bravo", "delta", "gamma", "kappa", "sigma"] * 40)]
+SUBSET_QUERIES = [
+    '"alpha30"* OR "bravo31" OR "delta8"',
+    '"gamma9" OR "kappa10" OR "sigma11" OR "alpha12"',
+    '"bravo13" OR "delta14" OR "gamma15" OR "kappa16" OR "sigma17" OR "alpha18"',
+    '"alpha24" OR "sigma5"* OR "web 03 prod"*',
+    '"web 03 prod"*',
+]
+
+
+@pytest.fixture
+def zipf_stores(tmp_path: Path, pg_url: str) -> Iterator[tuple[Store, PostgresStore]]:
+    """900 chunks drawn from a Zipf-like vocabulary, some holding a host name once or a few times."""
+    rng = random.Random(11)
+    weights = [1 / (n + 1) for n in range(len(ZIPF_WORDS))]
+    files = []
+    for n in range(150):
+        texts = []
+        for _ in range(6):
+            words = rng.choices(ZIPF_WORDS, weights, k=rng.randint(5, 90))
+            words += ["web-03.prod"] * rng.choice([0] * 9 + [1, 1, 2])
+            rng.shuffle(words)
+            texts.append(" ".join(words))
+        files.append(doc(f"notes/z{n}.md", texts))
+    pair = (Store.open(tmp_path / "index.sqlite"), PostgresStore.open(pg_url))
+    for store in pair:
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            store.write_files("s", files)
+    pair[1].conn.execute("ANALYZE chunks_fts")  # the planner's statistics, as autovacuum keeps them
+    yield pair
+    for store in pair:
+        store.close()
+
+
+def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
+    zipf_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the limit-th score of a tier pass misses its bound, one more pass (a tier's chunks
+    plus those holding enough of the phrases to reach that score) gives the top that scoring
+    every match gives; a floor set too high (a broken bound) is caught by the same comparison."""
+    sqlite, postgres = zipf_stores
+    expected = {
+        (m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 3, 5, 8, 13, 21, 34)
+    }
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
+    sent = _statements(postgres, monkeypatch)
+    bounded = by_sets = 0
+    for (match, limit), scanned in expected.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, SearchScope())
+        assert found == scanned, (match, limit, postgres.keyword_trace)
+        fts5 = sqlite.fts_search(match, limit, SearchScope())
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in fts5], rel=1e-9)
+        if not any("OVER ()" in str(sql) for sql, _ in sent):
+            bounded += 1
+            by_sets += any(step.startswith("settle at tier") for step in postgres.keyword_trace)
+    assert bounded >= len(expected) // 2
+    assert by_sets >= len(expected) // 4
+    reaching = pg_module._phrase_sets_reaching
+    monkeypatch.setattr(pg_module, "_phrase_sets_reaching", lambda parts, floor: reaching(parts, floor * 1.5))
+    assert any(postgres.fts_search(m, k, SearchScope()) != hits for (m, k), hits in expected.items())
 
 
 def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(

@@ -30,7 +30,7 @@ def server() -> Iterator[OllamaServer]:
         yield srv
 
 
-def write_config(tmp_path: Path, endpoint: str) -> Path:
+def write_config(tmp_path: Path, endpoint: str, db_url: str | None) -> Path:
     notes = tmp_path / "notes"
     notes.mkdir()
     for n in range(NOTES):
@@ -41,7 +41,7 @@ def write_config(tmp_path: Path, endpoint: str) -> Path:
         "root": str(home),
         "embedding": {"provider": "ollama", "model": "fake-embed:latest", "endpoint": endpoint, "dims": 64, "batch": 2},
         "sources": {"workspace": {"notes": {"root": str(notes), "paths": ["**"]}}},
-    }
+    } | ({"db": db_url} if db_url else {})
     path = home / "notes-search.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
@@ -78,8 +78,8 @@ def frames(drawn: str) -> list[str]:
     return [ANSI.sub("", frame).strip() for frame in re.split(r"[\r\n]", drawn) if frame.strip()]
 
 
-def test_sync_on_a_terminal_shows_rate_and_eta(tmp_path: Path, server: OllamaServer) -> None:
-    config = write_config(tmp_path, server.url)
+def test_sync_on_a_terminal_shows_rate_and_eta(tmp_path: Path, server: OllamaServer, db_url: str | None) -> None:
+    config = write_config(tmp_path, server.url, db_url)
     code, drawn = run_on_terminal("--config", str(config), "sync")
     assert code == 0, drawn
     shown = frames(drawn)
@@ -93,14 +93,14 @@ def test_sync_on_a_terminal_shows_rate_and_eta(tmp_path: Path, server: OllamaSer
     assert "\x1b[?25h" in drawn  # the cursor click hid while drawing is shown again
 
 
-def test_quiet_on_a_terminal_prints_nothing(tmp_path: Path, server: OllamaServer) -> None:
-    config = write_config(tmp_path, server.url)
+def test_quiet_on_a_terminal_prints_nothing(tmp_path: Path, server: OllamaServer, db_url: str | None) -> None:
+    config = write_config(tmp_path, server.url, db_url)
     code, drawn = run_on_terminal("--config", str(config), "sync", "--quiet")
     assert (code, drawn) == (0, "")
 
 
-def test_sync_without_a_terminal_prints_nothing(tmp_path: Path, server: OllamaServer) -> None:
-    config = write_config(tmp_path, server.url)
+def test_sync_without_a_terminal_prints_nothing(tmp_path: Path, server: OllamaServer, db_url: str | None) -> None:
+    config = write_config(tmp_path, server.url, db_url)
     done = subprocess.run(
         [NOTES_SEARCH, "--config", str(config), "sync"],
         stdin=subprocess.DEVNULL,

@@ -23,7 +23,7 @@ from search import cli as cli_module
 from search.engine import SearchResponse, search
 from search.exact import ExactRule, exact_counts, exact_first, exact_rules
 from search.querybuild import build_exact_query, query_terms
-from tests.conftest import FAKE_EMBEDDING, assert_one_line_error, write_tree
+from tests.conftest import FAKE_EMBEDDING, assert_one_line_error, open_index, write_tree
 from tests.fakes import FakeEmbedder
 
 # ---- pure rules ------------------------------------------------------------------------------
@@ -81,23 +81,26 @@ def test_exact_first_is_a_permutation_that_keeps_unrelated_places(words: list[st
 # ---- the engine over a real index -------------------------------------------------------------
 
 
-def index(tmp_path: Path, files: dict[str, str | bytes], extra: str = "") -> tuple[Store, Config]:
+def index(tmp_path: Path, files: dict[str, str | bytes], db_url: str | None, extra: str = "") -> tuple[Store, Config]:
     notes = tmp_path / "notes"
     write_tree(notes, files)
     config_file = tmp_path / "notes-search.yaml"
+    db_line = f'db: "{db_url}"\n' if db_url else ""
     config_file.write_text(
-        f"root: {tmp_path}\n{FAKE_EMBEDDING}{extra}sources:\n  workspace:\n    notes:\n"
+        f"root: {tmp_path}\n{db_line}{FAKE_EMBEDDING}{extra}sources:\n  workspace:\n    notes:\n"
         f"      root: {notes}\n      paths: ['**']\n",
         encoding="utf-8",
     )
     config = load_config(config_file)
     embedder = FakeEmbedder(config.embedding)
     assert run_sync(config, embedder_factory=lambda: embedder).pending == 0
-    return Store.open(config.db, readonly=True), config
+    return open_index(config, readonly=True), config
 
 
-def run_query(tmp_path: Path, files: dict[str, str | bytes], **kwargs: object) -> Callable[..., SearchResponse]:
-    store, config = index(tmp_path, files)
+def run_query(
+    tmp_path: Path, files: dict[str, str | bytes], db_url: str | None, **kwargs: object
+) -> Callable[..., SearchResponse]:
+    store, config = index(tmp_path, files, db_url)
 
     def query(text: str, **more: object) -> SearchResponse:
         args = {**kwargs, **more}
@@ -111,9 +114,9 @@ TOKENS["t/n005.md"] = "# Note 5\n\nvalue token5, written down with a few more wo
 
 
 @pytest.mark.parametrize("mode", ["lex", "hybrid"])
-def test_the_note_with_the_exact_token_ranks_first(tmp_path: Path, mode: str) -> None:
+def test_the_note_with_the_exact_token_ranks_first(tmp_path: Path, mode: str, db_url: str | None) -> None:
     """240 notes `token<N>`: BM25 scored token50..token59 like token5 and preferred them, shorter."""
-    query = run_query(tmp_path, TOKENS)
+    query = run_query(tmp_path, TOKENS, db_url)
     response = query("token5", mode=mode, k=12)
     assert response.results[0].path == "t/n005.md"
     assert {h.path for h in response.results[1:11]} == {f"t/n{n:03d}.md" for n in range(50, 60)} or mode == "hybrid"
@@ -128,19 +131,21 @@ TICKETS = {"long.md": LONG_TICKET} | {f"short{n}.md": f"# T{n}\n\nPROJ-123{n}\n"
 
 
 @pytest.mark.parametrize("mode", ["lex", "hybrid"])
-def test_a_long_note_with_the_exact_ticket_beats_short_notes_with_longer_ids(tmp_path: Path, mode: str) -> None:
+def test_a_long_note_with_the_exact_ticket_beats_short_notes_with_longer_ids(
+    tmp_path: Path, mode: str, db_url: str | None
+) -> None:
     """A 40-line note holding PROJ-123 against twelve short notes PROJ-1231..PROJ-12312 (it came 13th of 13)."""
-    response = run_query(tmp_path, TICKETS)("PROJ-123", mode=mode, k=13)
+    response = run_query(tmp_path, TICKETS, db_url)("PROJ-123", mode=mode, k=13)
     assert response.results[0].path == "long.md"
     assert len(response.results) == 13
 
 
-def test_the_exact_note_is_found_beyond_the_candidate_depth(tmp_path: Path) -> None:
+def test_the_exact_note_is_found_beyond_the_candidate_depth(tmp_path: Path, db_url: str | None) -> None:
     """k=1 takes 50 candidates; 120 short notes starting with token5 outrank the long exact one by
     BM25, so only the second, star-less query brings it in."""
     files: dict[str, str | bytes] = {f"p/n{n}.md": f"# P{n}\n\ntoken5{n}\n" for n in range(120)}
     files["exact.md"] = LONG_TICKET.replace("PROJ-123", "token5")
-    query = run_query(tmp_path, files)
+    query = run_query(tmp_path, files, db_url)
     assert len(query("token5", mode="lex", k=60).results) == 60
     assert query("token5", mode="lex", k=1).results[0].path == "exact.md"
     assert query("token5", mode="hybrid", k=1).results[0].path == "exact.md"
@@ -155,8 +160,8 @@ NOTES = {
 }
 
 
-def test_each_hit_says_how_it_matched(tmp_path: Path) -> None:
-    query = run_query(tmp_path, NOTES)
+def test_each_hit_says_how_it_matched(tmp_path: Path, db_url: str | None) -> None:
+    query = run_query(tmp_path, NOTES, db_url)
     assert {h.matched for h in query("restic", mode="lex").results} == {"keyword"}
     assert {h.matched for h in query("restic", mode="vec").results} == {"meaning"}
     hybrid = query("restic", mode="hybrid").results
@@ -165,8 +170,8 @@ def test_each_hit_says_how_it_matched(tmp_path: Path) -> None:
     assert hybrid[0].to_json()["matched"] == "both"
 
 
-def test_a_keyword_miss_is_said_in_the_notice(tmp_path: Path) -> None:
-    query = run_query(tmp_path, NOTES)
+def test_a_keyword_miss_is_said_in_the_notice(tmp_path: Path, db_url: str | None) -> None:
+    query = run_query(tmp_path, NOTES, db_url)
     missed = query("xyzzynotfound", mode="hybrid")
     assert missed.results and {h.matched for h in missed.results} == {"meaning"}
     assert missed.notice is not None and "no keyword match" in missed.notice and not missed.degraded
@@ -177,8 +182,8 @@ def test_a_keyword_miss_is_said_in_the_notice(tmp_path: Path) -> None:
     assert query("🙂", mode="hybrid", min_similarity=1.0).notice == "the query has no searchable words"
 
 
-def test_min_similarity_drops_only_weak_meaning_hits(tmp_path: Path) -> None:
-    query = run_query(tmp_path, NOTES)
+def test_min_similarity_drops_only_weak_meaning_hits(tmp_path: Path, db_url: str | None) -> None:
+    query = run_query(tmp_path, NOTES, db_url)
     loose = query("restic", mode="hybrid", k=20)
     similarities = {h.path: h.explain["similarity"] for h in loose.results if h.matched == "meaning"}
     assert similarities
@@ -192,14 +197,14 @@ def test_min_similarity_drops_only_weak_meaning_hits(tmp_path: Path) -> None:
         query("restic", min_similarity=1.5)
 
 
-def test_per_file_caps_hits_per_note_and_keeps_k(tmp_path: Path) -> None:
+def test_per_file_caps_hits_per_note_and_keeps_k(tmp_path: Path, db_url: str | None) -> None:
     """60 strong parts of one note fill the 50 candidates k=4 takes: the cap must search deeper."""
     filler = "plain words about something else entirely " * 22  # ~900 characters: one chunk per part
     files: dict[str, str | bytes] = {
         "crowd.md": "".join(f"## Part {i}\n\n{'restic ' * 30}{filler}\n\n" for i in range(60))
     }
     files |= {f"single{n}.md": f"# Single {n}\n\nrestic {filler}\n" for n in range(3)}
-    query = run_query(tmp_path, files)
+    query = run_query(tmp_path, files, db_url)
     flat = query("restic", mode="lex", k=4)
     assert {h.path for h in flat.results} == {"crowd.md"}
     capped = query("restic", mode="lex", k=4, per_file=1)
@@ -213,8 +218,8 @@ def test_per_file_caps_hits_per_note_and_keeps_k(tmp_path: Path) -> None:
 # ---- the fusion constant ------------------------------------------------------------------------
 
 
-def test_rrf_k_comes_from_the_config(tmp_path: Path) -> None:
-    store, config = index(tmp_path, NOTES, extra="search:\n  rrf_k: 10\n")
+def test_rrf_k_comes_from_the_config(tmp_path: Path, db_url: str | None) -> None:
+    store, config = index(tmp_path, NOTES, db_url, extra="search:\n  rrf_k: 10\n")
     assert config.search.rrf_k == 10
     response = search(store, config, "restic", mode="lex", embedder_factory=FakeEmbedder)
     assert response.results[0].score == round(1 / 11, 6)
@@ -244,12 +249,12 @@ def test_bad_rrf_k_is_a_one_line_error(tmp_path: Path, block: str, needle: str) 
 
 
 @pytest.fixture
-def cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+def cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None) -> Callable[..., Result]:
     monkeypatch.setattr(cli_module, "make_embedder", FakeEmbedder)
     files: dict[str, str | bytes] = dict(NOTES) | {
         f"many{n}.md": "".join(f"## Part {i}\n\nrestic note {n} part {i}\n\n" for i in range(10)) for n in range(3)
     }
-    index(tmp_path, files)
+    index(tmp_path, files, db_url)[0].close()
     config_file = tmp_path / "notes-search.yaml"
 
     def run(*args: str) -> Result:
@@ -272,13 +277,13 @@ def test_cli_per_file_min_similarity_and_matched(cli_run: Callable[..., Result])
         assert cli_run("query", "restic", *bad).exit_code == 2
 
 
-def test_mcp_search_takes_per_file_and_min_similarity(tmp_path: Path) -> None:
+def test_mcp_search_takes_per_file_and_min_similarity(tmp_path: Path, db_url: str | None) -> None:
     from tests.embed_servers import OllamaServer
     from tests.test_mcp import call, make_workspace, over_stdio
 
     server = OllamaServer({"fake-embed:latest": 64})
     try:
-        workspace = make_workspace(tmp_path, server)
+        workspace = make_workspace(tmp_path, server, db_url)
 
         async def body(session: ClientSession) -> None:
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}

@@ -17,6 +17,14 @@ from tests.conftest import write
 from tests.fakes import FakeEmbedder
 
 
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The copy exists for SQLite, whose vec0 scans every vector for an unscoped query; a service
+    on PostgreSQL keeps none (its HNSW index answers: the last test), so these tests run on the
+    SQLite file whatever NOTES_SEARCH_TEST_BACKEND says."""
+    return str(getattr(request, "param", "sqlite"))
+
+
 def knn_both(store: Store, resident: ResidentVectors, vector: np.ndarray, k: int) -> tuple[list, list]:
     with store.snapshot():
         from_memory = resident.knn(store, vector, k)
@@ -254,3 +262,25 @@ def test_loads_are_spaced_and_skip_a_current_copy(config: Config, do_sync: Calla
     resident._not_before = 0.0
     resident.reload_in_background()  # allowed now, but the index has not changed: the copy is kept
     assert resident.wait(30) and resident._copy is first
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_service_on_postgres_keeps_no_copy_and_answers_from_the_store(
+    config_path: Path,
+    config: Config,
+    embedder: FakeEmbedder,
+    do_sync: Callable[..., SyncReport],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from search import cli as cli_module
+    from search.mcp_server import NotesTools
+    from search.service import NotesService
+
+    monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: embedder)
+    do_sync()
+    tools = NotesTools(NotesService.from_config_file(str(config_path), cli_module.make_embedder))
+    tools.warm_up()
+    assert not tools.service.keeps_vectors_in_memory
+    data = tools.search("Поезд в Казань", None, 5, "vec")
+    assert data["results"][0]["path"] == "travel/kazan.md" and not data["degraded"]
+    assert tools.resident_vectors().nbytes == 0  # nothing was loaded, neither at warm-up nor by the search

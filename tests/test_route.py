@@ -246,7 +246,7 @@ def test_real_model_routes_paraphrased_questions(twenty: list[CollectionEntry]) 
 # ---- an embedder that is down -----------------------------------------------------------------
 
 
-def test_route_asks_a_down_embedder_once_and_remembers_the_outage(tmp_path: Path) -> None:
+def test_route_asks_a_down_embedder_once_and_remembers_the_outage(tmp_path: Path, db_url: str | None) -> None:
     """Someone waits on a route as on a search: one attempt (the config allows retries), then the
     outage is remembered for the window (shared with searches) and keywords alone answer."""
     from indexer.embed_health import OUTAGE_WINDOW, embedder_health
@@ -257,7 +257,9 @@ def test_route_asks_a_down_embedder_once_and_remembers_the_outage(tmp_path: Path
     config_path = tmp_path / "notes-search.yaml"
     with OllamaServer({"fake-embed:latest": 64}) as server:
         config_path.write_text(
-            f"root: {tmp_path}\nembedding:\n  provider: ollama\n  model: fake-embed:latest\n"
+            f"root: {tmp_path}\n"
+            + (f'db: "{db_url}"\n' if db_url else "")
+            + "embedding:\n  provider: ollama\n  model: fake-embed:latest\n"
             f"  endpoint: {server.url}\n  dims: 64\n  retries: 3\n"
             "sources:\n  workspace:\n    notes:\n      root: notes\n      paths: ['**']\n",
             encoding="utf-8",

@@ -24,7 +24,7 @@ from tests.fakes import FakeEmbedder
 
 
 @pytest.fixture
-def two_sources(tmp_path: Path) -> Path:
+def two_sources(tmp_path: Path, db_url: str | None) -> Path:
     """Workspace sources `a` and `b`; in `a`, `shared` is a symlink out of its root, in `b` a folder."""
     (tmp_path / "outside").mkdir()
     write(tmp_path / "outside", {"secret.md": "# Secret\n\nnever indexed\n"})
@@ -32,8 +32,9 @@ def two_sources(tmp_path: Path) -> Path:
     os.symlink(tmp_path / "outside", tmp_path / "a" / "shared")
     write(tmp_path / "b", {"devops/two.md": "# Two\n\nbeta notes\n", "shared/n.md": "# N\n\nshared note\n"})
     config = tmp_path / "notes-search.yaml"
+    db_line = f'db: "{db_url}"\n' if db_url else ""
     config.write_text(
-        f"root: {tmp_path}\n{FAKE_EMBEDDING}sources:\n  workspace:\n"
+        f"root: {tmp_path}\n{db_line}{FAKE_EMBEDDING}sources:\n  workspace:\n"
         f"    a:\n      root: {tmp_path / 'a'}\n      paths: ['**']\n"
         f"    b:\n      root: {tmp_path / 'b'}\n      paths: ['**']\n",
         encoding="utf-8",

@@ -32,7 +32,7 @@ from search.cli.files import toc as toc_command
 from search.grep import GrepHit, grep
 from search.refs import Ref, confine, parse_ref, read_text, sources_having
 from search.service.reading import line_range
-from tests.conftest import FAKE_EMBEDDING, NOTES, write
+from tests.conftest import FAKE_EMBEDDING, NOTES, open_index, write
 from tests.fakes import FakeEmbedder
 
 HAVE_RG = shutil.which("rg") is not None
@@ -86,9 +86,10 @@ def commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def write_config(tmp_path: Path, sources: str) -> Path:
+def write_config(tmp_path: Path, sources: str, db_url: str | None = None) -> Path:
     path = tmp_path / "notes-search.yaml"
-    path.write_text(f"root: {tmp_path}\n{FAKE_EMBEDDING}sources:\n{sources}", encoding="utf-8")
+    db_line = f'db: "{db_url}"\n' if db_url else ""
+    path.write_text(f"root: {tmp_path}\n{db_line}{FAKE_EMBEDDING}sources:\n{sources}", encoding="utf-8")
     return path
 
 
@@ -105,7 +106,7 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.setitem(cli.commands, str(command.name), command)
 
 
-def build_world(base: Path) -> Path:
+def build_world(base: Path, db_url: str | None) -> Path:
     """Two workspace sources (both have devops/postgres.md; `secret/` is excluded from `notes`)
     and a git source `wiki` (`drafts/` excluded) synced at its first commit. Returns the config."""
     write(base / "notes", {**NOTES, **EXTRA_NOTES})
@@ -130,6 +131,7 @@ def build_world(base: Path) -> Path:
       url: {upstream}
       exclude: ["drafts/**"]
 """,
+        db_url,
     )
     sync(load_config(config_path))
     return config_path
@@ -145,9 +147,9 @@ def make_run(config_path: Path) -> Callable[..., Result]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def world(tmp_path_factory: pytest.TempPathFactory, module_db_url: str | None) -> Path:
     """Shared by the tests that only read; a test that changes files builds its own."""
-    return build_world(tmp_path_factory.mktemp("world"))
+    return build_world(tmp_path_factory.mktemp("world"), module_db_url)
 
 
 @pytest.fixture
@@ -157,7 +159,7 @@ def cfg(world: Path) -> Config:
 
 @pytest.fixture
 def store(cfg: Config) -> Iterator[Store]:
-    s = Store.open(cfg.db, readonly=True)
+    s = open_index(cfg, readonly=True)
     yield s
     s.close()
 
@@ -343,10 +345,10 @@ def test_show_bare_path_in_several_sources(run: Callable[..., Result]) -> None:
     assert "==>" not in single.stdout
 
 
-def test_show_reads_the_mirror_at_the_indexed_rev(tmp_path: Path) -> None:
-    config_path = build_world(tmp_path)
+def test_show_reads_the_mirror_at_the_indexed_rev(tmp_path: Path, db_url: str | None) -> None:
+    config_path = build_world(tmp_path, db_url)
     cfg, run = load_config(config_path), make_run(config_path)
-    store = Store.open(cfg.db, readonly=True)
+    store = open_index(cfg, readonly=True)
     indexed = store.source_state("wiki")[0]
     store.close()
     assert indexed is not None
@@ -380,8 +382,8 @@ def test_show_refuses_paths_outside_sources(run: Callable[..., Result], ref: str
     assert "outside the source root" in result.output or "relative to a source root" in result.output
 
 
-def test_show_refuses_a_symlink_out_of_the_source(tmp_path: Path) -> None:
-    run = make_run(build_world(tmp_path))
+def test_show_refuses_a_symlink_out_of_the_source(tmp_path: Path, db_url: str | None) -> None:
+    run = make_run(build_world(tmp_path, db_url))
     (tmp_path / "private.md").write_text("# private\n", encoding="utf-8")
     (tmp_path / "notes" / "devops" / "escape.md").symlink_to(tmp_path / "private.md")
     for ref in ("notes:devops/escape.md", "devops/escape.md"):
@@ -481,9 +483,9 @@ def test_grep_max_count_across_sources(engine: str, cfg: Config, store: Store) -
     assert len(grep(cfg, store, "e", max_count=1000)) > 3
 
 
-def test_grep_git_mirror_at_indexed_rev(tmp_path: Path) -> None:
-    cfg = load_config(build_world(tmp_path))
-    store = Store.open(cfg.db, readonly=True)
+def test_grep_git_mirror_at_indexed_rev(tmp_path: Path, db_url: str | None) -> None:
+    cfg = load_config(build_world(tmp_path, db_url))
+    store = open_index(cfg, readonly=True)
     indexed = store.source_state("wiki")[0]
     commit(tmp_path / "upstream", {"guide.md": "# Guide\n\nversion two db-01\n", "new.md": "db-01 new\n"}, "v2")
     hits = grep(cfg, store, "db-01", source_ids=["wiki"])
@@ -598,26 +600,28 @@ def test_write_tocs_and_toc_command(cfg: Config, store: Store, run: Callable[...
     assert data["results"][2]["text"] == toc_path(cfg, "other").read_text(encoding="utf-8")
 
 
-def test_grep_finds_notes_whose_names_are_nfd_on_disk(engine: str, tmp_path: Path) -> None:
+def test_grep_finds_notes_whose_names_are_nfd_on_disk(engine: str, tmp_path: Path, db_url: str | None) -> None:
     """macOS stores names decomposed; the index keeps NFC. grep opens the disk name and reports
     the index path, as query and show do."""
     import unicodedata
 
-    config_path = build_world(tmp_path / "w")
+    config_path = build_world(tmp_path / "w", db_url)
     cfg = load_config(config_path)
     notes = cfg.sources["notes"].root
     nfd_name = unicodedata.normalize("NFD", "zálohy-nfd.md")
     (notes / nfd_name).write_text("# Zálohy\n\nnfdmarker here\n", encoding="utf-8")
     sync(cfg)
-    with closing(Store.open(cfg.db, readonly=True)) as store:
+    with closing(open_index(cfg, readonly=True)) as store:
         assert where(grep(cfg, store, "nfdmarker")) == ["notes:zálohy-nfd.md:3"]
         assert where(grep(cfg, store, "nfdmarker", path="zálohy-nfd.md")) == ["notes:zálohy-nfd.md:3"]
 
 
-def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_fallback_stops_a_runaway_pattern(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None
+) -> None:
     """Without rg, a catastrophically backtracking regex runs in a child that GREP_TIMEOUT kills:
     one clear error instead of a search (or an MCP worker) that never returns."""
-    config_path = build_world(tmp_path / "w")
+    config_path = build_world(tmp_path / "w", db_url)
     cfg = load_config(config_path)
     (cfg.sources["notes"].root / "redos.md").write_text("a" * 40 + "!\n", encoding="utf-8")
     bin_dir = tmp_path / "bin-without-rg"
@@ -625,7 +629,7 @@ def test_python_fallback_stops_a_runaway_pattern(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setattr(grep_module, "GREP_TIMEOUT", 1.0)
     started = time.monotonic()
-    with closing(Store.open(cfg.db, readonly=True)) as store, pytest.raises(NotesSearchError, match="no answer within"):
+    with closing(open_index(cfg, readonly=True)) as store, pytest.raises(NotesSearchError, match="no answer within"):
         grep(cfg, store, "(a+)+$", source_ids=["notes"], path="redos.md")
     assert time.monotonic() - started < 30
 

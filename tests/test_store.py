@@ -119,6 +119,7 @@ def test_reset_vectors_switches_spaces_atomically(store: Store) -> None:
     assert store.meta()["embedding_dims"] == "8"
 
 
+@pytest.mark.sqlite_only("the SQLite file's own open (PostgreSQL's: test_postgres)")
 def test_readonly_open_needs_an_index(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="run `notes-search sync` first"):
         Store.open(tmp_path / "missing.sqlite", readonly=True)
@@ -173,6 +174,7 @@ def _stopped_after(path: Path, steps: int) -> None:
     conn.close()
 
 
+@pytest.mark.sqlite_only("the SQLite schema's named migrations")
 @pytest.mark.parametrize("steps", range(len(MIGRATIONS)))
 def test_an_index_stopped_after_any_step_migrates_to_the_fresh_schema(tmp_path: Path, steps: int) -> None:
     fresh = Store.open(tmp_path / "fresh.sqlite")
@@ -204,6 +206,7 @@ def test_migration_steps_are_named_once_and_counted_by_user_version() -> None:
     assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
+@pytest.mark.sqlite_only("the SQLite file's user_version")
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     Store.open(tmp_path / "index.sqlite").close()
     conn = apsw.Connection(str(tmp_path / "index.sqlite"))

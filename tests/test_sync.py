@@ -1,5 +1,6 @@
-"""Sync end to end on real files and a real SQLite file: orphan vectors, idempotence, the lock,
-degraded mode, the identity guard and the coverage report; a second sync of the same files is a no-op."""
+"""Sync end to end on real files and a real index (the SQLite file, or PostgreSQL with
+NOTES_SEARCH_TEST_BACKEND=postgres): orphan vectors, idempotence, the lock, degraded mode, the
+identity guard and the coverage report; a second sync of the same files is a no-op."""
 
 from __future__ import annotations
 
@@ -15,31 +16,37 @@ import pytest
 
 from indexer.config import Config, load_config
 from indexer.lock import SyncLock
-from indexer.store import Store
+from indexer.store import index_exists
 from indexer.sync import SyncReport, run_sync
-from tests.conftest import NOTES, make_config, write
+from tests.conftest import NOTES, make_config, open_index, sync_lock_held, write
 from tests.fakes import FakeEmbedder
-from tests.store_checks import chunk_fingerprint, embedded_without_vector, fts_integrity_check, orphan_vectors
+from tests.pg import both_backends
+from tests.store_checks import (
+    chunk_fingerprint,
+    embedded_without_vector,
+    fts_integrity_check,
+    orphan_vectors,
+    write_mark,
+)
 
 Sync = Callable[..., SyncReport]
 
 
 def snapshot(config: Config) -> tuple[dict[str, int], list[tuple[object, ...]], dict[str, str]]:
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
         return store.counts(), chunk_fingerprint(store), store.meta()
     finally:
         store.close()
 
 
-def disk_state(config: Config) -> list[tuple[str, int, int]]:
-    """mtime and size of the DB and its WAL: any write changes one of them."""
-    files = [config.db, config.db.with_name(config.db.name + "-wal")]
-    return [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.exists()]
+def disk_state(config: Config) -> object:
+    """Changes with any write to the index (see `write_mark`)."""
+    return write_mark(config.index_location)
 
 
 def assert_consistent(config: Config) -> None:
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
         assert orphan_vectors(store) == []
         assert embedded_without_vector(store) == []
@@ -77,17 +84,18 @@ def test_second_sync_is_a_noop(do_sync: Sync, config: Config, embedder: FakeEmbe
 
 def test_deleted_file_leaves_no_orphan_vectors(do_sync: Sync, config: Config, notes: Path) -> None:
     do_sync()
-    store = Store.open(config.db)
-    ids = [r[0] for r in store.conn.execute("SELECT id FROM chunks WHERE path = 'devops/postgres.md'")]
+    store = open_index(config)
+    rows = store.chunk_rows(sorted(store.chunk_languages()))
+    ids = {chunk_id for chunk_id, row in rows.items() if row.path == "devops/postgres.md"}
+    assert ids <= set(store.all_vectors().ids.tolist())
     store.close()
     assert ids
     (notes / "devops/postgres.md").unlink()
     report = do_sync()
     assert report.sources[0].deleted == 1
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
-        marks = ",".join("?" * len(ids))
-        assert store.conn.execute(f"SELECT COUNT(*) FROM vec_chunks WHERE rowid IN ({marks})", ids).fetchone()[0] == 0
+        assert not ids & set(store.all_vectors().ids.tolist())
         assert orphan_vectors(store) == []
     finally:
         store.close()
@@ -112,6 +120,25 @@ def test_rename_reuses_vectors(do_sync: Sync, config: Config, notes: Path, embed
     (notes / "cooking").rename(notes / "kitchen")
     report = do_sync()
     assert (report.sources[0].added, report.sources[0].deleted) == (1, 1)
+    assert embedder.texts_embedded == before, "moved text must not be embedded again"
+    assert_consistent(config)
+
+
+@both_backends
+def test_text_moved_between_two_changed_files_is_not_embedded_again(
+    do_sync: Sync, config: Config, notes: Path, embedder: FakeEmbedder
+) -> None:
+    """Two notes swap their contents: one write batch replaces both, the first one's old chunks
+    (the second one's new text) are deleted before the second is written, and still every
+    vector is reused by text."""
+    first, second = notes / "devops/postgres.md", notes / "travel/kazan.md"
+    do_sync()
+    before = embedder.texts_embedded
+    first_text, second_text = first.read_text(encoding="utf-8"), second.read_text(encoding="utf-8")
+    first.write_text(second_text, encoding="utf-8")
+    second.write_text(first_text, encoding="utf-8")
+    report = do_sync()
+    assert report.sources[0].updated == 2
     assert embedder.texts_embedded == before, "moved text must not be embedded again"
     assert_consistent(config)
 
@@ -157,12 +184,13 @@ def test_identity_change_rebuilds_vectors(tmp_path: Path, notes: Path, do_sync: 
     counts, _, meta = snapshot(changed)
     assert meta["embedding_model"] == "fake:2" and meta["embedding_dims"] == "32"
     assert counts["pending"] == 0 and counts["vectors"] == counts["chunks"]
-    store = Store.open(changed.db)
+    store = open_index(changed)
     try:
-        dims = {len(r[0]) // 4 for r in store.conn.execute("SELECT embedding FROM vec_chunks")}
+        vectors = store.all_vectors()
+        assert orphan_vectors(store) == [] and embedded_without_vector(store) == []
     finally:
         store.close()
-    assert dims == {32}, "vectors of the old model must be gone"
+    assert vectors.matrix.shape == (counts["chunks"], 32), "vectors of the old model must be gone"
 
 
 def test_identity_change_with_embedder_down_leaves_no_old_vectors(do_sync: Sync, config: Config) -> None:
@@ -192,14 +220,10 @@ def test_full_keeps_vectors_of_unchanged_text(do_sync: Sync, config: Config, emb
 
 
 def test_lock_held_means_exit_quietly(do_sync: Sync, config: Config) -> None:
-    lock = SyncLock(config.lock_path)
-    assert lock.acquire()
-    try:
+    with sync_lock_held(config):
         report = do_sync()
         assert report.locked and not report.sources
-        assert not config.db.exists() or snapshot(config)[0]["files"] == 0
-    finally:
-        lock.release()
+        assert not index_exists(config.index_location) or snapshot(config)[0]["files"] == 0
     assert not do_sync().locked
 
 
@@ -228,9 +252,11 @@ def test_lock_is_released_when_holder_is_killed(config: Config) -> None:
         holder.kill()
 
 
-def test_coverage_report_logs_uncovered_folder(tmp_path: Path, notes: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_coverage_report_logs_uncovered_folder(
+    tmp_path: Path, notes: Path, caplog: pytest.LogCaptureFixture, db_url: str | None
+) -> None:
     write(notes, {"archive/old.md": "# Old\n\nNot whitelisted.\n"})
-    config = load_config(make_config(tmp_path, notes, paths='["devops/**", "travel/**", "cooking/**"]'))
+    config = load_config(make_config(tmp_path, notes, paths='["devops/**", "travel/**", "cooking/**"]', db=db_url))
     embedder = FakeEmbedder(config.embedding)
     with caplog.at_level(logging.WARNING, logger="notes_search"):
         report = run_sync(config, embedder_factory=lambda: embedder)
@@ -251,23 +277,27 @@ def test_file_that_becomes_binary_leaves_the_index(do_sync: Sync, config: Config
     (notes / "devops/postgres.md").write_bytes(b"\x00" * 100)
     report = do_sync()
     assert report.sources[0].deleted == 1
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
         assert "devops/postgres.md" not in store.known_files("notes")
     finally:
         store.close()
 
 
-def test_removed_source_is_dropped(tmp_path: Path, notes: Path, do_sync: Sync, config: Config) -> None:
+def test_removed_source_is_dropped(
+    tmp_path: Path, notes: Path, do_sync: Sync, config: Config, db_url: str | None
+) -> None:
     other = tmp_path / "other"
     write(other, {"a.md": "# A\n\nalpha\n"})
     two = load_config(
-        make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+        make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n", db=db_url)
     )
     run_sync(two, embedder_factory=lambda: FakeEmbedder(two.embedding))
-    assert {s.source_id for s in Store.open(two.db).source_stats()} == {"notes", "other"}
+    store = open_index(two)
+    assert {s.source_id for s in store.source_stats()} == {"notes", "other"}
+    store.close()
     do_sync()
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
         assert store.source_ids() == ["notes"]
         assert orphan_vectors(store) == []
@@ -275,10 +305,10 @@ def test_removed_source_is_dropped(tmp_path: Path, notes: Path, do_sync: Sync, c
         store.close()
 
 
-def test_missing_workspace_root_is_a_source_error(tmp_path: Path, notes: Path) -> None:
+def test_missing_workspace_root_is_a_source_error(tmp_path: Path, notes: Path, db_url: str | None) -> None:
     gone = tmp_path / "gone"
     config = load_config(
-        make_config(tmp_path, notes, extra_sources=f"    gone:\n      root: {gone}\n      paths: ['**']\n")
+        make_config(tmp_path, notes, extra_sources=f"    gone:\n      root: {gone}\n      paths: ['**']\n", db=db_url)
     )
     report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     errors = {s.source_id: s.error for s in report.sources}
@@ -291,7 +321,7 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
         "name: trips\ndescription: Cesty a výlety\ntags: [travel]\n", encoding="utf-8"
     )
     do_sync()
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
         assert [(c.name, c.folder, c.files) for c in store.collections()] == [("trips", "travel", 1)]
     finally:
@@ -301,19 +331,19 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
     assert disk_state(config) == on_disk
 
 
-def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path) -> None:
+def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path, db_url: str | None) -> None:
     later = tmp_path / "later"
     config = load_config(
-        make_config(tmp_path, notes, extra_sources=f"    later:\n      root: {later}\n      paths: ['**']\n")
+        make_config(tmp_path, notes, extra_sources=f"    later:\n      root: {later}\n      paths: ['**']\n", db=db_url)
     )
     embedder = FakeEmbedder(config.embedding)
     run_sync(config, embedder_factory=lambda: embedder)
-    store = Store.open(config.db)
+    store = open_index(config)
     assert store.errored_sources() == {"later"}
     store.close()
     later.mkdir()
     run_sync(config, embedder_factory=lambda: embedder)
-    store = Store.open(config.db)
+    store = open_index(config)
     try:
         assert store.errored_sources() == set()
     finally:
@@ -327,7 +357,7 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(
         f.write(b"# Cafe\n\nlatin-1 name\n")
     report = do_sync()
     assert [s.error for s in report.sources] == [None]
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         assert sorted(row.path for row in store.file_rows()) == sorted(NOTES)
     finally:
@@ -335,10 +365,10 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(
     assert "not valid UTF-8" in caplog.text
 
 
-def test_renamed_source_reuses_vectors(tmp_path: Path, notes: Path, embedder: FakeEmbedder) -> None:
+def test_renamed_source_reuses_vectors(tmp_path: Path, notes: Path, embedder: FakeEmbedder, db_url: str | None) -> None:
     """Renaming a source in the config re-indexes its files under the new id; the old id's
     vectors are removed only afterwards, so nothing is embedded again."""
-    config_path = make_config(tmp_path, notes)
+    config_path = make_config(tmp_path, notes, db=db_url)
     run_sync(load_config(config_path), embedder_factory=lambda: embedder)
     before = embedder.texts_embedded
     config_path.write_text(
@@ -349,7 +379,7 @@ def test_renamed_source_reuses_vectors(tmp_path: Path, notes: Path, embedder: Fa
     report = run_sync(config, embedder_factory=lambda: embedder)
     assert report.sources[0].added == len(NOTES)
     assert embedder.texts_embedded == before
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         assert store.source_ids() == ["renamed"]
     finally:
@@ -379,7 +409,7 @@ def test_a_transiently_unreadable_file_keeps_its_indexed_copy(
     monkeypatch.setattr(workspace_module, "open", failing_open, raising=False)
     report = do_sync()
     assert (report.sources[0].skipped, report.sources[0].deleted) == (1, 0)
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         assert "devops/postgres.md" in {row.path for row in store.file_rows()}
     finally:
@@ -390,7 +420,7 @@ def test_a_transiently_unreadable_file_keeps_its_indexed_copy(
 
 
 def test_a_new_chunker_version_is_recorded_per_source(
-    tmp_path: Path, notes: Path, embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch, db_url: str | None
 ) -> None:
     """After an upgrade, `sync --source`, a hook or the watcher's reconcile re-chunks a source
     once and records it; it does not re-chunk on every run until a plain `sync`."""
@@ -399,7 +429,7 @@ def test_a_new_chunker_version_is_recorded_per_source(
     other = tmp_path / "other"
     write(other, {"a.md": "# A\n\nalpha\n"})
     config = load_config(
-        make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n")
+        make_config(tmp_path, notes, extra_sources=f"    other:\n      root: {other}\n      paths: ['**']\n", db=db_url)
     )
     run_sync(config, embedder_factory=lambda: embedder)
     monkeypatch.setattr(chunker, "CHUNKER_VERSION", "next")
@@ -412,17 +442,19 @@ def test_a_new_chunker_version_is_recorded_per_source(
     assert run_sync(config, embedder_factory=lambda: embedder).sources[1].updated == 0
 
 
-def test_lowering_max_file_bytes_drops_files_now_too_large(tmp_path: Path, notes: Path, embedder: FakeEmbedder) -> None:
+def test_lowering_max_file_bytes_drops_files_now_too_large(
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder, db_url: str | None
+) -> None:
     """The same result as a fresh index: an unchanged file over the new limit leaves the index."""
     write(notes, {"big.md": "# Big\n\n" + "word " * 400 + "\n"})
-    config_path = make_config(tmp_path, notes)
+    config_path = make_config(tmp_path, notes, db=db_url)
     run_sync(load_config(config_path), embedder_factory=lambda: embedder)
     config_path.write_text(config_path.read_text(encoding="utf-8") + "max_file_bytes: 1000\n", encoding="utf-8")
     config = load_config(config_path)
     assert config.max_file_bytes == 1000
     report = run_sync(config, embedder_factory=lambda: embedder)
     assert (report.sources[0].deleted, report.sources[0].skipped) == (1, 1)
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         assert sorted(row.path for row in store.file_rows()) == sorted(NOTES)
     finally:

@@ -77,9 +77,10 @@ def fake_embedder(config: EmbeddingConfig) -> FakeEmbedder:
     return FakeEmbedder(config)
 
 
-def write_config(path: Path, root: Path, notes: Path, extra: str = "") -> Path:
+def write_config(path: Path, root: Path, notes: Path, extra: str = "", db_url: str | None = None) -> Path:
+    db_line = f'db: "{db_url}"\n' if db_url else ""
     path.write_text(
-        f"root: {json.dumps(str(root))}\n{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n"
+        f"root: {json.dumps(str(root))}\n{db_line}{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n"
         f'      root: {json.dumps(str(notes))}\n      paths: ["**"]\n      exclude: ["drafts/**"]\n{extra}',
         encoding="utf-8",
     )
@@ -96,7 +97,7 @@ def make_runner(config: Path) -> Callable[..., Result]:
 
 
 @pytest.fixture
-def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Callable[..., Result], Path]:
+def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None) -> tuple[Callable[..., Result], Path]:
     monkeypatch.setattr(cli_module, "make_embedder", fake_embedder)
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -110,7 +111,7 @@ def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Callable[.
         json.dumps({"name": "ops", "description": f"Servers {OSC} and {CSI} backups"}), encoding="utf-8"
     )
     (notes / "ops" / "runbook.md").write_text("# Runbook\n\nrestart the servers\n", encoding="utf-8")
-    run = make_runner(write_config(tmp_path / "notes-search.yaml", tmp_path, notes))
+    run = make_runner(write_config(tmp_path / "notes-search.yaml", tmp_path, notes, db_url=db_url))
     assert run("sync").exit_code == 0
     return run, notes
 
@@ -393,7 +394,9 @@ def test_status_sync_hooks_and_init_escape_paths(tmp_path: Path, monkeypatch: py
     assert "wrote " in init.stdout and "root\\x1b]0;HACKED" in init.stdout
 
 
-def test_git_source_names_and_text_are_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_git_source_names_and_text_are_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None
+) -> None:
     """Mirror files (git grep -z, blobs at the indexed rev) go through the same boundary."""
     monkeypatch.setattr(cli_module, "make_embedder", fake_embedder)
     upstream = tmp_path / "up"
@@ -411,6 +414,7 @@ def test_git_source_names_and_text_are_escaped(tmp_path: Path, monkeypatch: pyte
             tmp_path,
             notes,
             f"  git:\n    wiki:\n      url: {json.dumps(str(upstream))}\n",
+            db_url,
         )
     )
     assert run("sync").exit_code == 0
@@ -579,10 +583,10 @@ def safe_name(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def fuzz_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fuzz_world(tmp_path_factory: pytest.TempPathFactory, module_db_url: str | None) -> Path:
     base = tmp_path_factory.mktemp("fuzz")
     (base / "notes").mkdir()
-    return write_config(base / "notes-search.yaml", base, base / "notes")
+    return write_config(base / "notes-search.yaml", base, base / "notes", db_url=module_db_url)
 
 
 @settings(

@@ -39,19 +39,17 @@ from watchdog.observers.api import BaseObserver, EventEmitter
 
 from indexer.config import Config, WorkspaceSource, load_config
 from indexer.globs import FileSelection
-from indexer.lock import SyncLock
 from indexer.model import KnownFile
-from indexer.store import Store
 from indexer.watch import Debouncer, Watcher, collapse, event_targets
 from search.engine import search
-from tests.conftest import FAKE_EMBEDDING, wait_for
+from tests.conftest import FAKE_EMBEDDING, open_index, sync_lock_held, wait_for
 from tests.fakes import FakeEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def known(config: Config, source_id: str = "notes") -> dict[str, KnownFile]:
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         return store.known_files(source_id)
     finally:
@@ -59,7 +57,7 @@ def known(config: Config, source_id: str = "notes") -> dict[str, KnownFile]:
 
 
 def unembedded(config: Config) -> int:
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         return store.count_pending_all()
     finally:
@@ -68,7 +66,7 @@ def unembedded(config: Config) -> int:
 
 def lex(config: Config, text: str) -> list[str]:
     """Paths a lexical search finds, on a read-only connection of its own (like the MCP server)."""
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         response = search(store, config, text, k=20, mode="lex", embedder_factory=_no_embedder)
     finally:
@@ -248,10 +246,13 @@ def test_a_burst_of_saves_embeds_the_file_once_or_twice(config: Config, notes: P
     assert 1 <= embedded <= 2
 
 
-def test_an_event_for_an_excluded_path_does_nothing(tmp_path: Path, notes: Path, embedder: FakeEmbedder) -> None:
+def test_an_event_for_an_excluded_path_does_nothing(
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder, db_url: str | None
+) -> None:
     config_file = tmp_path / "scoped.yaml"
+    db_line = f'db: "{db_url}"\n' if db_url else ""
     config_file.write_text(
-        f"root: {tmp_path}\n{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n      root: {notes}\n"
+        f"root: {tmp_path}\n{db_line}{FAKE_EMBEDDING}sources:\n  workspace:\n    notes:\n      root: {notes}\n"
         '      paths: ["devops/**"]\n      exclude: ["devops/private/**"]\n',
         encoding="utf-8",
     )
@@ -301,16 +302,12 @@ def test_an_inotify_overflow_reconciles_at_once(config: Config, notes: Path, emb
 
 def test_a_busy_lock_delays_the_batch_but_never_drops_it(config: Config, notes: Path, embedder: FakeEmbedder) -> None:
     with watching(config, embedder) as watcher:
-        lock = SyncLock(config.lock_path)
-        assert lock.acquire()  # a long cron sync, say
-        try:
+        with sync_lock_held(config):  # a long cron sync, say
             retries = watcher.stats.retries
             save(notes / "cooking" / "sourdough.md", "# Sourdough\n\nFeed it rye: lockedbread.\n")
             wait_for(lambda: watcher.stats.retries >= retries + 3, "retries while the lock is held")
             wait_for(lambda: ("notes", "cooking/sourdough.md") in watcher.pending(), "the batch back in the queue")
             assert lex(config, "lockedbread") == []
-        finally:
-            lock.release()
         wait_for(lambda: lex(config, "lockedbread") == ["cooking/sourdough.md"], "the retried batch")
 
 
@@ -378,7 +375,7 @@ def test_readers_never_see_database_is_locked_while_the_watcher_writes(
 
     def reader() -> None:
         nonlocal searches
-        store = Store.open(config.db, readonly=True)
+        store = open_index(config, readonly=True)
         try:
             while not done.is_set():
                 try:

@@ -451,7 +451,9 @@ def test_entries_that_cannot_be_indexed_are_skipped_with_a_reason(tmp_path: Path
     ]
 
 
-def test_sync_counts_and_logs_each_skip_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_sync_counts_and_logs_each_skip_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, db_url: str | None
+) -> None:
     from indexer.config import load_config
     from indexer.sync import run_sync
     from tests.conftest import make_config
@@ -460,7 +462,7 @@ def test_sync_counts_and_logs_each_skip_once(tmp_path: Path, caplog: pytest.LogC
     notes = tmp_path / "notes"
     notes.mkdir()
     _unindexable_tree(notes)
-    config = load_config(make_config(tmp_path, notes))
+    config = load_config(make_config(tmp_path, notes, db=db_url))
     with caplog.at_level(logging.WARNING):
         report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     assert report.sources[0].skipped == 5
@@ -475,7 +477,9 @@ def test_sync_counts_and_logs_each_skip_once(tmp_path: Path, caplog: pytest.LogC
         assert caplog.text.count(f"notes:{name}: skipped") == 1, caplog.text
 
 
-def test_watch_logs_a_skip_once_per_process(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_watch_logs_a_skip_once_per_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, db_url: str | None
+) -> None:
     """Each reconcile and batch re-walks the folder; the undecodable name must not be logged again."""
     from indexer.config import load_config
     from indexer.watch import Watcher
@@ -486,7 +490,7 @@ def test_watch_logs_a_skip_once_per_process(tmp_path: Path, caplog: pytest.LogCa
     write(notes, "ok.md", "# ok\n")
     with open(os.path.join(os.fsencode(notes), b"bad\xffname.md"), "wb") as f:
         f.write(b"# x\n")
-    config = load_config(make_config(tmp_path, notes))
+    config = load_config(make_config(tmp_path, notes, db=db_url))
     watcher = Watcher(config, lambda: FakeEmbedder(config.embedding), reconcile_on_start=False)
     watcher.start()
     try:
@@ -523,23 +527,22 @@ def test_nfc_and_nfd_twins_index_the_nfc_file_and_settle(tmp_path: Path) -> None
     assert upserted(changes(src, known)) == {nfc_name: "# nfd\n"}
 
 
-def test_nfc_and_nfd_twins_status_settles_after_one_sync(tmp_path: Path) -> None:
+def test_nfc_and_nfd_twins_status_settles_after_one_sync(tmp_path: Path, db_url: str | None) -> None:
     from indexer.config import load_config
     from indexer.freshness import workspace_freshness
-    from indexer.store import Store
     from indexer.sync import run_sync
-    from tests.conftest import make_config
+    from tests.conftest import make_config, open_index
     from tests.fakes import FakeEmbedder
 
     notes = tmp_path / "notes"
     notes.mkdir()
     _twins(notes)
-    config = load_config(make_config(tmp_path, notes))
+    config = load_config(make_config(tmp_path, notes, db=db_url))
     first = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     assert first.sources[0].added == 1 and first.sources[0].skipped == 1
     second = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
     assert (second.sources[0].added, second.sources[0].updated, second.sources[0].deleted) == (0, 0, 0)
-    store = Store.open(config.db, readonly=True)
+    store = open_index(config, readonly=True)
     try:
         fresh = workspace_freshness(config.sources["notes"], store, "", config.max_file_bytes)  # type: ignore[arg-type]
     finally:

@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from indexer.store import SearchScope, Store, content_hash
+from indexer.model import FileVersion, ParsedDocument
+from indexer.store import CollectionRow, SearchScope, Store, content_hash
 from indexer.store.postgres_bulk import vector_index_held_back
 from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
 from tests.test_store import DIMS, doc, store  # noqa: F401 - `store` is the two-backend fixture
@@ -135,3 +136,61 @@ def test_a_tag_holding_a_nul_character_is_written_and_found(store: Store) -> Non
     for tag in ("a\x00b", "plain"):
         found = store.fts_search('"text"', 10, SearchScope(tags=(tag,)))
         assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in found] == ["tagged.md"], tag
+
+
+def test_a_collection_name_holding_a_nul_character_is_written_and_found(store: Store) -> None:
+    """An index written before collection names were cleaned at their source (or any caller) can
+    hold a NUL; PostgreSQL stores it as U+FFFD, in the file rows and the collections alike, so the
+    collection still counts its file and a filter on the name still finds it."""
+    name = "team\x00notes"
+    file, parsed = doc("team/a.md", ["collected text"])
+    with store.transaction():
+        store.write_files("s", [(dataclasses.replace(file, collection=name), parsed), doc("b.md", ["other text"])])
+        store.replace_collections("s", [CollectionRow("s", name, "team", "desc\x00ription", ("t\x00ag",))])
+        store.set_file_collection("s", "b.md", name)
+        store.set_file_collection("s", "b.md", None)
+    [row] = store.collections()
+    assert (row.folder, row.files) == ("team", 1)
+    on_postgres = type(store).__name__ == "PostgresStore"
+    kept = "\ufffd" if on_postgres else "\x00"
+    # the tags go as JSON, whose escape keeps the NUL on both
+    assert (row.name, row.description, row.tags) == (f"team{kept}notes", f"desc{kept}ription", ("t\x00ag",))
+    found = store.fts_search('"text"', 10, SearchScope(collection=name))
+    assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in found] == ["team/a.md"]
+    assert store.collection_rows("s") == [dataclasses.replace(row, files=0)]
+
+
+@pytest.mark.parametrize("moved_into_first", [False, True])
+def test_a_chunk_moved_between_two_files_of_one_batch_keeps_its_vector(store: Store, moved_into_first: bool) -> None:
+    """Its vector is looked up before either file is replaced, so the file it left may come first
+    in the batch (and delete it with its old chunks) without the text being embedded again."""
+
+    def titled(path: str, texts: list[str]) -> tuple[FileVersion, ParsedDocument]:
+        # one breadcrumb in both files: the moved chunk's embedded text (breadcrumb and body) is the same
+        file, parsed = doc(path, texts)
+        return file, dataclasses.replace(
+            parsed, chunks=[dataclasses.replace(c, breadcrumb="Notes") for c in parsed.chunks]
+        )
+
+    rng = np.random.default_rng(6)
+    with store.transaction():
+        store.write_files("s", [titled("from.md", ["stays here", "moving text"]), titled("to.md", ["stays there"])])
+    first = store.pending_chunks(10)
+    store.store_vectors([p.id for p in first], _unit(rng, len(first)))
+    stored = store.all_vectors()
+    texts = store.chunk_rows([int(i) for i in stored.ids])
+    before = {texts[int(i)].text: vector for i, vector in zip(stored.ids, stored.matrix, strict=True)}
+    left = titled("from.md", ["stays here"])
+    into = titled("to.md", ["stays there", "moving text"])
+    with store.transaction():
+        assert store.write_files("s", [into, left] if moved_into_first else [left, into]) == 0
+    after = store.all_vectors()
+    rows = store.chunk_rows([int(i) for i in after.ids])
+    assert sorted((rows[int(i)].path, rows[int(i)].text) for i in after.ids) == [
+        ("from.md", "stays here"),
+        ("to.md", "moving text"),
+        ("to.md", "stays there"),
+    ]
+    for chunk_id, vector in zip(after.ids, after.matrix, strict=True):
+        assert np.array_equal(vector, before[rows[int(chunk_id)].text])
+    assert orphan_vectors(store) == [] and embedded_without_vector(store) == []

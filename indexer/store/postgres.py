@@ -33,13 +33,14 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
 from psycopg.adapt import Dumper
 from psycopg.pq import Format, TransactionStatus
 
@@ -104,6 +105,12 @@ LEXICAL_VERSION_SQL = (
     "COALESCE(string_agg(fts_stats.source_id || ':' || fts_stats.xmin::text, ',' ORDER BY fts_stats.source_id), '')"
 )
 PHRASE_HITS_KEPT = 10_000
+# A sync's write transactions commit without waiting for the WAL flush: a server or machine
+# crash may lose the last ones (never part of one: each is lost whole, and the next sync writes
+# those files or embeds those chunks again), as SQLite's WAL with synchronous=NORMAL may; a
+# killed worker loses nothing it committed. Any synchronous commit (marking a source synced,
+# building the vector index) flushes every earlier one.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 # Impact tiers: each chunk also keeps, for every lexeme whose bm25 saturation there reaches
 # IMPACT_TIERS[-1], one word naming the highest tier it reaches (`impacts`, GIN-indexed).
 # Unscoped keyword search scores the chunks of the top tiers first: a chunk outside them scores
@@ -116,7 +123,8 @@ PHRASE_HITS_KEPT = 10_000
 IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
-IMPACT_STEPS = 3  # tier passes before the full scan
+IMPACT_STEPS = 4  # tier passes (each IMPACT_STEP tiers deeper while too few chunks are found) before the full scan
+IMPACT_STEP = 3
 SHARED_PREFIX_MIN = 3  # a shorter prefix in a query has no summed tiers: the full scan answers it
 EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take chunks holding all of them (see _tiered_search),
 EVERY_MAX_ROWS = 3_000  # all such chunks when the sample says they are at most this many
@@ -129,6 +137,13 @@ TIERED_MIN_ROWS = 20_000
 SAMPLED_ROWS = 2_000
 SAMPLE_MIN_HITS = 20
 FULL_SCAN_MAX_MATCHES = 2_000
+# The pass that settles a top whose floor is known (see _settling_pass) looks up at most this
+# many phrase sets (each one a GIN scan: 20 sets of three common prefixes cost about as much as
+# scoring every match), and only when the planner expects it to read under this share of every
+# match (scoring the rows it reads costs more than one scan's: at 100k chunks a settling pass
+# over ~44k of ~71k matches took longer than the scan)
+SETTLING_MAX_SETS = 16
+SETTLING_MAX_SHARE = 0.4
 
 
 def is_postgres_url(location: object) -> bool:
@@ -341,7 +356,7 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f" AND ({alias}.path = %(scope_path)s OR {alias}.path >= %(scope_lo)s)"
         )
     if scope.collection is not None:
-        params["scope_collection"] = scope.collection
+        params["scope_collection"] = _text(scope.collection)  # as `files` holds it
         clauses.append(
             f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
             f" AND f.path = {alias}.path AND f.collection = %(scope_collection)s)"
@@ -733,6 +748,9 @@ class PostgresStore:
         self._phrase_hits_key: str | None = None
         # phrase -> its share of a fixed sample times the rows, for the same version (rare ones too)
         self._phrase_samples: dict[str, float] = {}
+        self._in_snapshot = False
+        # how the last unscoped keyword search on a large index went, pass by pass (for benchmarks)
+        self.keyword_trace: list[str] = []
 
     # ---- opening and schema -------------------------------------------------------------
 
@@ -833,9 +851,12 @@ class PostgresStore:
     def _register_vector_type(self) -> None:
         oid = self._one("SELECT oid FROM pg_type WHERE typname = 'vector'")
         if self._vector_oid != oid:
-            self._vector_oid = int(oid)
-            dumper = type("VectorDumper", (_VectorDumper,), {"oid": int(oid)})
-            self.conn.adapters.register_dumper("numpy.ndarray", dumper)
+            self._use_vector_oid(int(oid))
+
+    def _use_vector_oid(self, oid: int) -> None:
+        self._vector_oid = oid
+        dumper = type("VectorDumper", (_VectorDumper,), {"oid": oid})
+        self.conn.adapters.register_dumper("numpy.ndarray", dumper)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -870,14 +891,55 @@ class PostgresStore:
             self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except STORAGE_ERRORS as exc:
             raise storage_error(self.url, exc) from None
+        self._in_snapshot = True
         try:
             yield
         finally:
+            self._in_snapshot = False
             try:
                 if not self.conn.closed:
                     self.conn.execute("COMMIT")
             except STORAGE_ERRORS as exc:
                 raise storage_error(self.url, exc) from None
+
+    def sibling(self) -> Callable[[], AbstractContextManager[PostgresStore]] | None:
+        """Inside `snapshot()`: an opener of readers on other pooled connections that import
+        this transaction's snapshot (`pg_export_snapshot()` here, `SET TRANSACTION SNAPSHOT`
+        there), so their reads run beside this connection's and see exactly its state. The
+        export lasts as long as this transaction: every sibling must close before it ends."""
+        if not self._in_snapshot:
+            return None
+        token = str(self._one("SELECT pg_export_snapshot()"))
+        return functools.partial(self._sibling_reader, token)
+
+    @contextmanager
+    def _sibling_reader(self, token: str) -> Iterator[PostgresStore]:
+        conn = _live_connection(self.url, True)
+        try:
+            # one round trip: the import must be the transaction's first statement
+            conn.execute(
+                pg_sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}").format(
+                    pg_sql.Literal(token)
+                )
+            )
+        except psycopg.Error as exc:
+            conn.close()
+            raise storage_error(self.url, exc) from None
+        reader = PostgresStore(conn, self.url, True)
+        reader._in_snapshot = True
+        reader._has_vectors = self._has_vectors
+        reader._hnsw_ready = self._hnsw_ready
+        if self._vector_oid is not None:  # the same database: no lookup
+            reader._use_vector_oid(self._vector_oid)
+        try:
+            yield reader
+        finally:
+            reader._in_snapshot = False
+            try:  # every read has answered: a failed COMMIT of a read-only transaction changes nothing
+                conn.execute("COMMIT")
+            except psycopg.Error:
+                conn.close()
+            _give_back(self.url, True, conn)
 
     # ---- meta and embedding identity ------------------------------------------------------
 
@@ -1062,20 +1124,54 @@ class PostgresStore:
     ) -> int:
         if not files:
             return 0
-        chunks = [(file.path, chunk) for file, doc in files for chunk in doc.chunks]
-        hashes = [content_hash(chunk.embed_text) for _, chunk in chunks]
+        hashes = [content_hash(chunk.embed_text) for _, doc in files for chunk in doc.chunks]
+        pieces = _pieces(files)
         self.has_vector_table()  # known before the pipeline: the statements below depend on it
-        # one round trip: the reads, the delete (after them: a reusable vector may be one of these
-        # files' old chunks) and the tsvectors folded meanwhile
+        # one pipeline: the reads and the delete (after them: a reusable vector may be one of these
+        # files' old chunks), then one statement per piece, each sent as soon as its tsvectors
+        # are folded, so the server writes one piece while the next is folded here
         with self.conn.pipeline():
+            self.conn.execute(ASYNC_COMMIT)
             vectors_read = self._vectors_by_hash_sent(set(hashes)) if vectors is None else None
             languages_read = self._languages_by_hash_sent(set(hashes)) if language_of is not None else None
             deleted = self._delete_files_sent(source_id, [file.path for file, _ in files])
-            documents = [lexical_row(chunk.breadcrumb, chunk.text) for _, chunk in chunks]
+            first = _folded(pieces[0])
             carried = self._vectors_by_hash_read(vectors_read) if vectors is None else vectors
             known_languages = self._languages_by_hash_read(languages_read)
             self._delete_files_read(deleted)
-        now = utc_now()
+            now = utc_now()
+            written = []
+            done = 0
+            for number, piece in enumerate(pieces):
+                documents = first if number == 0 else _folded(piece)
+                chunk_count = sum(len(doc.chunks) for _, doc in piece)
+                piece_hashes = hashes[done : done + chunk_count]
+                done += chunk_count
+                written.append(
+                    self._write_piece_sent(
+                        source_id, piece, piece_hashes, documents, language_of, known_languages, carried, now
+                    )
+                )
+        rows = [row for sent in written for row in sent.fetchall()]
+        attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
+        if attached:
+            self._insert_vectors(attached)
+        return len(hashes) - len(attached)
+
+    def _write_piece_sent(
+        self,
+        source_id: str,
+        files: Sequence[tuple[FileVersion, ParsedDocument]],
+        hashes: Sequence[str],
+        documents: Sequence[tuple[str, int, str]],
+        language_of: Callable[[str], str] | None,
+        known_languages: dict[str, str],
+        carried: Mapping[str, bytes],
+        now: str,
+    ) -> psycopg.Cursor[Any]:
+        """Send the statement writing these files, their chunks and lexical rows; the cursor
+        answers (chunk id, content hash) per chunk once the pipeline has run it."""
+        chunks = [(file.path, chunk) for file, doc in files for chunk in doc.chunks]
         languages = []
         for (_, chunk), digest in zip(chunks, hashes, strict=True):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
@@ -1086,7 +1182,7 @@ class PostgresStore:
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
         # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
         # (%b): a third of the text format's cost to dump
-        rows = self.conn.execute(
+        return self.conn.execute(
             """WITH f AS (
                    INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
                                      updated_at, indexed_at)
@@ -1124,7 +1220,7 @@ class PostgresStore:
                 "title": [_opt_text(doc.title) for _, doc in files],
                 "tags": [json.dumps(doc.tags, ensure_ascii=False) for _, doc in files],
                 "headings": [json.dumps(doc.headings, ensure_ascii=False) for _, doc in files],
-                "collection": [file.collection for file, _ in files],
+                "collection": [_opt_text(file.collection) for file, _ in files],
                 "sha256": [file.sha256 for file, _ in files],
                 "size": [int(file.size) for file, _ in files],
                 "mtime": [None if file.mtime is None else float(file.mtime) for file, _ in files],
@@ -1144,11 +1240,7 @@ class PostgresStore:
                 "length": [n for _, n, _ in documents],
                 "impacts": [i for _, _, i in documents],
             },
-        ).fetchall()
-        attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
-        if attached:
-            self._insert_vectors(attached)
-        return len(chunks) - len(attached)
+        )
 
     def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;
@@ -1209,8 +1301,8 @@ class PostgresStore:
                    ON CONFLICT DO NOTHING""",
                 (
                     source_id,
-                    row.name,
-                    row.folder,
+                    _text(row.name),
+                    _text(row.folder),
                     _text(row.description),
                     json.dumps(list(row.tags), ensure_ascii=False),
                 ),
@@ -1226,7 +1318,7 @@ class PostgresStore:
     def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
         self.conn.execute(
             "UPDATE files SET collection = %s WHERE source_id = %s AND path = %s AND collection IS DISTINCT FROM %s",
-            (collection, source_id, path, collection),
+            (_opt_text(collection), source_id, _text(path), _opt_text(collection)),
         )
 
     def collections(self) -> list[CollectionRow]:
@@ -1257,13 +1349,13 @@ class PostgresStore:
         if not len(ids):
             return 0
         with self.transaction():
-            waiting = {
-                int(r[0])
-                for r in self.conn.execute(
+            with self.conn.pipeline():
+                self.conn.execute(ASYNC_COMMIT)
+                marked = self.conn.execute(
                     "UPDATE chunks SET embedded_at = %s WHERE id = ANY(%s) AND embedded_at IS NULL RETURNING id",
                     (utc_now(), [int(i) for i in ids]),
                 )
-            }
+            waiting = {int(r[0]) for r in marked.fetchall()}
             rows = [
                 (int(chunk_id), np.asarray(vector, dtype=np.float32).tobytes())
                 for chunk_id, vector in zip(ids, vectors, strict=True)
@@ -1360,6 +1452,7 @@ class PostgresStore:
         rows. Scoped, the document frequencies still come from the whole index: counted (or on
         a large index estimated) once per phrase and kept until the lexical rows change, so a
         repeated phrase costs only the scoring of the scope's own matches."""
+        self.keyword_trace = []
         phrases = match_phrases(match)
         if not phrases or limit <= 0:
             return []
@@ -1438,13 +1531,16 @@ class PostgresStore:
         every_few: bool,
     ) -> list[RankedChunk] | None:
         """The unscoped top `limit` from the chunks of the top impact tiers, or None when the
-        bound cannot be met within IMPACT_STEPS passes (the caller scores every match).
+        bound cannot be met in bounded passes (the caller scores every match).
 
         A pass at tier t takes the chunks where some phrase reaches tier t; with `every` (the
         tsquery of all phrases at once) also the chunks holding every phrase where some phrase
         reaches a lower tier t2 (all of those when `every_few`): a short query's best chunks
         hold all its words. A chunk outside then either lacks a phrase (its others below t) or
-        has all of them below t2."""
+        has all of them below t2. When the limit-th score of a pass falls short of its bound it
+        is still a floor the true limit-th score reaches, and one last pass settles the top:
+        the chunks of some tier plus those holding a set of phrases that could reach the floor
+        below that tier (`_settling_pass`), whichever of those the planner expects smallest."""
         idf = _idfs(found, total_rows)
         widen = max(1.0, avgdl / IMPACT_REFERENCE_LENGTH)
         last = len(IMPACT_TIERS) - 1
@@ -1468,9 +1564,8 @@ class PostgresStore:
                 return None, lacking
             return last, max(lacking, sum(parts(last)))
 
-        tier = 0
-        for _ in range(IMPACT_STEPS):
-            lower, bound = plan(tier)
+        def pass_condition(tier: int) -> tuple[str, dict[str, object]] | None:
+            lower, _ = plan(tier)
             candidates = impact_tsquery(phrases, tier + 1)
             if candidates is None:
                 return None
@@ -1483,21 +1578,89 @@ class PostgresStore:
                 else:
                     params["every_tiers"] = impact_tsquery(phrases, lower + 1)
                     where = f"({where} OR (f.document @@ %(every)s::tsquery AND f.impacts @@ %(every_tiers)s::tsquery))"
-            hits = self._scored(queries, idf, avgdl, limit, where, params, True)
+            return where, params
+
+        tier = 0
+        for _ in range(IMPACT_STEPS):
+            condition = pass_condition(tier)
+            if condition is None:
+                return None
+            bound = plan(tier)[1]
+            hits = self._scored(queries, idf, avgdl, limit, *condition, True)
             if len(hits) >= limit:
                 kth = -hits[limit - 1].score
+                self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: kth {kth:.3f} bound {bound:.3f}")
                 if kth >= bound:
                     return hits
-                # a deeper tier whose bound the limit-th score already meets is sure to settle it
-                deeper = [t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth]
-                if not deeper:
-                    return None
-                tier = deeper[0]
-            elif tier < last:
-                tier = min(last, tier + 2)
-            else:
+                # a deeper tier whose bound the limit-th score already meets is sure to settle it too
+                deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
+                settles = None if deeper is None else pass_condition(deeper)
+                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts, settles)
+            self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
+            if tier == last:
                 return None
+            tier = min(last, tier + IMPACT_STEP)
         return None
+
+    def _settling_pass(
+        self,
+        phrases: Sequence[tuple[list[str], bool]],
+        queries: Sequence[str],
+        idf: Sequence[float],
+        avgdl: float,
+        limit: int,
+        floor: float,
+        parts: Callable[[int], list[float]],
+        deeper_pass: tuple[str, dict[str, object]] | None,
+    ) -> list[RankedChunk] | None:
+        """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
+        reach (None: no candidate set looks cheaper than the scan of every match). Outside
+        tier t's chunks a chunk has every phrase below t, so it scores less than the sum of
+        `parts(t)` over the phrases it holds: tier t's chunks plus those holding some set of
+        phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
+        document index) hold the whole top. Each tier gives one such candidate set; the one
+        the planner expects to be smallest is scored, or `deeper_pass` (a tier pass whose bound
+        the floor meets) when it expects that one smaller."""
+        choices: list[tuple[float, str, dict[str, object], str]] = []
+        if deeper_pass is not None:
+            choices.append((self._estimated_rows(*deeper_pass), *deeper_pass, "pass"))
+        for tier in range(len(IMPACT_TIERS)):
+            candidates = impact_tsquery(phrases, tier + 1)
+            if candidates is None:
+                return None
+            params: dict[str, object] = {"candidates": candidates}
+            where = "f.impacts @@ %(candidates)s::tsquery"
+            sets = _phrase_sets_reaching(parts(tier), floor)
+            if sets is None:
+                continue  # too many sets at this tier: the index evaluates a long tsquery slowly
+            if sets:  # one index condition each: GIN evaluates short tsqueries faster than one long one
+                for n, chosen in enumerate(sets):
+                    params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
+                arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
+                where = f"({where} OR {arms})"
+            choices.append((self._estimated_rows(where, params), where, params, f"tier {IMPACT_LABELS[tier]}"))
+            if not sets or choices[-1][0] > 2 * min(choice[0] for choice in choices):
+                break  # a deeper tier takes more chunks of its own and drops fewer sets
+        best = min(choices, key=lambda choice: choice[0], default=None)
+        if best is None:
+            self.keyword_trace.append(f"settle: over {SETTLING_MAX_SETS} phrase sets at every tier")
+            return None
+        estimate, where, params, label = best
+        matches = self._estimated_rows("f.document @@ %(all)s::tsquery", {"all": " | ".join(f"({q})" for q in queries)})
+        if estimate > SETTLING_MAX_SHARE * matches:
+            self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
+            return None
+        self.keyword_trace.append(f"settle at {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
+        return self._scored(queries, idf, avgdl, limit, where, params, True)
+
+    def _estimated_rows(self, where: str, params: dict[str, object]) -> float:
+        """The planner's estimate of the lexical rows meeting `where` (a fraction of a
+        millisecond: no row is read)."""
+        row = self.conn.execute(
+            f"EXPLAIN (FORMAT JSON) SELECT 1 FROM chunks_fts f WHERE {where}", params, prepare=False
+        ).fetchone()
+        assert row is not None  # EXPLAIN always answers
+        return float(row[0][0]["Plan"]["Plan Rows"])
 
     def _scored(
         self,
@@ -1838,6 +2001,27 @@ class PostgresStore:
         }
 
 
+# chunks per statement of a batch: the server writes one piece while the next is folded
+PIECE_CHUNKS = 256
+
+
+def _pieces(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[list[tuple[FileVersion, ParsedDocument]]]:
+    """Consecutive runs of whole files of about PIECE_CHUNKS chunks each (at least one file)."""
+    pieces: list[list[tuple[FileVersion, ParsedDocument]]] = [[]]
+    size = 0
+    for item in files:
+        if size >= PIECE_CHUNKS:
+            pieces.append([])
+            size = 0
+        pieces[-1].append(item)
+        size += len(item[1].chunks)
+    return pieces
+
+
+def _folded(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[tuple[str, int, str]]:
+    return [lexical_row(chunk.breadcrumb, chunk.text) for _, doc in files for chunk in doc.chunks]
+
+
 def _distinct_path_runs(
     files: Sequence[tuple[FileVersion, ParsedDocument]],
 ) -> Iterator[Sequence[tuple[FileVersion, ParsedDocument]]]:
@@ -1858,6 +2042,37 @@ def _frequencies_sql(phrases: int) -> str:
     return ", ".join(
         f"ts_rank_cd('{RANK_WEIGHTS}', f.document, %(q{i})s::tsquery, 0)::float8 / 0.5 AS t{i}" for i in range(phrases)
     )
+
+
+def _phrase_sets_reaching(parts: Sequence[float], floor: float) -> list[tuple[int, ...]] | None:
+    """The smallest sets of phrases (by index) whose parts sum to at least `floor` (a little
+    less: a rounding error must not leave a chunk out), each set once; None when there are more
+    than SETTLING_MAX_SETS. A chunk holding none of them scores less than the floor."""
+    reach = floor * (1 - 1e-9) - 1e-12
+    order = sorted((i for i, part in enumerate(parts) if part > 0), key=lambda i: -parts[i])
+    remaining = [0.0] * (len(order) + 1)
+    for n in range(len(order) - 1, -1, -1):
+        remaining[n] = remaining[n + 1] + parts[order[n]]
+    sets: list[tuple[int, ...]] = []
+    visits = [0]
+
+    def extend(start: int, chosen: tuple[int, ...], total: float) -> bool:
+        visits[0] += 1
+        if visits[0] > 100 * SETTLING_MAX_SETS:
+            return False
+        for n in range(start, len(order)):
+            if total + remaining[n] < reach:
+                return True  # nor can any later, smaller part
+            picked = (*chosen, order[n])
+            if total + parts[order[n]] >= reach:  # minimal: without its smallest part it falls short
+                sets.append(tuple(sorted(picked)))
+                if len(sets) > SETTLING_MAX_SETS:
+                    return False
+            elif not extend(n + 1, picked, total + parts[order[n]]):
+                return False
+        return True
+
+    return sets if extend(0, (), 0.0) else None
 
 
 def _idfs(found: Sequence[int], total_rows: int) -> list[float]:

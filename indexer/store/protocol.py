@@ -66,6 +66,14 @@ class IndexReader(Protocol):
         """Every read inside sees one committed state (a search's halves and its rows agree)."""
         ...
 
+    def sibling(self) -> Callable[[], AbstractContextManager[IndexReader]] | None:
+        """Inside `snapshot()`: how to open a second reader of the same committed state, which
+        another thread may use while this one reads (a search's vector half beside its keyword
+        half). Each opened reader holds a connection of its own until its block ends, which must
+        be before the snapshot's. None when the backend cannot share a snapshot between
+        connections (SQLite: a WAL read snapshot belongs to its connection) or outside one."""
+        ...
+
     # ---- index-wide state --------------------------------------------------------------------
 
     def meta(self) -> dict[str, str]:
@@ -227,7 +235,9 @@ class IndexWriter(IndexReader, Protocol):
         it in a few round trips); returns the chunks left pending. With `vectors` (float32
         bytes by the content hash of a chunk's embedded text: a copy's stored vectors) those
         are the chunks' vectors, stored with them, and no stored vector is reused: a chunk
-        whose hash is missing stays pending. Inside a transaction."""
+        whose hash is missing stays pending. Without them, stored vectors are looked up for the
+        whole batch before any of its files is replaced: text moved between two files of one
+        batch keeps its vector whichever comes first. Inside a transaction."""
         ...
 
     def delete_file(self, source_id: str, path: str) -> None:

@@ -399,6 +399,11 @@ class Store:
         finally:
             _map_storage_errors(Store._execute)(self, "COMMIT")
 
+    def sibling(self) -> None:
+        """A WAL read snapshot belongs to one connection, and one apsw connection runs one
+        statement at a time: a search's halves share this reader, one after the other."""
+        return None
+
     def _execute(self, sql: str) -> None:
         self.conn.execute(sql)
 
@@ -525,8 +530,18 @@ class Store:
         language_of: Callable[[str], str] | None = None,
         vectors: Mapping[str, bytes] | None = None,
     ) -> int:
-        """`write_file` for each file in order (an embedded database pays no round trips)."""
-        return sum(self._write_one(source_id, file, doc, language_of, vectors) for file, doc in files)
+        """`write_file` for each file in order (an embedded database pays no round trips). The
+        stored vectors and languages of every text in the batch are read before any file is
+        replaced: a chunk moved from one of these files to another keeps its vector whatever the
+        files' order (as on PostgreSQL), instead of being deleted with its old file first."""
+        hashes = [[content_hash(chunk.embed_text) for chunk in doc.chunks] for _, doc in files]
+        every_hash = {digest for file_hashes in hashes for digest in file_hashes}
+        carried = dict(vectors) if vectors is not None else self._vectors_by_hash(every_hash)
+        known_languages = self._languages_by_hash(every_hash) if language_of is not None else {}
+        return sum(
+            self._write_one(source_id, file, doc, file_hashes, language_of, carried, known_languages)
+            for (file, doc), file_hashes in zip(files, hashes, strict=True)
+        )
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
@@ -549,20 +564,20 @@ class Store:
         chunk's language; a language already detected for the same text is reused instead
         (without it every chunk is 'unknown').
         """
-        return self._write_one(source_id, file, doc, language_of, None)
+        return self.write_files(source_id, [(file, doc)], language_of)
 
     def _write_one(
         self,
         source_id: str,
         file: FileVersion,
         doc: ParsedDocument,
+        hashes: Sequence[str],
         language_of: Callable[[str], str] | None,
-        vectors: Mapping[str, bytes] | None,
+        reusable: Mapping[str, bytes],
+        known_languages: dict[str, str],
     ) -> int:
-        """`write_file`; with `vectors`, as in `write_files`."""
-        hashes = [content_hash(chunk.embed_text) for chunk in doc.chunks]
-        reusable = dict(vectors) if vectors is not None else self._vectors_by_hash(set(hashes))
-        known_languages = self._languages_by_hash(set(hashes)) if language_of is not None else {}
+        """`write_file` with the batch's vectors and languages by content hash already read
+        (`known_languages` gains each language detected here, for the batch's later files)."""
         self.delete_file(source_id, file.path)
         self.conn.execute(
             """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,

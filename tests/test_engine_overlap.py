@@ -1,0 +1,330 @@
+"""The two halves of a hybrid search at the same time: the query is embedded while the keyword
+half runs, and on PostgreSQL the vector half searches through a sibling connection that imports
+the search's snapshot. Whatever runs where, every result comes from one committed state, errors
+surface as they would one after the other, and the workers stay few."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from indexer.config import Config
+from indexer.errors import StoreError
+from indexer.store import IndexReader, SearchScope, Store, open_store
+from indexer.store import postgres as pg_module
+from indexer.store.postgres import PostgresStore
+from indexer.sync import SyncReport, run_sync
+from search import overlap
+from search.engine import search
+from tests.conftest import write
+from tests.fakes import FakeEmbedder
+from tests.pg import both_backends
+from tests.test_store import doc
+
+QUERY = "sourdough starter flour"
+
+
+class CommittingEmbedder(FakeEmbedder):
+    """Embeds a query only after `before_answer` ran (once): a commit lands mid-search."""
+
+    def __init__(self, config: Config, before_answer: Callable[[], None]) -> None:
+        super().__init__(config.embedding)
+        self.before_answer: Callable[[], None] | None = before_answer
+        self.threads: list[str] = []
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.threads.append(threading.current_thread().name)
+        hook, self.before_answer = self.before_answer, None
+        if hook is not None:
+            hook()
+        return super().embed_query(text)
+
+
+@pytest.fixture
+def reader(config: Config, do_sync: Callable[..., SyncReport]) -> Iterator[IndexReader]:
+    do_sync()
+    store = open_store(config.index_location, readonly=True)
+    yield store
+    store.close()
+
+
+@both_backends
+def test_a_commit_during_the_search_changes_none_of_its_results(
+    config: Config, notes: Path, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync deletes the matching note and adds another with its words while the query is
+    being embedded (after the search's snapshot began): both halves and the rows still answer
+    from the state before it. On PostgreSQL the vector half reads through the sibling (opened
+    after the commit), so only the imported snapshot keeps the deleted note's vector in view."""
+
+    def sync_meanwhile() -> None:
+        (notes / "cooking/sourdough.md").unlink()
+        write(notes, {"cooking/bread.md": "# Bread\n\nSourdough starter with flour and water, fed twice a day.\n"})
+        report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+        assert report.embedded > 0
+
+    searched_on: list[Any] = []
+    if isinstance(reader, PostgresStore):
+        original = PostgresStore.vec_search
+
+        def recording(self: PostgresStore, vector: np.ndarray, k: int, scope: SearchScope) -> Any:
+            searched_on.append(self.conn)
+            return original(self, vector, k, scope)
+
+        monkeypatch.setattr(PostgresStore, "vec_search", recording)
+    embedder = CommittingEmbedder(config, sync_meanwhile)
+    response = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder)
+
+    assert embedder.threads and embedder.threads[0].startswith("search-half")  # embedded beside the keyword half
+    paths = [hit.path for hit in response.results]
+    assert "cooking/bread.md" not in paths
+    assert paths[0] == "cooking/sourdough.md"
+    first = response.results[0]
+    assert first.matched == "both", first.explain  # its vector was found: the deleted note's
+    if isinstance(reader, PostgresStore):
+        assert searched_on and all(conn is not reader.conn for conn in searched_on)
+    # the next search sees the sync
+    after = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: FakeEmbedder(config.embedding))
+    after_paths = [hit.path for hit in after.results]
+    assert after_paths[0] == "cooking/bread.md"
+    assert "cooking/sourdough.md" not in after_paths
+
+
+def test_a_sibling_reads_the_snapshot_it_was_opened_in(pg_url: str) -> None:
+    writer = PostgresStore.open(pg_url)
+    writer.ensure_source("s", "workspace")
+    with writer.transaction():
+        writer.write_file("s", *doc("a.md", ["first"]))
+    reader = PostgresStore.open(pg_url, readonly=True)
+    try:
+        assert reader.sibling() is None  # outside a snapshot there is nothing to share
+        with reader.snapshot():
+            before = reader.counts()
+            opener = reader.sibling()
+            assert opener is not None
+            with writer.transaction():
+                writer.write_file("s", *doc("b.md", ["second"]))
+            seen: dict[str, Any] = {}
+
+            def read() -> None:
+                with opener() as other:
+                    seen["counts"] = other.counts()
+                    seen["pid"] = other.conn.info.backend_pid  # type: ignore[attr-defined]
+
+            thread = threading.Thread(target=read)
+            thread.start()
+            thread.join()
+            assert seen["counts"] == before
+            assert seen["pid"] != reader.conn.info.backend_pid
+        assert reader.counts()["files"] == 2
+        pooled = pg_module._pool.get((pg_url, True), [])
+        assert all(conn.info.transaction_status == pg_module.TransactionStatus.IDLE for conn in pooled)
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_sqlite_offers_no_sibling(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "index.sqlite")
+    try:
+        with store.snapshot():
+            assert store.sibling() is None
+    finally:
+        store.close()
+
+
+def test_without_a_sibling_only_the_embedding_leaves_the_searching_thread(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One apsw connection runs one statement at a time: every read of a SQLite store stays on
+    the thread that searches, only the query's embedding runs on a worker."""
+    assert isinstance(reader, Store)
+    threads: dict[str, set[str]] = {}
+    for name in ("fts_search", "vec_search", "count_pending", "chunk_rows", "chunk_languages", "meta"):
+        original = getattr(Store, name)
+
+        def recording(self: Store, *args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            threads.setdefault(_name, set()).add(threading.current_thread().name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Store, name, recording)
+    embedder = CommittingEmbedder(config, lambda: None)
+    response = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder)
+    assert response.results and response.results[0].matched == "both"
+    assert embedder.threads[0].startswith("search-half")
+    assert {"fts_search", "vec_search", "count_pending", "chunk_rows"} <= threads.keys()
+    assert set().union(*threads.values()) == {threading.current_thread().name}
+
+
+@both_backends
+def test_overlapped_searches_match_searches_one_after_the_other(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many searches at once (more than the workers) return what each returns alone; the
+    workers stay WORKERS and the pooled connections within the pool's bound."""
+    queries = ["sourdough starter", "záloha serveru", "Казань поезд", "restart pooleru 5432", "flour water"]
+    embedder = FakeEmbedder(config.embedding)
+
+    def run(query: str, store: IndexReader) -> list[tuple[str, int, str]]:
+        found = search(store, config, query, k=5, mode="hybrid", embedder_factory=lambda: embedder)
+        return [(hit.path, hit.line, hit.matched) for hit in found.results]
+
+    expected = {}
+    with monkeypatch.context() as sequential:
+        sequential.setattr(overlap, "apart", lambda work: None)  # every worker busy: one after the other
+        for query in queries:
+            expected[query] = run(query, reader)
+    assert all(expected.values())
+
+    errors: list[BaseException] = []
+    got: dict[tuple[int, str], list[tuple[str, int, str]]] = {}
+
+    def client(n: int) -> None:
+        store = open_store(config.index_location, readonly=True)
+        try:
+            for query in queries:
+                got[(n, query)] = run(query, store)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert all(got[(n, query)] == expected[query] for n in range(8) for query in queries)
+    halves = [t for t in threading.enumerate() if t.name.startswith("search-half")]
+    assert 0 < len(halves) <= overlap.WORKERS
+    if isinstance(reader, PostgresStore):
+        assert len(pg_module._pool.get((reader.url, True), [])) <= pg_module.POOL_SIZE
+
+
+def test_a_busy_pool_starts_nothing() -> None:
+    release = threading.Event()
+    started = [overlap.apart(release.wait) for _ in range(overlap.WORKERS)]
+    try:
+        assert all(future is not None for future in started)
+        assert overlap.busy()
+        assert overlap.apart(lambda: 1) is None
+    finally:
+        release.set()
+    for future in started:
+        assert future is not None and future.result(timeout=10)
+    later = None
+    for _ in range(100):  # a worker's slot is free again once its done-callback ran
+        later = overlap.apart(lambda: 2)
+        if later is not None:
+            break
+        threading.Event().wait(0.01)
+    assert later is not None and later.result(timeout=10) == 2
+    assert not overlap.busy()
+
+
+def _failing(message: str) -> Callable[..., Any]:
+    def fail(*args: object, **kwargs: object) -> Any:
+        raise StoreError(message)
+
+    return fail
+
+
+@both_backends
+def test_a_failing_vector_search_surfaces_as_a_store_error(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(type(reader), "vec_search", _failing("index x: lost the connection (vectors)"))
+    with pytest.raises(StoreError, match=r"\(vectors\)"):
+        search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: FakeEmbedder(config.embedding))
+    # the snapshot and any sibling were closed: the reader answers the next search
+    monkeypatch.undo()
+    assert search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: FakeEmbedder(config.embedding)).results
+
+
+@both_backends
+def test_when_both_halves_fail_the_earlier_failure_surfaces(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One after the other, the query's embedding ran before the keyword half, and the keyword
+    half before the vector search: the first failure in that order is the one raised."""
+    monkeypatch.setattr(type(reader), "fts_search", _failing("index x: lost the connection (keywords)"))
+    monkeypatch.setattr(type(reader), "vec_search", _failing("index x: lost the connection (vectors)"))
+    with pytest.raises(StoreError, match=r"\(keywords\)"):
+        search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: FakeEmbedder(config.embedding))
+
+    class Broken(FakeEmbedder):
+        def embed_query(self, text: str) -> np.ndarray:
+            raise RuntimeError("the embedder broke")
+
+    with pytest.raises(RuntimeError, match="embedder broke"):
+        search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: Broken(config.embedding))
+
+
+@both_backends
+def test_an_embedder_that_is_down_still_degrades_to_keywords(config: Config, reader: IndexReader) -> None:
+    down = FakeEmbedder(config.embedding)
+    down.down = True
+    response = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: down)
+    assert response.degraded and response.notice is not None
+    assert response.notice.startswith("vector search unavailable")
+    assert response.results and all(hit.matched == "keyword" for hit in response.results)
+
+
+def test_the_resident_copy_answers_on_the_worker_for_the_searching_threads_generation(
+    config: Config, reader: IndexReader, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite the resident vectors (the MCP server's) answer the vector half on the worker,
+    for the generation the search read in its snapshot: a sync committed while the query is
+    embedded leaves the copy stale for this search's state, which then asks vec0 instead, on
+    its own thread, and answers from the state before the sync."""
+    from search.resident import ResidentVectors
+
+    resident = ResidentVectors(config.db, min_interval=0)
+    resident.reload_in_background()
+    assert resident.wait(30)
+    asked: list[str] = []
+    original = ResidentVectors.knn_at
+
+    def recording(self: ResidentVectors, generation: str, vector: np.ndarray, k: int) -> Any:
+        asked.append(threading.current_thread().name)
+        return original(self, generation, vector, k)
+
+    monkeypatch.setattr(ResidentVectors, "knn_at", recording)
+    embedder = FakeEmbedder(config.embedding)
+    plain = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder)
+    with_copy = search(reader, config, QUERY, mode="hybrid", embedder_factory=lambda: embedder, resident=resident)
+    assert asked and asked[0].startswith("search-half")
+    assert [(h.path, h.line, h.matched) for h in with_copy.results] == [
+        (h.path, h.line, h.matched) for h in plain.results
+    ]
+
+    moved: list[bool] = []
+
+    def sync_meanwhile() -> None:
+        (notes / "cooking/sourdough.md").unlink()
+        run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+        resident.reload_in_background()  # the copy moves on to the new generation meanwhile
+        resident.wait(30)
+        latest = Store.open(config.db, readonly=True)
+        try:
+            moved.append(resident.knn(latest, np.ones(config.embedding.dims, np.float32), 1) is not None)
+        finally:
+            latest.close()
+
+    during = search(
+        reader,
+        config,
+        QUERY,
+        mode="hybrid",
+        embedder_factory=lambda: CommittingEmbedder(config, sync_meanwhile),
+        resident=resident,
+    )
+    assert moved == [True]
+    assert during.results[0].path == "cooking/sourdough.md"
+    assert during.results[0].matched == "both"
