@@ -28,6 +28,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # `python bench/bench_langid.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -563,9 +564,10 @@ def write_cost(quick: bool) -> str:
 SYNC_WAYS = ("without detection", "with detection")
 
 
-def _one_sync(workspace_root: Path, with_detection: bool) -> tuple[float, float, int]:
-    """CPU seconds of a first `run_sync` of the workspace into a fresh index, the part of them
-    spent re-estimating the language statistics, and the chunks embedded."""
+def _one_sync(workspace_root: Path, with_detection: bool) -> tuple[float, float, float, int]:
+    """CPU seconds of a first `run_sync` of the workspace into a fresh index, the parts of them
+    spent on the language statistics (the refresh at the end of the run, or the estimate a
+    first sync makes from the vectors it holds back) and on detection, and the chunks embedded."""
     import shutil
     import tempfile
 
@@ -579,6 +581,18 @@ def _one_sync(workspace_root: Path, with_detection: bool) -> tuple[float, float,
         language.chunk_language_of = lambda texts: lambda text: language.UNKNOWN  # type: ignore[assignment]
     refresh = sync_module.Syncer.refresh_neutral_space
     spent = [0.0]
+    detecting = [0.0]
+    for name in ("chunk_languages", "chunk_language"):  # what the write batch's `language_of` calls
+        detect = getattr(language, name)
+
+        def timed_detect(texts: Any, detect: Callable[[Any], Any] = detect) -> Any:
+            start = time.process_time()
+            try:
+                return detect(texts)
+            finally:
+                detecting[0] += time.process_time() - start
+
+        setattr(language, name, timed_detect)
 
     def timed_refresh(self: sync_module.Syncer) -> str | None:
         start = time.process_time()
@@ -588,6 +602,28 @@ def _one_sync(workspace_root: Path, with_detection: bool) -> tuple[float, float,
             spent[0] += time.process_time() - start
 
     sync_module.Syncer.refresh_neutral_space = timed_refresh  # type: ignore[method-assign]
+    estimate = sync_module._estimate_space
+    refreshing = sync_module.Syncer._rewrite_neutral_space
+
+    def timed_estimate(pages: Any, model: str) -> Any:
+        start = time.process_time()
+        try:
+            return estimate(pages, model)
+        finally:
+            if not inside_refresh[0]:
+                spent[0] += time.process_time() - start
+
+    inside_refresh = [False]
+
+    def marked_rewrite(self: sync_module.Syncer) -> str | None:
+        inside_refresh[0] = True
+        try:
+            return refreshing(self)
+        finally:
+            inside_refresh[0] = False
+
+    sync_module._estimate_space = timed_estimate
+    sync_module.Syncer._rewrite_neutral_space = marked_rewrite  # type: ignore[method-assign]
     tmp = Path(tempfile.mkdtemp(prefix="nsb-langid-sync-"))
     try:
         config = load_config(
@@ -596,7 +632,7 @@ def _one_sync(workspace_root: Path, with_detection: bool) -> tuple[float, float,
         factory = fake_embedder_factory(config)
         start = time.process_time()
         report = sync_module.run_sync(config, embedder_factory=factory)
-        return time.process_time() - start, spent[0], report.embedded
+        return time.process_time() - start, spent[0], detecting[0], report.embedded
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -614,9 +650,9 @@ def sync_cost(quick: bool) -> str:
         "langid-sync-300" if quick else "langid-sync-1000", files=300 if quick else 1000, log=lambda line: None
     )
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    runs: dict[str, list[tuple[float, float]]] = {way: [] for way in SYNC_WAYS}
+    runs: dict[str, list[tuple[float, float, float]]] = {way: [] for way in SYNC_WAYS}
     chunks = 0
-    for _ in range(3 if quick else 5):
+    for _ in range(3 if quick else 9):
         for way in SYNC_WAYS:
             code = (
                 "import json, sys; from pathlib import Path; from bench.bench_langid import _one_sync; "
@@ -625,22 +661,29 @@ def sync_cost(quick: bool) -> str:
             out = subprocess.run(
                 [sys.executable, "-c", code, str(workspace.root)], capture_output=True, text=True, check=True, env=env
             )
-            cpu, refresh, chunks = json.loads(out.stdout.strip().splitlines()[-1])
-            runs[way].append((cpu, refresh))
-    base = statistics.median(cpu for cpu, _ in runs["without detection"])
+            cpu, refresh, detection, chunks = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[way].append((cpu, refresh, detection))
+    base = statistics.median(cpu for cpu, _, _ in runs["without detection"])
+    # each round's pair ran back to back: its ratio sees the same machine load
+    paired = statistics.median(
+        without[0] / with_[0] - 1
+        for without, with_ in zip(runs["without detection"], runs["with detection"], strict=True)
+    )
     rows = []
     for way, values in runs.items():
-        cpu = statistics.median(value for value, _ in values)
+        cpu = statistics.median(value for value, _, _ in values)
         rows.append(
             [
                 way,
                 len(values),
                 f"{cpu:.2f}",
-                f"{min(value for value, _ in values):.2f}",
-                f"{max(value for value, _ in values):.2f}",
-                f"{statistics.median(refresh for _, refresh in values):.3f}",
+                f"{min(value for value, _, _ in values):.2f}",
+                f"{max(value for value, _, _ in values):.2f}",
+                f"{statistics.median(refresh for _, refresh, _ in values):.3f}",
+                f"{statistics.median(detection for _, _, detection in values):.3f}",
                 f"{chunks / cpu:,.0f}",
                 f"{base / cpu - 1:+.1%}",
+                "+0.0%" if way == "without detection" else f"{paired:+.1%}",
             ]
         )
     return "\n".join(
@@ -653,9 +696,11 @@ def sync_cost(quick: bool) -> str:
                     "median CPU s",
                     "min",
                     "max",
-                    "of it: statistics refresh s",
+                    "of it: language statistics s",
+                    "detection s",
                     "chunks per CPU s",
                     "throughput vs without",
+                    "median of the rounds' pairs",
                 ],
                 rows,
             ),

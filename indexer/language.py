@@ -58,6 +58,12 @@ def prose_for_language(markdown_text: str) -> str:
         text = _FRONT_MATTER.sub(lambda m: _FRONT_MATTER_KEY.sub("", m.group(1)), text, count=1)
     if "```" in text or "~~~" in text:
         text = _FENCED_CODE.sub("", text)
+    return _prose_of_lines(text)
+
+
+def _prose_of_lines(text: str) -> str:
+    """`prose_for_language` of a text without front matter, fences or HTML comments: only
+    indented code spans lines (a block of whole lines), every other step keeps to one line."""
     if "    " in text or "\t" in text:
         text = _INDENTED_CODE.sub("", text)
     if "|" in text:
@@ -93,9 +99,21 @@ _EDGES = "[" + re.escape(_TOKEN_EDGE) + "]*"
 _WORD_TOKEN = re.compile(rf"(?<!\S){_EDGES}({_WORD.pattern}){_EDGES}(?!\S)")
 
 
+_WHOLE_WORD = re.compile(_WORD.pattern)
+
+
 def language_words(text: str) -> list[str]:
-    """The words of `text` that can tell a language: letter-only tokens, markup trimmed."""
-    return _WORD_TOKEN.findall(text)
+    """The words of `text` that can tell a language: letter-only tokens, markup trimmed.
+
+    `_WORD_TOKEN.findall(text)`, token by token (checked equal in tests): a token is a run of
+    non-space characters (`str.split` and the pattern's `\\S` agree on what a space is), its
+    edges are never letters, so what is left once they are stripped is the word or nothing;
+    most words are letters alone, and `str.isalpha` is a subset of the pattern's letters."""
+    return [
+        core
+        for token in text.split()
+        if (core := token.strip(_TOKEN_EDGE)).isalpha() or (core and _WHOLE_WORD.fullmatch(core))
+    ]
 
 
 # ---- detection -------------------------------------------------------------------------------
@@ -123,6 +141,8 @@ WINDOW_CHARS = 64
 
 _CZECH_ONLY = frozenset("řůěŘŮĚ")
 _SLOVAK_ONLY = frozenset("ľĺŕôäĽĹŔÔÄ")
+_CZECH_LETTER = re.compile("[" + "".join(sorted(_CZECH_ONLY)) + "]")
+_SLOVAK_LETTER = re.compile("[" + "".join(sorted(_SLOVAK_ONLY)) + "]")
 # query syntax words, not language: "backup OR restore"
 _QUERY_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 _CYRILLIC_RUN = re.compile("[\u0400-\u052f]+")
@@ -146,6 +166,8 @@ _SAMPLES_PER_PASS = 512
 def _model_bytes(sample: str) -> bytes:
     """The bytes py3langid scores for `sample` (its own normalisation)."""
     text = sample.lower() if sample.isupper() else sample
+    if text.isascii():  # NFC leaves ASCII as it is
+        return text.encode()
     return unicodedata.normalize("NFC", text).encode("utf-8", errors="surrogatepass")
 
 
@@ -186,7 +208,9 @@ class _Scorer:
         """The same states, computed for many segments of `data` side by side (numpy)."""
         np = self._np
         size = len(data)
-        width = max(16, int(math.sqrt(size)))  # segment length: steps x segments balanced
+        # segment length: a numpy step costs about the same for any number of segments, and each
+        # segment reads a few bytes before its start; a quarter of the square root measured fastest
+        width = max(16, int(math.sqrt(size) / 4))
         segments = -(-size // width)
         warmup = _AUTOMATON_DEPTH - 1
         padded = np.full(warmup + segments * width, _SEPARATOR[0], dtype=np.uint8)
@@ -216,8 +240,8 @@ class _Scorer:
             self._walk_loop(data) if len(data) < _SEGMENT_WALK_BYTES else self._walk_segments(data)
         )
         features = self._output_array[states]
-        sample_of = np.repeat(np.arange(len(encoded), dtype=np.int64), lengths + 1)[: len(data)]
-        found = features >= 0
+        found = np.flatnonzero(features >= 0)
+        sample_of = np.repeat(np.arange(len(encoded), dtype=np.int64), lengths + 1)  # per byte (+ separator)
         n_features = self.table.shape[0]
         keys = sample_of[found] * n_features + features[found]
         keys.sort()
@@ -226,9 +250,9 @@ class _Scorer:
         if keys.size:
             starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
             counts = np.diff(np.append(starts, keys.size)).astype(np.float32)
-            keys = keys[starts]
-            owner = keys // n_features
-            weighted = self.table[keys % n_features] * np.log1p(counts)[:, None]
+            owner, feature = np.divmod(keys[starts], n_features)
+            weighted = np.take(self.table, feature, axis=0)
+            weighted *= np.log1p(counts)[:, None]
             firsts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
             scored = owner[firsts]
             scores = np.add.reduceat(weighted, firsts, axis=0, dtype=np.float64) + self.prior
@@ -295,8 +319,8 @@ def _decide(language: str, probability: float, czech_probability: float, sample:
     """The supported language of one sample whose likeliest label is `language`, or UNKNOWN;
     `sample`: the text's words (its letters tell Czech from Slovak)."""
     if language == "cs" or language == "sk":
-        czech = not sample.isascii() and any(letter in sample for letter in _CZECH_ONLY)
-        slovak = not sample.isascii() and any(letter in sample for letter in _SLOVAK_ONLY)
+        czech = not sample.isascii() and _CZECH_LETTER.search(sample) is not None
+        slovak = not sample.isascii() and _SLOVAK_LETTER.search(sample) is not None
         if language == "cs" and slovak and not czech:
             language = "sk"
         elif language == "sk" and czech and not slovak:
@@ -308,16 +332,6 @@ def _decide(language: str, probability: float, czech_probability: float, sample:
     if language not in SUPPORTED_LANGUAGES or probability < MIN_CONFIDENCE:
         return UNKNOWN
     return language
-
-
-def _leading(words: list[str]) -> list[str]:
-    """The first words of `words` up to about WINDOW_CHARS."""
-    size = 0
-    for count, word in enumerate(words):
-        if size >= WINDOW_CHARS:
-            return words[:count]
-        size += len(word) + 1
-    return words
 
 
 def _samples(head: list[str], tail: list[str]) -> tuple[list[str], str] | None:
@@ -335,7 +349,11 @@ def _samples(head: list[str], tail: list[str]) -> tuple[list[str], str] | None:
             return None
     if len(sample) <= 2 * WINDOW_CHARS:
         return [sample], sample
-    return [" ".join(_leading(words)), " ".join(_leading(words[::-1])[::-1])], sample
+    # the words from the start up to the first that ends WINDOW_CHARS - 1 or more characters
+    # into the sample, and as many from the end (words hold no space: they end at one)
+    head_end = sample.find(" ", WINDOW_CHARS - 1)
+    tail_start = sample.rfind(" ", 0, len(sample) - WINDOW_CHARS + 1) + 1
+    return [sample[:head_end] if head_end >= 0 else sample, sample[tail_start:]], sample
 
 
 def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
@@ -356,8 +374,13 @@ def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
         if plan is None:
             languages.append(UNKNOWN)
             continue
-        found = {_decide(*next(verdicts), plan[1]) for _ in plan[0]}
-        languages.append(found.pop() if len(found) == 1 else UNKNOWN)
+        windows, sample = plan
+        found = _decide(*next(verdicts), sample)
+        if len(windows) == 2:  # both ends must agree: an unknown start already decides
+            tail = next(verdicts)
+            if found != UNKNOWN and _decide(*tail, sample) != found:
+                found = UNKNOWN
+        languages.append(found)
     return languages
 
 
@@ -367,6 +390,48 @@ def _text_samples(text: str) -> tuple[list[str], str] | None:
         return _samples(language_words(text), [])
     # a long text: only its start and its end are read; a word the cut went through is dropped
     return _samples(language_words(text[:span])[:-1], language_words(text[-span:])[1:])
+
+
+# A chunk longer than both is read at its two ends only: the prose of about this many characters
+# from its start and as many from its end, instead of the prose of all of it.
+END_CHARS = 200
+_INDENT = (" " * 4, "\t")
+
+
+def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
+    """`_text_samples(prose_for_language(markdown_text))`, computed from the chunk's two ends
+    when that gives the same plan, exactly.
+
+    Without front matter or HTML comments, and once fenced code is gone, every step of the
+    prose keeps to its line but indented code, whose blocks are whole lines: a line is code by
+    itself and the line before it, and a blank line also by the line after it. So the prose of
+    the lines up to a non-blank line is the start of the chunk's prose, and the prose from a
+    line that is neither blank nor indented to the end is its end. When both parts have a
+    window's worth of prose and more than the long-text threshold together, the chunk's prose
+    is long and its windows lie inside them; otherwise the whole prose is computed."""
+    text = markdown_text
+    if len(text) <= 2 * END_CHARS or "<!--" in text or text.startswith("---"):
+        return _text_samples(prose_for_language(text))
+    if "```" in text or "~~~" in text:
+        text = _FENCED_CODE.sub("", text)  # what prose_for_language does first here
+    size = len(text)
+    head_end = text.find("\n", END_CHARS)
+    while head_end >= 0 and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t"):
+        head_end = text.find("\n", head_end + 1)  # a blank line is code when code follows it
+    tail_start = text.rfind("\n", 0, size - END_CHARS)
+    while tail_start >= 0:
+        line_end = text.find("\n", tail_start + 1)
+        line = text[tail_start + 1 : line_end if line_end >= 0 else size]
+        if line.strip(" \t") and not line.startswith(_INDENT):
+            break
+        tail_start = text.rfind("\n", 0, tail_start)
+    span = 2 * WINDOW_CHARS
+    if 0 <= head_end <= tail_start:
+        head = _prose_of_lines(text[: head_end + 1])
+        tail = _prose_of_lines(text[tail_start + 1 :])
+        if len(head) >= span and len(tail) >= span and len(head) + len(tail) > 3 * span:
+            return _samples(language_words(head[:span])[:-1], language_words(tail[-span:])[1:])
+    return _text_samples(_prose_of_lines(text))
 
 
 def detect_language(text: str) -> str:
@@ -382,12 +447,12 @@ def detect_languages(texts: list[str]) -> list[str]:
 
 def chunk_language(markdown_text: str) -> str:
     """The language of a chunk's prose: code, tables and links do not take part."""
-    return detect_language(prose_for_language(markdown_text))
+    return _detect_all([_chunk_samples(markdown_text)])[0]
 
 
 def chunk_languages(markdown_texts: list[str]) -> list[str]:
     """`chunk_language` of each chunk, scored together."""
-    return detect_languages([prose_for_language(text) for text in markdown_texts])
+    return _detect_all([_chunk_samples(text) for text in markdown_texts])
 
 
 def chunk_language_of(markdown_texts: list[str]) -> Callable[[str], str]:

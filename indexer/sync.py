@@ -47,6 +47,9 @@ log = logging.getLogger("notes_search.sync")
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
+VECTOR_PAGE = 2000  # stored vectors read per page when the statistics are estimated from them
+HOLD_SECONDS = 20.0  # embedding a first sync may hold back unstored: what a kill can cost
+HOLD_BYTES = 64 << 20  # and the memory the held vectors may take
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -354,6 +357,7 @@ class Syncer:
             return
         batch = min(self.config.embedding.batch, CATCH_UP_STEP) if interactive else self.config.embedding.batch * 4
         space = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
+        held = self._hold_for_first_space(space, interactive)
         after_id = 0
         done = 0
         self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
@@ -374,6 +378,8 @@ class Syncer:
                     texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
                 )
             except EmbedderUnavailable as exc:
+                if held is not None:
+                    report.embedded += self._store_held(held, None)
                 if interactive:
                     health.failed(self.config.embedding, str(exc))
                 report.embed_notice = (
@@ -382,6 +388,8 @@ class Syncer:
                 log.warning("%s", report.embed_notice)
                 return
             except EmbedderError as exc:
+                if held is not None:
+                    report.embedded += self._store_held(held, None)
                 report.embed_notice = f"{exc}; {total - done} chunks stored without vectors"
                 log.error("%s", report.embed_notice)
                 return
@@ -391,12 +399,22 @@ class Syncer:
             vectors = vectors[[unique[row.content_hash] for row in rows]]
             if self.config.embedding.language_neutral:
                 languages = self.store.chunk_languages(ids)
-                vectors = space.neutralise(vectors, [languages.get(i, neutral.UNKNOWN) for i in ids])
-            report.embedded += self.store.store_vectors(ids, vectors)
+                page_languages = [languages.get(i, neutral.UNKNOWN) for i in ids]
+                if held is not None:
+                    held.add(ids, page_languages, vectors)
+                    if not held.within_bounds():  # too much work to lose on a kill: stored as before
+                        report.embedded += self._store_held(held, None)
+                        held = None
+                else:
+                    report.embedded += self.store.store_vectors(ids, space.neutralise(vectors, page_languages))
+            else:
+                report.embedded += self.store.store_vectors(ids, vectors)
             done += len(rows)
             self.progress("embed", done, total)
             if deadline is not None and time.monotonic() >= deadline:
                 return
+        if held is not None:
+            report.embedded += self._store_held(held, report)
 
     def _page_progress(self, before: int, rows: int, texts: int, total: int) -> Callable[[int], None]:
         """Progress per model batch inside one page: the page's rows in proportion to its unique
@@ -428,21 +446,14 @@ class Syncer:
         old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
         if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
             return None  # another worker re-estimated them before this one got the index
-        import numpy as np
-
-        sums: dict[str, np.ndarray] = {}
-        counts: dict[str, int] = {}
         with self.store.transaction():  # one state: readers see the old space or the new one
-            for page in self._vector_pages():
-                raw = old.restore(page.matrix, page.languages)
-                for lang in set(page.languages):
-                    rows = np.fromiter(
-                        (chunk_lang == lang for chunk_lang in page.languages), dtype=bool, count=len(page.languages)
-                    )
-                    sums[lang] = sums.get(lang, 0) + raw[rows].sum(axis=0, dtype=np.float64)
-                    counts[lang] = counts.get(lang, 0) + int(rows.sum())
-            new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
-            new = neutral.NeutralSpace.from_json(new.to_json())  # exactly what later syncs will read
+            new = _estimate_space(
+                (
+                    VectorPage(page.ids, page.languages, old.restore(page.matrix, page.languages))
+                    for page in self._vector_pages()
+                ),
+                model,
+            )
             moved = neutral.moved_languages(old, new)  # a one-language index moves nothing
             if moved:
                 for page in self._vector_pages():
@@ -457,10 +468,57 @@ class Syncer:
         log.info("language statistics re-estimated: %s", summary)
         return summary
 
-    def _vector_pages(self, page: int = 2000) -> Iterator[VectorPage]:
+    def _hold_for_first_space(self, space: neutral.NeutralSpace, interactive: bool) -> _HeldVectors | None:
+        """Where a first sync keeps its vectors until the language statistics can be estimated
+        from all of them, or None. An index with no vector yet (a first sync, a rebuild) would
+        store them raw and then rewrite every vector of a known language into the new space at
+        the end of the run; held, each is stored once, already in it. Only without any stored
+        vector: the statistics are then those of exactly the held vectors."""
+        if interactive or not self.config.embedding.language_neutral or space.offsets():
+            return None
+        if self.store.vectors_by_language(0, 1).ids:
+            return None
+        return _HeldVectors()
+
+    def _store_held(self, held: _HeldVectors, report: SyncReport | None) -> int:
+        """Store the held vectors. With `report` (every pending chunk embedded), as the end of
+        the run would leave them: the statistics estimated from them (the same pages, sums and
+        rounding as `_rewrite_neutral_space`) and the vectors neutralised with them. Without it
+        (an embedder failure, too much held), raw, as any vector stored before an estimate.
+
+        The statistics are committed first, then the vectors in the pages they were embedded in
+        (a transaction each, as when not held): a kill in between leaves the statistics and some
+        of the vectors, all in their space, and the re-run neutralises the others with them (the
+        rule sees its counts met): the state this run would have reached."""
+        model = self.config.embedding.model
+        old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
+        batches = held.batches
+        if report is None or self.store.language_backfill() is not None or not self.lock.claim_index():
+            return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
+        try:
+            # (a chunk another worker removed meanwhile is counted, and its vector not stored:
+            # the same as its removal right after the estimate, which the rule also ignores)
+            counts: dict[str, int] = {}
+            for batch in batches:
+                for lang in batch.languages:
+                    counts[lang] = counts.get(lang, 0) + 1
+            if self.store.vectors_by_language(0, 1).ids or not neutral.needs_estimate(old, counts, model):
+                return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
+            new = _estimate_space(held.pages(), model)
+            summary = new.summary()
+            self.store.set_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
+            log.info("language statistics re-estimated: %s", summary)
+            report.neutral = summary
+            return sum(
+                self.store.store_vectors(batch.ids, new.neutralise(batch.matrix, batch.languages)) for batch in batches
+            )
+        finally:
+            self.lock.release_index()
+
+    def _vector_pages(self) -> Iterator[VectorPage]:
         after_id = 0
         while True:
-            vectors = self.store.vectors_by_language(after_id, page)
+            vectors = self.store.vectors_by_language(after_id, VECTOR_PAGE)
             if not vectors.ids:
                 return
             after_id = vectors.ids[-1]
@@ -544,7 +602,7 @@ class Syncer:
         else:  # a catch-up someone waits on never builds it in bulk
             self.embed_pending(report, deadline)
         if embed_budget is None:  # a bounded catch-up never rewrites the whole vector space
-            report.neutral = self.refresh_neutral_space()
+            report.neutral = self.refresh_neutral_space() or report.neutral
         report.pending = self.store.count_pending_all()
         if path is None and embed_budget is None:
             report.coverage = workspace.coverage_report(self.config)
@@ -552,6 +610,59 @@ class Syncer:
             log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+
+def _estimate_space(pages: Iterable[VectorPage], model: str) -> neutral.NeutralSpace:
+    """The statistics of raw vectors given in id order by pages of VECTOR_PAGE: per-language
+    sums in float64 page by page (the same pages give the same bits), then `neutral.estimate`,
+    read back through JSON, exactly what later syncs will read."""
+    import numpy as np
+
+    sums: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
+    for page in pages:
+        for lang in set(page.languages):
+            rows = np.fromiter(
+                (chunk_lang == lang for chunk_lang in page.languages), dtype=bool, count=len(page.languages)
+            )
+            sums[lang] = sums.get(lang, 0) + page.matrix[rows].sum(axis=0, dtype=np.float64)
+            counts[lang] = counts.get(lang, 0) + int(rows.sum())
+    new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
+    return neutral.NeutralSpace.from_json(new.to_json())
+
+
+@dataclass
+class _HeldVectors:
+    """Raw vectors a first sync embedded and has not stored yet, in id order, in the pages
+    they were embedded in (stored in those: one transaction each, as when not held)."""
+
+    batches: list[VectorPage] = field(default_factory=list)
+    nbytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def add(self, ids: list[int], languages: list[str], vectors: np.ndarray) -> None:
+        import numpy as np
+
+        matrix = np.asarray(vectors, dtype=np.float32)  # what the store keeps of them
+        self.batches.append(VectorPage(ids, languages, matrix))
+        self.nbytes += matrix.nbytes
+
+    def within_bounds(self) -> bool:
+        return self.nbytes <= HOLD_BYTES and time.monotonic() - self.started <= HOLD_SECONDS
+
+    def pages(self) -> list[VectorPage]:
+        """The held vectors cut as `Syncer._vector_pages` would read them once stored."""
+        import numpy as np
+
+        if not self.batches:
+            return []
+        ids = [chunk_id for batch in self.batches for chunk_id in batch.ids]
+        languages = [lang for batch in self.batches for lang in batch.languages]
+        matrix = np.concatenate([batch.matrix for batch in self.batches])
+        return [
+            VectorPage(ids[at : at + VECTOR_PAGE], languages[at : at + VECTOR_PAGE], matrix[at : at + VECTOR_PAGE])
+            for at in range(0, len(ids), VECTOR_PAGE)
+        ]
 
 
 class IndexBusy(Exception):

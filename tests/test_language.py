@@ -322,3 +322,130 @@ def test_the_scores_are_py3langids_own() -> None:
         assert {label: round(value, 5) for label, value in zip(scorer.labels, row, strict=True)} == {
             label: round(library[label], 5) for label in scorer.labels
         }
+
+
+# ---- the cheaper steps read the same words and windows as the plain definitions ---------------
+
+WORD_PIECES = [
+    "záloha",
+    "Don't",
+    "česko-slovenský",
+    "'quoted'",
+    "(paren)",
+    "«ёлка»",
+    "x²",
+    "½",
+    "abc'-def",
+    "foo_bar",
+    "PROJ-123",
+    "--merge",
+    "a.b",
+    "…",
+    "_under_",
+    "’tis",
+    "",
+    " ",
+    "\t",
+    "\n",
+    "\u00a0",
+    "\u2003",
+    "\x1c",
+    "\x85",
+    "Ctrl+Shift+I",
+    "ǅ",
+    "ﬁ",
+    "٣",
+    "ⅷ",
+    "Ⅻ",
+    "'",
+    "-",
+    "—",
+    "#tag",
+    "**bold**",
+    "~x~",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(WORD_PIECES) | st.text(max_size=6), max_size=30))
+def test_language_words_is_the_word_token_pattern(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert language.language_words(text) == language._WORD_TOKEN.findall(text)
+
+
+def _leading_words(words: list[str]) -> list[str]:
+    """The window as first defined: words from the start while fewer than WINDOW_CHARS were read."""
+    size = 0
+    for count, word in enumerate(words):
+        if size >= language.WINDOW_CHARS:
+            return words[:count]
+        size += len(word) + 1
+    return words
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text(alphabet="abcčřжы", min_size=1, max_size=14), min_size=2, max_size=40))
+def test_the_windows_are_the_words_up_to_window_chars_from_each_end(words: list[str]) -> None:
+    plan = language._samples(words, [])
+    if plan is None:
+        return
+    sample = " ".join(words)
+    if len(sample) <= 2 * language.WINDOW_CHARS:
+        assert plan == ([sample], sample)
+    else:
+        head, tail = " ".join(_leading_words(words)), " ".join(_leading_words(words[::-1])[::-1])
+        assert plan == ([head, tail], sample)
+
+
+MARKDOWN_LINES = [
+    ENGLISH[:90],
+    CZECH[:120],
+    RUSSIAN[:100],
+    ENGLISH,
+    CZECH,
+    "",
+    "   ",
+    " \t ",
+    "\t",
+    "    indented code line",
+    "\tcode after a tab",
+    "    - a nested list item",
+    "    12) numbered continuation",
+    "- list item",
+    "1. first",
+    "| a | b |",
+    "|---|:-:|",
+    "[ref]: http://example.com/x",
+    "`inline` and ``two`` spans",
+    "see [a link](http://x.y)",
+    "www.example.cz and http://a.b/c",
+    "mail me@example.com now",
+    "<b>tag</b>",
+    "---",
+    "***",
+    "# Heading",
+    "> quoted prose",
+    "    ",
+    "a line ending in spaces    ",
+    "```",
+    "```bash",
+    "  ~~~",
+    "````",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(MARKDOWN_LINES), min_size=1, max_size=40), st.booleans())
+def test_a_long_chunk_read_at_its_two_ends_plans_as_its_whole_prose(lines: list[str], newline: bool) -> None:
+    text = "\n".join(lines) + ("\n" if newline else "")
+    assert language._chunk_samples(text) == language._text_samples(prose_for_language(text))
+
+
+def test_the_two_ends_are_read_alone_when_they_decide(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunk = "\n\n".join([f"## Záloha\n\n{CZECH}", "    indented code\n    more code", ENGLISH[:120], CZECH])
+    read: list[int] = []
+    lines_prose = language._prose_of_lines
+    monkeypatch.setattr(language, "_prose_of_lines", lambda text: read.append(len(text)) or lines_prose(text))
+    assert language._chunk_samples(chunk) == language._text_samples(prose_for_language(chunk))
+    assert len(read) == 3 and read[0] + read[1] < len(chunk)  # both ends, then the whole for reference
+    assert chunk_language(chunk) == "cs"
