@@ -37,6 +37,7 @@ from pathlib import Path
 
 from bench import corpus_text
 from bench.corpus_text import GEN_VERSION, HOSTS, SEED, Draw, WordSource
+from bench.machine import eval_root
 
 REAL_GEN_VERSION = "1"  # bump when this generator's output changes for the same word counts
 MIN_RELIABLE = 3  # a count below this is sampling noise: the fitted Zipf tail takes over
@@ -343,7 +344,7 @@ class Corpus:
 
 DENSE_CORPUS = Corpus("dense", GEN_VERSION, "", corpus_text.DENSE, corpus_text.queries)
 CORPUS_KINDS = ("dense", "realistic")
-DEFAULT_DATA = Path("/work/shared/eval")
+DEFAULT_DATA = eval_root()
 
 
 def corpus_of(kind: str, data: Path | None = None) -> Corpus:
