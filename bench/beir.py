@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # `python bench/beir.py`
 
 import numpy as np
 
-from bench.machine import REPO, cache_root
+from bench.machine import cache_root, eval_root
 from bench.report import eprint, header, machine_table, md_table
 from indexer.config import Config, EmbeddingConfig, load_config
 from indexer.embedders import Embedder, make_embedder
@@ -44,7 +44,7 @@ from indexer.sync import run_sync
 from search.engine import MODES, search
 from search.evaluate import mean, ndcg_at_k, recall_at_k, reciprocal_rank
 
-EVAL_ROOT = REPO.parent / "shared" / "eval"
+EVAL_ROOT = eval_root()
 DATASETS = ("scifact", "tydiqa-goldp-ru", "xquad-ru")
 DEPTH = 100
 LOCAL_EMBEDDING = "embedding:\n  provider: local\n  model: multilingual-e5-small\n  dims: 384\n"

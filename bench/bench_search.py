@@ -1,6 +1,6 @@
 """Search latency at 10k and 100k chunks (issue "Search" targets), plus a scoped-KNN correctness check.
 
-    .venv/bin/python -m bench.bench_search [--quick]
+    .venv/bin/python -m bench.bench_search [--quick] [--corpus realistic [--data /work/shared/eval]]
 
 In-process latency calls `search.engine.search` on an open read-only Store with a precomputed
 query vector (query embedding excluded). Whole-process latency runs the `notes-search` CLI.
@@ -25,7 +25,8 @@ if __package__ in (None, ""):  # `python bench/bench_search.py`
 
 import numpy as np
 
-from bench.corpus_text import AREAS, TOPICS_PER_AREA, note_path, note_text, queries, query_vector
+from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, DENSE_CORPUS, Corpus, corpus_of
+from bench.corpus_text import AREAS, TOPICS_PER_AREA, note_path, query_vector
 from bench.machine import CLI, PYTHON, REPO, child_env, run_process, run_timed
 from bench.report import Stats, eprint, header, machine_table, md_table, ms, verdict
 from bench.workspaces import Workspace, store_built_workspace
@@ -74,7 +75,7 @@ def per_query(qs: list[str], fn: Callable[[str], object], reps: int, budget: flo
     return [statistics.median(v) for v in samples.values() if v]
 
 
-def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
+def incremental_writes(ws: Workspace, label: str, corpus: Corpus = DENSE_CORPUS) -> list[list[object]]:
     """Cost of writing one file into the existing index (what every changed file costs a sync
     before embedding). Everything is rolled back."""
     import hashlib
@@ -92,7 +93,7 @@ def incremental_writes(ws: Workspace, label: str) -> list[list[object]]:
     new = []
     for i in range(900_000, 900_010):  # notes beyond the corpus: new paths, new text
         rel = "incoming/" + note_path(i)
-        text = note_text(i)
+        text = corpus.note_text(i)
         new.append((version(rel, text), parse_markdown(text, rel)))
     existing = []
     for i in range(0, ws.files, max(1, ws.files // 10))[:10]:  # same text again: vectors reused
@@ -137,7 +138,7 @@ def _scopes():
 
 
 def bench_size(
-    ws: Workspace, quick: bool, label: str, target_size: int | None
+    ws: Workspace, quick: bool, label: str, target_size: int | None, corpus: Corpus = DENSE_CORPUS
 ) -> tuple[list[list[object]], list[list[object]], list[list[object]]]:
     from indexer.store import Store
     from indexer.store.sqlite import scope_condition
@@ -147,7 +148,7 @@ def bench_size(
 
     config = ws.config()
     store = Store.open(ws.db, readonly=True)
-    qs = queries(20 if quick else 50)
+    qs = corpus.queries(20 if quick else 50)
     topics = AREAS * TOPICS_PER_AREA
     vectors = {q: query_vector(i, topics) for i, q in enumerate(qs)}
     embedder = FixedQueryEmbedder(vectors)
@@ -239,7 +240,7 @@ def bench_size(
         check_rows = scoped_knn_check(store, scopes, label, topics)
     finally:
         store.close()
-    write_rows = incremental_writes(ws, label)
+    write_rows = incremental_writes(ws, label, corpus)
     note = f"{label}: the long-lived process loaded its vectors in {load_ms:.0f} ms ({resident_mib:.0f} MiB resident)"
     return latency_rows, breakdown_rows, check_rows, note, write_rows
 
@@ -296,12 +297,12 @@ def scoped_knn_check(store, scopes, label: str, topics: int) -> list[list[object
     return rows
 
 
-def bench_cli(ws: Workspace, quick: bool) -> str:
+def bench_cli(ws: Workspace, quick: bool, corpus: Corpus = DENSE_CORPUS) -> str:
     cfg = str(ws.config_path)
     env = child_env()
     for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         env.pop(var, None)  # the embedder's own defaults
-    qs = queries(10 if quick else 12)
+    qs = corpus.queries(10 if quick else 12)
     run_process([CLI, "-c", cfg, "query", qs[0], "--mode", "lex"], env=env)  # warm the page cache
     lex = [run_timed([CLI, "-c", cfg, "query", q, "--mode", "lex"], env=env) for q in qs]
     run_process([CLI, "-c", cfg, "query", qs[0]], env=env)  # model file into the page cache
@@ -382,21 +383,23 @@ def _import_seconds(args: list[str], env: dict[str, str]) -> float:
     return total / 1e6
 
 
-def run(quick: bool, with_machine: bool = True) -> str:
+def run(quick: bool, with_machine: bool = True, corpus: Corpus = DENSE_CORPUS) -> str:
     sizes = [10_000, 30_000] if quick else [10_000, 100_000]
     parts = [header("Search", quick)]
+    if corpus is not DENSE_CORPUS:
+        parts += [f"Corpus: {corpus.kind} (generator version {corpus.version}).", ""]
     if with_machine:
         parts += ["### Machine\n", machine_table(), ""]
     latency, breakdown, checks, loads, writes = [], [], [], [], []
     small = None
     for size in sizes:
-        ws = store_built_workspace(f"search-{size}", chunks=size, log=eprint)
+        ws = store_built_workspace(corpus.name("search", size), chunks=size, log=eprint, corpus=corpus)
         small = small or ws
         eprint(f"[search] {size}: {ws.files} files, {ws.chunks} chunks ...")
         t = time.perf_counter()
         label = f"{ws.chunks / 1000:.0f}k"
         target_size = size if size in (10_000, 100_000) else None
-        a, b, c, d, e = bench_size(ws, quick, label, target_size)
+        a, b, c, d, e = bench_size(ws, quick, label, target_size, corpus)
         writes += e
         latency += a
         breakdown += b
@@ -459,7 +462,7 @@ def run(quick: bool, with_machine: bool = True) -> str:
         "",
     ]
     eprint("[search] CLI ...")
-    parts += [bench_cli(small, quick), ""]
+    parts += [bench_cli(small, quick, corpus), ""]
     return "\n".join(parts)
 
 
@@ -467,9 +470,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10k and 30k chunks, fewer queries and runs")
     parser.add_argument("--no-machine", action="store_true", help="omit the machine table")
+    parser.add_argument(
+        "--corpus", choices=CORPUS_KINDS, default="dense", help="which benchmark corpus (default dense)"
+    )
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help=f"eval data for --corpus realistic (default {DEFAULT_DATA})"
+    )
     args = parser.parse_args()
     os.chdir(REPO)
-    print(run(args.quick, with_machine=not args.no_machine))
+    print(run(args.quick, with_machine=not args.no_machine, corpus=corpus_of(args.corpus, args.data)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -91,29 +92,44 @@ def _topic_words(topic: int, lang: str, words: list[str]) -> list[str]:
     return _TOPIC_VOCAB[key]
 
 
-def _lang(rng: random.Random, bias: str, topic: int) -> tuple[str, list[str]]:
+Draw = Callable[[random.Random, int], list[str]]  # n words of one language for one note
+
+
+class WordSource(Protocol):
+    """Where a note's words come from: `draw(lang, topic, note)` returns the sampler the
+    generator calls for every sentence, title, heading and table cell in that language."""
+
+    def draw(self, lang: str, topic: int, note: int) -> Draw: ...
+
+
+class DenseWords:
+    """GEN_VERSION 1's words: ~150 per language, each topic with its own order of frequency."""
+
+    def draw(self, lang: str, topic: int, note: int) -> Draw:
+        words = _topic_words(topic, lang, _WORDS[lang])
+        cum = _CUM[lang]
+        return lambda rng, n: rng.choices(words, cum_weights=cum, k=n)
+
+
+_WORDS = {name: words for name, words, _ in LANGS}
+DENSE = DenseWords()
+
+
+def _lang(rng: random.Random, bias: str) -> str:
     # a note has a main language (70 %) and mixes in the others
-    pick = None
     if rng.random() < 0.7:
-        pick = next(entry for entry in LANGS if entry[0] == bias)
-    else:
-        r = rng.random()
-        acc = 0.0
-        for entry in LANGS:
-            acc += entry[2]
-            if r < acc:
-                pick = entry
-                break
-        pick = pick or LANGS[0]
-    return pick[0], _topic_words(topic, pick[0], pick[1])
+        return bias
+    r = rng.random()
+    acc = 0.0
+    for name, _, share in LANGS:
+        acc += share
+        if r < acc:
+            return name
+    return LANGS[0][0]
 
 
-def _words(rng: random.Random, lang: str, words: list[str], n: int) -> list[str]:
-    return rng.choices(words, cum_weights=_CUM[lang], k=n)
-
-
-def _sentence(rng: random.Random, lang: str, words: list[str]) -> str:
-    ws = _words(rng, lang, words, rng.randint(6, 16))
+def _sentence(rng: random.Random, draw: Draw) -> str:
+    ws = draw(rng, rng.randint(6, 16))
     r = rng.random()
     if r < 0.12:
         ws.insert(rng.randrange(len(ws)), rng.choice(HOSTS))
@@ -129,8 +145,8 @@ def _sentence(rng: random.Random, lang: str, words: list[str]) -> str:
     return text[0].upper() + text[1:] + rng.choice([".", ".", ".", "!", "?", ":"]) if text else text
 
 
-def _paragraph(rng: random.Random, lang: str, words: list[str], sentences: int) -> str:
-    return " ".join(_sentence(rng, lang, words) for _ in range(sentences))
+def _paragraph(rng: random.Random, draw: Draw, sentences: int) -> str:
+    return " ".join(_sentence(rng, draw) for _ in range(sentences))
 
 
 def _code_block(rng: random.Random) -> list[str]:
@@ -168,33 +184,35 @@ def _code_block(rng: random.Random) -> list[str]:
     return ["```" + kind, *body[:k], "```"]
 
 
-def _table(rng: random.Random, lang: str, words: list[str]) -> list[str]:
-    cols = _words(rng, lang, words, 3)
+def _table(rng: random.Random, draw: Draw) -> list[str]:
+    cols = draw(rng, 3)
     rows = [f"| {' | '.join(cols)} |", "|---|---|---|"]
     for _ in range(rng.randint(2, 4)):
-        rows.append(f"| {' | '.join(_words(rng, lang, words, 2))} | {rng.randint(1, 9999)} | {rng.choice(HOSTS)} |")
+        rows.append(f"| {' | '.join(draw(rng, 2))} | {rng.randint(1, 9999)} | {rng.choice(HOSTS)} |")
     return rows
 
 
-def _section_body(rng: random.Random, bias: str, topic: int, target_words: int) -> list[str]:
+def _section_body(
+    rng: random.Random, bias: str, topic: int, target_words: int, source: WordSource, note: int
+) -> list[str]:
     out: list[str] = []
     written = 0
     while written < target_words:
-        lang, words = _lang(rng, bias, topic)
+        draw = source.draw(_lang(rng, bias), topic, note)
         r = rng.random()
         if r < 0.12 and out:
             out += _code_block(rng)
             written += 25
         elif r < 0.22:
             n = rng.randint(3, 6)
-            out += [f"- {_sentence(rng, lang, words)}" for _ in range(n)]
+            out += [f"- {_sentence(rng, draw)}" for _ in range(n)]
             written += n * 11
         elif r < 0.26:
-            out += _table(rng, lang, words)
+            out += _table(rng, draw)
             written += 20
         else:
             sentences = rng.randint(2, 5)
-            out.append(_paragraph(rng, lang, words, sentences))
+            out.append(_paragraph(rng, draw, sentences))
             written += sentences * 11
         out.append("")
     return out
@@ -212,14 +230,14 @@ def note_topic(path: str) -> int:
     return int(parts[0][5:]) * TOPICS_PER_AREA + int(parts[1][6:])
 
 
-def note_text(i: int) -> str:
+def note_text(i: int, source: WordSource = DENSE) -> str:
     """One markdown note, a pure function of (SEED, i): front matter, H1 title, H2/H3 sections
     of ~80-100 words each (median chunk ~280 tokens by chars/4, breadcrumb included), paragraphs, lists, code, tables."""
     rng = random.Random(SEED * 1_000_003 + i)
     topic = note_topic(note_path(i))
     bias = rng.choices(["en", "cs", "ru"], weights=[0.45, 0.33, 0.22])[0]
-    lang_words = _topic_words(topic, bias, dict((name, words) for name, words, _ in LANGS)[bias])
-    title_words = _words(rng, bias, lang_words, rng.randint(2, 5))
+    main = source.draw(bias, topic, i)
+    title_words = main(rng, rng.randint(2, 5))
     title = " ".join(title_words).capitalize()
     tags = rng.sample(TAGS, rng.randint(1, 3))
     lines = [
@@ -233,15 +251,15 @@ def note_text(i: int) -> str:
         f"# {title}",
         "",
     ]
-    lines += _section_body(rng, bias, topic, rng.randint(15, 50))
+    lines += _section_body(rng, bias, topic, rng.randint(15, 50), source, i)
     for _ in range(rng.randint(2, 6)):
-        lines.append(f"## {' '.join(_words(rng, bias, lang_words, rng.randint(1, 4))).capitalize()}")
+        lines.append(f"## {' '.join(main(rng, rng.randint(1, 4))).capitalize()}")
         lines.append("")
-        lines += _section_body(rng, bias, topic, rng.randint(SECTION_LO, SECTION_HI))
+        lines += _section_body(rng, bias, topic, rng.randint(SECTION_LO, SECTION_HI), source, i)
         for _ in range(rng.choice([0, 0, 1, 2])):
-            lines.append(f"### {' '.join(_words(rng, bias, lang_words, rng.randint(1, 3))).capitalize()}")
+            lines.append(f"### {' '.join(main(rng, rng.randint(1, 3))).capitalize()}")
             lines.append("")
-            lines += _section_body(rng, bias, topic, rng.randint(SECTION_LO, SECTION_HI))
+            lines += _section_body(rng, bias, topic, rng.randint(SECTION_LO, SECTION_HI), source, i)
     return "\n".join(lines).rstrip() + "\n"
 
 

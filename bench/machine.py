@@ -37,6 +37,14 @@ def cache_root() -> Path:
     return root
 
 
+def eval_root() -> Path:
+    """`../shared/eval` beside the repository (a worktree one level deeper finds it too)."""
+    for base in (REPO.parent, REPO.parent.parent):
+        if (base / "shared" / "eval").is_dir():
+            return base / "shared" / "eval"
+    return REPO.parent / "shared" / "eval"
+
+
 def code_key() -> str:
     """What decides a cached index's content: generator, chunker version, embedding identity.
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.corpus_real import DENSE_CORPUS, Corpus
 from bench.corpus_text import DIMS, GEN_VERSION, SEED, clustered_vectors, note_mtime, note_path, note_text
 from bench.machine import cache_root, code_key
 
@@ -78,17 +79,23 @@ def write_config(root: Path, db: Path | None = None, log: Path | None = None, pa
 
 
 def generate_notes(
-    notes: Path, *, files: int | None = None, chunks: int | None = None, keep: list[tuple[str, object]] | None = None
+    notes: Path,
+    *,
+    files: int | None = None,
+    chunks: int | None = None,
+    keep: list[tuple[str, object]] | None = None,
+    text_of: Callable[[int], str] = note_text,
 ) -> tuple[int, int]:
-    """Write notes 0.. into `notes` until `files` files or `chunks` chunks; returns (files, chunks).
-    `keep` collects (path, ParsedDocument) of every note written."""
+    """Write notes 0.. (`text_of(i)`, the dense corpus by default) into `notes` until `files`
+    files or `chunks` chunks; returns (files, chunks). `keep` collects (path, ParsedDocument)
+    of every note written."""
     from indexer.chunker import parse_markdown
 
     total_chunks = 0
     i = 0
     while (files is None or i < files) and (chunks is None or total_chunks < chunks):
         rel = note_path(i)
-        text = note_text(i)
+        text = text_of(i)
         doc = parse_markdown(text, rel)
         total_chunks += len(doc.chunks)
         if keep is not None:
@@ -106,8 +113,11 @@ def _cached(
     build: Callable[[Path], dict[str, int]],
     log: Callable[[str], None],
     current: Callable[[Path], bool] | None = None,
+    version: str = GEN_VERSION,
 ) -> tuple[Path, dict[str, int]]:
-    root = cache_root() / f"{name}-g{GEN_VERSION}-{code_key()}"
+    # `{name}-g*` below must only ever match versions of this very workspace: a corpus kind
+    # other than the dense one puts its label into `name` ("search-real-100000"), never after it
+    root = cache_root() / f"{name}-g{version}-{code_key()}"
     done = root / "DONE.json"
     if done.exists():
         if current is None or current(root):
@@ -220,10 +230,15 @@ def synced_workspace(
     return Workspace(root, info["files"], info["chunks"])
 
 
-def store_built_workspace(name: str, *, chunks: int, log: Callable[[str], None] = print) -> Workspace:
-    """A workspace of ~`chunks` chunks written straight through Store (write_file + store_vectors,
-    as sync would) with clustered synthetic vectors; meta carries the local-embedder identity
-    and the chunker version, the source is marked synced: the CLI sees a current index."""
+def store_built_workspace(
+    name: str, *, chunks: int, log: Callable[[str], None] = print, corpus: Corpus = DENSE_CORPUS
+) -> Workspace:
+    """A workspace of ~`chunks` chunks of `corpus` written straight through Store (write_file +
+    store_vectors, as sync would) with clustered synthetic vectors; meta carries the
+    local-embedder identity and the chunker version, the source is marked synced: the CLI sees
+    a current index. `name` must carry the corpus's label (`corpus.name(...)`)."""
+    if corpus.label not in name:
+        raise ValueError(f"the cache name {name!r} does not carry the {corpus.kind} corpus's label")
 
     def build(root: Path) -> dict[str, int]:
         from indexer import chunker
@@ -232,7 +247,7 @@ def store_built_workspace(name: str, *, chunks: int, log: Callable[[str], None] 
         from indexer.store import Store
 
         docs: list[tuple[str, object]] = []
-        n_files, n_chunks = generate_notes(root / "notes", chunks=chunks, keep=docs)
+        n_files, n_chunks = generate_notes(root / "notes", chunks=chunks, keep=docs, text_of=corpus.note_text)
         write_config(root)
         store = Store.open(root / "db" / "index.sqlite")
         try:
@@ -283,6 +298,6 @@ def store_built_workspace(name: str, *, chunks: int, log: Callable[[str], None] 
             store.close()
         return {"files": n_files, "chunks": n_chunks}
 
-    root, info = _cached(name, build, log, current=_current)
+    root, info = _cached(name, build, log, current=_current, version=corpus.version)
     write_config(root)  # absolute paths: stays right if the cache folder was moved or renamed
     return Workspace(root, info["files"], info["chunks"])
