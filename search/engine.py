@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
@@ -274,28 +274,27 @@ class _QueryVector:
     projected: bool = False
     notices: list[str] = field(default_factory=list)
     info: list[str] = field(default_factory=list)
-    from_memory: list[RankedChunk] | None = None  # the resident copy's answer, when asked and current
-    failed: Exception | None = None  # what stopped the resident copy's answer
-    search_here: bool = False  # no sibling could be opened: the store's thread counts and searches
+    counted: bool = False  # the chunks in scope without a vector were counted
 
 
 @dataclass
 class _Pass:
-    """One pass of the vector half: the query vector on the first, the hits or what stopped them
-    (kept apart: the keyword half's failure, had it one, came first)."""
+    """One pass of the vector half, or as much of it as a worker ran: the query vector on the
+    first pass, then the hits or what stopped them (kept apart: the keyword half's failure, had
+    it one, comes first). No hits and no error: the search is left to the store's thread."""
 
     prepared: _QueryVector | None
-    hits: list[RankedChunk]
+    hits: list[RankedChunk] | None = None
     error: Exception | None = None
 
 
 class _VectorHalf:
     """The vector half of one search, inside the store's snapshot: `start` begins a pass at a
     depth, the caller runs the keyword half, `collect` ends the pass. With `overlap`, the first
-    pass embeds the query on a shared worker meanwhile, and where the store opens a sibling
-    reader in its snapshot (PostgreSQL) the worker also searches the vectors through it;
-    otherwise, or when every worker is busy, the rest runs in `collect`, in the order a search
-    without the workers runs it."""
+    pass embeds the query on a shared worker meanwhile, which also searches through a sibling
+    reader where the store opens one in its snapshot (PostgreSQL), or asks the resident copy;
+    what is left, or all of it when every worker is busy, runs in `collect`, in the order a
+    search without the workers runs it."""
 
     def __init__(
         self,
@@ -326,8 +325,7 @@ class _VectorHalf:
         self.prepared = False
         self.reader: IndexReader | None = None  # the sibling, once the worker opened it
         self.opened = ExitStack()
-        self.running: Future[_Pass] | None = None  # a pass through the sibling
-        self.embedding: Future[_QueryVector] | None = None  # the query vector, for a pass here
+        self.running: Future[_Pass] | None = None  # the pass's work on a worker
 
     def start(self, depth: int) -> None:
         self.depth = depth
@@ -339,73 +337,74 @@ class _VectorHalf:
             if busy():  # nothing would run apart: no snapshot to export for it
                 return
             opener = self.store.sibling()
-            if opener is None:  # the store's connection stays with the keyword half
-                # the resident copy answers apart from the store, for the generation read here
-                generation = self.store.vectors_generation() if self.resident and self.scope.is_all else None
-                self.embedding = apart(lambda: self._embedded(generation, depth))
-            else:
-                self.running = apart(lambda: self._first_pass(depth, opener))
+            # without a sibling, the resident copy answers apart from the store, for the generation read here
+            use_resident = opener is None and self.resident is not None and self.scope.is_all
+            generation = self.store.vectors_generation() if use_resident else None
+            self.running = apart(lambda: self._ahead(depth, opener, generation))
         elif self.reader is not None:
             reader = self.reader
             self.running = apart(lambda: self._searched(reader, depth))
 
     def settle(self) -> None:
         """Wait for work running apart; raise what stopped the query vector's preparation."""
-        for running in (self.embedding, self.running):
-            if running is not None:
-                running.result()
+        if self.running is not None:
+            self.running.result()
 
     def collect(self, response: SearchResponse, notices: list[str], info: list[str]) -> list[RankedChunk]:
         """The pass's hits; on the first pass also what preparing the query vector had to say."""
         running, self.running = self.running, None
-        embedding, self.embedding = self.embedding, None
-        if running is not None:
-            done = running.result()
-            if done.prepared is not None and done.prepared.search_here:
-                done = self._counted_and_searched(done.prepared, self.store, self.depth)
-        elif embedding is not None:
-            done = self._counted_and_searched(embedding.result(), self.store, self.depth)
-        elif not self.prepared:
-            done = self._first_pass(self.depth, None)
-        else:
-            done = self._searched(self.reader or self.store, self.depth)
+        done = running.result() if running is not None else _Pass(None if self.prepared else self._prepare())
         if done.prepared is not None:
+            if not done.prepared.counted:
+                self._count(done.prepared, self.store)
             notices += done.prepared.notices
             info += done.prepared.info
             if done.prepared.projected:
                 response.vector_space = f"{response.vector_space}; query projected off the index's language directions"
+        if done.hits is None and done.error is None:
+            done = self._searched(self.reader or self.store, self.depth)
         if done.error is not None:
             raise done.error
-        return done.hits
+        return done.hits or []
 
     def close(self) -> None:
         """Wait for work still running apart (the keyword half failed), then close the sibling."""
-        running: list[Future[Any]] = [future for future in (self.embedding, self.running) if future is not None]
-        if running:
+        running, self.running = self.running, None
+        if running is not None:
             from concurrent.futures import wait
 
-            wait(running)
-            self.embedding = self.running = None
+            wait([running])
         self.opened.close()
 
-    def _first_pass(self, depth: int, opener: Callable[[], AbstractContextManager[IndexReader]] | None) -> _Pass:
-        """The query vector, then the first search: through a sibling reader (on a worker), or
-        through the store itself (on the store's thread)."""
-        prepared = self._embedded()
-        reader = self.store
-        if opener is not None and prepared.vector is not None:
+    def _ahead(
+        self, depth: int, opener: Callable[[], AbstractContextManager[IndexReader]] | None, generation: str | None
+    ) -> _Pass:
+        """The first pass as far as it runs apart from the store's connection: the query vector,
+        then the search through a sibling reader (`opener`) or the resident copy's answer for the
+        vectors `generation`."""
+        prepared = self._prepare()
+        if prepared.vector is None:
+            return _Pass(prepared, [])
+        if opener is not None:
             try:
-                reader = self.reader = self.opened.enter_context(opener())
+                self.reader = self.opened.enter_context(opener())
             except StoreError:
                 # the sibling only saves time: a server refusing one more connection (at its
                 # limit) leaves the vector half to the store's own, after the keyword half
-                prepared.search_here = True
-                return _Pass(prepared, [])
-        return self._counted_and_searched(prepared, reader, depth)
+                return _Pass(prepared)
+            self._count(prepared, self.reader)
+            done = self._searched(self.reader, depth)
+            done.prepared = prepared
+            return done
+        if generation is not None and self.resident is not None:
+            try:  # None when the copy is not current: the store's thread searches
+                return _Pass(prepared, self.resident.knn_at(generation, prepared.vector, depth))
+            except Exception as exc:  # noqa: BLE001 - raised by collect, unless the keyword half failed first
+                return _Pass(prepared, error=exc)
+        return _Pass(prepared)
 
-    def _embedded(self, generation: str | None = None, depth: int = 0) -> _QueryVector:
-        """Embed (and project) the query: no store involved, so it may run on any thread. Given
-        the vectors `generation`, the resident copy is also asked for the `depth` nearest."""
+    def _prepare(self) -> _QueryVector:
+        """Embed (and project) the query: no store involved, so it may run on any thread."""
         prepared = _QueryVector(None)
         prepared.vector = _embed_query(
             self.config, self.embedder_factory, self.query, self.mode, prepared.notices, prepared.info
@@ -415,15 +414,13 @@ class _VectorHalf:
             if basis is not None:
                 prepared.vector = neutral.project_query(prepared.vector, basis)
                 prepared.projected = True
-        if generation is not None and self.resident is not None and prepared.vector is not None:
-            try:
-                prepared.from_memory = self.resident.knn_at(generation, prepared.vector, depth)
-            except Exception as exc:  # noqa: BLE001 - raised by collect, unless the keyword half failed first
-                prepared.failed = exc
+        self.vector = prepared.vector
+        self.prepared = True
         return prepared
 
-    def _counted_and_searched(self, prepared: _QueryVector, reader: IndexReader, depth: int) -> _Pass:
-        """Count the chunks in scope still without a vector, then search."""
+    def _count(self, prepared: _QueryVector, reader: IndexReader) -> None:
+        """Count the chunks in scope still without a vector: they can only match by keywords."""
+        prepared.counted = True
         if prepared.vector is not None:
             pending = reader.count_pending(self.scope)
             if pending:
@@ -431,16 +428,6 @@ class _VectorHalf:
                     f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
                     "they can only match by keywords"
                 )
-        self.vector = prepared.vector
-        self.prepared = True
-        if prepared.failed is not None:
-            done = _Pass(None, [], prepared.failed)
-        elif prepared.from_memory is not None:
-            done = _Pass(None, prepared.from_memory)
-        else:
-            done = self._searched(reader, depth)
-        done.prepared = prepared
-        return done
 
     def _searched(self, reader: IndexReader, depth: int) -> _Pass:
         if self.vector is None:
