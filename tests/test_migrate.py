@@ -227,6 +227,10 @@ def test_cli_copies_into_postgres(
         assert content(target) == content(source)
         hnsw = "SELECT 1 FROM pg_indexes WHERE indexname = 'idx_chunk_vectors_hnsw'"
         assert target.conn.execute(hnsw).fetchone() is not None  # type: ignore[attr-defined]  # built after the copy
+        analyzed = target.conn.execute(  # type: ignore[attr-defined]
+            "SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL AND schemaname = current_schema()"
+        ).fetchall()
+        assert {"chunks", "chunks_fts", "chunk_vectors"} <= {name for (name,) in analyzed}  # the planner knows the copy
     finally:
         target.close()
         source.close()

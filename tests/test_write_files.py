@@ -90,6 +90,10 @@ def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
             assert not conn.execute(index).fetchone()[0]  # not midway, although 20 are in
     assert conn.execute(index).fetchone()[0]
     assert store.counts()["vectors"] == 60
+    analyzed = conn.execute(
+        "SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL AND schemaname = current_schema()"
+    ).fetchall()
+    assert {"chunks", "chunks_fts", "chunk_vectors"} <= {name for (name,) in analyzed}  # planned as loaded
     # with the index there, a later pass keeps it and keeps it up
     with store.transaction():
         store.write_files("s", [doc(f"m{i}.md", [f"later {i}"]) for i in range(25)])
