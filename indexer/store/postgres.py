@@ -1380,13 +1380,8 @@ class PostgresStore:
         block leaves the index to the next store_vectors."""
         with self.transaction():
             self.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw")
-        self._hnsw_ready = True  # "built": no store_vectors builds it midway
-        try:
+        with self._bulk_load(build_memory):
             yield
-        finally:
-            self._hnsw_ready = False
-        self._build_vector_index(build_memory)
-        self._analyze_bulk_load()
 
     @contextmanager
     def vector_index_held_back(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
@@ -1407,6 +1402,13 @@ class PostgresStore:
             self._build_vector_index(build_memory)  # nothing below HNSW_MIN_VECTORS vectors
             yield
             return
+        with self._bulk_load(build_memory):
+            yield
+
+    @contextmanager
+    def _bulk_load(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
+        """No HNSW upkeep while the block stores vectors; after it, one bulk build and fresh
+        planner statistics (a failed block leaves both to later writes and autovacuum)."""
         self._hnsw_ready = True  # "built": no store_vectors builds it midway
         try:
             yield
