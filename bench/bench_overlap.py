@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # `python bench/bench_overlap.py`
 
 import numpy as np
 
-from bench.bench_pg import K, pg_config, pg_copy, start_server
+from bench.bench_pg import K, open_backend, pg_copy, start_server
 from bench.bench_search import FixedQueryEmbedder
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, queries, query_vector
 from bench.report import eprint, header, machine_table, md_table, ms
@@ -114,9 +114,7 @@ def measure(
 
 
 def run(size: int, n_queries: int, reps: int) -> str:
-    from indexer.store import Store, open_store
     from indexer.store.postgres import discard_pool
-    from search.resident import ResidentVectors
 
     qs = queries(n_queries)
     topics = AREAS * TOPICS_PER_AREA
@@ -134,17 +132,7 @@ def run(size: int, n_queries: int, reps: int) -> str:
         url, _ = pg_copy(socket_dir, ws, size)
         medians: dict[tuple[str, str, str], float] = {}
         for backend in ("sqlite", "postgres"):
-            if backend == "sqlite":
-                config = ws.config()
-                store: Any = Store.open(ws.db, readonly=True)
-                resident: Any = ResidentVectors(ws.db)
-                resident.reload_in_background()
-                if not resident.wait():
-                    raise RuntimeError("the SQLite vectors could not be loaded into memory")
-            else:
-                config = pg_config(ws, url)
-                store = open_store(url, readonly=True)
-                resident = None
+            config, store, resident = open_backend(ws, url, backend)
             try:
                 for label, embedder in embedders:
                     load = os.getloadavg()[0]

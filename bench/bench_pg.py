@@ -225,12 +225,25 @@ def pg_config(ws: Workspace, url: str) -> Any:
     return parse_config("\n".join(lines) + "\n", base=ws.root)
 
 
+def open_backend(ws: Workspace, url: str, backend: str) -> tuple[Any, Any, Any]:
+    """(config, read-only store, resident vectors) as a long-lived server holds them: SQLite with
+    its in-memory copy loaded, PostgreSQL without one (its HNSW index answers unscoped KNN)."""
+    from indexer.store import Store, open_store
+    from search.resident import ResidentVectors
+
+    if backend == "postgres":
+        return pg_config(ws, url), open_store(url, readonly=True), None
+    resident = ResidentVectors(ws.db)
+    resident.reload_in_background()
+    if not resident.wait():
+        raise RuntimeError("the SQLite vectors could not be loaded into memory")
+    return ws.config(), Store.open(ws.db, readonly=True), resident
+
+
 def latency(
     ws: Workspace, url: str, size: int, quick: bool, corpus: Corpus = DENSE_CORPUS
 ) -> tuple[list[list[object]], dict[str, float]]:
-    from indexer.store import Store, open_store
     from search.engine import search
-    from search.resident import ResidentVectors
 
     qs = corpus.queries(20 if quick else 50)
     topics = AREAS * TOPICS_PER_AREA
@@ -241,17 +254,7 @@ def latency(
     rows: list[list[object]] = []
     plan = [("hybrid", "all"), ("hybrid", SCOPE_1PC), ("lex", "all"), ("vec", "all"), ("vec", SCOPE_1PC)]
     for backend in ("sqlite", "postgres"):
-        if backend == "sqlite":
-            config = ws.config()
-            store: Any = Store.open(ws.db, readonly=True)
-            resident: Any = ResidentVectors(ws.db)
-            resident.reload_in_background()
-            if not resident.wait():
-                raise RuntimeError("the SQLite vectors could not be loaded into memory")
-        else:
-            config = pg_config(ws, url)
-            store = open_store(url, readonly=True)
-            resident = None  # PostgreSQL answers unscoped KNN from its HNSW index
+        config, store, resident = open_backend(ws, url, backend)
         try:
             for mode, scope_name in plan:
                 scope = scopes[scope_name]
