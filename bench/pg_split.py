@@ -6,8 +6,9 @@ on bench_pg's cached PostgreSQL copy (run bench_pg at that size first: it makes 
 Per mode and scope, the p50 over the queries of: the whole search, and the summed time of each
 store method it called (on the query's connection and on the sibling reader that runs the
 vector half beside the keyword half: the halves overlap, so the calls may sum to more than the
-whole). "other" is every remaining store call (meta, snapshot, chunk_languages, ...). Not in
-run_all: it needs the 1M copy.
+whole). "other" is every remaining store call (meta, snapshot, chunk_languages, ...). Then
+HNSW recall@10 and the unscoped vector search's p50 at fixed ef_search values. Not in run_all:
+it needs the 1M copy.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ if __package__ in (None, ""):  # `python bench/pg_split.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.bench_pg import SCOPE_1PC, K, open_backend, pg_copy, start_server
+from bench.bench_pg import RECALL_QUERIES, SCOPE_1PC, K, open_backend, pg_copy, start_server
 from bench.bench_search import FixedQueryEmbedder, _scopes
 from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, corpus_of
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, query_vector
@@ -37,6 +38,7 @@ from bench.report import eprint, header, machine_table, md_table, ms
 from bench.workspaces import store_built_workspace
 
 TIMED = ("fts_search", "vec_search", "chunk_rows")
+EF_SWEEP = (100, 200, 400, 1000)
 PLAN = [
     ("hybrid", "all"),
     ("hybrid", SCOPE_1PC),
@@ -77,6 +79,42 @@ def timed_store_calls() -> Iterator[dict[str, list[float]]]:
             setattr(PostgresStore, name, value)
 
 
+def ef_sweep(url: str, size: int) -> list[list[object]]:
+    """recall@10 (by id, against the exact top 10) and the unscoped vec_search p50 at fixed
+    candidate-list lengths instead of the store's choice (which grows with the index)."""
+    import numpy as np
+
+    from indexer.store import SearchScope, open_store
+    from indexer.store import postgres as pg_store
+
+    chosen = (pg_store.EF_SEARCH_MIN, pg_store.EF_SEARCH_MAX)
+    store = open_store(url, readonly=True)
+    rows: list[list[object]] = []
+    try:
+        everything = store.all_vectors()
+        unit = everything.matrix / np.maximum(np.linalg.norm(everything.matrix, axis=1, keepdims=True), 1e-12)
+        topics = AREAS * TOPICS_PER_AREA
+        queries = [query_vector(10_000 + i, topics) for i in range(RECALL_QUERIES)]
+        exact = [set(everything.ids[np.argsort(-(unit @ q), kind="stable")[:10]].tolist()) for q in queries]
+        del unit, everything
+        for ef in EF_SWEEP:
+            pg_store.EF_SEARCH_MIN = pg_store.EF_SEARCH_MAX = ef
+            found, took = [], []
+            for q, top in zip(queries, exact, strict=True):
+                started = time.perf_counter()
+                hits = store.vec_search(q, 10, SearchScope())
+                took.append(time.perf_counter() - started)
+                found.append(len(top & {hit.chunk_id for hit in hits}) / 10)
+            rows.append(
+                [f"{size:,}", ef, f"{statistics.mean(found):.3f}", f"{min(found):.1f}", ms(statistics.median(took))]
+            )
+            eprint(f"  ef_search {ef}: {rows[-1]}")
+    finally:
+        pg_store.EF_SEARCH_MIN, pg_store.EF_SEARCH_MAX = chosen
+        store.close()
+    return rows
+
+
 def split(size: int, corpus_kind: str, queries: int) -> str:
     from search.engine import search
 
@@ -88,6 +126,7 @@ def split(size: int, corpus_kind: str, queries: int) -> str:
         if not any(ws.root.glob("pg-*.done")):
             raise SystemExit(f"no PostgreSQL copy of {ws.root} yet: run bench.bench_pg --sizes {size} first")
         url, _ = pg_copy(socket_dir, ws, size)
+        sweep = ef_sweep(url, size)
         qs = corpus.queries(queries)
         topics = AREAS * TOPICS_PER_AREA
         embedder = FixedQueryEmbedder({q: query_vector(i, topics) for i, q in enumerate(qs)})
@@ -148,6 +187,10 @@ def split(size: int, corpus_kind: str, queries: int) -> str:
                 + ["other ms"],
                 rows,
             ),
+            "",
+            f"Unscoped vec_search at a fixed hnsw.ef_search ({RECALL_QUERIES} bench_pg recall queries):",
+            "",
+            md_table(["index", "ef_search", "recall@10", "worst query", "vec_search p50 ms"], sweep),
         ]
     )
 
