@@ -4,6 +4,8 @@ older version built with pgvector's defaults rebuilt with them by a migration, s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -99,5 +101,42 @@ def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_
         with store.transaction():
             pg_module._rebuild_vector_index(store)
         assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
+    finally:
+        store.close()
+
+
+def test_a_scoped_search_reads_the_scope_s_vectors_by_their_sorted_ids_exactly(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", 100)
+    store = PostgresStore.open(pg_url)
+    try:
+        store.reset_vectors(
+            DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
+        )
+        store.ensure_source("s", "workspace")
+        vectors = fill(store, {"big": 300, "small": 30}, np.random.default_rng(5))  # type: ignore[arg-type]
+        in_scope = {cid for cid, row in store.chunk_rows(vectors).items() if row.path.startswith("small/")}
+        store.conn.execute("ANALYZE")
+        sent: list[tuple[str, Any]] = []
+        execute = store.conn.execute
+
+        def recording(sql: Any, params: Any = None, **kwargs: Any) -> Any:
+            sent.append((str(sql), params))
+            return execute(sql, params, **kwargs)
+
+        for query in np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32):
+            monkeypatch.setattr(store.conn, "execute", recording)
+            hits = store.vec_search(query, 10, SearchScope(path="small"))
+            monkeypatch.setattr(store.conn, "execute", execute)
+            unit = query / np.linalg.norm(query)
+            expected = sorted(in_scope, key=lambda cid: (-float(vectors[cid] @ unit), cid))[:10]
+            assert [hit.chunk_id for hit in hits] == expected
+        assert store.vec_search(query, 10, SearchScope(path="nowhere")) == []
+        sql, params = next((sql, params) for sql, params in sent if "<=>" in sql)
+        store.conn.execute("SET enable_seqscan = off")  # a planner that would take any index it may
+        plan = "\n".join(str(row[0]) for row in store.conn.execute(f"EXPLAIN {sql}", params, prepare=False))
+        assert "chunk_vectors_pkey" in plan and "ANY" in plan, plan
+        assert "hnsw" not in plan, plan
     finally:
         store.close()

@@ -1860,10 +1860,13 @@ class PostgresStore:
         else:
             where, params = scope_condition(scope, "c")
             params.update(q=query, k=k)
+            # the scope's ids first, then their vectors in one index scan over the sorted ids
+            # (leaf pages read in turn, each heap page once) instead of a descent per chunk from
+            # a join: at 1M chunks a 1 % scope touched 13k buffers instead of 44k
             rows = self.conn.execute(
                 f"""WITH scoped AS MATERIALIZED (
-                        SELECT c.id, v.embedding <=> %(q)s AS distance
-                        FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE {where})
+                        SELECT v.id, v.embedding <=> %(q)s AS distance FROM chunk_vectors v
+                        WHERE v.id = ANY(ARRAY(SELECT c.id FROM chunks c WHERE {where})))
                     SELECT id, distance FROM scoped WHERE distance <> 'NaN' ORDER BY distance, id LIMIT %(k)s""",
                 params,
                 prepare=False,  # planned for this scope's size each time
