@@ -59,8 +59,9 @@ def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
         store.conn.execute(
             "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
         )
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
         store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(pg_module.PG_SCHEMA_VERSION - 1),)
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
         )
     before = _unscoped_ids(store, queries)
     assert _index_options(store) == []
@@ -138,5 +139,22 @@ def test_a_scoped_search_reads_the_scope_s_vectors_by_their_sorted_ids_exactly(
         plan = "\n".join(str(row[0]) for row in store.conn.execute(f"EXPLAIN {sql}", params, prepare=False))
         assert "chunk_vectors_pkey" in plan and "ANY" in plan, plan
         assert "hnsw" not in plan, plan
+    finally:
+        store.close()
+
+
+def test_a_scope_s_chunk_ids_come_from_the_path_index_alone(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _filled(pg_url, monkeypatch)
+    try:
+        indexes = {str(r[0]) for r in store.conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'chunks'")}
+        assert "idx_chunks_path_ids" in indexes and "idx_chunks_path" not in indexes
+        store.conn.execute("VACUUM ANALYZE chunks")  # the visibility map an index-only scan reads
+        for setting in ("enable_seqscan", "enable_bitmapscan"):  # a planner that would take any index it may
+            store.conn.execute(f"SET {setting} = off")
+        where, params = pg_module.scope_condition(SearchScope(path="small"), "c")
+        plan = "\n".join(
+            str(row[0]) for row in store.conn.execute(f"EXPLAIN SELECT c.id FROM chunks c WHERE {where}", params)
+        )
+        assert "Index Only Scan using idx_chunks_path_ids" in plan, plan
     finally:
         store.close()

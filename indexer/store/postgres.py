@@ -575,6 +575,14 @@ def _write_impacts(store: PostgresStore) -> None:
     store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
 
 
+# a scope's chunk ids from the path index alone (an index-only scan): at 1M chunks a 1 % folder's
+# ids came from 3,700 heap pages of chunks (their texts), now from about a hundred index pages
+CHUNK_PATHS_COVERING_SQL = """
+    CREATE INDEX IF NOT EXISTS idx_chunks_path_ids ON chunks(path) INCLUDE (id, source_id);
+    DROP INDEX IF EXISTS idx_chunks_path;
+"""
+
+
 def _rebuild_vector_index(store: PostgresStore) -> None:
     """An HNSW index built with other parameters (pgvector's defaults) is built again with
     HNSW_OPTIONS: as a new index beside it, swapped in at the end, so readers keep searching the
@@ -609,6 +617,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("shared_prefix_impacts", "SELECT 1", data=_write_impacts),
     # indexes built with pgvector's default ef_construction miss part of a clustered index
     PgMigration("hnsw_ef_construction_128", "SELECT 1", data=_rebuild_vector_index),
+    PgMigration("chunk_paths_covering", CHUNK_PATHS_COVERING_SQL),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
