@@ -1869,13 +1869,13 @@ class PostgresStore:
         else:
             where, params = scope_condition(scope, "c")
             params.update(q=query, k=k)
-            # the scope's ids first, then their vectors in one index scan over the sorted ids
-            # (leaf pages read in turn, each heap page once) instead of a descent per chunk from
-            # a join: at 1M chunks a 1 % scope touched 13k buffers instead of 44k
+            # the scope's ids first, sorted, then their vectors in one index scan over them (leaf
+            # pages read in turn, each heap page once) instead of a descent per chunk from a join:
+            # at 1M chunks a 1 % scope touched 9k buffers instead of 40k, in 0.7x the time
             rows = self.conn.execute(
                 f"""WITH scoped AS MATERIALIZED (
                         SELECT v.id, v.embedding <=> %(q)s AS distance FROM chunk_vectors v
-                        WHERE v.id = ANY(ARRAY(SELECT c.id FROM chunks c WHERE {where})))
+                        WHERE v.id = ANY(ARRAY(SELECT c.id FROM chunks c WHERE {where} ORDER BY c.id)))
                     SELECT id, distance FROM scoped WHERE distance <> 'NaN' ORDER BY distance, id LIMIT %(k)s""",
                 params,
                 prepare=False,  # planned for this scope's size each time
