@@ -202,17 +202,19 @@ def encoding_cost(texts: Sequence[str]) -> tuple[float, float, float]:
     return float(np.median(dense)), float(np.median(sparse)), float(np.median(tokens))
 
 
-def language_markers(s: SparseReplay, rate: float = MARKER_RATE, other: float = MARKER_OTHER) -> dict[str, np.ndarray]:
+def language_markers(
+    codes: Sequence[Code], chunk_languages: np.ndarray, rate: float = MARKER_RATE, other: float = MARKER_OTHER
+) -> dict[str, np.ndarray]:
     """Per chunk language: the latents firing on at least `rate` of its chunks and on at most
-    `other` of every other language's (mixed or unknown text, and languages with fewer than 5
-    chunks, are not judged)."""
-    fired = matrix(s.passage_codes, SPARSE_DIM) > 0
+    `other` of every other language's (mixed or unknown text, and languages with fewer than
+    MIN_CHUNKS chunks, are not judged)."""
+    fired = matrix(codes, SPARSE_DIM) > 0
     languages = [
         lang
-        for lang in sorted(set(s.r.languages))
-        if lang != neutral.UNKNOWN and (s.r.languages == lang).sum() >= MIN_CHUNKS
+        for lang in sorted(set(chunk_languages))
+        if lang != neutral.UNKNOWN and (chunk_languages == lang).sum() >= MIN_CHUNKS
     ]
-    rates = {lang: fired[s.r.languages == lang].mean(0) for lang in languages}
+    rates = {lang: fired[chunk_languages == lang].mean(0) for lang in languages}
     out = {}
     for lang in languages:
         others = [rates[o] for o in languages if o != lang]
@@ -238,7 +240,7 @@ def sparse_kinds(s: SparseReplay, definitions: Sequence[tuple[float, float]]) ->
     queries = matrix(s.query_codes, SPARSE_DIM)
     plain: dict[str, tuple[np.ndarray, np.ndarray]] = {"sparse": (passages, queries)}
     for rate, other in definitions:
-        dropped = all_markers(language_markers(s, rate, other))
+        dropped = all_markers(language_markers(s.passage_codes, s.r.languages, rate, other))
         kept_p, kept_q = passages.copy(), queries.copy()
         kept_p[:, dropped] = 0
         kept_q[:, dropped] = 0
@@ -526,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen: list[str] = []
         sweep: list[list[object]] = []
         for name, s in replays.items():
-            markers[name] = language_markers(s)
+            markers[name] = language_markers(s.passage_codes, s.r.languages)
             kinds = sparse_kinds(s, MARKER_DEFINITIONS)
             found = vec_variants(s, kinds, weights)
             scored = {variant: score(s.r, m) for variant, m in found.items()}
