@@ -12,7 +12,7 @@ cache, raw vectors restored exactly, today's vector half reproduced); each chunk
 is computed from the very text its dense vector was (breadcrumb, blank line, body) and each
 question from its raw text. Sparse codes are cached by text hash in their own SQLite file
 (`--cache`), so nothing is encoded twice; a code the cache lacks is computed only with
---embed (about 0.2 CPU-seconds a chunk, single-threaded). Language markers (latents that
+--embed (0.2–0.3 CPU-seconds a chunk, single-threaded). Language markers (latents that
 fire on most chunks of one language and few of the others) are derived from the index's own
 chunks, never from the questions. --hybrid also runs the variants through the real engine
 (`search.engine.search`, k=100, as bench.crosslingual runs it) with the sparse list as a third
