@@ -30,7 +30,9 @@ SUPPORTED_LANGUAGES: tuple[str, ...] = ("cs", "en", "ru", "sk", "de", "uk")
 
 # Whole-text patterns (one C-level scan each, and only when a cheap `in` test says the construct
 # can be there): chunks are written by the thousand per second.
-_FENCED_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?)??(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M | re.S)
+# (the body is taken a whole line at a time: the closing line starts at a line break anyway, and
+# the pattern tries it at each line instead of at each character)
+_FENCED_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n[^\n]*)*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M)
 # indented code: after a blank line (or at the start), lines indented by 4 spaces or a tab that
 # are not list items (a list item's continuation is indented too, and is prose)
 _INDENTED_CODE = re.compile(
@@ -44,7 +46,9 @@ _HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 _IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
 _REFERENCE_LINK = re.compile(r"\[([^\]\n]*)\]\[[^\]\n]*\]")
-_URL = re.compile(r"<?\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s>]*>?", re.I)
+# "www." in lower case only, as the cheap test before the pattern looks for it: a text's prose
+# must not depend on whether some other line holds a lower-case "www." or a "://"
+_URL = re.compile(r"<?\b(?:[a-z][a-z0-9+.-]*://|(?-i:www\.))[^\s>]*>?", re.I)
 _HTML_TAG = re.compile(r"</?[a-zA-Z][^>\n]*>")
 _EMAIL = re.compile(r"\S+@\S+\.\w+")
 
@@ -56,29 +60,41 @@ def prose_for_language(markdown_text: str) -> str:
     if text.startswith("---"):
         # the values of front matter fields may be prose (a title, a summary); the keys are not
         text = _FRONT_MATTER.sub(lambda m: _FRONT_MATTER_KEY.sub("", m.group(1)), text, count=1)
-    if "```" in text or "~~~" in text:
+    if _may_hold_fences(text):
         text = _FENCED_CODE.sub("", text)
     return _prose_of_lines(text)
 
 
+def _may_hold_fences(text: str) -> bool:
+    """Whether `text` holds three backticks or tildes in a row (a fence may open). A search for
+    one character runs as a memchr and is several times cheaper than one for three, and most
+    prose has neither character, so each is looked for alone first."""
+    return ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
+
+
 def _prose_of_lines(text: str) -> str:
     """`prose_for_language` of a text without front matter, fences or HTML comments: only
-    indented code spans lines (a block of whole lines), every other step keeps to one line."""
-    if "    " in text or "\t" in text:
+    indented code spans lines (a block of whole lines), every other step keeps to one line.
+
+    Each step runs only when the text holds what its pattern needs, looked for as one character
+    before several where one is rare (a single character is found by memchr): no step adds a
+    character to the text, so one absent before a step is absent after it."""
+    if "\t" in text or "    " in text:
         text = _INDENTED_CODE.sub("", text)
     if "|" in text:
         text = _TABLE_ROW.sub("", text)
-    if "]:" in text:
+    brackets = "]" in text
+    if brackets and "]:" in text:
         text = _REFERENCE_DEF.sub("", text)
-    if "<!--" in text:
+    if "<" in text and "<!--" in text:
         text = _HTML_COMMENT.sub(" ", text)
     if "`" in text:
         text = _INLINE_CODE.sub(" ", text)
-    if "](" in text:
+    if brackets and "](" in text:
         text = _IMAGE_OR_LINK.sub(r"\1", text)
-    if "][" in text:
+    if brackets and "][" in text:
         text = _REFERENCE_LINK.sub(r"\1", text)
-    if "://" in text or "www." in text:
+    if ("/" in text and "://" in text) or ("w" in text and "www." in text):
         text = _URL.sub(" ", text)
     if "<" in text:
         text = _HTML_TAG.sub(" ", text)
@@ -255,7 +271,7 @@ class _Scorer:
             weighted *= np.log1p(counts)[:, None]
             firsts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
             scored = owner[firsts]
-            scores = np.add.reduceat(weighted, firsts, axis=0, dtype=np.float64) + self.prior
+            scores = np.add.reduceat(weighted, firsts, axis=0) + self.prior
             # py3langid's temperature, the square root of the byte length: calibrated across lengths
             scores *= (1.0 / np.sqrt(lengths[scored]))[:, None]
             scores -= scores.max(axis=1, keepdims=True)
@@ -410,9 +426,9 @@ def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
     window's worth of prose and more than the long-text threshold together, the chunk's prose
     is long and its windows lie inside them; otherwise the whole prose is computed."""
     text = markdown_text
-    if len(text) <= 2 * END_CHARS or "<!--" in text or text.startswith("---"):
+    if len(text) <= 2 * END_CHARS or ("<" in text and "<!--" in text) or text.startswith("---"):
         return _text_samples(prose_for_language(text))
-    if "```" in text or "~~~" in text:
+    if _may_hold_fences(text):
         text = _FENCED_CODE.sub("", text)  # what prose_for_language does first here
     size = len(text)
     head_end = text.find("\n", END_CHARS)
