@@ -60,16 +60,22 @@ def prose_for_language(markdown_text: str) -> str:
     if text.startswith("---"):
         # the values of front matter fields may be prose (a title, a summary); the keys are not
         text = _FRONT_MATTER.sub(lambda m: _FRONT_MATTER_KEY.sub("", m.group(1)), text, count=1)
-    if _may_hold_fences(text):
-        text = _FENCED_CODE.sub("", text)
-    return _prose_of_lines(text)
+    return _prose_of_lines(_without_fences(text))
 
 
-def _may_hold_fences(text: str) -> bool:
-    """Whether `text` holds three backticks or tildes in a row (a fence may open). A search for
-    one character runs as a memchr and is several times cheaper than one for three, and most
-    prose has neither character, so each is looked for alone first."""
-    return ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
+def _without_fences(text: str) -> str:
+    """`text` without its fenced code. Only a line holding three backticks or tildes in a row
+    can open a fence, so the pattern runs from the first such line on. A search for one
+    character runs as a memchr, several times cheaper than one for three, and most prose has
+    neither character: each is looked for alone first."""
+    at = text.find("```") if "`" in text else -1
+    tildes = text.find("~~~") if "~" in text else -1
+    if tildes >= 0 and (at < 0 or tildes < at):
+        at = tildes
+    if at < 0:
+        return text
+    line = text.rfind("\n", 0, at) + 1
+    return text[:line] + _FENCED_CODE.sub("", text[line:])
 
 
 def _prose_of_lines(text: str) -> str:
@@ -428,18 +434,25 @@ def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
     text = markdown_text
     if len(text) <= 2 * END_CHARS or ("<" in text and "<!--" in text) or text.startswith("---"):
         return _text_samples(prose_for_language(text))
-    if _may_hold_fences(text):
-        text = _FENCED_CODE.sub("", text)  # what prose_for_language does first here
+    text = _without_fences(text)  # what prose_for_language does first here
     size = len(text)
     head_end = text.find("\n", END_CHARS)
-    while head_end >= 0 and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t"):
-        head_end = text.find("\n", head_end + 1)  # a blank line is code when code follows it
+    # a blank line is code when code follows it; a line ending in neither a space, a tab nor
+    # a line break (the line before an empty one) is not blank, without reading it all
+    while head_end >= 0 and (
+        text[head_end - 1] in " \t\n" and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t")
+    ):
+        head_end = text.find("\n", head_end + 1)
     tail_start = text.rfind("\n", 0, size - END_CHARS)
     while tail_start >= 0:
-        line_end = text.find("\n", tail_start + 1)
-        line = text[tail_start + 1 : line_end if line_end >= 0 else size]
-        if line.strip(" \t") and not line.startswith(_INDENT):
+        first = text[tail_start + 1]  # a line starting with neither a space nor a tab is not indented
+        if first not in " \t\n":
             break
+        if first != "\n":
+            line_end = text.find("\n", tail_start + 1)
+            line = text[tail_start + 1 : line_end if line_end >= 0 else size]
+            if line.strip(" \t") and not line.startswith(_INDENT):
+                break
         tail_start = text.rfind("\n", 0, tail_start)
     span = 2 * WINDOW_CHARS
     if 0 <= head_end <= tail_start:

@@ -540,3 +540,6 @@ FENCE_PIECES = [
 def test_the_fence_pattern_taken_by_lines_removes_what_it_did_by_characters(parts: list[tuple[str, str]]) -> None:
     text = "".join(piece + gap for piece, gap in parts)
     assert language._FENCED_CODE.sub("", text) == _FENCE_BY_CHARACTERS.sub("", text)
+    # and run from the first line that holds three backticks or tildes on
+    prose = "Úvod a `kód` ~ tilda\n"
+    assert language._without_fences(prose + text) == _FENCE_BY_CHARACTERS.sub("", prose + text)
