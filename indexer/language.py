@@ -213,6 +213,20 @@ class _Scorer:
         self._rows_array = np.asarray(self._rows, dtype=np.int64)
         self._output_array = np.asarray(identifier.tk_output, dtype=np.int64)
         self._czech = self.labels.index("cs") if "cs" in self.labels else -1
+        # what a label decides alone (`_decide`): 0 UNKNOWN (another language), 1 nothing yet
+        # (Czech and Slovak), else the index of the supported language in `_outcomes`
+        self._outcomes: list[str | None] = [
+            UNKNOWN,
+            None,
+            *(code for code in SUPPORTED_LANGUAGES if code not in ("cs", "sk")),
+        ]
+        self._outcome = np.array(
+            [
+                1 if label in ("cs", "sk") else self._outcomes.index(label) if label in self._outcomes[2:] else 0
+                for label in self.labels
+            ],
+            dtype=np.int64,
+        )
         self._visit_counts = visit_counts
         self._np = np
 
@@ -304,15 +318,24 @@ class _Scorer:
         scores /= scores.sum(axis=1, keepdims=True)
         return scores
 
-    def best(self, samples: list[str]) -> list[tuple[str, float, float]]:
-        """Each sample's likeliest label, its probability and Czech's (first label on a tie)."""
+    def best(self, samples: list[str]) -> tuple[list[str | None], list[str], list[float], list[float]]:
+        """Each sample's likeliest label (first on a tie), its probability and Czech's, and
+        the supported language or UNKNOWN that label already decides, or None for Czech and
+        Slovak (their letters decide too): `_decide` without a Python call for most samples."""
         np = self._np
         probabilities = self.probabilities(samples)
         best = probabilities.argmax(axis=1)
-        top = probabilities[np.arange(len(samples)), best].tolist()
+        top = probabilities[np.arange(len(samples)), best]
+        outcome = self._outcome[best]
+        outcome[(outcome > 1) & (top < MIN_CONFIDENCE)] = 0
         czech = probabilities[:, self._czech].tolist() if self._czech >= 0 else [0.0] * len(samples)
-        labels = self.labels
-        return [(labels[index], p, c) for index, p, c in zip(best.tolist(), top, czech, strict=True)]
+        outcomes, labels = self._outcomes, self.labels
+        return (
+            [outcomes[code] for code in outcome.tolist()],
+            [labels[index] for index in best.tolist()],
+            top.tolist(),
+            czech,
+        )
 
 
 def _identifier() -> _Scorer:
@@ -384,24 +407,35 @@ def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
     if not samples:
         return [UNKNOWN] * len(plans)
     scorer = _identifier()
-    verdicts = iter(
-        [
-            verdict
-            for first in range(0, len(samples), _SAMPLES_PER_PASS)
-            for verdict in scorer.best(samples[first : first + _SAMPLES_PER_PASS])
-        ]
-    )
+    outcomes: list[str | None] = []
+    labels: list[str] = []
+    tops: list[float] = []
+    czechs: list[float] = []
+    for first in range(0, len(samples), _SAMPLES_PER_PASS):
+        outcome, label, top, czech = scorer.best(samples[first : first + _SAMPLES_PER_PASS])
+        outcomes += outcome
+        labels += label
+        tops += top
+        czechs += czech
     languages = []
+    at = 0
     for plan in plans:
         if plan is None:
             languages.append(UNKNOWN)
             continue
         windows, sample = plan
-        found = _decide(*next(verdicts), sample)
+        found = outcomes[at]
+        if found is None:
+            found = _decide(labels[at], tops[at], czechs[at], sample)
         if len(windows) == 2:  # both ends must agree: an unknown start already decides
-            tail = next(verdicts)
-            if found != UNKNOWN and _decide(*tail, sample) != found:
-                found = UNKNOWN
+            at += 1
+            if found != UNKNOWN:
+                tail = outcomes[at]
+                if tail is None:
+                    tail = _decide(labels[at], tops[at], czechs[at], sample)
+                if tail != found:
+                    found = UNKNOWN
+        at += 1
         languages.append(found)
     return languages
 
@@ -488,16 +522,18 @@ def chunk_language_of(markdown_texts: list[str]) -> Callable[[str], str]:
     """`chunk_language` for a write batch: asked about one of `markdown_texts` (the chunks of
     files new to the index), it detects them all in one pass; any other text (a chunk of an
     edited file whose language is not known by its hash) is detected alone."""
-    batch = set(markdown_texts)
-    found: dict[str, str] = {}
+    # each distinct text once (copied notes, boilerplate); "" until the batch is detected
+    pending = dict.fromkeys(markdown_texts, "")
 
     def language_of(markdown_text: str) -> str:
-        if markdown_text in batch:
-            if not found:
-                unique = list(dict.fromkeys(markdown_texts))  # copied notes, boilerplate: once
-                found.update(zip(unique, chunk_languages(unique), strict=True))
-            return found[markdown_text]
-        return chunk_language(markdown_text)
+        found = pending.get(markdown_text)
+        if found is None:
+            return chunk_language(markdown_text)
+        if not found:
+            unique = list(pending)
+            pending.update(zip(unique, chunk_languages(unique), strict=True))
+            found = pending[markdown_text]
+        return found
 
     return language_of
 
