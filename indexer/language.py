@@ -471,8 +471,8 @@ def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
     text = _without_fences(text)  # what prose_for_language does first here
     size = len(text)
     head_end = text.find("\n", END_CHARS)
-    # a blank line is code when code follows it; a line ending in neither a space, a tab nor
-    # a line break (the line before an empty one) is not blank, without reading it all
+    # a blank line is code when code follows it; a line whose last character is neither a
+    # space, a tab nor the line break before it (an empty line) is not blank: no need to read it
     while head_end >= 0 and (
         text[head_end - 1] in " \t\n" and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t")
     ):

@@ -265,6 +265,26 @@ def test_the_write_batch_detects_new_chunks_together_and_others_alone(monkeypatc
     assert len(batches) == 1
 
 
+def test_what_a_label_decides_alone_is_what_decide_says() -> None:
+    samples = [text[:64] for text in MIXED_BATCH if text] + ["jak obnovit zálohu", "zxq wvk", "a b", "Das ist gut"]
+    outcomes, labels, tops, czechs = language._identifier().best(samples)
+    for sample, outcome, label, top, czech in zip(samples, outcomes, labels, tops, czechs, strict=True):
+        if label in ("cs", "sk"):
+            assert outcome is None  # their letters decide too
+        else:
+            assert outcome == language._decide(label, top, czech, sample)
+
+
+def test_a_write_batch_detects_each_distinct_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[str]] = []
+    real = language.chunk_languages
+    monkeypatch.setattr(language, "chunk_languages", lambda texts: asked.append(texts) or real(texts))
+    texts = [MIXED_BATCH[0], "", MIXED_BATCH[2], MIXED_BATCH[0], ""]
+    language_of = language.chunk_language_of(texts)
+    assert [language_of(text) for text in texts] == ["cs", UNKNOWN, "ru", "cs", UNKNOWN]
+    assert asked == [[MIXED_BATCH[0], "", MIXED_BATCH[2]]]
+
+
 def _scorer_states(data: bytes) -> tuple[list[int], list[int]]:
     scorer = language._identifier()
     return scorer._walk_loop(data), scorer._walk_segments(data).tolist()
