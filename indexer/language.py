@@ -311,7 +311,7 @@ class _Scorer:
         features = sorted(visits)
         counts = np.array([visits[feature] for feature in features], dtype=np.float32)
         weighted = self.table[features] * np.log1p(counts)[:, None]
-        scores: NDArray[numpy.float64] = np.add.reduceat(weighted, [0], axis=0, dtype=np.float64) + self.prior
+        scores: NDArray[numpy.float64] = np.add.reduceat(weighted, [0], axis=0) + self.prior
         scores *= 1.0 / np.sqrt(np.array([len(data)]))[:, None]
         scores -= scores.max(axis=1, keepdims=True)
         np.exp(scores, out=scores)

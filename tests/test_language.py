@@ -345,6 +345,14 @@ def test_the_scores_are_py3langids_own() -> None:
         }
 
 
+def test_one_short_sample_scores_the_bits_it_scores_in_a_batch() -> None:
+    scorer = language._identifier()
+    samples = ["jak obnovit zálohu databáze", ENGLISH[:64], RUSSIAN[:64], SLOVAK[:64], "zxq"]
+    batch = scorer.probabilities(samples)
+    for sample, row in zip(samples, batch, strict=True):
+        assert scorer.probabilities([sample]).tobytes() == row.reshape(1, -1).tobytes()
+
+
 # ---- the cheaper steps read the same words and windows as the plain definitions ---------------
 
 WORD_PIECES = [
