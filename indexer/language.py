@@ -30,7 +30,9 @@ SUPPORTED_LANGUAGES: tuple[str, ...] = ("cs", "en", "ru", "sk", "de", "uk")
 
 # Whole-text patterns (one C-level scan each, and only when a cheap `in` test says the construct
 # can be there): chunks are written by the thousand per second.
-_FENCED_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?)??(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M | re.S)
+# (the body is taken a whole line at a time: the closing line starts at a line break anyway, and
+# the pattern tries it at each line instead of at each character)
+_FENCED_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n[^\n]*)*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M)
 # indented code: after a blank line (or at the start), lines indented by 4 spaces or a tab that
 # are not list items (a list item's continuation is indented too, and is prose)
 _INDENTED_CODE = re.compile(
@@ -44,7 +46,9 @@ _HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 _IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
 _REFERENCE_LINK = re.compile(r"\[([^\]\n]*)\]\[[^\]\n]*\]")
-_URL = re.compile(r"<?\b(?:[a-z][a-z0-9+.-]*://|www\.)[^\s>]*>?", re.I)
+# "www." in lower case only, as the cheap test before the pattern looks for it: a text's prose
+# must not depend on whether some other line holds a lower-case "www." or a "://"
+_URL = re.compile(r"<?\b(?:[a-z][a-z0-9+.-]*://|(?-i:www\.))[^\s>]*>?", re.I)
 _HTML_TAG = re.compile(r"</?[a-zA-Z][^>\n]*>")
 _EMAIL = re.compile(r"\S+@\S+\.\w+")
 
@@ -56,29 +60,47 @@ def prose_for_language(markdown_text: str) -> str:
     if text.startswith("---"):
         # the values of front matter fields may be prose (a title, a summary); the keys are not
         text = _FRONT_MATTER.sub(lambda m: _FRONT_MATTER_KEY.sub("", m.group(1)), text, count=1)
-    if "```" in text or "~~~" in text:
-        text = _FENCED_CODE.sub("", text)
-    return _prose_of_lines(text)
+    return _prose_of_lines(_without_fences(text))
+
+
+def _without_fences(text: str) -> str:
+    """`text` without its fenced code. Only a line holding three backticks or tildes in a row
+    can open a fence, so the pattern runs from the first such line on. A search for one
+    character runs as a memchr, several times cheaper than one for three, and most prose has
+    neither character: each is looked for alone first."""
+    at = text.find("```") if "`" in text else -1
+    tildes = text.find("~~~") if "~" in text else -1
+    if tildes >= 0 and (at < 0 or tildes < at):
+        at = tildes
+    if at < 0:
+        return text
+    line = text.rfind("\n", 0, at) + 1
+    return text[:line] + _FENCED_CODE.sub("", text[line:])
 
 
 def _prose_of_lines(text: str) -> str:
     """`prose_for_language` of a text without front matter, fences or HTML comments: only
-    indented code spans lines (a block of whole lines), every other step keeps to one line."""
-    if "    " in text or "\t" in text:
+    indented code spans lines (a block of whole lines), every other step keeps to one line.
+
+    Each step runs only when the text holds what its pattern needs, looked for as one character
+    before several where one is rare (a single character is found by memchr): no step adds a
+    character to the text, so one absent before a step is absent after it."""
+    if "\t" in text or "    " in text:
         text = _INDENTED_CODE.sub("", text)
     if "|" in text:
         text = _TABLE_ROW.sub("", text)
-    if "]:" in text:
+    brackets = "]" in text
+    if brackets and "]:" in text:
         text = _REFERENCE_DEF.sub("", text)
-    if "<!--" in text:
+    if "<" in text and "<!--" in text:
         text = _HTML_COMMENT.sub(" ", text)
     if "`" in text:
         text = _INLINE_CODE.sub(" ", text)
-    if "](" in text:
+    if brackets and "](" in text:
         text = _IMAGE_OR_LINK.sub(r"\1", text)
-    if "][" in text:
+    if brackets and "][" in text:
         text = _REFERENCE_LINK.sub(r"\1", text)
-    if "://" in text or "www." in text:
+    if ("/" in text and "://" in text) or ("w" in text and "www." in text):
         text = _URL.sub(" ", text)
     if "<" in text:
         text = _HTML_TAG.sub(" ", text)
@@ -191,6 +213,20 @@ class _Scorer:
         self._rows_array = np.asarray(self._rows, dtype=np.int64)
         self._output_array = np.asarray(identifier.tk_output, dtype=np.int64)
         self._czech = self.labels.index("cs") if "cs" in self.labels else -1
+        # what a label decides alone (`_decide`): 0 UNKNOWN (another language), 1 nothing yet
+        # (Czech and Slovak), else the index of the supported language in `_outcomes`
+        self._outcomes: list[str | None] = [
+            UNKNOWN,
+            None,
+            *(code for code in SUPPORTED_LANGUAGES if code not in ("cs", "sk")),
+        ]
+        self._outcome = np.array(
+            [
+                1 if label in ("cs", "sk") else self._outcomes.index(label) if label in self._outcomes[2:] else 0
+                for label in self.labels
+            ],
+            dtype=np.int64,
+        )
         self._visit_counts = visit_counts
         self._np = np
 
@@ -255,7 +291,7 @@ class _Scorer:
             weighted *= np.log1p(counts)[:, None]
             firsts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
             scored = owner[firsts]
-            scores = np.add.reduceat(weighted, firsts, axis=0, dtype=np.float64) + self.prior
+            scores = np.add.reduceat(weighted, firsts, axis=0) + self.prior
             # py3langid's temperature, the square root of the byte length: calibrated across lengths
             scores *= (1.0 / np.sqrt(lengths[scored]))[:, None]
             scores -= scores.max(axis=1, keepdims=True)
@@ -275,22 +311,31 @@ class _Scorer:
         features = sorted(visits)
         counts = np.array([visits[feature] for feature in features], dtype=np.float32)
         weighted = self.table[features] * np.log1p(counts)[:, None]
-        scores: NDArray[numpy.float64] = np.add.reduceat(weighted, [0], axis=0, dtype=np.float64) + self.prior
+        scores: NDArray[numpy.float64] = np.add.reduceat(weighted, [0], axis=0) + self.prior
         scores *= 1.0 / np.sqrt(np.array([len(data)]))[:, None]
         scores -= scores.max(axis=1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=1, keepdims=True)
         return scores
 
-    def best(self, samples: list[str]) -> list[tuple[str, float, float]]:
-        """Each sample's likeliest label, its probability and Czech's (first label on a tie)."""
+    def best(self, samples: list[str]) -> tuple[list[str | None], list[str], list[float], list[float]]:
+        """Each sample's likeliest label (first on a tie), its probability and Czech's, and
+        the supported language or UNKNOWN that label already decides, or None for Czech and
+        Slovak (their letters decide too): `_decide` without a Python call for most samples."""
         np = self._np
         probabilities = self.probabilities(samples)
         best = probabilities.argmax(axis=1)
-        top = probabilities[np.arange(len(samples)), best].tolist()
+        top = probabilities[np.arange(len(samples)), best]
+        outcome = self._outcome[best]
+        outcome[(outcome > 1) & (top < MIN_CONFIDENCE)] = 0
         czech = probabilities[:, self._czech].tolist() if self._czech >= 0 else [0.0] * len(samples)
-        labels = self.labels
-        return [(labels[index], p, c) for index, p, c in zip(best.tolist(), top, czech, strict=True)]
+        outcomes, labels = self._outcomes, self.labels
+        return (
+            [outcomes[code] for code in outcome.tolist()],
+            [labels[index] for index in best.tolist()],
+            top.tolist(),
+            czech,
+        )
 
 
 def _identifier() -> _Scorer:
@@ -362,24 +407,35 @@ def _detect_all(plans: list[tuple[list[str], str] | None]) -> list[str]:
     if not samples:
         return [UNKNOWN] * len(plans)
     scorer = _identifier()
-    verdicts = iter(
-        [
-            verdict
-            for first in range(0, len(samples), _SAMPLES_PER_PASS)
-            for verdict in scorer.best(samples[first : first + _SAMPLES_PER_PASS])
-        ]
-    )
+    outcomes: list[str | None] = []
+    labels: list[str] = []
+    tops: list[float] = []
+    czechs: list[float] = []
+    for first in range(0, len(samples), _SAMPLES_PER_PASS):
+        outcome, label, top, czech = scorer.best(samples[first : first + _SAMPLES_PER_PASS])
+        outcomes += outcome
+        labels += label
+        tops += top
+        czechs += czech
     languages = []
+    at = 0
     for plan in plans:
         if plan is None:
             languages.append(UNKNOWN)
             continue
         windows, sample = plan
-        found = _decide(*next(verdicts), sample)
+        found = outcomes[at]
+        if found is None:
+            found = _decide(labels[at], tops[at], czechs[at], sample)
         if len(windows) == 2:  # both ends must agree: an unknown start already decides
-            tail = next(verdicts)
-            if found != UNKNOWN and _decide(*tail, sample) != found:
-                found = UNKNOWN
+            at += 1
+            if found != UNKNOWN:
+                tail = outcomes[at]
+                if tail is None:
+                    tail = _decide(labels[at], tops[at], czechs[at], sample)
+                if tail != found:
+                    found = UNKNOWN
+        at += 1
         languages.append(found)
     return languages
 
@@ -410,20 +466,27 @@ def _chunk_samples(markdown_text: str) -> tuple[list[str], str] | None:
     window's worth of prose and more than the long-text threshold together, the chunk's prose
     is long and its windows lie inside them; otherwise the whole prose is computed."""
     text = markdown_text
-    if len(text) <= 2 * END_CHARS or "<!--" in text or text.startswith("---"):
+    if len(text) <= 2 * END_CHARS or ("<" in text and "<!--" in text) or text.startswith("---"):
         return _text_samples(prose_for_language(text))
-    if "```" in text or "~~~" in text:
-        text = _FENCED_CODE.sub("", text)  # what prose_for_language does first here
+    text = _without_fences(text)  # what prose_for_language does first here
     size = len(text)
     head_end = text.find("\n", END_CHARS)
-    while head_end >= 0 and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t"):
-        head_end = text.find("\n", head_end + 1)  # a blank line is code when code follows it
+    # a blank line is code when code follows it; a line whose last character is neither a
+    # space, a tab nor the line break before it (an empty line) is not blank: no need to read it
+    while head_end >= 0 and (
+        text[head_end - 1] in " \t\n" and not text[text.rfind("\n", 0, head_end) + 1 : head_end].strip(" \t")
+    ):
+        head_end = text.find("\n", head_end + 1)
     tail_start = text.rfind("\n", 0, size - END_CHARS)
     while tail_start >= 0:
-        line_end = text.find("\n", tail_start + 1)
-        line = text[tail_start + 1 : line_end if line_end >= 0 else size]
-        if line.strip(" \t") and not line.startswith(_INDENT):
+        first = text[tail_start + 1]  # a line starting with neither a space nor a tab is not indented
+        if first not in " \t\n":
             break
+        if first != "\n":
+            line_end = text.find("\n", tail_start + 1)
+            line = text[tail_start + 1 : line_end if line_end >= 0 else size]
+            if line.strip(" \t") and not line.startswith(_INDENT):
+                break
         tail_start = text.rfind("\n", 0, tail_start)
     span = 2 * WINDOW_CHARS
     if 0 <= head_end <= tail_start:
@@ -459,16 +522,18 @@ def chunk_language_of(markdown_texts: list[str]) -> Callable[[str], str]:
     """`chunk_language` for a write batch: asked about one of `markdown_texts` (the chunks of
     files new to the index), it detects them all in one pass; any other text (a chunk of an
     edited file whose language is not known by its hash) is detected alone."""
-    batch = set(markdown_texts)
-    found: dict[str, str] = {}
+    # each distinct text once (copied notes, boilerplate); "" until the batch is detected
+    pending = dict.fromkeys(markdown_texts, "")
 
     def language_of(markdown_text: str) -> str:
-        if markdown_text in batch:
-            if not found:
-                unique = list(dict.fromkeys(markdown_texts))  # copied notes, boilerplate: once
-                found.update(zip(unique, chunk_languages(unique), strict=True))
-            return found[markdown_text]
-        return chunk_language(markdown_text)
+        found = pending.get(markdown_text)
+        if found is None:
+            return chunk_language(markdown_text)
+        if not found:
+            unique = list(pending)
+            pending.update(zip(unique, chunk_languages(unique), strict=True))
+            found = pending[markdown_text]
+        return found
 
     return language_of
 

@@ -64,6 +64,10 @@ class NeutralSpace:
     """Per-language statistics of one index, and the transform they define."""
 
     languages: dict[str, LanguageStats] = field(default_factory=dict)
+    # the offsets of the statistics they were computed from (a sync neutralises page after page)
+    _offsets: tuple[tuple[tuple[str, int], ...], dict[str, np.ndarray]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def offsets(self) -> dict[str, np.ndarray]:
         """Language -> what to subtract from its raw passage vectors: its mean minus the common
@@ -73,9 +77,15 @@ class NeutralSpace:
 
         if len(self.languages) < 2:
             return {}
+        # LanguageStats are frozen: the same objects under the same names give the same offsets
+        key = tuple((lang, id(stats)) for lang, stats in self.languages.items())
+        if self._offsets is not None and self._offsets[0] == key:
+            return self._offsets[1]
         weights = {lang: float(min(max(s.chunks, 1), MIN_CHUNKS)) for lang, s in self.languages.items()}
         centre = sum(s.mean * weights[lang] for lang, s in self.languages.items()) / sum(weights.values())
-        return {lang: np.asarray(s.mean - centre, dtype=np.float32) for lang, s in self.languages.items()}
+        offsets = {lang: np.asarray(s.mean - centre, dtype=np.float32) for lang, s in self.languages.items()}
+        self._offsets = (key, offsets)
+        return offsets
 
     def neutralise(self, vectors: np.ndarray, languages: Sequence[str | None]) -> np.ndarray:
         """Raw unit vectors of chunks in `languages` -> their neutral unit vectors (a copy)."""
@@ -125,6 +135,8 @@ def _apply(
     out = np.array(vectors, dtype=np.float32, copy=True)
     if not offsets or not len(out):
         return out
+    if forward:
+        return _neutralise_rows(out, languages, offsets)
     for lang, offset in offsets.items():
         rows = np.fromiter((chunk_lang == lang for chunk_lang in languages), dtype=bool, count=len(languages))
         if not rows.any():
@@ -143,6 +155,25 @@ def _apply(
             norms = np.linalg.norm(restored, axis=1, keepdims=True)
             block[live] = restored / np.where(norms == 0, 1, norms)
         out[rows] = block
+    return out
+
+
+def _neutralise_rows(out: np.ndarray, languages: Sequence[str | None], offsets: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The forward step of `_apply` on every moved row at once (in place): each row's figures
+    are those of the step taken language by language (an element-wise difference, a norm per
+    row), without a pass over the languages and a copy of the rows per language."""
+    import numpy as np
+
+    order = list(offsets)
+    position = {lang: i for i, lang in enumerate(order)}
+    which = np.fromiter((position.get(lang, -1) for lang in languages), dtype=np.intp, count=len(languages))  # type: ignore[arg-type]
+    rows = np.flatnonzero(which >= 0)
+    if not rows.size:
+        return out
+    rows = rows[np.linalg.norm(out[rows], axis=1) > 0]  # a zero vector stays zero: it is never a hit
+    shifted = out[rows] - np.stack([offsets[lang] for lang in order])[which[rows]]
+    norms = np.linalg.norm(shifted, axis=1, keepdims=True)
+    out[rows] = shifted / np.where(norms == 0, 1, norms)
     return out
 
 

@@ -621,10 +621,9 @@ def _estimate_space(pages: Iterable[VectorPage], model: str) -> neutral.NeutralS
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     for page in pages:
+        labels = np.array(page.languages, dtype=object)  # compared in one C loop per language
         for lang in set(page.languages):
-            rows = np.fromiter(
-                (chunk_lang == lang for chunk_lang in page.languages), dtype=bool, count=len(page.languages)
-            )
+            rows = labels == lang
             sums[lang] = sums.get(lang, 0) + page.matrix[rows].sum(axis=0, dtype=np.float64)
             counts[lang] = counts.get(lang, 0) + int(rows.sum())
     new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)

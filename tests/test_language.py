@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -264,6 +265,26 @@ def test_the_write_batch_detects_new_chunks_together_and_others_alone(monkeypatc
     assert len(batches) == 1
 
 
+def test_what_a_label_decides_alone_is_what_decide_says() -> None:
+    samples = [text[:64] for text in MIXED_BATCH if text] + ["jak obnovit zálohu", "zxq wvk", "a b", "Das ist gut"]
+    outcomes, labels, tops, czechs = language._identifier().best(samples)
+    for sample, outcome, label, top, czech in zip(samples, outcomes, labels, tops, czechs, strict=True):
+        if label in ("cs", "sk"):
+            assert outcome is None  # their letters decide too
+        else:
+            assert outcome == language._decide(label, top, czech, sample)
+
+
+def test_a_write_batch_detects_each_distinct_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[str]] = []
+    real = language.chunk_languages
+    monkeypatch.setattr(language, "chunk_languages", lambda texts: asked.append(texts) or real(texts))
+    texts = [MIXED_BATCH[0], "", MIXED_BATCH[2], MIXED_BATCH[0], ""]
+    language_of = language.chunk_language_of(texts)
+    assert [language_of(text) for text in texts] == ["cs", UNKNOWN, "ru", "cs", UNKNOWN]
+    assert asked == [[MIXED_BATCH[0], "", MIXED_BATCH[2]]]
+
+
 def _scorer_states(data: bytes) -> tuple[list[int], list[int]]:
     scorer = language._identifier()
     return scorer._walk_loop(data), scorer._walk_segments(data).tolist()
@@ -322,6 +343,14 @@ def test_the_scores_are_py3langids_own() -> None:
         assert {label: round(value, 5) for label, value in zip(scorer.labels, row, strict=True)} == {
             label: round(library[label], 5) for label in scorer.labels
         }
+
+
+def test_one_short_sample_scores_the_bits_it_scores_in_a_batch() -> None:
+    scorer = language._identifier()
+    samples = ["jak obnovit zálohu databáze", ENGLISH[:64], RUSSIAN[:64], SLOVAK[:64], "zxq"]
+    batch = scorer.probabilities(samples)
+    for sample, row in zip(samples, batch, strict=True):
+        assert scorer.probabilities([sample]).tobytes() == row.reshape(1, -1).tobytes()
 
 
 # ---- the cheaper steps read the same words and windows as the plain definitions ---------------
@@ -419,6 +448,7 @@ MARKDOWN_LINES = [
     "`inline` and ``two`` spans",
     "see [a link](http://x.y)",
     "www.example.cz and http://a.b/c",
+    "WWW.EXAMPLE.CZ,slovo and Www.Example.cz",
     "mail me@example.com now",
     "<b>tag</b>",
     "---",
@@ -449,3 +479,95 @@ def test_the_two_ends_are_read_alone_when_they_decide(monkeypatch: pytest.Monkey
     assert language._chunk_samples(chunk) == language._text_samples(prose_for_language(chunk))
     assert len(read) == 3 and read[0] + read[1] < len(chunk)  # both ends, then the whole for reference
     assert chunk_language(chunk) == "cs"
+
+
+# ---- the cheap tests before each step and the line-wise fence pattern change nothing ----------
+
+PROSE_PIECES = [
+    *MARKDOWN_LINES,
+    "]",
+    "[a]",
+    "[a][b]",
+    "[a]: x",
+    "](",
+    "<",
+    "<!--",
+    "-->",
+    "<!-- note -->",
+    "<i>",
+    "`",
+    "``",
+    "~",
+    "~~~",
+    "/",
+    "://",
+    "w",
+    "WWW.",
+    "www.",
+    "@",
+    "a@b.cz",
+    "|",
+    "\n",
+    "\n\n",
+    "    ",
+    "\t",
+]
+
+
+def _every_step(text: str) -> str:
+    """`_prose_of_lines` with every step run whatever the text holds."""
+    steps: list[tuple[re.Pattern[str], str]] = [
+        (language._INDENTED_CODE, ""),
+        (language._TABLE_ROW, ""),
+        (language._REFERENCE_DEF, ""),
+        (language._HTML_COMMENT, " "),
+        (language._INLINE_CODE, " "),
+        (language._IMAGE_OR_LINK, r"\1"),
+        (language._REFERENCE_LINK, r"\1"),
+        (language._URL, " "),
+        (language._HTML_TAG, " "),
+        (language._EMAIL, " "),
+    ]
+    for pattern, replacement in steps:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(PROSE_PIECES) | st.text(alphabet="aw.:/<>!-[]()`|@ \t\n", max_size=8), max_size=30))
+def test_a_step_skipped_by_its_cheap_test_would_have_changed_nothing(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert language._prose_of_lines(text) == _every_step(text)
+
+
+# the fence pattern as first written: its body taken a character at a time
+_FENCE_BY_CHARACTERS = re.compile(
+    r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n.*?)??(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M | re.S
+)
+FENCE_PIECES = [
+    "```",
+    "~~~",
+    "````",
+    "``",
+    "`",
+    "~",
+    "   ```",
+    "    ```",
+    "``` x",
+    "~~~~ y",
+    "```~",
+    "~~~`",
+    "text",
+    " ",
+    "\t",
+]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(FENCE_PIECES), st.sampled_from(["\n", "", " ", "\n\n"])), max_size=16))
+def test_the_fence_pattern_taken_by_lines_removes_what_it_did_by_characters(parts: list[tuple[str, str]]) -> None:
+    text = "".join(piece + gap for piece, gap in parts)
+    assert language._FENCED_CODE.sub("", text) == _FENCE_BY_CHARACTERS.sub("", text)
+    # and run from the first line that holds three backticks or tildes on
+    prose = "Úvod a `kód` ~ tilda\n"
+    assert language._without_fences(prose + text) == _FENCE_BY_CHARACTERS.sub("", prose + text)

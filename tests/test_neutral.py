@@ -94,6 +94,44 @@ def test_restore_inverts_neutralise_and_leaves_zero_and_unknown_vectors() -> Non
     assert np.allclose(space.restore(moved, languages), vectors, atol=1e-5)
 
 
+def _neutralise_language_by_language(vectors: np.ndarray, languages: list[str], space: NeutralSpace) -> np.ndarray:
+    """The forward step as first written: the rows of one language at a time."""
+    out = np.array(vectors, dtype=np.float32, copy=True)
+    for lang, offset in space.offsets().items():
+        rows = np.array([chunk_lang == lang for chunk_lang in languages], dtype=bool)
+        block = out[rows]
+        live = np.linalg.norm(block, axis=1) > 0
+        shifted = block[live] - offset
+        norms = np.linalg.norm(shifted, axis=1, keepdims=True)
+        block[live] = shifted / np.where(norms == 0, 1, norms)
+        out[rows] = block
+    return out
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 300])
+def test_all_rows_neutralised_at_once_get_the_bits_of_one_language_at_a_time(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    space = NeutralSpace(
+        {lang: LanguageStats(unit(rng.normal(size=384)) * 0.3, 30, INDEX) for lang in ("cs", "en", "ru")}
+    )
+    vectors = unit(rng.normal(size=(rows, 384)))
+    if rows:
+        vectors[rng.integers(0, rows, size=2)] = 0.0
+    languages = [str(lang) for lang in rng.choice(["cs", "en", "ru", "unknown", "de", ""], size=rows)]
+    assert (
+        space.neutralise(vectors, languages).tobytes()
+        == _neutralise_language_by_language(vectors, languages, space).tobytes()
+    )
+
+
+def test_the_offsets_follow_the_statistics_they_were_computed_from() -> None:
+    space = NeutralSpace({"en": LanguageStats(basis(0), 40, INDEX), "cs": LanguageStats(basis(1), 40, INDEX)})
+    first = space.offsets()
+    assert space.offsets() is first  # computed once per page of a sync, not per page
+    space.languages["cs"] = LanguageStats(basis(2), 40, INDEX)
+    assert np.allclose(space.offsets()["cs"], (basis(2) - basis(0)) / 2)
+
+
 def test_one_language_moves_nothing_and_defaults_sit_next_to_the_index_language() -> None:
     english = biased(range(6), 30)
     alone = estimated({"en": english})
