@@ -244,9 +244,10 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
     (backup, backups, backuped) would be bounded by its best word alone and could be left out
     of a top it belongs to."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
-    in_head: dict[str, int] = {}
-    for token in head:
-        in_head[token] = in_head.get(token, 0) + 1
+    frequencies = {token: len(found) for token, found in places.items()}
+    for token in set(head).intersection(frequencies):
+        kept = frequencies[token]
+        frequencies[token] = kept + min(head.count(token), kept)
     tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
 
     def tier_of(tf: int) -> str | None:
@@ -257,13 +258,16 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
             tiers[tf] = label
         return label
 
-    words = []
-    frequencies: dict[str, int] = {}
-    for token, found in places.items():
-        tf = frequencies[token] = len(found) + min(in_head.get(token, 0), len(found))
-        label = tier_of(tf)
-        if label is not None and len(token) <= _SURELY_INDEXABLE - 2:
-            words.append(_lexeme(label + "|" + token))
+    # the saturation grows with tf: the lexemes below the lowest tier's tf, most of a chunk's,
+    # are passed over without a look at their tier (a lexeme's tf is at most twice its kept positions)
+    lowest = 1
+    while lowest <= 2 * MAX_POSITIONS_PER_LEXEME and tier_of(lowest) is None:
+        lowest += 1
+    words = [
+        _lexeme(f"{tier_of(tf)}|{token}")
+        for token, tf in frequencies.items()
+        if tf >= lowest and len(token) <= _SURELY_INDEXABLE - 2
+    ]
     # the lexemes holding a prefix are adjacent once sorted: each pair adds its shared prefixes
     shared: dict[str, int] = {}
     ordered = sorted(frequencies)
@@ -653,6 +657,38 @@ class _VectorDumper(Dumper):
 
         values = np.asarray(obj, dtype=">f4").ravel()
         return struct.pack(">HH", values.size, 0) + values.tobytes()
+
+
+COPY_BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then no flags, no header extension
+COPY_BINARY_TRAILER = b"\xff\xff"
+
+
+@functools.cache
+def _copy_row_dtype(dims: int) -> Any:
+    """One chunk_vectors row of a binary COPY stream: two fields, an int8 id and a pgvector
+    `vector` (its binary form: uint16 dims, uint16 0, float4 values), all big-endian, unpadded."""
+    import numpy as np
+
+    return np.dtype(
+        [
+            ("fields", ">i2"),
+            ("id_size", ">i4"),
+            ("id", ">i8"),
+            ("vector_size", ">i4"),
+            ("dims", ">u2"),
+            ("unused", ">u2"),
+            ("values", ">f4", (dims,)),
+        ]
+    )
+
+
+def _blob_matrix(blobs: Sequence[bytes]) -> np.ndarray:
+    """float32 vectors as bytes, one matrix row each (they are one space's: one length)."""
+    import numpy as np
+
+    if len({len(blob) for blob in blobs}) > 1:
+        raise StoreError("vectors of different dimensions cannot be stored in one embedding space")
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
 
 
 def _vector_bytes(sent: bytes) -> bytes:
@@ -1160,7 +1196,7 @@ class PostgresStore:
         rows = [row for sent in written for row in sent.fetchall()]
         attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
         if attached:
-            self._insert_vectors(attached)
+            self._insert_vectors([chunk_id for chunk_id, _ in attached], _blob_matrix([blob for _, blob in attached]))
         return len(hashes) - len(attached)
 
     def _write_piece_sent(
@@ -1282,18 +1318,26 @@ class PostgresStore:
             return {}
         return {str(digest): str(language) for digest, language in sent.fetchall()}
 
-    def _insert_vectors(self, rows: Sequence[tuple[int, bytes]]) -> None:
-        """(chunk id, float32 bytes) pairs into chunk_vectors, by binary COPY (one round trip)."""
+    def _insert_vectors(self, ids: Sequence[int], matrix: np.ndarray) -> None:
+        """Rows of `matrix` (float32) as the vectors of chunks `ids`, by one binary COPY whose
+        whole stream numpy lays out at once (row by row, dumping cost more than the server's
+        work of storing them)."""
         import numpy as np
 
-        assert self._vector_oid is not None
+        count, dims = matrix.shape
+        rows = np.empty(count, dtype=_copy_row_dtype(dims))
+        rows["fields"] = 2
+        rows["id_size"] = 8
+        rows["id"] = ids
+        rows["vector_size"] = 4 + 4 * dims
+        rows["dims"] = dims
+        rows["unused"] = 0
+        rows["values"] = matrix
         with (
             self.conn.cursor() as cursor,
             cursor.copy("COPY chunk_vectors (id, embedding) FROM STDIN (FORMAT BINARY)") as copy,
         ):
-            copy.set_types([20, self._vector_oid])  # int8, vector
-            for chunk_id, blob in rows:
-                copy.write_row((chunk_id, np.frombuffer(blob, dtype=np.float32)))
+            copy.write(COPY_BINARY_SIGNATURE + rows.tobytes() + COPY_BINARY_TRAILER)
         self._vectors_changed = True
 
     # ---- collections -----------------------------------------------------------------------
@@ -1361,16 +1405,15 @@ class PostgresStore:
                     (utc_now(), [int(i) for i in ids]),
                 )
             waiting = {int(r[0]) for r in marked.fetchall()}
-            rows = [
-                (int(chunk_id), np.asarray(vector, dtype=np.float32).tobytes())
-                for chunk_id, vector in zip(ids, vectors, strict=True)
-                if int(chunk_id) in waiting
-            ]
-            if rows:
-                self._insert_vectors(rows)
-        if rows:
+            if len(ids) != len(vectors):
+                raise ValueError(f"{len(ids)} chunk ids for {len(vectors)} vectors")
+            kept = [n for n, chunk_id in enumerate(ids) if int(chunk_id) in waiting]
+            if kept:
+                matrix = np.asarray(vectors, dtype=np.float32)[kept]
+                self._insert_vectors([int(ids[n]) for n in kept], matrix.reshape(len(kept), -1))
+        if kept:
             self._index_vectors_once_many()
-        return len(rows)
+        return len(kept)
 
     @contextmanager
     def vector_index_deferred(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
