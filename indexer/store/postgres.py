@@ -32,6 +32,7 @@ import os
 import re
 import struct
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -245,9 +246,10 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
     of a top it belongs to."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
     frequencies = {token: len(found) for token, found in places.items()}
-    for token in set(head).intersection(frequencies):
-        kept = frequencies[token]
-        frequencies[token] = kept + min(head.count(token), kept)
+    for token, hits in Counter(head).items():
+        kept = frequencies.get(token)
+        if kept is not None:
+            frequencies[token] = kept + min(hits, kept)
     tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
 
     def tier_of(tf: int) -> str | None:
@@ -657,38 +659,6 @@ class _VectorDumper(Dumper):
 
         values = np.asarray(obj, dtype=">f4").ravel()
         return struct.pack(">HH", values.size, 0) + values.tobytes()
-
-
-COPY_BINARY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # then no flags, no header extension
-COPY_BINARY_TRAILER = b"\xff\xff"
-
-
-@functools.cache
-def _copy_row_dtype(dims: int) -> Any:
-    """One chunk_vectors row of a binary COPY stream: two fields, an int8 id and a pgvector
-    `vector` (its binary form: uint16 dims, uint16 0, float4 values), all big-endian, unpadded."""
-    import numpy as np
-
-    return np.dtype(
-        [
-            ("fields", ">i2"),
-            ("id_size", ">i4"),
-            ("id", ">i8"),
-            ("vector_size", ">i4"),
-            ("dims", ">u2"),
-            ("unused", ">u2"),
-            ("values", ">f4", (dims,)),
-        ]
-    )
-
-
-def _blob_matrix(blobs: Sequence[bytes]) -> np.ndarray:
-    """float32 vectors as bytes, one matrix row each (they are one space's: one length)."""
-    import numpy as np
-
-    if len({len(blob) for blob in blobs}) > 1:
-        raise StoreError("vectors of different dimensions cannot be stored in one embedding space")
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
 
 
 def _vector_bytes(sent: bytes) -> bytes:
@@ -1196,7 +1166,7 @@ class PostgresStore:
         rows = [row for sent in written for row in sent.fetchall()]
         attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
         if attached:
-            self._insert_vectors([chunk_id for chunk_id, _ in attached], _blob_matrix([blob for _, blob in attached]))
+            self._insert_vectors(attached)
         return len(hashes) - len(attached)
 
     def _write_piece_sent(
@@ -1318,26 +1288,18 @@ class PostgresStore:
             return {}
         return {str(digest): str(language) for digest, language in sent.fetchall()}
 
-    def _insert_vectors(self, ids: Sequence[int], matrix: np.ndarray) -> None:
-        """Rows of `matrix` (float32) as the vectors of chunks `ids`, by one binary COPY whose
-        whole stream numpy lays out at once (row by row, dumping cost more than the server's
-        work of storing them)."""
+    def _insert_vectors(self, rows: Sequence[tuple[int, bytes]]) -> None:
+        """(chunk id, float32 bytes) pairs into chunk_vectors, by binary COPY (one round trip)."""
         import numpy as np
 
-        count, dims = matrix.shape
-        rows = np.empty(count, dtype=_copy_row_dtype(dims))
-        rows["fields"] = 2
-        rows["id_size"] = 8
-        rows["id"] = ids
-        rows["vector_size"] = 4 + 4 * dims
-        rows["dims"] = dims
-        rows["unused"] = 0
-        rows["values"] = matrix
+        assert self._vector_oid is not None
         with (
             self.conn.cursor() as cursor,
             cursor.copy("COPY chunk_vectors (id, embedding) FROM STDIN (FORMAT BINARY)") as copy,
         ):
-            copy.write(COPY_BINARY_SIGNATURE + rows.tobytes() + COPY_BINARY_TRAILER)
+            copy.set_types([20, self._vector_oid])  # int8, vector
+            for chunk_id, blob in rows:
+                copy.write_row((chunk_id, np.frombuffer(blob, dtype=np.float32)))
         self._vectors_changed = True
 
     # ---- collections -----------------------------------------------------------------------
@@ -1405,15 +1367,16 @@ class PostgresStore:
                     (utc_now(), [int(i) for i in ids]),
                 )
             waiting = {int(r[0]) for r in marked.fetchall()}
-            if len(ids) != len(vectors):
-                raise ValueError(f"{len(ids)} chunk ids for {len(vectors)} vectors")
-            kept = [n for n, chunk_id in enumerate(ids) if int(chunk_id) in waiting]
-            if kept:
-                matrix = np.asarray(vectors, dtype=np.float32)[kept]
-                self._insert_vectors([int(ids[n]) for n in kept], matrix.reshape(len(kept), -1))
-        if kept:
+            rows = [
+                (int(chunk_id), np.asarray(vector, dtype=np.float32).tobytes())
+                for chunk_id, vector in zip(ids, vectors, strict=True)
+                if int(chunk_id) in waiting
+            ]
+            if rows:
+                self._insert_vectors(rows)
+        if rows:
             self._index_vectors_once_many()
-        return len(kept)
+        return len(rows)
 
     @contextmanager
     def vector_index_deferred(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
