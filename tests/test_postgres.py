@@ -563,3 +563,53 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
     pg_module.discard_pool()
     assert one_call('"server"* OR "backup"') == changed and len(counted) == 3
     writer.close()
+
+
+def _pending_lexical_pages(store: PostgresStore) -> int:
+    """The pages of the lexical indexes' pending lists (merged by the call that counts them)."""
+    merges = " + ".join(f"gin_clean_pending_list('{name}'::regclass)" for name in pg_module.LEXICAL_GIN_INDEXES)
+    return int(store.conn.execute(f"SELECT {merges}").fetchone()[0])
+
+
+def test_a_sync_leaves_no_pending_lexical_index_entries_for_searches_to_read(pg_url: str) -> None:
+    store = PostgresStore.open(pg_url)
+    try:
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            store.write_file("s", *doc("devops/a.md", TEXTS["devops/postgres.md"]))
+        assert _pending_lexical_pages(store) > 0  # written rows wait in the pending lists
+        with store.transaction():
+            for path, texts in TEXTS.items():
+                store.write_file("s", *doc(path, texts))
+        store.mark_synced("s", indexed_rev="abc")
+        assert _pending_lexical_pages(store) == 0
+        assert store.source_state("s").indexed_rev == "abc"
+        assert store.fts_search('"pooler"', 5, SearchScope())
+    finally:
+        store.close()
+
+
+def test_a_sync_user_who_does_not_own_the_indexes_still_marks_the_source_synced(pg_url: str, pg_server: Any) -> None:
+    owner = PostgresStore.open(pg_url)
+    owner.ensure_source("s", "workspace")
+    owner.close()
+    schema = pg_url.rsplit("search_path%3D", 1)[1].split("%2C", 1)[0]
+    role = f"{schema}_writer"
+    pg_server.admin.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        pg_server.admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        pg_server.admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        pg_server.admin.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+        writer = PostgresStore.open(pg_url.replace("postgresql://postgres@", f"postgresql://{role}@"))
+        try:
+            with writer.transaction():
+                writer.write_file("s", *doc("devops/a.md", TEXTS["devops/postgres.md"]))
+            writer.mark_synced("s", indexed_rev="abc")  # the merge is refused: autovacuum's then
+            assert writer.source_state("s").indexed_rev == "abc"
+            assert writer.fts_search('"pooler"', 5, SearchScope())
+        finally:
+            writer.close()
+    finally:
+        pg_module.discard_pool()
+        pg_server.admin.execute(f"DROP OWNED BY {role}")
+        pg_server.admin.execute(f"DROP ROLE {role}")
