@@ -53,6 +53,7 @@ from bench.workspaces import SOURCE_ID, Workspace, store_built_workspace
 K = 8
 SCOPE_1PC = "1% (--path area-07)"
 RECALL_QUERIES = 50
+RECALL_EPSILON = 1e-3
 CONCURRENT_CLIENTS = 4
 CONCURRENT_SECONDS = 20.0
 SQLITE_COPY_MAX = 200_000
@@ -305,7 +306,14 @@ def latency(
     reps = 1 if quick or size > 50_000 else 3
     medians: dict[str, float] = {}
     rows: list[list[object]] = []
-    plan = [("hybrid", "all"), ("hybrid", SCOPE_1PC), ("lex", "all"), ("vec", "all"), ("vec", SCOPE_1PC)]
+    plan = [
+        ("hybrid", "all"),
+        ("hybrid", SCOPE_1PC),
+        ("lex", "all"),
+        ("lex", SCOPE_1PC),
+        ("vec", "all"),
+        ("vec", SCOPE_1PC),
+    ]
     for backend in ("sqlite", "postgres"):
         config, store, resident = open_backend(ws, url, backend)
         try:
@@ -342,7 +350,10 @@ def latency(
 
 
 def recall(url: str, size: int) -> list[object]:
-    """HNSW's top 10 (the store's unscoped vec_search) against the exact top 10."""
+    """HNSW's top 10 (the store's unscoped vec_search) against the exact top 10 (by id: the
+    target), and beside it ann-benchmarks' distance-based recall (a hit counts when it is within
+    RECALL_EPSILON of the exact 10th distance) and the median gap between the exact 10th and 11th
+    distances: on clustered vectors the exact neighbours are near-ties."""
     from indexer.store import SearchScope, open_store
 
     store = open_store(url, readonly=True)
@@ -350,16 +361,29 @@ def recall(url: str, size: int) -> list[object]:
         everything = store.all_vectors()
         unit = everything.matrix / np.maximum(np.linalg.norm(everything.matrix, axis=1, keepdims=True), 1e-12)
         topics = AREAS * TOPICS_PER_AREA
-        found = []
+        found, near, gaps = [], [], []
         for i in range(RECALL_QUERIES):
             q = query_vector(10_000 + i, topics)
-            exact = set(everything.ids[np.argsort(-(unit @ q), kind="stable")[:10]].tolist())
-            approx = {hit.chunk_id for hit in store.vec_search(q, 10, SearchScope())}
-            found.append(len(exact & approx) / 10)
+            distances = 1.0 - unit @ q
+            order = np.argsort(distances, kind="stable")[:11]
+            exact = set(everything.ids[order[:10]].tolist())
+            tenth = float(distances[order[9]])
+            hits = store.vec_search(q, 10, SearchScope())
+            found.append(len(exact & {hit.chunk_id for hit in hits}) / 10)
+            near.append(sum(hit.score <= tenth * (1 + RECALL_EPSILON) for hit in hits) / 10)
+            gaps.append(float(distances[order[10]]) - tenth)
     finally:
         store.close()
     value = statistics.mean(found)
-    return [f"{size:,}", RECALL_QUERIES, f"{value:.3f}", f"{min(found):.1f}", verdict(value >= 0.95)]
+    return [
+        f"{size:,}",
+        RECALL_QUERIES,
+        f"{value:.3f}",
+        f"{min(found):.1f}",
+        f"{statistics.mean(near):.3f}",
+        f"{statistics.median(gaps):.5f}",
+        verdict(value >= 0.95),
+    ]
 
 
 def concurrency(ws: Workspace, url: str, size: int, corpus: Corpus = DENSE_CORPUS) -> list[object]:
@@ -511,7 +535,18 @@ def run(sizes: list[int], quick: bool, sync_chunks: int = SYNC_CHUNKS, corpus: C
             "",
             "HNSW recall@10 against the exact top 10 (unscoped vec_search, synthetic clustered vectors):",
             "",
-            md_table(["index", "queries", "recall@10", "worst query", "≥ 0.95"], recall_rows),
+            md_table(
+                [
+                    "index",
+                    "queries",
+                    "recall@10",
+                    "worst query",
+                    f"recall@10 within ε {RECALL_EPSILON:g}",
+                    "median 11th − 10th exact distance",
+                    "≥ 0.95",
+                ],
+                recall_rows,
+            ),
             "",
             f"{CONCURRENT_CLIENTS} query threads (hybrid/lex/vec, unscoped and 1 %) + 1 sync worker on PostgreSQL:",
             "",

@@ -1,0 +1,160 @@
+"""The PostgreSQL store's HNSW index: built with the store's graph parameters, and an index an
+older version built with pgvector's defaults rebuilt with them by a migration, swapped in whole
+(the same answers, readers never left without an index)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from indexer.config import EmbeddingConfig
+from indexer.store import SearchScope
+from indexer.store import postgres as pg_module
+from indexer.store.postgres import PostgresStore
+from tests.test_store import DIMS, fill
+
+
+def _index_options(store: PostgresStore) -> list[str] | None:
+    row = store.conn.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = to_regclass('idx_chunk_vectors_hnsw')"
+    ).fetchone()
+    return None if row is None else sorted(row[0] or [])
+
+
+def _filled(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
+    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", 100)
+    store = PostgresStore.open(pg_url)
+    store.reset_vectors(
+        DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
+    )
+    store.ensure_source("s", "workspace")
+    fill(store, {"big": 300, "small": 30}, np.random.default_rng(5))  # type: ignore[arg-type]
+    return store
+
+
+def _unscoped_ids(store: PostgresStore, queries: np.ndarray) -> list[list[int]]:
+    return [[hit.chunk_id for hit in store.vec_search(q, 10, SearchScope())] for q in queries]
+
+
+def test_a_new_hnsw_index_is_built_with_the_store_graph_parameters(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _filled(pg_url, monkeypatch)
+    try:
+        assert _index_options(store) == sorted(pg_module.HNSW_OPTIONS)
+        assert "ef_construction=128" in pg_module.HNSW_OPTIONS
+    finally:
+        store.close()
+
+
+def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _filled(pg_url, monkeypatch)
+    queries = np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32)
+    with store.transaction():  # the index as the previous schema built it
+        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
+        store.conn.execute(
+            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        )
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
+        )
+    before = _unscoped_ids(store, queries)
+    assert _index_options(store) == []
+    store.close()
+
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert _index_options(store) == sorted(pg_module.HNSW_OPTIONS)
+        # one index, swapped in under the old name, nothing left over
+        hnsw = "SELECT count(*) FROM pg_indexes WHERE tablename = 'chunk_vectors' AND indexdef LIKE '%hnsw%'"
+        assert store._one(hnsw) == 1
+        store.conn.execute("SET enable_seqscan = off")  # a planner that would take any index it may
+        plan = "\n".join(
+            str(row[0])
+            for row in store.conn.execute(
+                "EXPLAIN SELECT id FROM chunk_vectors ORDER BY embedding <=> %s LIMIT 10", (queries[0],)
+            )
+        )
+        assert "idx_chunk_vectors_hnsw" in plan, plan
+        assert _unscoped_ids(store, queries) == before  # 330 vectors: both graphs find the exact top 10
+    finally:
+        store.close()
+
+
+def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_alone(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore.open(pg_url)
+    with store.transaction():  # no vector table yet: nothing to rebuild, none built
+        pg_module._rebuild_vector_index(store)
+    assert _index_options(store) is None
+    store.close()
+
+    store = _filled(pg_url, monkeypatch)
+    try:
+        node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
+        with store.transaction():
+            pg_module._rebuild_vector_index(store)
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
+    finally:
+        store.close()
+
+
+def test_a_scoped_search_reads_the_scope_s_vectors_by_their_sorted_ids_exactly(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", 100)
+    store = PostgresStore.open(pg_url)
+    try:
+        store.reset_vectors(
+            DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
+        )
+        store.ensure_source("s", "workspace")
+        vectors = fill(store, {"big": 300, "small": 30}, np.random.default_rng(5))  # type: ignore[arg-type]
+        in_scope = {cid for cid, row in store.chunk_rows(vectors).items() if row.path.startswith("small/")}
+        store.conn.execute("ANALYZE")
+        sent: list[tuple[str, Any]] = []
+        execute = store.conn.execute
+
+        def recording(sql: Any, params: Any = None, **kwargs: Any) -> Any:
+            sent.append((str(sql), params))
+            return execute(sql, params, **kwargs)
+
+        for query in np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32):
+            monkeypatch.setattr(store.conn, "execute", recording)
+            hits = store.vec_search(query, 10, SearchScope(path="small"))
+            monkeypatch.setattr(store.conn, "execute", execute)
+            unit = query / np.linalg.norm(query)
+            expected = sorted(in_scope, key=lambda cid: (-float(vectors[cid] @ unit), cid))[:10]
+            assert [hit.chunk_id for hit in hits] == expected
+        assert store.vec_search(query, 10, SearchScope(path="nowhere")) == []
+        sql, params = next((sql, params) for sql, params in sent if "<=>" in sql)
+        store.conn.execute("SET enable_seqscan = off")  # a planner that would take any index it may
+        plan = "\n".join(str(row[0]) for row in store.conn.execute(f"EXPLAIN {sql}", params, prepare=False))
+        assert "chunk_vectors_pkey" in plan and "ANY" in plan, plan
+        assert "hnsw" not in plan, plan
+    finally:
+        store.close()
+
+
+def test_a_scope_s_chunk_ids_come_from_the_path_index_alone(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _filled(pg_url, monkeypatch)
+    try:
+        indexes = {str(r[0]) for r in store.conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'chunks'")}
+        assert "idx_chunks_path_ids" in indexes and "idx_chunks_path" not in indexes
+        store.conn.execute("VACUUM ANALYZE chunks")  # the visibility map an index-only scan reads
+        for setting in ("enable_seqscan", "enable_bitmapscan"):  # a planner that would take any index it may
+            store.conn.execute(f"SET {setting} = off")
+        where, params = pg_module.scope_condition(SearchScope(path="small"), "c")
+        plan = "\n".join(
+            str(row[0]) for row in store.conn.execute(f"EXPLAIN SELECT c.id FROM chunks c WHERE {where}", params)
+        )
+        assert "Index Only Scan using idx_chunks_path_ids" in plan, plan
+    finally:
+        store.close()
