@@ -142,7 +142,9 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
     database: `write_files` per batch of the sync's size in one transaction each, then the
     pending chunks paged as the sync's embedding pass pages them and their (precomputed)
     vectors stored page by page (PostgreSQL builds its HNSW index once, after the pass). Scanning, chunking, language detection and the model are left out:
-    they cost the same for both stores."""
+    they cost the same for both stores. Beside the seconds, the CPU time spent here and (for the
+    local pgserver) by the server's processes: on a machine others load, chunks per CPU-second
+    move far less than chunks per second."""
     import psycopg
 
     from bench.corpus_text import note_mtime, note_path
@@ -175,9 +177,11 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
                 admin.execute(f'CREATE DATABASE "{name}"')
             location = database_url(socket_dir, name)
         store = open_store(location)
+        server = _server_processes(store) if backend == "postgres" else None
         try:
             store.reset_vectors(384, EmbeddingConfig().identity())
             store.ensure_source(SOURCE_ID, "workspace")
+            cpu_started, server_started = time.process_time(), _cpu_seconds(server)
             started = time.perf_counter()
             for start in range(0, len(docs), WRITE_BATCH_FILES):
                 with store.transaction():
@@ -188,7 +192,10 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
                 while pending := store.pending_chunks(page, after):
                     after = pending[-1].id
                     stored += store.store_vectors([p.id for p in pending], vectors[stored : stored + len(pending)])
+                pages_done = time.perf_counter()
             seconds = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
+            server_cpu = _cpu_seconds(server) - server_started
             if stored != total or store.counts()["vectors"] != total:
                 raise RuntimeError(f"the sync writes into {backend} stored {stored} of {total} vectors")
         finally:
@@ -197,9 +204,17 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
         rate = total / seconds
         files_rate = total / (files_done - started)
         vectors_rate = total / (seconds - (files_done - started))
+        after_pages = started + seconds - pages_done
+        cpu_text = f"CPU {cpu:.1f} s here" + (f" + {server_cpu:.1f} s server" if server is not None else "")
         what = (
             f"sync's writes: {total:,} chunks, {len(docs):,} files "
-            f"(files {files_rate:,.0f}/s, vectors in pages of {page} {vectors_rate:,.0f}/s)"
+            f"(files {files_rate:,.0f}/s, vectors in pages of {page} {vectors_rate:,.0f}/s"
+            + (
+                f", of which {after_pages:.1f} s the HNSW build and ANALYZE after the pages"
+                if backend == "postgres"
+                else ""
+            )
+            + f"; {cpu_text})"
         )
         rows.append(
             [
@@ -213,6 +228,36 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
         )
         eprint(f"  sync writes into {backend}: {total} chunks in {seconds:.1f} s ({rate:,.0f}/s)")
     return rows
+
+
+def _server_processes(store: Any) -> int | None:
+    """The local server's postmaster (the parent of this connection's backend), None when its
+    processes cannot be read here."""
+    backend = int(store.conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+    try:
+        return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_seconds(postmaster: int | None) -> float:
+    """User + system CPU of a postmaster and its processes: the live ones' own, and what the
+    postmaster collected of those that exited (parallel workers, autovacuum)."""
+    if postmaster is None:
+        return 0.0
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if int(entry.name) == postmaster:
+            ticks += sum(int(field) for field in fields[11:15])
+        elif int(fields[1]) == postmaster:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _progress(label: str) -> Callable[[str, int, int], None]:

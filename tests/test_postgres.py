@@ -314,6 +314,49 @@ def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: 
         store.close()
 
 
+def _impact_words_by_definition(literal: str, length: int) -> set[str]:
+    """The impact words of a chunk from its tsvector literal, written plainly from the
+    definition: a lexeme's tf is its kept positions plus its breadcrumb ones (A) again; a
+    prefix of at least SHARED_PREFIX_MIN characters held by several lexemes sums theirs; each
+    takes the label of the highest tier its saturation reaches."""
+    norm = pg_module.BM25_K1 * (1 - pg_module.BM25_B + pg_module.BM25_B * length / pg_module.IMPACT_REFERENCE_LENGTH)
+    longest = pg_module.MAX_LEXEME_BYTES // 4 - 2
+
+    def label(tf: int) -> str | None:
+        saturation = tf * (pg_module.BM25_K1 + 1) / (tf + norm)
+        reached = [n for n, floor in enumerate(pg_module.IMPACT_TIERS) if saturation >= floor]
+        return pg_module.IMPACT_LABELS[reached[0]] if reached else None
+
+    frequencies: dict[str, int] = {}
+    for entry in literal.split(" ") if literal else []:
+        word, positions = entry.rsplit(":", 1)
+        token = word[1:-1].replace("''", "'").replace("\\\\", "\\")
+        kept = positions.split(",")
+        frequencies[token] = len(kept) + sum(position.endswith("A") for position in kept)
+    words = {f"{label(tf)}|{token}" for token, tf in frequencies.items() if label(tf) and len(token) <= longest}
+    prefixes: dict[str, list[str]] = {}
+    for token in frequencies:
+        for n in range(pg_module.SHARED_PREFIX_MIN, min(len(token), longest) + 1):
+            prefixes.setdefault(token[:n], []).append(token)
+    for prefix, holders in prefixes.items():
+        tf = sum(frequencies[token] for token in holders)
+        if len(holders) > 1 and label(tf):
+            words.add(f"{label(tf)}>{prefix}")
+    return words
+
+
+def test_impact_tiers_are_their_definition_on_random_texts() -> None:
+    rng = random.Random(14)
+    vocabulary = ["backup", "backups", "backuped", "bac", "ba", "x", "o'neil", "č", "žluťoučký", "ab12", "123"]
+    vocabulary += ["é" * 520, "q" * 2100]  # a lexeme too long for impact words, a token too long to index
+    for _ in range(300):
+        breadcrumb = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 6)))
+        text = " ".join(rng.choice(vocabulary) for _ in range(rng.choice([1, 5, 40, 400])))
+        literal, length, impacts = pg_module.lexical_row(breadcrumb, text)
+        found = {word[1:-1].replace("''", "'") for word in impacts.split(" ")} if impacts else set()
+        assert found == _impact_words_by_definition(literal, length), (breadcrumb, text)
+
+
 def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
     """Every (sql, params) the store sends from now on."""
     sent: list[tuple[Any, Any]] = []

@@ -32,6 +32,7 @@ import os
 import re
 import struct
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -267,9 +268,11 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
     (backup, backups, backuped) would be bounded by its best word alone and could be left out
     of a top it belongs to."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
-    in_head: dict[str, int] = {}
-    for token in head:
-        in_head[token] = in_head.get(token, 0) + 1
+    frequencies = {token: len(found) for token, found in places.items()}
+    for token, hits in Counter(head).items():
+        kept = frequencies.get(token)
+        if kept is not None:
+            frequencies[token] = kept + min(hits, kept)
     tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
 
     def tier_of(tf: int) -> str | None:
@@ -280,13 +283,16 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
             tiers[tf] = label
         return label
 
-    words = []
-    frequencies: dict[str, int] = {}
-    for token, found in places.items():
-        tf = frequencies[token] = len(found) + min(in_head.get(token, 0), len(found))
-        label = tier_of(tf)
-        if label is not None and len(token) <= _SURELY_INDEXABLE - 2:
-            words.append(_lexeme(label + "|" + token))
+    # the saturation grows with tf: the lexemes below the lowest tier's tf, most of a chunk's,
+    # are passed over without a look at their tier (a lexeme's tf is at most twice its kept positions)
+    lowest = 1
+    while lowest <= 2 * MAX_POSITIONS_PER_LEXEME and tier_of(lowest) is None:
+        lowest += 1
+    words = [
+        _lexeme(f"{tier_of(tf)}|{token}")
+        for token, tf in frequencies.items()
+        if tf >= lowest and len(token) <= _SURELY_INDEXABLE - 2
+    ]
     # the lexemes holding a prefix are adjacent once sorted: each pair adds its shared prefixes
     shared: dict[str, int] = {}
     ordered = sorted(frequencies)
