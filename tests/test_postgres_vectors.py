@@ -4,6 +4,7 @@ older version built with pgvector's defaults rebuilt with them by a migration, s
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -38,13 +39,58 @@ def _unscoped_ids(store: PostgresStore, queries: np.ndarray) -> list[list[int]]:
     return [[hit.chunk_id for hit in store.vec_search(q, 10, SearchScope())] for q in queries]
 
 
-def test_a_new_hnsw_index_is_built_with_the_store_graph_parameters(
+def test_a_new_hnsw_index_is_built_with_the_graph_parameters_of_its_size(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _filled(pg_url, monkeypatch)  # 330 vectors: a small index
+    try:
+        assert _index_options(store) == ["ef_construction=64", "m=16"]
+    finally:
+        store.close()
+
+
+def test_a_large_new_hnsw_index_gets_the_wide_graph(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors make a large index
+    store = _filled(pg_url, monkeypatch)
+    try:
+        assert _index_options(store) == ["ef_construction=128", "m=16"]
+    finally:
+        store.close()
+
+
+def test_a_small_index_that_has_grown_is_built_again_with_the_wide_graph_once(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = _filled(pg_url, monkeypatch)
+    queries = np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32)
+    node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
+    store.close()
+    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # the 330 vectors are past it now
+    reader = PostgresStore.open(pg_url)  # searching never rebuilds
     try:
-        assert _index_options(store) == sorted(pg_module.HNSW_OPTIONS)
-        assert "ef_construction=128" in pg_module.HNSW_OPTIONS
+        reader.vec_search(queries[0], 10, SearchScope())
+        assert reader.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
+    finally:
+        reader.close()
+    store = PostgresStore.open(pg_url)  # the next sync's first vectors
+    try:
+        vectors = fill(store, {"more": 20}, np.random.default_rng(8))  # type: ignore[arg-type]
+        assert _index_options(store) == ["ef_construction=128", "m=16"]
+        hnsw = "SELECT count(*) FROM pg_indexes WHERE tablename = 'chunk_vectors' AND indexdef LIKE '%hnsw%'"
+        assert store._one(hnsw) == 1
+        widened = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
+        assert widened != node
+        stored = {
+            int(cid): np.asarray(json.loads(text), dtype=np.float32)
+            for cid, text in store.conn.execute("SELECT id, embedding::text FROM chunk_vectors")
+        }
+        assert len(stored) == 350 and set(vectors) <= set(stored)
+        for query, ids in zip(queries, _unscoped_ids(store, queries), strict=True):
+            unit = query / np.linalg.norm(query)
+            cosine = {cid: float(v @ unit) / float(np.linalg.norm(v)) for cid, v in stored.items()}
+            assert ids == sorted(cosine, key=lambda cid: (-cosine[cid], cid))[:10]  # still the exact top 10
+        fill(store, {"again": 5}, np.random.default_rng(9))  # type: ignore[arg-type]
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == widened
     finally:
         store.close()
 
@@ -66,11 +112,12 @@ def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
     before = _unscoped_ids(store, queries)
     assert _index_options(store) == []
     store.close()
+    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: a large index, the wide graph
 
     store = PostgresStore.open(pg_url)
     try:
         assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
-        assert _index_options(store) == sorted(pg_module.HNSW_OPTIONS)
+        assert _index_options(store) == ["ef_construction=128", "m=16"]
         # one index, swapped in under the old name, nothing left over
         hnsw = "SELECT count(*) FROM pg_indexes WHERE tablename = 'chunk_vectors' AND indexdef LIKE '%hnsw%'"
         assert store._one(hnsw) == 1

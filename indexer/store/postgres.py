@@ -81,20 +81,34 @@ MIGRATION_LOCK = 0x6E6F7465  # advisory lock id: two first syncs on several host
 HNSW_BUILD_LOCK = 0x6E6F7466  # and build the vector index once
 HNSW_MIN_VECTORS = 10_000  # below this an exact scan answers unscoped KNN (see _index_vectors_once_many)
 # The HNSW graph: HNSW_M links per vector (pgvector's default), each linked in through a
-# candidate list of HNSW_EF_CONSTRUCTION. pgvector's default 64 leaves part of a clustered index
+# candidate list of ef_construction. pgvector's default 64 leaves part of a large clustered index
 # badly linked: some vectors are never reached, however long the search's list (at the 1M
 # bench's topic density, 200k vectors of 100 topics: recall@10 0.975, worst query 0.7, the same at
 # ef_search 400 and 1000, and 27 of 2,000 vectors not found even as their own query); 128 found
-# every exact top 10 there in the same build time and size (1 vector of 2,000 not found). On the
-# realistic 1M bench recall@10 went from 0.936 (worst 0.7) to 0.996 (worst 0.9); m = 32 was no
-# better and built 2x slower
+# every exact top 10 there (1 vector of 2,000 not found). On the realistic 1M bench recall@10
+# went from 0.936 (worst 0.7) to 0.996 (worst 0.9); m = 32 was no better and built 2x slower.
+# Below HNSW_WIDE_FROM vectors 64 already finds every exact top 10 (recall 1.000 at 100k) and
+# builds in half the time (20k vectors: 5.8-6.9 s against 9.9-19 s), which is most of a first
+# sync's store writes; an index built small is built again once it has grown past it.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
-HNSW_OPTIONS = (f"m={HNSW_M}", f"ef_construction={HNSW_EF_CONSTRUCTION}")  # as pg_class.reloptions lists them
-HNSW_INDEX_SQL = (
-    "CREATE INDEX IF NOT EXISTS {name} ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-    f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
-)
+HNSW_EF_CONSTRUCTION_SMALL = 64
+HNSW_WIDE_FROM = 100_000
+
+
+def hnsw_options(vectors: int) -> tuple[str, str]:
+    """The graph's parameters for an index over `vectors`, as pg_class.reloptions lists them."""
+    ef_construction = HNSW_EF_CONSTRUCTION if vectors >= HNSW_WIDE_FROM else HNSW_EF_CONSTRUCTION_SMALL
+    return (f"m={HNSW_M}", f"ef_construction={ef_construction}")
+
+
+def hnsw_index_sql(name: str, vectors: int) -> str:
+    return (
+        f"CREATE INDEX IF NOT EXISTS {name} ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        f" WITH ({', '.join(hnsw_options(vectors))})"
+    )
+
+
 # HNSW candidate list: at least this, and four times k (pgvector's cap is 1000), growing with
 # the index from EF_GROWS_FROM vectors to the cap at EF_GROWS_TO. On clustered vectors a short
 # list can settle in the wrong cluster entirely (recall 0 for that query): at 300k chunks 64
@@ -601,26 +615,29 @@ CHUNK_PATHS_COVERING_SQL = """
 
 
 def _rebuild_vector_index(store: PostgresStore) -> None:
-    """An HNSW index built with other parameters (pgvector's defaults) is built again with
-    HNSW_OPTIONS: as a new index beside it, swapped in at the end, so readers keep searching the
-    old one meanwhile (the build blocks writes to the vectors, not reads). It takes as long as
-    the first build did (minutes at a million vectors), once."""
+    """An HNSW index built with other parameters than `hnsw_options` gives for its size
+    (pgvector's defaults, or the small graph of an index that has grown since) is built again:
+    as a new index beside it, swapped in at the end, so readers keep searching the old one
+    meanwhile (the build blocks writes to the vectors, not reads). It takes as long as the first
+    build did (minutes at a million vectors), once."""
     row = store.conn.execute(
         "SELECT reloptions FROM pg_class WHERE oid = to_regclass('idx_chunk_vectors_hnsw')"
     ).fetchone()
-    if row is None or sorted(row[0] or ()) == sorted(HNSW_OPTIONS):
+    if row is None:
         return
     from indexer.store.postgres_bulk import build_memory
 
     vectors, dims = store.conn.execute(
         "SELECT count(*), (SELECT vector_dims(embedding) FROM chunk_vectors LIMIT 1) FROM chunk_vectors"
     ).fetchone() or (0, 0)
+    if sorted(row[0] or ()) == sorted(hnsw_options(int(vectors))):
+        return
     log.info("index %s: rebuilding the vector index (%d vectors, once)", describe(store.url), vectors)
     store.conn.execute(
         "SELECT set_config('maintenance_work_mem', %s, true)", (build_memory(int(vectors), int(dims or 0)),)
     )
     store.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw_rebuilt")
-    store.conn.execute(HNSW_INDEX_SQL.format(name="idx_chunk_vectors_hnsw_rebuilt"))
+    store.conn.execute(hnsw_index_sql("idx_chunk_vectors_hnsw_rebuilt", int(vectors)))
     store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
     store.conn.execute("ALTER INDEX idx_chunk_vectors_hnsw_rebuilt RENAME TO idx_chunk_vectors_hnsw")
 
@@ -1519,15 +1536,35 @@ class PostgresStore:
         """Build the HNSW index once the space holds HNSW_MIN_VECTORS vectors. Below that an
         unscoped search scans them exactly in a few milliseconds, and writes skip the index's
         upkeep (most of the cost of storing a vector); a first sync builds it once, in bulk."""
-        if self._hnsw_ready or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL"):
+        if self._hnsw_ready:
+            return
+        if not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL"):
+            self._widen_grown_vector_index()
             self._hnsw_ready = True
             return
-        if int(self._one("SELECT count(*) FROM chunk_vectors")) < HNSW_MIN_VECTORS:
+        vectors = int(self._one("SELECT count(*) FROM chunk_vectors"))
+        if vectors < HNSW_MIN_VECTORS:
             return
         with self.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker builds it
-            self.conn.execute(HNSW_INDEX_SQL.format(name="idx_chunk_vectors_hnsw"))
+            self.conn.execute(hnsw_index_sql("idx_chunk_vectors_hnsw", vectors))
         self._hnsw_ready = True
+
+    def _widen_grown_vector_index(self) -> None:
+        """An index built small (HNSW_EF_CONSTRUCTION_SMALL) that has since grown past
+        HNSW_WIDE_FROM vectors is built again with the wide graph, once, by the first writer that
+        sees it (the planner's row count decides cheaply; the rebuild counts exactly)."""
+        row = self.conn.execute(
+            """SELECT i.reloptions, v.reltuples FROM pg_class i, pg_class v
+               WHERE i.oid = to_regclass('idx_chunk_vectors_hnsw') AND v.oid = 'chunk_vectors'::regclass"""
+        ).fetchone()
+        if row is None or f"ef_construction={HNSW_EF_CONSTRUCTION_SMALL}" not in (row[0] or ()):
+            return
+        if float(row[1]) < HNSW_WIDE_FROM:
+            return
+        with self.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker rebuilds it
+            _rebuild_vector_index(self)
 
     # ---- search (reads) --------------------------------------------------------------------
 
