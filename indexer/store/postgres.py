@@ -1094,11 +1094,13 @@ class PostgresStore:
 
     def _merge_pending_lexical_entries(self) -> None:
         """Move the lexical indexes' pending entries into their main structure (see
-        LEXICAL_GIN_INDEXES); a user who does not own the indexes leaves it to autovacuum."""
+        LEXICAL_GIN_INDEXES); a user who does not own the indexes, or a merge that cannot get
+        its lock or finish within the role's timeouts (a REINDEX or a migration elsewhere), leaves
+        it to autovacuum: the source's state is committed already and the sync succeeded."""
         merges = ", ".join(f"gin_clean_pending_list('{name}'::regclass)" for name in LEXICAL_GIN_INDEXES)
         try:
             self.conn.execute(f"SELECT {merges}")
-        except pg_errors.InsufficientPrivilege as exc:
+        except (pg_errors.InsufficientPrivilege, pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as exc:
             log.debug("pending lexical index entries left to autovacuum: %s", _first_lines(exc))
 
     def errored_sources(self) -> set[str]:
