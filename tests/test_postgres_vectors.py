@@ -183,13 +183,13 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     store.close()
     writer = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
-    opened: list[BaseException | None] = []
+    opened: list[Exception | None] = []
 
     def migrate() -> None:
         try:
             PostgresStore.open(pg_url).close()
             opened.append(None)
-        except BaseException as exc:  # reported by the assertion below
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             opened.append(exc)
 
     try:

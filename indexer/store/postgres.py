@@ -612,6 +612,11 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
         return
     from indexer.store.postgres_bulk import build_memory
 
+    # the chunks first, as a writer takes them (a file's chunks, then their vectors), and as the
+    # path index after this step needs them: holding the vectors while waiting for the chunks an
+    # earlier version's sync holds, itself waiting for the vectors, is a deadlock that aborts
+    # the whole rebuild (both share locks block writes only, as the build does anyway)
+    store.conn.execute("LOCK TABLE chunks, chunk_vectors IN SHARE MODE")
     vectors, dims = store.conn.execute(
         "SELECT count(*), (SELECT vector_dims(embedding) FROM chunk_vectors LIMIT 1) FROM chunk_vectors"
     ).fetchone() or (0, 0)
