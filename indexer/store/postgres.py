@@ -32,6 +32,7 @@ import os
 import re
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -626,8 +627,31 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
     )
     store.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw_rebuilt")
     store.conn.execute(HNSW_INDEX_SQL.format(name="idx_chunk_vectors_hnsw_rebuilt"))
+    _take_whole(store, "chunks, chunk_vectors")
     store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
     store.conn.execute("ALTER INDEX idx_chunk_vectors_hnsw_rebuilt RENAME TO idx_chunk_vectors_hnsw")
+
+
+SWAP_LOCK_TRIES = 1200  # at SWAP_LOCK_PAUSE apart: a minute, then a plain wait
+SWAP_LOCK_PAUSE = 0.05
+
+
+def _take_whole(store: PostgresStore, tables: str) -> None:
+    """Exclusive locks on `tables` for dropping their indexes, all at once and without waiting:
+    a search of an earlier version holds one table in its snapshot and then reads the other, so
+    holding one whole while waiting for the other is a deadlock that aborts the migration.
+    Searches meanwhile go on; each refused try is undone to a savepoint and tried again."""
+    for _ in range(SWAP_LOCK_TRIES):
+        store.conn.execute("SAVEPOINT vector_index_swap")
+        try:
+            store.conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT")
+        except pg_errors.LockNotAvailable:
+            store.conn.execute("ROLLBACK TO SAVEPOINT vector_index_swap")
+            time.sleep(SWAP_LOCK_PAUSE)
+            continue
+        store.conn.execute("RELEASE SAVEPOINT vector_index_swap")
+        return
+    store.conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
 
 
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
