@@ -604,7 +604,7 @@ CHUNK_PATHS_COVERING_SQL = """
 def _rebuild_vector_index(store: PostgresStore) -> None:
     """An HNSW index built with other parameters (pgvector's defaults) is built again with
     HNSW_OPTIONS: as a new index beside it, swapped in at the end, so readers keep searching the
-    old one meanwhile (the build blocks writes to the vectors, not reads). It takes as long as
+    old one meanwhile (the build blocks writes to the chunks and vectors, not reads). It takes as long as
     the first build did (minutes at a million vectors), once."""
     row = store.conn.execute(
         "SELECT reloptions FROM pg_class WHERE oid = to_regclass('idx_chunk_vectors_hnsw')"
