@@ -52,6 +52,15 @@ from bench.workspaces import SOURCE_ID, Workspace, store_built_workspace
 
 K = 8
 SCOPE_1PC = "1% (--path area-07)"
+# the (mode, scope) pairs the latency table times, in this order (bench.pg_split splits the same)
+PLAN = [
+    ("hybrid", "all"),
+    ("hybrid", SCOPE_1PC),
+    ("lex", "all"),
+    ("lex", SCOPE_1PC),
+    ("vec", "all"),
+    ("vec", SCOPE_1PC),
+]
 RECALL_QUERIES = 50
 RECALL_EPSILON = 1e-3
 CONCURRENT_CLIENTS = 4
@@ -306,18 +315,10 @@ def latency(
     reps = 1 if quick or size > 50_000 else 3
     medians: dict[str, float] = {}
     rows: list[list[object]] = []
-    plan = [
-        ("hybrid", "all"),
-        ("hybrid", SCOPE_1PC),
-        ("lex", "all"),
-        ("lex", SCOPE_1PC),
-        ("vec", "all"),
-        ("vec", SCOPE_1PC),
-    ]
     for backend in ("sqlite", "postgres"):
         config, store, resident = open_backend(ws, url, backend)
         try:
-            for mode, scope_name in plan:
+            for mode, scope_name in PLAN:
                 scope = scopes[scope_name]
 
                 def run(

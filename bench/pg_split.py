@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # `python bench/pg_split.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.bench_pg import RECALL_QUERIES, SCOPE_1PC, K, open_backend, pg_copy, start_server
+from bench.bench_pg import PLAN, RECALL_QUERIES, K, open_backend, pg_copy, start_server
 from bench.bench_search import FixedQueryEmbedder, _scopes
 from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, corpus_of
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, query_vector
@@ -39,14 +39,6 @@ from bench.workspaces import store_built_workspace
 
 TIMED = ("fts_search", "vec_search", "chunk_rows")
 EF_SWEEP = (100, 200, 400, 1000)
-PLAN = [
-    ("hybrid", "all"),
-    ("hybrid", SCOPE_1PC),
-    ("lex", "all"),
-    ("lex", SCOPE_1PC),
-    ("vec", "all"),
-    ("vec", SCOPE_1PC),
-]
 
 
 @contextmanager
