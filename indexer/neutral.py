@@ -65,7 +65,7 @@ class NeutralSpace:
 
     languages: dict[str, LanguageStats] = field(default_factory=dict)
     # the offsets of the statistics they were computed from (a sync neutralises page after page)
-    _offsets: tuple[tuple[tuple[str, int], ...], dict[str, np.ndarray]] | None = field(
+    _offsets: tuple[tuple[tuple[str, LanguageStats], ...], dict[str, np.ndarray]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
 
@@ -77,10 +77,17 @@ class NeutralSpace:
 
         if len(self.languages) < 2:
             return {}
-        # LanguageStats are frozen: the same objects under the same names give the same offsets
-        key = tuple((lang, id(stats)) for lang, stats in self.languages.items())
-        if self._offsets is not None and self._offsets[0] == key:
-            return self._offsets[1]
+        # LanguageStats are frozen: the same objects under the same names give the same offsets.
+        # The key holds the objects themselves (compared by identity): an id alone could be that
+        # of a new object allocated where a replaced, freed one was
+        key = tuple(self.languages.items())
+        cached = self._offsets
+        if (
+            cached is not None
+            and len(cached[0]) == len(key)
+            and all(a == b and s is t for (a, s), (b, t) in zip(cached[0], key, strict=True))
+        ):
+            return cached[1]
         weights = {lang: float(min(max(s.chunks, 1), MIN_CHUNKS)) for lang, s in self.languages.items()}
         centre = sum(s.mean * weights[lang] for lang, s in self.languages.items()) / sum(weights.values())
         offsets = {lang: np.asarray(s.mean - centre, dtype=np.float32) for lang, s in self.languages.items()}

@@ -446,3 +446,14 @@ def test_query_is_projected_off_the_index_language_directions_only() -> None:
     defaults_only = NeutralSpace({lang: LanguageStats(s.mean, 5, DEFAULT) for lang, s in space.languages.items()})
     assert neutral.query_basis(defaults_only.to_json()) is None
     assert neutral.query_basis(NeutralSpace({"cs": space.languages["cs"]}).to_json()) is None
+
+
+def test_the_offsets_follow_statistics_replaced_twice_between_two_reads() -> None:
+    # a replaced LanguageStats is freed, and the next one is often allocated at its address:
+    # offsets remembered by the objects' ids would then be those of the first statistics
+    space = NeutralSpace({"en": LanguageStats(basis(0), 40, INDEX), "cs": LanguageStats(basis(1), 40, INDEX)})
+    for n in range(2, 12):
+        space.offsets()
+        space.languages["cs"] = LanguageStats(basis(n), 40, INDEX)
+        space.languages["cs"] = LanguageStats(basis(n + 1), 40, INDEX)
+        assert np.allclose(space.offsets()["cs"], (basis(n + 1) - basis(0)) / 2), n

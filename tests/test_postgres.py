@@ -613,3 +613,26 @@ def test_a_sync_user_who_does_not_own_the_indexes_still_marks_the_source_synced(
         pg_module.discard_pool()
         pg_server.admin.execute(f"DROP OWNED BY {role}")
         pg_server.admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_sync_whose_lexical_merge_times_out_is_still_marked_synced(pg_url: str) -> None:
+    """The merge is an optimisation after the source's state is committed: a lock it cannot get
+    in time (a REINDEX or a migration elsewhere, a role's lock_timeout) leaves it to autovacuum,
+    and neither fails the sync nor reaches the user as a driver traceback."""
+    store = PostgresStore.open(pg_url)
+    blocker = psycopg.connect(pg_url, autocommit=True)
+    try:
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            store.write_file("s", *doc("devops/a.md", TEXTS["devops/postgres.md"]))
+        blocker.execute("BEGIN")
+        blocker.execute("DROP INDEX idx_chunks_fts_impacts")  # holds the index until rolled back
+        store.conn.execute("SET lock_timeout = '100ms'")
+        store.mark_synced("s", indexed_rev="abc")
+        blocker.execute("ROLLBACK")
+        store.conn.execute("RESET lock_timeout")
+        assert store.source_state("s").indexed_rev == "abc"
+        assert store.fts_search('"pooler"', 5, SearchScope())
+    finally:
+        blocker.close()
+        store.close()

@@ -5,9 +5,12 @@ older version built with pgvector's defaults rebuilt with them by a migration, s
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from indexer.config import EmbeddingConfig
@@ -205,3 +208,109 @@ def test_a_scope_s_chunk_ids_come_from_the_path_index_alone(pg_url: str, monkeyp
         assert "Index Only Scan using idx_chunks_path_ids" in plan, plan
     finally:
         store.close()
+
+
+def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync of the earlier version (no migration to wait for) writes chunks and then their
+    vectors in one transaction. The migration that rebuilt the vector index (holding the vector
+    table) and then built the path index (waiting for the chunks that writer holds) made a lock
+    cycle: PostgreSQL aborted one of them, the migration after its whole rebuild."""
+    store = _filled(pg_url, monkeypatch)
+    with store.transaction():  # the index as the previous schema built it
+        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
+        store.conn.execute(
+            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        )
+        store.conn.execute("DROP INDEX idx_chunks_path_ids")  # and the path index it had
+        store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
+        )
+    store.close()
+    writer = psycopg.connect(pg_url, autocommit=True)
+    watcher = psycopg.connect(pg_url, autocommit=True)
+    opened: list[Exception | None] = []
+
+    def migrate() -> None:
+        try:
+            PostgresStore.open(pg_url).close()
+            opened.append(None)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            opened.append(exc)
+
+    try:
+        writer.execute("BEGIN")
+        writer.execute("DELETE FROM chunks WHERE id = -1")  # the earlier version's file rewrite
+        migration = threading.Thread(target=migrate)
+        migration.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'chunks'::regclass"
+        while migration.is_alive() and not watcher.execute(waiting).fetchone()[0]:  # type: ignore[index]
+            time.sleep(0.01)
+        writer.execute("DELETE FROM chunk_vectors WHERE id = -1")  # then the vectors of its chunks
+        writer.execute("COMMIT")
+        migration.join()
+        assert opened == [None]
+    finally:
+        writer.close()
+        watcher.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert _index_options(store) == ["ef_construction=64", "m=16"]  # 330 vectors: the small graph, built again
+    finally:
+        store.close()
+
+
+def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search of the earlier version reads the chunks, then their vectors, in one snapshot.
+    The swap held the vector table whole (dropping the old index) and then asked for the chunks
+    whole (dropping the old path index) while that reader held them: a lock cycle that aborted
+    the migration after its whole rebuild."""
+    store = _filled(pg_url, monkeypatch)
+    with store.transaction():  # the index as the previous schema built it
+        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
+        store.conn.execute(
+            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        )
+        store.conn.execute("DROP INDEX idx_chunks_path_ids")  # and the path index it had
+        store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
+        )
+    store.close()
+    reader = psycopg.connect(pg_url, autocommit=True)
+    watcher = psycopg.connect(pg_url, autocommit=True)
+    opened: list[Exception | None] = []
+
+    def migrate() -> None:
+        try:
+            PostgresStore.open(pg_url).close()
+            opened.append(None)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            opened.append(exc)
+
+    try:
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        reader.execute("SELECT count(*) FROM chunks")
+        migration = threading.Thread(target=migrate)
+        migration.start()
+        # the migration holds the vector table whole, or is trying to take both tables whole
+        swapping = """SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'chunk_vectors'::regclass
+                                AND mode = 'AccessExclusiveLock' AND granted)
+                             + (SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%vector_index_swap%%'
+                                AND pid <> pg_backend_pid())"""
+        while migration.is_alive() and not watcher.execute(swapping).fetchone()[0]:  # type: ignore[index]
+            time.sleep(0.01)
+        reader.execute("SELECT count(*) FROM chunk_vectors")
+        reader.execute("COMMIT")
+        migration.join()
+        assert opened == [None]
+    finally:
+        reader.close()
+        watcher.close()

@@ -32,6 +32,7 @@ import os
 import re
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -618,8 +619,8 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
     """An HNSW index built with other parameters than `hnsw_options` gives for its size
     (pgvector's defaults, or the small graph of an index that has grown since) is built again:
     as a new index beside it, swapped in at the end, so readers keep searching the old one
-    meanwhile (the build blocks writes to the vectors, not reads). It takes as long as the first
-    build did (minutes at a million vectors), once."""
+    meanwhile (the build blocks writes to the chunks and vectors, not reads). It takes as long
+    as the first build did (minutes at a million vectors), once."""
     row = store.conn.execute(
         "SELECT reloptions FROM pg_class WHERE oid = to_regclass('idx_chunk_vectors_hnsw')"
     ).fetchone()
@@ -627,6 +628,11 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
         return
     from indexer.store.postgres_bulk import build_memory
 
+    # the chunks first, as a writer takes them (a file's chunks, then their vectors), and as the
+    # path index after this step needs them: holding the vectors while waiting for the chunks an
+    # earlier version's sync holds, itself waiting for the vectors, is a deadlock that aborts
+    # the whole rebuild (both share locks block writes only, as the build does anyway)
+    store.conn.execute("LOCK TABLE chunks, chunk_vectors IN SHARE MODE")
     vectors, dims = store.conn.execute(
         "SELECT count(*), (SELECT vector_dims(embedding) FROM chunk_vectors LIMIT 1) FROM chunk_vectors"
     ).fetchone() or (0, 0)
@@ -638,8 +644,31 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
     )
     store.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw_rebuilt")
     store.conn.execute(hnsw_index_sql("idx_chunk_vectors_hnsw_rebuilt", int(vectors)))
+    _take_whole(store, "chunks, chunk_vectors")
     store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
     store.conn.execute("ALTER INDEX idx_chunk_vectors_hnsw_rebuilt RENAME TO idx_chunk_vectors_hnsw")
+
+
+SWAP_LOCK_TRIES = 1200  # at SWAP_LOCK_PAUSE apart: a minute, then a plain wait
+SWAP_LOCK_PAUSE = 0.05
+
+
+def _take_whole(store: PostgresStore, tables: str) -> None:
+    """Exclusive locks on `tables` for dropping their indexes, all at once and without waiting:
+    a search of an earlier version holds one table in its snapshot and then reads the other, so
+    holding one whole while waiting for the other is a deadlock that aborts the migration.
+    Searches meanwhile go on; each refused try is undone to a savepoint and tried again."""
+    for _ in range(SWAP_LOCK_TRIES):
+        store.conn.execute("SAVEPOINT vector_index_swap")
+        try:
+            store.conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT")
+        except pg_errors.LockNotAvailable:
+            store.conn.execute("ROLLBACK TO SAVEPOINT vector_index_swap")
+            time.sleep(SWAP_LOCK_PAUSE)
+            continue
+        store.conn.execute("RELEASE SAVEPOINT vector_index_swap")
+        return
+    store.conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
 
 
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
@@ -1111,11 +1140,13 @@ class PostgresStore:
 
     def _merge_pending_lexical_entries(self) -> None:
         """Move the lexical indexes' pending entries into their main structure (see
-        LEXICAL_GIN_INDEXES); a user who does not own the indexes leaves it to autovacuum."""
+        LEXICAL_GIN_INDEXES); a user who does not own the indexes, or a merge that cannot get
+        its lock or finish within the role's timeouts (a REINDEX or a migration elsewhere), leaves
+        it to autovacuum: the source's state is committed already and the sync succeeded."""
         merges = ", ".join(f"gin_clean_pending_list('{name}'::regclass)" for name in LEXICAL_GIN_INDEXES)
         try:
             self.conn.execute(f"SELECT {merges}")
-        except pg_errors.InsufficientPrivilege as exc:
+        except (pg_errors.InsufficientPrivilege, pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as exc:
             log.debug("pending lexical index entries left to autovacuum: %s", _first_lines(exc))
 
     def errored_sources(self) -> set[str]:
