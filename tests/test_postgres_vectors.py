@@ -217,6 +217,7 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     vectors in one transaction. The migration that rebuilt the vector index (holding the vector
     table) and then built the path index (waiting for the chunks that writer holds) made a lock
     cycle: PostgreSQL aborted one of them, the migration after its whole rebuild."""
+    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: large enough to be rebuilt
     store = _filled(pg_url, monkeypatch)
     with store.transaction():  # the index as the previous schema built it
         store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
@@ -259,7 +260,7 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     store = PostgresStore.open(pg_url)
     try:
         assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
-        assert _index_options(store) == ["ef_construction=64", "m=16"]  # 330 vectors: the small graph, built again
+        assert _index_options(store) == ["ef_construction=128", "m=16"]
     finally:
         store.close()
 
@@ -271,6 +272,7 @@ def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
     The swap held the vector table whole (dropping the old index) and then asked for the chunks
     whole (dropping the old path index) while that reader held them: a lock cycle that aborted
     the migration after its whole rebuild."""
+    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: large enough to be rebuilt
     store = _filled(pg_url, monkeypatch)
     with store.transaction():  # the index as the previous schema built it
         store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
@@ -314,3 +316,28 @@ def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
     finally:
         reader.close()
         watcher.close()
+
+
+def test_a_small_index_built_with_pgvector_defaults_is_kept_by_the_migration(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pgvector's defaults are the small graph: below HNSW_WIDE_FROM nothing is built again."""
+    store = _filled(pg_url, monkeypatch)
+    with store.transaction():
+        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
+        store.conn.execute(
+            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        )
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
+        )
+    node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
+    store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
+        assert _index_options(store) == []
+    finally:
+        store.close()

@@ -103,6 +103,13 @@ def hnsw_options(vectors: int) -> tuple[str, str]:
     return (f"m={HNSW_M}", f"ef_construction={ef_construction}")
 
 
+def hnsw_graph(reloptions: Sequence[str] | None) -> tuple[str, str]:
+    """An HNSW index's graph parameters from its reloptions, pgvector's defaults filled in (an
+    index built without options has none listed)."""
+    listed = dict(option.split("=", 1) for option in reloptions or ())
+    return (f"m={listed.get('m', '16')}", f"ef_construction={listed.get('ef_construction', '64')}")
+
+
 def hnsw_index_sql(name: str, vectors: int) -> str:
     return (
         f"CREATE INDEX IF NOT EXISTS {name} ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
@@ -636,7 +643,7 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
     vectors, dims = store.conn.execute(
         "SELECT count(*), (SELECT vector_dims(embedding) FROM chunk_vectors LIMIT 1) FROM chunk_vectors"
     ).fetchone() or (0, 0)
-    if sorted(row[0] or ()) == sorted(hnsw_options(int(vectors))):
+    if hnsw_graph(row[0]) == hnsw_options(int(vectors)):
         return
     log.info("index %s: rebuilding the vector index (%d vectors, once)", describe(store.url), vectors)
     store.conn.execute(
@@ -1589,9 +1596,7 @@ class PostgresStore:
             """SELECT i.reloptions, v.reltuples FROM pg_class i, pg_class v
                WHERE i.oid = to_regclass('idx_chunk_vectors_hnsw') AND v.oid = 'chunk_vectors'::regclass"""
         ).fetchone()
-        if row is None or f"ef_construction={HNSW_EF_CONSTRUCTION_SMALL}" not in (row[0] or ()):
-            return
-        if float(row[1]) < HNSW_WIDE_FROM:
+        if row is None or float(row[1]) < HNSW_WIDE_FROM or hnsw_graph(row[0]) == hnsw_options(HNSW_WIDE_FROM):
             return
         with self.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker rebuilds it
