@@ -38,6 +38,23 @@ def _filled(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
     return store
 
 
+def _as_the_earlier_version_left_it(store: PostgresStore, old_path_index: bool = False) -> None:
+    """The HNSW index as the previous schema built it (pgvector's defaults; with
+    `old_path_index`, the path index it had too) and the schema version before the rebuild."""
+    with store.transaction():
+        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
+        store.conn.execute(
+            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        )
+        if old_path_index:
+            store.conn.execute("DROP INDEX idx_chunks_path_ids")
+            store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
+        )
+
+
 def _unscoped_ids(store: PostgresStore, queries: np.ndarray) -> list[list[int]]:
     return [[hit.chunk_id for hit in store.vec_search(q, 10, SearchScope())] for q in queries]
 
@@ -103,15 +120,7 @@ def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
 ) -> None:
     store = _filled(pg_url, monkeypatch)
     queries = np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32)
-    with store.transaction():  # the index as the previous schema built it
-        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
-        store.conn.execute(
-            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-        )
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
-        )
+    _as_the_earlier_version_left_it(store)
     before = _unscoped_ids(store, queries)
     assert _index_options(store) == []
     store.close()
@@ -219,17 +228,7 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     cycle: PostgreSQL aborted one of them, the migration after its whole rebuild."""
     monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: large enough to be rebuilt
     store = _filled(pg_url, monkeypatch)
-    with store.transaction():  # the index as the previous schema built it
-        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
-        store.conn.execute(
-            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-        )
-        store.conn.execute("DROP INDEX idx_chunks_path_ids")  # and the path index it had
-        store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
-        )
+    _as_the_earlier_version_left_it(store, old_path_index=True)
     store.close()
     writer = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
@@ -274,17 +273,7 @@ def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
     the migration after its whole rebuild."""
     monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: large enough to be rebuilt
     store = _filled(pg_url, monkeypatch)
-    with store.transaction():  # the index as the previous schema built it
-        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
-        store.conn.execute(
-            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-        )
-        store.conn.execute("DROP INDEX idx_chunks_path_ids")  # and the path index it had
-        store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
-        )
+    _as_the_earlier_version_left_it(store, old_path_index=True)
     store.close()
     reader = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
@@ -323,15 +312,7 @@ def test_a_small_index_built_with_pgvector_defaults_is_kept_by_the_migration(
 ) -> None:
     """pgvector's defaults are the small graph: below HNSW_WIDE_FROM nothing is built again."""
     store = _filled(pg_url, monkeypatch)
-    with store.transaction():
-        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
-        store.conn.execute(
-            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-        )
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
-        )
+    _as_the_earlier_version_left_it(store)
     node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
     store.close()
     store = PostgresStore.open(pg_url)
