@@ -144,31 +144,26 @@ def _apply(
         return out
     if forward:
         return _neutralise_rows(out, languages, offsets)
-    for lang, offset in offsets.items():
+    for lang, offset in offsets.items():  # the way back, one language's rows at a time
         rows = np.fromiter((chunk_lang == lang for chunk_lang in languages), dtype=bool, count=len(languages))
         if not rows.any():
             continue
         block = out[rows]
         live = np.linalg.norm(block, axis=1) > 0  # a zero vector stays zero: it is never a hit
-        if forward:
-            shifted = block[live] - offset
-            norms = np.linalg.norm(shifted, axis=1, keepdims=True)
-            block[live] = shifted / np.where(norms == 0, 1, norms)
-        else:
-            unit = block[live]
-            along = unit @ offset  # v = o + t n with |v| = 1: t^2 + 2 t (n.o) + |o|^2 - 1 = 0
-            t = -along + np.sqrt(np.maximum(along * along - float(offset @ offset) + 1.0, 0.0))
-            restored = offset + t[:, None] * unit
-            norms = np.linalg.norm(restored, axis=1, keepdims=True)
-            block[live] = restored / np.where(norms == 0, 1, norms)
+        unit = block[live]
+        along = unit @ offset  # v = o + t n with |v| = 1: t^2 + 2 t (n.o) + |o|^2 - 1 = 0
+        t = -along + np.sqrt(np.maximum(along * along - float(offset @ offset) + 1.0, 0.0))
+        restored = offset + t[:, None] * unit
+        norms = np.linalg.norm(restored, axis=1, keepdims=True)
+        block[live] = restored / np.where(norms == 0, 1, norms)
         out[rows] = block
     return out
 
 
 def _neutralise_rows(out: np.ndarray, languages: Sequence[str | None], offsets: Mapping[str, np.ndarray]) -> np.ndarray:
     """The forward step of `_apply` on every moved row at once (in place): each row's figures
-    are those of the step taken language by language (an element-wise difference, a norm per
-    row), without a pass over the languages and a copy of the rows per language."""
+    are those a pass over one language's rows at a time would give (an element-wise difference,
+    a norm per row), without that pass and its copy of the rows per language."""
     import numpy as np
 
     order = list(offsets)
