@@ -33,7 +33,7 @@ import numpy as np
 from bench.bench_pg import K, open_backend, pg_copy, start_server
 from bench.bench_search import FixedQueryEmbedder
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, queries, query_vector
-from bench.report import eprint, header, machine_table, md_table, ms
+from bench.report import emit, eprint, header, machine_table, md_table, ms
 from bench.workspaces import store_built_workspace
 
 NETWORK_WAIT_S = 0.025
@@ -204,9 +204,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     text = run(args.size, args.queries, args.reps)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

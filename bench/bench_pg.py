@@ -47,7 +47,7 @@ from bench.bench_search import FixedQueryEmbedder, _scopes, per_query
 from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, DENSE_CORPUS, Corpus, corpus_of
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, clustered_vectors, query_vector
 from bench.machine import cache_root
-from bench.report import Stats, eprint, header, machine_table, md_table, ms, verdict
+from bench.report import Stats, emit, eprint, header, machine_table, md_table, ms, verdict
 from bench.workspaces import SOURCE_ID, Workspace, store_built_workspace
 
 K = 8
@@ -578,9 +578,7 @@ def main() -> None:
     args = parser.parse_args()
     corpus = corpus_of(args.corpus, args.data)
     text = run([int(s) for s in args.sizes.split(",")], args.quick, args.sync_chunks, corpus)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

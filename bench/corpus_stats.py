@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # `python bench/corpus_stats.py`
 from bench import corpus_real
 from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, Corpus, RealisticWords, corpus_of
 from bench.machine import cache_root, code_key
-from bench.report import eprint, md_table
+from bench.report import emit, eprint, md_table
 
 QUERIES = 50
 LATENCY_ROUNDS = 3
@@ -273,9 +273,7 @@ def main() -> None:
         args.rounds,
         not args.no_df,
     )
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

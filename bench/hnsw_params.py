@@ -31,7 +31,7 @@ import numpy as np
 
 from bench.corpus_real import DEFAULT_DATA, corpus_of
 from bench.corpus_text import AREAS, DIMS, SEED, TOPICS_PER_AREA, note_topic, topic_centres
-from bench.report import eprint, header, machine_table, md_table
+from bench.report import emit, eprint, header, machine_table, md_table
 from bench.workspaces import store_built_workspace
 
 QUERIES = 100
@@ -176,9 +176,7 @@ def main() -> None:
     args = parser.parse_args()
     builds = [(int(a), int(b)) for a, b in (spec.split("/") for spec in args.builds.split(","))]
     text = run(builds, args.size, args.topics)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from bench.bench_pg import PLAN, RECALL_QUERIES, K, open_backend, pg_copy, start
 from bench.bench_search import FixedQueryEmbedder, _scopes
 from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, corpus_of
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, query_vector
-from bench.report import eprint, header, machine_table, md_table, ms
+from bench.report import emit, eprint, header, machine_table, md_table, ms
 from bench.workspaces import store_built_workspace
 
 TIMED = ("fts_search", "vec_search", "chunk_rows")
@@ -195,9 +195,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     text = split(args.size, args.corpus, args.queries)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

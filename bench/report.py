@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from bench.machine import loadavg, machine_info
 
@@ -84,6 +85,13 @@ def arg_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--no-machine", action="store_true", help="omit the machine table")
     return parser
+
+
+def emit(text: str, out: Path | None) -> None:
+    """A benchmark's report on stdout, and into `out` (its --out) as well when given."""
+    print(text)
+    if out:
+        out.write_text(text + "\n", encoding="utf-8")
 
 
 def eprint(*args: object) -> None:
