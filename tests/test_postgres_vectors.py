@@ -55,6 +55,23 @@ def _as_the_earlier_version_left_it(store: PostgresStore, old_path_index: bool =
         )
 
 
+def _migrating(pg_url: str) -> tuple[threading.Thread, list[Exception | None]]:
+    """Open (and so migrate) the index on a thread of its own; the list gets None when that
+    worked, else what it raised."""
+    opened: list[Exception | None] = []
+
+    def migrate() -> None:
+        try:
+            PostgresStore.open(pg_url).close()
+            opened.append(None)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller's assertion
+            opened.append(exc)
+
+    migration = threading.Thread(target=migrate)
+    migration.start()
+    return migration, opened
+
+
 def _unscoped_ids(store: PostgresStore, queries: np.ndarray) -> list[list[int]]:
     return [[hit.chunk_id for hit in store.vec_search(q, 10, SearchScope())] for q in queries]
 
@@ -232,20 +249,10 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     store.close()
     writer = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
-    opened: list[Exception | None] = []
-
-    def migrate() -> None:
-        try:
-            PostgresStore.open(pg_url).close()
-            opened.append(None)
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            opened.append(exc)
-
     try:
         writer.execute("BEGIN")
         writer.execute("DELETE FROM chunks WHERE id = -1")  # the earlier version's file rewrite
-        migration = threading.Thread(target=migrate)
-        migration.start()
+        migration, opened = _migrating(pg_url)
         waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'chunks'::regclass"
         while migration.is_alive() and not watcher.execute(waiting).fetchone()[0]:  # type: ignore[index]
             time.sleep(0.01)
@@ -277,20 +284,10 @@ def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
     store.close()
     reader = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
-    opened: list[Exception | None] = []
-
-    def migrate() -> None:
-        try:
-            PostgresStore.open(pg_url).close()
-            opened.append(None)
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
-            opened.append(exc)
-
     try:
         reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         reader.execute("SELECT count(*) FROM chunks")
-        migration = threading.Thread(target=migrate)
-        migration.start()
+        migration, opened = _migrating(pg_url)
         # the migration holds the vector table whole, or is trying to take both tables whole
         swapping = """SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'chunk_vectors'::regclass
                                 AND mode = 'AccessExclusiveLock' AND granted)
