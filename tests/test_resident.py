@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -15,6 +16,9 @@ from search.engine import search
 from search.resident import ResidentVectors
 from tests.conftest import write
 from tests.fakes import FakeEmbedder
+
+if TYPE_CHECKING:
+    from search.mcp_server import NotesTools
 
 
 @pytest.fixture
@@ -189,13 +193,10 @@ def test_engine_uses_it_unscoped_only(
     assert len(calls) == 1  # the scoped search went through the path index, not the copy
 
 
-def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
-    config_path: Path,
-    config: Config,
-    embedder: FakeEmbedder,
-    do_sync: Callable[..., SyncReport],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _warmed_up_tools(
+    config_path: Path, embedder: FakeEmbedder, do_sync: Callable[..., SyncReport], monkeypatch: pytest.MonkeyPatch
+) -> NotesTools:
+    """The MCP server's tools over a synced index, warmed up as the server does at start."""
     from search import cli as cli_module
     from search.mcp_server import NotesTools
     from search.service import NotesService
@@ -204,6 +205,17 @@ def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
     do_sync()
     tools = NotesTools(NotesService.from_config_file(str(config_path), cli_module.make_embedder))
     tools.warm_up()
+    return tools
+
+
+def test_mcp_tools_load_at_warm_up_and_answer_like_vec0(
+    config_path: Path,
+    config: Config,
+    embedder: FakeEmbedder,
+    do_sync: Callable[..., SyncReport],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tools = _warmed_up_tools(config_path, embedder, do_sync, monkeypatch)
     assert tools.resident_vectors().wait(30)
     assert tools.resident_vectors().nbytes > 0
     store = Store.open(config.db, readonly=True)
@@ -272,14 +284,7 @@ def test_a_service_on_postgres_keeps_no_copy_and_answers_from_the_store(
     do_sync: Callable[..., SyncReport],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from search import cli as cli_module
-    from search.mcp_server import NotesTools
-    from search.service import NotesService
-
-    monkeypatch.setattr(cli_module, "make_embedder", lambda cfg: embedder)
-    do_sync()
-    tools = NotesTools(NotesService.from_config_file(str(config_path), cli_module.make_embedder))
-    tools.warm_up()
+    tools = _warmed_up_tools(config_path, embedder, do_sync, monkeypatch)
     assert not tools.service.keeps_vectors_in_memory
     data = tools.search("Поезд в Казань", None, 5, "vec")
     assert data["results"][0]["path"] == "travel/kazan.md" and not data["degraded"]
