@@ -201,6 +201,28 @@ def test_relative_paths_follow_root(tmp_path: Path) -> None:
     assert source.mirror == tmp_path / "mirrors/r.git"
 
 
+def test_a_postgres_url_held_in_a_variable_is_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`db: $NOTES_DB` holding the whole URL (a secret kept out of the file) means that server,
+    not a SQLite file at root/postgresql:/..."""
+    monkeypatch.setenv("NOTES_DB", "postgresql://me:pw@db.lan/notes")
+    config = parse_config("db: $NOTES_DB\n", "c.yaml", base=tmp_path)
+    assert config.db_url == "postgresql://me:pw@db.lan/notes"
+    assert config.db == tmp_path / "db" / "notes-index.sqlite"
+    monkeypatch.setenv("NOTES_DB", str(tmp_path / "x.sqlite"))
+    assert parse_config("db: ${NOTES_DB}\n", "c.yaml", base=tmp_path).db == tmp_path / "x.sqlite"
+
+
+@pytest.mark.parametrize(
+    "db", ["mysql://me@db.lan/notes", "postgresq://me@db.lan/notes", "POSTGRESQL://me@db.lan/notes", "sqlite:///x.db"]
+)
+def test_a_url_that_is_not_postgres_is_a_config_error_not_a_file(tmp_path: Path, db: str) -> None:
+    """Read as a file path, a typo'd or foreign URL would quietly build a SQLite index in a
+    folder named after its scheme."""
+    with pytest.raises(ConfigError, match=r"c\.yaml: db: .*postgresql://"):
+        parse_config(f"db: {db}\n", "c.yaml", base=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("pattern", "path", "expected"),
     [
