@@ -344,11 +344,19 @@ def _search(raw: dict[str, Any], c: _Checker) -> SearchConfig:
     return SearchConfig(rrf_k=c.integer(raw.get("rrf_k", DEFAULT_RRF_K), "search.rrf_k", maximum=MAX_RRF_K))
 
 
+BAD_SOURCE_ID = "source id must be a non-empty string without ':', '/' or a NUL character"
+
+
+def is_source_id(source_id: object) -> bool:
+    # ':' ends the id in a ref, '/' would read as a folder; NUL: PostgreSQL text holds none,
+    # and a root collection is named after its source
+    return isinstance(source_id, str) and bool(source_id) and not any(bad in source_id for bad in ":/\0")
+
+
 def _check_id(source_id: Any, key: str, c: _Checker) -> str:
-    if not isinstance(source_id, str) or not source_id or any(bad in source_id for bad in ":/\0"):
-        # NUL: PostgreSQL text holds none, and a root collection is named after its source
-        raise c.fail(key, "source id must be a non-empty string without ':', '/' or a NUL character")
-    return source_id
+    if not is_source_id(source_id):
+        raise c.fail(key, BAD_SOURCE_ID)
+    return str(source_id)
 
 
 def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:

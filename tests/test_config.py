@@ -271,3 +271,38 @@ def test_init_root_means_exactly_the_folder(
     result = CliRunner().invoke(cli, ["init", str(notes) if absolute else f"./{name}"])
     assert result.exit_code == 0, result.output
     assert load_config(work / "notes-search.yaml").sources["notes"].root == notes
+
+
+@pytest.mark.parametrize(
+    "source_id", ["my notes", "#x", "a #b", "[x]", '"q', "- x", "*a", "&a", "yes", "null", "123", "~"]
+)
+def test_init_writes_the_source_id_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_id: str
+) -> None:
+    """The id goes into YAML: written bare, `yes`, `123` or `#x` became another key (or no
+    config at all), and every later command failed on the file `init` had just written."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    (tmp_path / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["init", "--source-id", source_id])
+    assert result.exit_code == 0, result.output
+    assert list(load_config(tmp_path / "notes-search.yaml").sources) == [source_id]
+
+
+@pytest.mark.parametrize("source_id", ["", "a:b", "x/y", "a\0b"])
+def test_init_refuses_a_source_id_the_config_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_id: str
+) -> None:
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    (tmp_path / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["init", "--source-id", source_id])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--source-id'" in result.stderr and "source id must be" in result.stderr
+    assert not (tmp_path / "notes-search.yaml").exists()
