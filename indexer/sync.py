@@ -267,6 +267,7 @@ class Syncer:
         ]
         if rows == stored:
             return
+        toc.mark_stale(self.config, source.id)  # its folder headings name the collections
         with self.store.transaction():  # one transaction: a kill must not split table and file rows
             self.store.replace_collections(source.id, rows)
             for path in self.store.known_files(source.id):

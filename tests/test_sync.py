@@ -18,6 +18,7 @@ from indexer.config import Config, load_config
 from indexer.lock import SyncLock
 from indexer.store import index_exists
 from indexer.sync import SyncReport, run_sync
+from indexer.toc import toc_path
 from tests.conftest import NOTES, make_config, open_index, sync_lock_held, write
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
@@ -326,6 +327,7 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
         assert [(c.name, c.folder, c.files) for c in store.collections()] == [("trips", "travel", 1)]
     finally:
         store.close()
+    assert "## travel/ — collection: trips" in toc_path(config, "notes").read_text(encoding="utf-8")
     on_disk = disk_state(config)
     assert not do_sync().changed
     assert disk_state(config) == on_disk
