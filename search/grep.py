@@ -466,6 +466,9 @@ def grep(
     folders and files that cannot be read, are listed in `unsearched` and logged; the others
     are searched all the same. Callers decide with `check_searched()` whether any answer is left.
     """
+    if "\0" in pattern:
+        # no argument of rg or git can carry one, and a note holding one is skipped as binary
+        raise NotesSearchError("a pattern cannot contain a NUL byte")
     selected = [config.source(source_id) for source_id in dict.fromkeys(source_ids)] or list(config.sources.values())
     rg = shutil.which("rg")
     result = GrepResult()

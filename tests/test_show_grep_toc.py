@@ -432,6 +432,10 @@ def test_grep_invalid_regex_is_one_line(engine: str, cfg: Config, store: Store, 
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert "invalid regex" in result.output
     assert grep(cfg, store, "(foo", source_ids=["notes"], fixed=True) == []
+    # an MCP client can send one (JSON "\u0000"); as an argument of rg or git it was a ValueError
+    for fixed in (False, True):
+        with pytest.raises(NotesSearchError, match="a pattern cannot contain a NUL byte"):
+            grep(cfg, store, "db\0", source_ids=["notes"], fixed=fixed)
 
 
 def test_grep_scope_source_path_and_exclude(engine: str, cfg: Config, store: Store) -> None:
