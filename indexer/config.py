@@ -344,11 +344,19 @@ def _search(raw: dict[str, Any], c: _Checker) -> SearchConfig:
     return SearchConfig(rrf_k=c.integer(raw.get("rrf_k", DEFAULT_RRF_K), "search.rrf_k", maximum=MAX_RRF_K))
 
 
+BAD_SOURCE_ID = "source id must be a non-empty string without ':', '/' or a NUL character"
+
+
+def is_source_id(source_id: object) -> bool:
+    # ':' ends the id in a ref, '/' would read as a folder; NUL: PostgreSQL text holds none,
+    # and a root collection is named after its source
+    return isinstance(source_id, str) and bool(source_id) and not any(bad in source_id for bad in ":/\0")
+
+
 def _check_id(source_id: Any, key: str, c: _Checker) -> str:
-    if not isinstance(source_id, str) or not source_id or any(bad in source_id for bad in ":/\0"):
-        # NUL: PostgreSQL text holds none, and a root collection is named after its source
-        raise c.fail(key, "source id must be a non-empty string without ':', '/' or a NUL character")
-    return source_id
+    if not is_source_id(source_id):
+        raise c.fail(key, BAD_SOURCE_ID)
+    return str(source_id)
 
 
 def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
@@ -473,7 +481,7 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
     base = base if base is not None else Path.cwd()
     root = _resolve(base, c.string(raw.get("root", "."), "root"), "root", c).resolve()
     db_value = c.string(raw.get("db", DEFAULT_DB), "db")
-    db_url = _postgres_url(_expand(db_value, "db", c), c) if db_value.startswith(POSTGRES_SCHEMES) else None
+    db_url = _db_url(_expand(db_value, "db", c), c)
     db = _resolve(root, DEFAULT_DB if db_url else db_value, "db", c)
     log = _resolve(root, c.string(raw.get("log", "log/notes_sync.log"), "log"), "log", c)
     embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
@@ -497,19 +505,38 @@ DEFAULT_DB = "db/notes-index.sqlite"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def _postgres_url(url: str, c: _Checker) -> str:
-    """`db: postgresql://user@host:port/dbname`: checked here, so a typo is a config error, not
-    a connection failure in the middle of a sync."""
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _db_url(value: str, c: _Checker) -> str | None:
+    """`db:` after expansion (`db: $NOTES_DB` may hold the whole URL): see index_url."""
     try:
-        parts = urlsplit(url)
+        return index_url(value)
+    except ValueError as exc:
+        raise c.fail("db", str(exc)) from None
+
+
+def index_url(value: str) -> str | None:
+    """The PostgreSQL URL an index location names, or None for a SQLite file path; ValueError
+    says what is wrong. Checked before any connection, so a typo is one clear line, not a
+    failure in the middle of a sync; and any other `scheme://` is refused, since read as a path
+    a typo'd or foreign URL would quietly build a SQLite index in a folder named after it."""
+    if not value.startswith(POSTGRES_SCHEMES):
+        if _URL_SCHEME.match(value):
+            raise ValueError(
+                f"expected a SQLite file path or a postgresql:// URL, got a {value.split(':', 1)[0]}:// URL"
+            )
+        return None
+    try:
+        parts = urlsplit(value)
         parts.port  # noqa: B018 - reading it validates the port range
     except ValueError:
-        raise c.fail("db", "not a valid PostgreSQL URL") from None
+        raise ValueError("not a valid PostgreSQL URL") from None
     if not parts.path.strip("/"):
-        raise c.fail("db", "a PostgreSQL URL must name the database: postgresql://user@host/dbname")
+        raise ValueError("a PostgreSQL URL must name the database: postgresql://user@host/dbname")
     if "/" in parts.path.strip("/"):
-        raise c.fail("db", f"not a database name: {parts.path.strip('/')!r} (postgresql://user@host/dbname)")
-    return url
+        raise ValueError(f"not a database name: {parts.path.strip('/')!r} (postgresql://user@host/dbname)")
+    return value
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

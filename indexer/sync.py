@@ -185,6 +185,7 @@ class Syncer:
         language_of = language.chunk_language_of(
             [chunk.text for file, doc in parsed if file.path not in known for chunk in doc.chunks]
         )
+        toc.mark_stale(self.config, source_id)
         with self.store.transaction():
             self.store.write_files(source_id, parsed, language_of)
             for file, _ in parsed:
@@ -266,6 +267,7 @@ class Syncer:
         ]
         if rows == stored:
             return
+        toc.mark_stale(self.config, source.id)  # its folder headings name the collections
         with self.store.transaction():  # one transaction: a kill must not split table and file rows
             self.store.replace_collections(source.id, rows)
             for path in self.store.known_files(source.id):
@@ -581,7 +583,7 @@ class Syncer:
         changed_tocs = [
             s.source_id
             for s in report.sources
-            if not s.error and path is None and (s.changed or not toc.toc_path(self.config, s.source_id).exists())
+            if not s.error and path is None and (s.changed or toc.needs_rewrite(self.config, s.source_id))
         ]
         try:
             toc.write_tocs(self.config, self.store, changed_tocs)

@@ -108,11 +108,34 @@ def write_toc(path: Path, text: str) -> bool:
     return True
 
 
+def _stale_mark(path: Path) -> Path:
+    return path.with_name(f".{path.name}.stale")
+
+
+def mark_stale(config: Config, source_id: str) -> None:
+    """Say, before a change to the source is committed, that its TOC needs rewriting: a run
+    killed before it rewrites the TOC, or a scoped run that leaves it to the next full sync,
+    leaves that sync nothing to change, and only this mark tells it the TOC is behind."""
+    mark = _stale_mark(toc_path(config, source_id))
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
+    except OSError:  # the TOC is a convenience; its own write reports the folder's problem
+        pass
+
+
+def needs_rewrite(config: Config, source_id: str) -> bool:
+    """No TOC yet, or a change was committed since it was last written."""
+    path = toc_path(config, source_id)
+    return not path.exists() or _stale_mark(path).exists()
+
+
 def write_tocs(config: Config, store: IndexReader, source_ids: Iterable[str]) -> list[Path]:
     """Regenerate the TOC of each source; returns their paths (unchanged files are not rewritten)."""
     paths: list[Path] = []
     for source_id in source_ids:
         path = toc_path(config, source_id)
         write_toc(path, render_toc(source_id, store.file_rows(source_id)))
+        _stale_mark(path).unlink(missing_ok=True)  # only once the TOC is written: a kill keeps it
         paths.append(path)
     return paths

@@ -39,6 +39,9 @@ from search.refs import confine, indexed_rev
 GREP_TIMEOUT = 60.0  # seconds per rg / git process; a runaway backtracking pattern must end
 MAX_TEXT_CHARS = 1000  # a matching line longer than this is cut (minified or generated files)
 ARGS_BUDGET = 100_000  # characters of file names per rg call, far below ARG_MAX
+# one argument of rg or git holds at most 128 KiB (MAX_ARG_STRLEN); a pattern typed or sent by
+# an agent is far shorter, and the error line that quotes it stays readable
+MAX_PATTERN_CHARS = 10_000
 
 _log = logging.getLogger("notes_search.grep")
 
@@ -466,6 +469,11 @@ def grep(
     folders and files that cannot be read, are listed in `unsearched` and logged; the others
     are searched all the same. Callers decide with `check_searched()` whether any answer is left.
     """
+    if "\0" in pattern:
+        # no argument of rg or git can carry one, and a note holding one is skipped as binary
+        raise NotesSearchError("a pattern cannot contain a NUL byte")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise NotesSearchError(f"a pattern of {len(pattern)} characters is too long (at most {MAX_PATTERN_CHARS})")
     selected = [config.source(source_id) for source_id in dict.fromkeys(source_ids)] or list(config.sources.values())
     rg = shutil.which("rg")
     result = GrepResult()

@@ -201,6 +201,28 @@ def test_relative_paths_follow_root(tmp_path: Path) -> None:
     assert source.mirror == tmp_path / "mirrors/r.git"
 
 
+def test_a_postgres_url_held_in_a_variable_is_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`db: $NOTES_DB` holding the whole URL (a secret kept out of the file) means that server,
+    not a SQLite file at root/postgresql:/..."""
+    monkeypatch.setenv("NOTES_DB", "postgresql://me:pw@db.lan/notes")
+    config = parse_config("db: $NOTES_DB\n", "c.yaml", base=tmp_path)
+    assert config.db_url == "postgresql://me:pw@db.lan/notes"
+    assert config.db == tmp_path / "db" / "notes-index.sqlite"
+    monkeypatch.setenv("NOTES_DB", str(tmp_path / "x.sqlite"))
+    assert parse_config("db: ${NOTES_DB}\n", "c.yaml", base=tmp_path).db == tmp_path / "x.sqlite"
+
+
+@pytest.mark.parametrize(
+    "db", ["mysql://me@db.lan/notes", "postgresq://me@db.lan/notes", "POSTGRESQL://me@db.lan/notes", "sqlite:///x.db"]
+)
+def test_a_url_that_is_not_postgres_is_a_config_error_not_a_file(tmp_path: Path, db: str) -> None:
+    """Read as a file path, a typo'd or foreign URL would quietly build a SQLite index in a
+    folder named after its scheme."""
+    with pytest.raises(ConfigError, match=r"c\.yaml: db: .*postgresql://"):
+        parse_config(f"db: {db}\n", "c.yaml", base=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("pattern", "path", "expected"),
     [
@@ -249,3 +271,38 @@ def test_init_root_means_exactly_the_folder(
     result = CliRunner().invoke(cli, ["init", str(notes) if absolute else f"./{name}"])
     assert result.exit_code == 0, result.output
     assert load_config(work / "notes-search.yaml").sources["notes"].root == notes
+
+
+@pytest.mark.parametrize(
+    "source_id", ["my notes", "#x", "a #b", "[x]", '"q', "- x", "*a", "&a", "yes", "null", "123", "~"]
+)
+def test_init_writes_the_source_id_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_id: str
+) -> None:
+    """The id goes into YAML: written bare, `yes`, `123` or `#x` became another key (or no
+    config at all), and every later command failed on the file `init` had just written."""
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    (tmp_path / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["init", "--source-id", source_id])
+    assert result.exit_code == 0, result.output
+    assert list(load_config(tmp_path / "notes-search.yaml").sources) == [source_id]
+
+
+@pytest.mark.parametrize("source_id", ["", "a:b", "x/y", "a\0b"])
+def test_init_refuses_a_source_id_the_config_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_id: str
+) -> None:
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    (tmp_path / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["init", "--source-id", source_id])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--source-id'" in result.stderr and "source id must be" in result.stderr
+    assert not (tmp_path / "notes-search.yaml").exists()

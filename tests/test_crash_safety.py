@@ -754,6 +754,32 @@ def test_kill_between_collection_table_and_file_rows_converges(tmp_path: Path, s
     rerun_and_compare(config_path, clean_db)
 
 
+def test_kill_after_the_changes_before_the_toc_leaves_the_rerun_to_write_it(
+    tmp_path: Path, server: OllamaServer
+) -> None:
+    """The changes are committed, the TOC not yet rewritten: the re-run finds nothing to
+    change, and must still bring the TOC in line with the index."""
+    from indexer.toc import render_toc, toc_path
+
+    notes = tmp_path / "notes"
+    write_tree(notes, {"a.md": "# A\n\nalpha\n", "b.md": "# B\n\nbeta\n"})
+    config_path = write_config(tmp_path / "home", server.url, notes=notes)
+    sync_in_process(config_path)
+    write_tree(notes, {"c.md": "# C\n\ngamma\n"})
+    (notes / "a.md").unlink()
+    kill_at(config_path, "call@indexer.toc:write_tocs@1")
+    [rerun] = sync_in_process(config_path).sources
+    assert not rerun.changed  # (only the vector the kill left pending is embedded)
+    config = load_config(config_path)
+    store = Store.open(config.db, readonly=True)
+    try:
+        expected = render_toc("notes", store.file_rows("notes"))
+    finally:
+        store.close()
+    assert "c.md" in expected and "a.md" not in expected
+    assert toc_path(config, "notes").read_text(encoding="utf-8") == expected
+
+
 @pytest.mark.parametrize(
     "kill_point",
     [

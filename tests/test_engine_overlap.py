@@ -138,6 +138,7 @@ def test_sqlite_offers_no_sibling(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.sqlite_only("one apsw connection, no sibling: the SQLite store's own threading")
 def test_without_a_sibling_only_the_embedding_leaves_the_searching_thread(
     config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -276,6 +277,7 @@ def test_an_embedder_that_is_down_still_degrades_to_keywords(config: Config, rea
     assert response.results and all(hit.matched == "keyword" for hit in response.results)
 
 
+@pytest.mark.sqlite_only("the resident vectors are loaded from the SQLite file")
 def test_the_resident_copy_answers_on_the_worker_for_the_searching_threads_generation(
     config: Config, reader: IndexReader, notes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

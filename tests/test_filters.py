@@ -249,6 +249,9 @@ def test_bad_flags_are_usage_errors_and_an_unknown_tag_says_so(cli: Callable[...
         result = cli("query", "server", flag, value)
         assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.output, result.output
     assert_one_line_error(cli("query", "server", "--since", "2026-11-25", "--until", "2026-11-24"), "not before")
+    for value in ("nan", "-nan", "NaN"):  # passes every range check (each comparison is false)
+        result = cli("query", "server", "--min-similarity", value)
+        assert result.exit_code == 2 and "Invalid value for '--min-similarity'" in result.output, result.output
     for value in ("##", "", " "):  # a tag that folds to nothing names the flag, as a bad date does
         result = cli("query", "server", "--tag", value)
         assert result.exit_code == 2 and "Invalid value for '--tag'" in result.output, result.output

@@ -213,6 +213,29 @@ def test_cli_errors_are_one_line(config_path: Path, config: Config, do_sync: Syn
     assert_one_line_error(run_cli(config_path, "migrate", "--to", str(config.db)), "the index itself")
 
 
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("mysql://me@db.lan/notes", "got a mysql:// URL"),
+        ("postgresq://me@db.lan/notes", "got a postgresq:// URL"),
+        ("postgresql://me@db.lan", "must name the database"),
+        ("postgresql://me@db.lan:99999/notes", "not a valid PostgreSQL URL"),
+    ],
+)
+def test_a_target_that_is_no_index_location_is_a_usage_error(
+    config_path: Path, do_sync: Sync, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, problem: str
+) -> None:
+    """Checked like `db:` before anything is opened: a foreign or typo'd URL read as a file
+    path would be "copied" into a SQLite file below a folder named after its scheme."""
+    do_sync()
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    result = run_cli(config_path, "migrate", "--to", target)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--to'" in result.stderr and problem in result.stderr, result.stderr
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_cli_copies_into_postgres(
     config_path: Path, config: Config, do_sync: Sync, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,7 +22,7 @@ from indexer.store import SearchScope, Store
 from indexer.store import postgres as pg_module
 from indexer.store.postgres import PostgresStore, describe
 from search import cli as cli_module
-from tests.conftest import make_config
+from tests.conftest import assert_one_line_error, make_config
 from tests.fakes import FakeEmbedder
 from tests.store_checks import fts_integrity_check
 from tests.test_store import DIMS, doc, fill
@@ -468,6 +468,28 @@ def test_a_server_a_database_or_an_index_that_is_not_there_is_one_line(pg_url: s
     PostgresStore.open(pg_url).close()
     assert PostgresStore.exists(pg_url)
     assert describe("postgresql://me:pw@db.lan:5433/notes") == "postgresql://me@db.lan:5433/notes"
+
+
+def test_a_password_in_the_url_query_is_redacted_too() -> None:
+    """libpq takes `?password=` as well as `user:password@`; neither may reach a message."""
+    assert describe("postgresql://me@db.lan/notes?sslmode=require&password=pw") == (
+        "postgresql://me@db.lan/notes?sslmode=require"
+    )
+    assert describe("postgresql://me:pw@/notes?host=/run/pg&password=pw2") == "postgresql://me@/notes?host=/run/pg"
+    assert describe("postgresql://db.lan/notes?password=") == "postgresql://db.lan/notes"
+    assert describe("postgresql://me@db.lan/notes?sslmode=require") == "postgresql://me@db.lan/notes?sslmode=require"
+
+
+@pytest.mark.parametrize(
+    "command", [("status", "--offline"), ("query", "x"), ("sync",), ("toc",), ("status", "--json")]
+)
+def test_a_password_in_the_url_query_never_reaches_an_error_line(
+    tmp_path: Path, notes: Path, command: tuple[str, ...]
+) -> None:
+    url = f"postgresql://me@127.0.0.1:{_closed_port()}/notes?password=hunter2-secret&connect_timeout=2"
+    result = CliRunner().invoke(cli_module.cli, ["--config", str(make_config(tmp_path, notes, db=url)), *command])
+    assert_one_line_error(result, "127.0.0.1")
+    assert "hunter2-secret" not in result.output
 
 
 @pytest.mark.parametrize(

@@ -432,6 +432,16 @@ def test_grep_invalid_regex_is_one_line(engine: str, cfg: Config, store: Store, 
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert "invalid regex" in result.output
     assert grep(cfg, store, "(foo", source_ids=["notes"], fixed=True) == []
+    # an MCP client can send one (JSON "\u0000"); as an argument of rg or git it was a ValueError
+    for fixed in (False, True):
+        with pytest.raises(NotesSearchError, match="a pattern cannot contain a NUL byte"):
+            grep(cfg, store, "db\0", source_ids=["notes"], fixed=fixed)
+        # one argument of rg holds at most 128 KiB: past that it was "invalid regex '<the whole
+        # pattern>'", a line of megabytes, though the pattern was fine
+        with pytest.raises(NotesSearchError, match=r"^a pattern of 200000 characters is too long") as long:
+            grep(cfg, store, "x" * 200_000, source_ids=["notes"], fixed=fixed)
+        assert len(str(long.value)) < 200
+    assert grep(cfg, store, "x" * 10_000, source_ids=["notes"], fixed=True) == []
 
 
 def test_grep_scope_source_path_and_exclude(engine: str, cfg: Config, store: Store) -> None:

@@ -18,6 +18,7 @@ from indexer.config import Config, load_config
 from indexer.lock import SyncLock
 from indexer.store import index_exists
 from indexer.sync import SyncReport, run_sync
+from indexer.toc import toc_path
 from tests.conftest import NOTES, make_config, open_index, sync_lock_held, write
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
@@ -326,9 +327,32 @@ def test_new_meta_yaml_makes_a_collection_without_any_note_changing(do_sync: Syn
         assert [(c.name, c.folder, c.files) for c in store.collections()] == [("trips", "travel", 1)]
     finally:
         store.close()
+    assert "## travel/ — collection: trips" in toc_path(config, "notes").read_text(encoding="utf-8")
     on_disk = disk_state(config)
     assert not do_sync().changed
     assert disk_state(config) == on_disk
+
+
+@both_backends
+def test_a_full_sync_after_a_scoped_run_brings_the_toc_up_to_date(do_sync: Sync, config: Config, notes: Path) -> None:
+    """A scoped run (reindex PATH, a watcher batch, a query's catch-up) leaves the TOC to the
+    next full sync; that sync then finds nothing left to change, and must rewrite it anyway."""
+    from indexer.toc import render_toc, toc_path
+
+    do_sync()
+    (notes / "cooking/bread.md").write_text("# Rye bread\n\nA rye loaf.\n", encoding="utf-8")
+    (notes / "travel/kazan.md").unlink()
+    do_sync(path="cooking")
+    do_sync(path="travel")
+    assert "bread.md" not in toc_path(config, "notes").read_text(encoding="utf-8")  # not yet
+    assert not do_sync().changed
+    store = open_index(config)
+    try:
+        assert toc_path(config, "notes").read_text(encoding="utf-8") == render_toc("notes", store.file_rows("notes"))
+    finally:
+        store.close()
+    assert "bread.md" in toc_path(config, "notes").read_text(encoding="utf-8")
+    assert not list(config.toc_dir.glob(".*"))  # no mark, no temporary file left behind
 
 
 def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path, db_url: str | None) -> None:

@@ -197,15 +197,21 @@ def is_postgres_url(location: object) -> bool:
 
 
 def describe(url: str) -> str:
-    """The URL without its password (for messages and `status`)."""
+    """The URL without its password (for messages and `status`): libpq takes one in the user
+    part and as a `password=` parameter alike. Everything else stays as written."""
     parts = urlsplit(url)
-    if parts.password is None:
+    params = [item for item in parts.query.split("&") if item.split("=", 1)[0] != "password"]
+    if parts.password is None and len(params) == len(parts.query.split("&")):
         return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    if parts.port:
-        netloc += f":{parts.port}"
-    return parts._replace(netloc=netloc).geturl()
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username}@{netloc.rpartition('@')[2]}" if parts.username else netloc.rpartition("@")[2]
+    query = "&".join(params)
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
 
 
 # ---- text folding: SQLite's tokenizer, so both backends index and match the same words ------

@@ -23,9 +23,21 @@ MAX_SKIPS_SHOWN = 20  # per source; a folder of attachments must not flood the t
 REINDEX_LOCK_WAIT = 30.0  # seconds `reindex` waits for a running sync: a person is waiting
 
 
+def _source_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refused here as the config would refuse it, rather than written into a file that every
+    later command then rejects."""
+    from indexer.config import BAD_SOURCE_ID, is_source_id
+
+    if not is_source_id(value):
+        raise click.BadParameter(BAD_SOURCE_ID)
+    return value
+
+
 @click.command()
 @click.argument("notes_dir", default="notes", metavar="[DIR]")
-@click.option("--source-id", default="notes", show_default=True, help="Id of the workspace source.")
+@click.option(
+    "--source-id", default="notes", show_default=True, callback=_source_id, help="Id of the workspace source."
+)
 @pass_context
 def init(ctx: CliContext, notes_dir: str, source_id: str) -> None:
     """Write a starter config that indexes DIR with the local embedder."""
@@ -44,7 +56,11 @@ def init(ctx: CliContext, notes_dir: str, source_id: str) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
-            file.write(STARTER_CONFIG.format(source_id=source_id, notes_root=json.dumps(literal_path(str(relative)))))
+            file.write(
+                STARTER_CONFIG.format(
+                    source_id=json.dumps(source_id), notes_root=json.dumps(literal_path(str(relative)))
+                )
+            )
     except OSError as exc:
         raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
     echo(f"wrote {target}; next: notes-search -c {target} sync")

@@ -8,8 +8,26 @@ from search.cli.context import CliContext, pass_context
 from search.terminal import echo
 
 
+def _index_location(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The target checked as `db:` is, before the source index is even opened."""
+    from indexer.config import index_url
+
+    try:
+        index_url(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @click.command()
-@click.option("--to", "target", required=True, metavar="URL", help="postgresql://user@host/dbname (or a SQLite file).")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    metavar="URL",
+    callback=_index_location,
+    help="postgresql://user@host/dbname (or a SQLite file).",
+)
 @click.option("--force", is_flag=True, help="Replace whatever index the target holds.")
 @pass_context
 def migrate(ctx: CliContext, target: str, force: bool) -> None:

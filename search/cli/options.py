@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -38,6 +39,17 @@ class Moment(click.ParamType[str]):
         except BadMoment as exc:
             self.fail(f"{value!r}: {exc}", param, ctx)
         return str(value)
+
+
+class NumberRange(click.FloatRange):
+    """`click.FloatRange` that also refuses NaN, which passes every bound (each comparison with
+    it is false) and would otherwise fail later as a domain error, or silently disable a check."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
 
 
 class Tag(click.ParamType[str]):

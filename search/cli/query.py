@@ -8,7 +8,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import chosen_format, emit, format_option, query_md
-from search.cli.options import filter_options, scope_options
+from search.cli.options import NumberRange, filter_options, scope_options
 from search.engine import MODES
 from search.snippets import marked, snippet_terms
 from search.terminal import echo, echo_json, styled
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--min-similarity",
-    type=click.FloatRange(-1.0, 1.0),
+    type=NumberRange(-1.0, 1.0),
     help="Drop hits found by meaning alone whose cosine similarity to the query is below X "
     "(keyword hits stay: no effect with --mode lex).",
 )

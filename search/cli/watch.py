@@ -14,12 +14,13 @@ import threading
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.options import NumberRange
 
 
 @click.command()
 @click.option(
     "--debounce",
-    type=click.FloatRange(0.05, 60.0),
+    type=NumberRange(0.05, 60.0),
     default=0.5,
     show_default=True,
     metavar="SECONDS",
@@ -27,7 +28,7 @@ from search.cli.context import CliContext, pass_context
 )
 @click.option(
     "--reconcile-every",
-    type=click.FloatRange(min=0.0),
+    type=NumberRange(min=0.0),
     default=600.0,
     show_default=True,
     metavar="SECONDS",
