@@ -2,7 +2,7 @@
 passes it made (the store's `keyword_trace`), their milliseconds, and which queries still end
 in the scan of every match.
 
-    XDG_CACHE_HOME=... .venv/bin/python -m bench.pg_keyword_passes [--size 100000] [--queries 50] [--check]
+    XDG_CACHE_HOME=... .venv/bin/python -m bench.pg_keyword_passes [--size 100000] [--corpus realistic] [--queries 50] [--check]
 
 Runs on the PostgreSQL copy `bench.bench_pg` caches (run that first at the same size). Each
 query's keyword calls are made as the search engine makes them (the MATCH expression, then the
@@ -25,7 +25,7 @@ if __package__ in (None, ""):
     __package__ = "bench"
 
 from bench.bench_pg import database_url, start_server
-from bench.corpus_text import queries
+from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, corpus_of
 from bench.report import eprint, md_table, ms
 from bench.workspaces import store_built_workspace
 
@@ -42,7 +42,7 @@ def _kind(sql: str) -> str:
     return "other"
 
 
-def run(size: int, n_queries: int, limit: int, check: bool) -> str:
+def run(size: int, n_queries: int, limit: int, check: bool, corpus_kind: str = "dense") -> str:
     from indexer.store import SearchScope, open_store
     from indexer.store import postgres as pg_module
     from indexer.store.postgres import discard_pool
@@ -50,15 +50,19 @@ def run(size: int, n_queries: int, limit: int, check: bool) -> str:
 
     if check:
         pg_module.SAMPLE_MIN_HITS = 10**9  # every phrase counted: the bounded top must be the scan's
+    corpus = corpus_of(corpus_kind, DEFAULT_DATA)
     server, socket_dir = start_server()
     rows: list[list[object]] = []
     took: list[float] = []
     wrong = 0
     try:
-        ws = store_built_workspace(f"search-{size}", chunks=size, log=eprint)
+        ws = store_built_workspace(corpus.name("search", size), chunks=size, log=eprint, corpus=corpus)
         marker = f"bench_{size}_{hashlib.sha256(str(ws.root).encode()).hexdigest()[:8]}"
         if not (ws.root / f"pg-{marker}.done").exists():
-            raise SystemExit(f"no PostgreSQL copy of the {size:,}-chunk index: run bench.bench_pg --sizes {size} first")
+            raise SystemExit(
+                f"no PostgreSQL copy of the {size:,}-chunk index:"
+                f" run bench.bench_pg --sizes {size} --corpus {corpus.kind} first"
+            )
         store: Any = open_store(database_url(socket_dir, marker), readonly=True)
         sent: list[tuple[str, float]] = []
         execute = store.conn.execute
@@ -72,7 +76,7 @@ def run(size: int, n_queries: int, limit: int, check: bool) -> str:
         store.conn.execute = recording
         try:
             calls = []
-            for q in queries(n_queries):
+            for q in corpus.queries(n_queries):
                 match = build_fts_query(q)
                 if match is not None:
                     calls.append((q, match))
@@ -140,9 +144,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--corpus", choices=CORPUS_KINDS, default="dense")
     parser.add_argument("--check", action="store_true", help="exact frequencies; compare with the scan of every match")
     args = parser.parse_args()
-    print(run(args.size, args.queries, args.limit, args.check))
+    print(run(args.size, args.queries, args.limit, args.check, args.corpus))
 
 
 if __name__ == "__main__":

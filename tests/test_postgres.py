@@ -253,6 +253,41 @@ def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
     assert any(postgres.fts_search(m, k, SearchScope()) != hits for (m, k), hits in expected.items())
 
 
+@pytest.mark.parametrize("misjudged", ["every match few", "every candidate set many"])
+def test_a_settling_pass_answers_when_the_planner_misjudges_the_rows(
+    zipf_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch, misjudged: str
+) -> None:
+    """The planner's estimate of a prefix or phrase tsquery's matches can fall far short of
+    them, and its estimate of a tier's candidates far above: the scan a settling pass is
+    weighed against reads at least the largest phrase's document frequency, and a tier pass
+    whose bound the floor meets (a subset of the matches) answers rather than the scan,
+    whatever the planner expects of either. The top stays the scan's."""
+    _, postgres = zipf_stores
+    expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 5, 13, 34)}
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
+    estimated = PostgresStore._estimated_rows
+
+    def misjudging(store: PostgresStore, where: str, params: dict[str, object]) -> float:
+        if misjudged == "every match few":
+            return 1.0 if "%(all)s" in where else estimated(store, where, params)
+        return 1.0 if "%(all)s" in where else 1e9
+
+    monkeypatch.setattr(PostgresStore, "_estimated_rows", misjudging)
+    sent = _statements(postgres, monkeypatch)
+    settled = 0
+    for (match, limit), scanned in expected.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, SearchScope())
+        assert found == scanned, (match, limit, postgres.keyword_trace)
+        if any(step.startswith("settle at") for step in postgres.keyword_trace):
+            assert not any("OVER ()" in str(sql) for sql, _ in sent)
+            settled += 1
+    assert settled >= 3  # the scan of every match answered each of them before
+
+
 def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
     word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:

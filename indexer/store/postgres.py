@@ -1764,7 +1764,7 @@ class PostgresStore:
                 # a deeper tier whose bound the limit-th score already meets is sure to settle it too
                 deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
                 settles = None if deeper is None else pass_condition(deeper)
-                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts, settles)
+                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts, settles, max(found))
             self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
             if tier == last:
                 return None
@@ -1781,6 +1781,7 @@ class PostgresStore:
         floor: float,
         parts: Callable[[int], list[float]],
         deeper_pass: tuple[str, dict[str, object]] | None,
+        least_matches: int = 0,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
         reach (None: no candidate set looks cheaper than the scan of every match). Outside
@@ -1789,7 +1790,12 @@ class PostgresStore:
         phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
         document index) hold the whole top. Each tier gives one such candidate set; the one
         the planner expects to be smallest is scored, or `deeper_pass` (a tier pass whose bound
-        the floor meets) when it expects that one smaller."""
+        the floor meets) when it expects that one smaller. The scan it is weighed against reads
+        at least `least_matches` rows (the largest phrase's document frequency): the planner's
+        own estimate of a prefix or phrase tsquery's matches falls far short of it (at 200k
+        chunks ~5.6k expected where 48.7k matched), which sent cheap settling passes to the scan.
+        When the scan still looks cheaper, `deeper_pass` answers if there is one: its rows are
+        a subset of the matches (one-phrase queries at 200k: 50-130 ms by the scan, 9-30 ms)."""
         choices: list[tuple[float, str, dict[str, object], str]] = []
         if deeper_pass is not None:
             choices.append((self._estimated_rows(*deeper_pass), *deeper_pass, "pass"))
@@ -1802,6 +1808,8 @@ class PostgresStore:
             sets = _phrase_sets_reaching(parts(tier), floor)
             if sets is None:
                 continue  # too many sets at this tier: the index evaluates a long tsquery slowly
+            if all((i,) in sets for i, part in enumerate(parts(tier)) if part > 0):
+                continue  # every phrase alone reaches the floor: every match, the scan's rows and more
             if sets:  # one index condition each: GIN evaluates short tsqueries faster than one long one
                 for n, chosen in enumerate(sets):
                     params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
@@ -1815,10 +1823,16 @@ class PostgresStore:
             self.keyword_trace.append(f"settle: over {SETTLING_MAX_SETS} phrase sets at every tier")
             return None
         estimate, where, params, label = best
-        matches = self._estimated_rows("f.document @@ %(all)s::tsquery", {"all": " | ".join(f"({q})" for q in queries)})
+        matches = float(least_matches)
+        if estimate > SETTLING_MAX_SHARE * matches:  # the planner may know the phrases' union larger
+            every: dict[str, object] = {"all": " | ".join(f"({q})" for q in queries)}
+            matches = max(matches, self._estimated_rows("f.document @@ %(all)s::tsquery", every))
         if estimate > SETTLING_MAX_SHARE * matches:
-            self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
-            return None
+            if deeper_pass is None:
+                self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
+                return None
+            # a tier pass reads a subset of the matches, whatever the planner expects of it
+            estimate, where, params, label = choices[0]
         self.keyword_trace.append(f"settle at {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
         return self._scored(queries, idf, avgdl, limit, where, params, True)
 
