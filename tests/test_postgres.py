@@ -565,6 +565,34 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
     writer.close()
 
 
+def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Benchmarks forget the kept document frequencies to time a query met for the first time:
+    an open store then counts again (the dicts it shares are emptied) and answers alike."""
+    store = PostgresStore.open(pg_url)
+    store.ensure_source("s", "workspace")
+    with store.transaction():
+        for path, texts in TEXTS.items():
+            store.write_file("s", *doc(path, texts))
+    counted: list[list[str]] = []
+    count = PostgresStore._count_phrase_hits
+
+    def counting(self: PostgresStore, phrases: Any) -> None:
+        counted.append(list(phrases))
+        count(self, phrases)
+
+    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    scope = SearchScope(path="devops")
+    try:
+        first = store.fts_search('"server"* OR "backup"', 10, scope)
+        assert first and store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 1
+        pg_module.forget_phrase_counts()
+        assert store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 2
+    finally:
+        store.close()
+
+
 def _pending_lexical_pages(store: PostgresStore) -> int:
     """The pages of the lexical indexes' pending lists (merged by the call that counts them)."""
     merges = " + ".join(f"gin_clean_pending_list('{name}'::regclass)" for name in pg_module.LEXICAL_GIN_INDEXES)

@@ -790,6 +790,15 @@ _pool_pid = os.getpid()
 _phrase_memory: dict[str, tuple[str, dict[str, int], dict[str, float]]] = {}
 
 
+def forget_phrase_counts() -> None:
+    """Forget every phrase's kept document frequency, as a new process starts: benchmarks time
+    a query as met for the first time (a server mostly meets new phrases)."""
+    with _pool_lock:
+        for _, hits, samples in _phrase_memory.values():
+            hits.clear()  # in place: open stores share these dicts
+            samples.clear()
+
+
 def _connect(url: str, readonly: bool) -> psycopg.Connection[Any]:
     with _pool_lock:  # maybe a restarted server, whose lost commits' transaction ids come again
         _phrase_memory.pop(url, None)
@@ -2264,4 +2273,4 @@ def _opt_text(value: str | None) -> str | None:
     return None if value is None else _text(value)
 
 
-__all__ = ["PG_MIGRATIONS", "PG_SCHEMA_VERSION", "PostgresStore", "describe", "is_postgres_url"]
+__all__ = ["PG_MIGRATIONS", "PG_SCHEMA_VERSION", "PostgresStore", "describe", "forget_phrase_counts", "is_postgres_url"]
