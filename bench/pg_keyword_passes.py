@@ -50,6 +50,7 @@ def run(size: int, n_queries: int, limit: int, check: bool, corpus_kind: str = "
 
     if check:
         pg_module.SAMPLE_MIN_HITS = 10**9  # every phrase counted: the bounded top must be the scan's
+        pg_module.LEXEME_STATISTICS = False
     corpus = corpus_of(corpus_kind, DEFAULT_DATA)
     server, socket_dir = start_server()
     rows: list[list[object]] = []

@@ -142,6 +142,7 @@ def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
     monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
     monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
     monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
     sent = _statements(postgres, monkeypatch)
     settled = 0
     for (match, limit), scanned in expected.items():
@@ -234,6 +235,7 @@ def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
     monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
     monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
     monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
     monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
     sent = _statements(postgres, monkeypatch)
     bounded = by_sets = 0
@@ -325,6 +327,138 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
             assert [hit.chunk_id for hit in postgres.fts_search(match, 10, scope)] == [
                 hit.chunk_id for hit in expected
             ], (match, scope)
+
+
+def _analyzed(store: PostgresStore) -> None:
+    """Fresh planner statistics of the lexical rows, with every write before counted (a
+    backend reports its writes to the cumulative statistics a moment after committing them)."""
+    store.conn.execute("SELECT pg_stat_force_next_flush()")
+    store.conn.execute("SELECT 1")
+    store.conn.execute("ANALYZE chunks_fts")
+
+
+def _exact_hits(store: PostgresStore, phrase: str) -> int:
+    return int(store._one("SELECT count(*) FROM chunks_fts WHERE document @@ %s::tsquery", (phrase,)))
+
+
+def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sample(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above TIERED_MIN_ROWS a phrase of one listed lexeme takes its document frequency from
+    ANALYZE's most common elements (all 400 rows sampled here: the exact count), a prefix the
+    union of its listed lexemes (between the most common one's count and the sum of theirs),
+    and a query of such phrases sends no sample (a short one samples fewer rows for the chunks
+    holding all its phrases); a phrase of several words is still sampled."""
+    _, postgres = word_stores
+    _analyzed(postgres)
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLED_ROWS", 200)
+    monkeypatch.setattr(pg_module, "CONJUNCTION_SAMPLED_ROWS", 100)
+    sent = _statements(postgres, monkeypatch)
+    postgres.fts_search('"server" OR "kernel" OR "backu"* OR "index" OR "query"', 10, SearchScope())
+    assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
+    sent.clear()
+    postgres.fts_search('"replica" OR "restore"', 10, SearchScope())
+    samples = [params for sql, params in sent if "TABLESAMPLE" in str(sql)]
+    assert len(samples) == 1 and samples[0]["percent"] == 100.0 * 100 / int(
+        postgres._one("SELECT sum(rows) FROM fts_stats")
+    )
+    assert "'replica'" in postgres._phrase_hits and "'restore'" in postgres._phrase_hits
+    for word in ("server", "kernel", "záloha"):
+        phrase = pg_module._phrase_tsquery([pg_module.fold_tokens(word)[0]], False)
+        if phrase in postgres._phrase_hits:
+            assert postgres._phrase_hits[phrase] == _exact_hits(postgres, phrase), word
+    assert postgres._phrase_hits["'server'"] == _exact_hits(postgres, "'server'")
+    each = [_exact_hits(postgres, f"'{word}'") for word in ("backup", "backups")]
+    assert max(each) <= postgres._phrase_hits["'backu':*"] <= sum(each)
+    assert abs(postgres._phrase_hits["'backu':*"] - _exact_hits(postgres, "'backu':*")) <= 0.1 * sum(each)
+    sent.clear()
+    postgres.fts_search('"server restore" OR "kernel"', 10, SearchScope())
+    samples = [params for sql, params in sent if "TABLESAMPLE" in str(sql)]
+    assert len(samples) == 1 and samples[0]["percent"] == 100.0 * 200 / int(
+        postgres._one("SELECT sum(rows) FROM fts_stats")
+    )
+
+
+def test_a_fresh_store_ranks_as_a_warm_one_with_frequencies_from_the_statistics(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The document frequencies a query meets for the first time (statistics, sample, counts)
+    are those it keeps: forgotten and taken again, every query answers the same chunks and
+    scores, and with a new connection (the statistics read again) too; where the statistics
+    hold the exact counts (every row analyzed) the answer is the one of counting every phrase."""
+    _, postgres = word_stores
+    _analyzed(postgres)
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    first = {m: postgres.fts_search(m, 10, SearchScope()) for m in COMMON_QUERIES}
+    pg_module.forget_phrase_counts()
+    assert {m: postgres.fts_search(m, 10, SearchScope()) for m in COMMON_QUERIES} == first
+    for m in COMMON_QUERIES:  # warm
+        assert postgres.fts_search(m, 10, SearchScope()) == first[m]
+    pg_module.discard_pool()
+    again = PostgresStore.open(postgres.url, readonly=True)
+    try:
+        assert {m: again.fts_search(m, 10, SearchScope()) for m in COMMON_QUERIES} == first
+    finally:
+        again.close()
+    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # every phrase counted
+    pg_module.forget_phrase_counts()
+    exact = postgres.fts_search('"server" OR "kernel"', 10, SearchScope())
+    pg_module.forget_phrase_counts()
+    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", True)
+    assert postgres.fts_search('"server" OR "kernel"', 10, SearchScope()) == exact
+
+
+def test_rows_written_since_the_statistics_send_a_phrase_back_to_the_sample(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A phrase whose estimate the rows written since ANALYZE could move by more than
+    STATS_DRIFT_SHARE is sampled, as without the statistics; analyzed again, it is not."""
+    _, postgres = word_stores
+    _analyzed(postgres)
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    kernel = _exact_hits(postgres, "'kernel'")
+    with postgres.transaction():
+        postgres.write_files("s", [doc(f"more/m{n}.md", ["kernel " * 3]) for n in range(kernel // 2)])
+    postgres.conn.execute("SELECT pg_stat_force_next_flush()")
+    postgres.conn.execute("SELECT 1")
+    sent = _statements(postgres, monkeypatch)
+    postgres.fts_search('"kernel"', 10, SearchScope())
+    assert any("TABLESAMPLE" in str(sql) for sql, _ in sent)
+    _analyzed(postgres)
+    sent.clear()
+    pg_module.forget_phrase_counts()
+    postgres.fts_search('"kernel"', 10, SearchScope())
+    assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
+    assert postgres._phrase_hits["'kernel'"] == _exact_hits(postgres, "'kernel'") > kernel
+
+
+def test_the_lexical_rows_are_analyzed_after_a_percent_of_them_changed(pg_url: str) -> None:
+    """The statistics the keyword search reads follow the index: autovacuum analyzes the
+    lexical rows after LEXICAL_ANALYZE_SHARE of them changed, on an index made by the previous
+    schema too (migrated)."""
+    store = PostgresStore.open(pg_url)
+    option = f"autovacuum_analyze_scale_factor={pg_module.LEXICAL_ANALYZE_SHARE}"
+    reloptions = "SELECT reloptions FROM pg_class WHERE oid = 'chunks_fts'::regclass"
+    try:
+        assert option in (store._one(reloptions) or [])
+        with store.transaction():  # the index as the previous schema left it
+            store.conn.execute("ALTER TABLE chunks_fts RESET (autovacuum_analyze_scale_factor)")
+            store.conn.execute(
+                f"UPDATE meta SET value = '{pg_module.PG_SCHEMA_VERSION - 1}' WHERE key = 'schema_version'"
+            )
+    finally:
+        store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert option in (store._one(reloptions) or [])
+    finally:
+        store.close()
 
 
 def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: str) -> None:
@@ -620,6 +754,34 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
     pg_module.discard_pool()
     assert one_call('"server"* OR "backup"') == changed and len(counted) == 3
     writer.close()
+
+
+def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Benchmarks forget the kept document frequencies to time a query met for the first time:
+    an open store then counts again (the dicts it shares are emptied) and answers alike."""
+    store = PostgresStore.open(pg_url)
+    store.ensure_source("s", "workspace")
+    with store.transaction():
+        for path, texts in TEXTS.items():
+            store.write_file("s", *doc(path, texts))
+    counted: list[list[str]] = []
+    count = PostgresStore._count_phrase_hits
+
+    def counting(self: PostgresStore, phrases: Any) -> None:
+        counted.append(list(phrases))
+        count(self, phrases)
+
+    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    scope = SearchScope(path="devops")
+    try:
+        first = store.fts_search('"server"* OR "backup"', 10, scope)
+        assert first and store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 1
+        pg_module.forget_phrase_counts()
+        assert store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 2
+    finally:
+        store.close()
 
 
 def _pending_lexical_pages(store: PostgresStore) -> int:
