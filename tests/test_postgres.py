@@ -715,6 +715,19 @@ def test_a_pooled_connection_the_server_dropped_is_replaced(pg_url: str, pg_serv
         again.close()
 
 
+def _recorded_phrase_counts(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every exact count of phrases the stores make from now on, each call's phrases in a list."""
+    counted: list[list[str]] = []
+    count = PostgresStore._count_phrase_hits
+
+    def counting(store: PostgresStore, phrases: Any) -> None:
+        counted.append(list(phrases))
+        count(store, phrases)
+
+    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    return counted
+
+
 def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_rows_change(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -727,14 +740,7 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
     with writer.transaction():
         for path, texts in TEXTS.items():
             writer.write_file("s", *doc(path, texts))
-    counted: list[list[str]] = []
-    count = PostgresStore._count_phrase_hits
-
-    def counting(store: PostgresStore, phrases: Any) -> None:
-        counted.append(list(phrases))
-        count(store, phrases)
-
-    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    counted = _recorded_phrase_counts(monkeypatch)
     scope = SearchScope(path="devops")
 
     def one_call(match: str) -> list[Any]:
@@ -766,14 +772,7 @@ def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
     with store.transaction():
         for path, texts in TEXTS.items():
             store.write_file("s", *doc(path, texts))
-    counted: list[list[str]] = []
-    count = PostgresStore._count_phrase_hits
-
-    def counting(self: PostgresStore, phrases: Any) -> None:
-        counted.append(list(phrases))
-        count(self, phrases)
-
-    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    counted = _recorded_phrase_counts(monkeypatch)
     scope = SearchScope(path="devops")
     try:
         first = store.fts_search('"server"* OR "backup"', 10, scope)
