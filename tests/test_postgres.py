@@ -461,12 +461,18 @@ def test_the_lexical_rows_are_analyzed_after_a_percent_of_them_changed(pg_url: s
         store.close()
 
 
-def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: str) -> None:
+def _holding_the_texts(pg_url: str) -> PostgresStore:
+    """A store of the index at `pg_url` with every file of TEXTS written into source "s"."""
     store = PostgresStore.open(pg_url)
     store.ensure_source("s", "workspace")
     with store.transaction():
         for path, texts in TEXTS.items():
             store.write_file("s", *doc(path, texts))
+    return store
+
+
+def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: str) -> None:
+    store = _holding_the_texts(pg_url)
     with store.transaction():  # the index as the previous schema left it
         store.conn.execute("DROP INDEX idx_chunks_fts_impacts")
         store.conn.execute("ALTER TABLE chunks_fts DROP COLUMN impacts")
@@ -735,11 +741,7 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
     the document frequencies a scoped query counted are kept for the next call while the
     lexical rows are unchanged, counted again after a write, and forgotten with a new
     connection (the server may have restarted and lost its last commits)."""
-    writer = PostgresStore.open(pg_url)
-    writer.ensure_source("s", "workspace")
-    with writer.transaction():
-        for path, texts in TEXTS.items():
-            writer.write_file("s", *doc(path, texts))
+    writer = _holding_the_texts(pg_url)
     counted = _recorded_phrase_counts(monkeypatch)
     scope = SearchScope(path="devops")
 
@@ -767,11 +769,7 @@ def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
 ) -> None:
     """Benchmarks forget the kept document frequencies to time a query met for the first time:
     an open store then counts again (the dicts it shares are emptied) and answers alike."""
-    store = PostgresStore.open(pg_url)
-    store.ensure_source("s", "workspace")
-    with store.transaction():
-        for path, texts in TEXTS.items():
-            store.write_file("s", *doc(path, texts))
+    store = _holding_the_texts(pg_url)
     counted = _recorded_phrase_counts(monkeypatch)
     scope = SearchScope(path="devops")
     try:
