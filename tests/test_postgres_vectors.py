@@ -236,6 +236,15 @@ def test_a_scope_s_chunk_ids_come_from_the_path_index_alone(pg_url: str, monkeyp
         store.close()
 
 
+def _a_large_index_as_the_earlier_version_left_it(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """330 vectors counted as a large index, with the earlier version's HNSW and path indexes:
+    the next writer to open it rebuilds the graph and swaps both."""
+    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)
+    store = _filled(pg_url, monkeypatch)
+    _as_the_earlier_version_left_it(store, old_path_index=True)
+    store.close()
+
+
 def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,10 +252,7 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
     vectors in one transaction. The migration that rebuilt the vector index (holding the vector
     table) and then built the path index (waiting for the chunks that writer holds) made a lock
     cycle: PostgreSQL aborted one of them, the migration after its whole rebuild."""
-    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: large enough to be rebuilt
-    store = _filled(pg_url, monkeypatch)
-    _as_the_earlier_version_left_it(store, old_path_index=True)
-    store.close()
+    _a_large_index_as_the_earlier_version_left_it(pg_url, monkeypatch)
     writer = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
     try:
@@ -278,10 +284,7 @@ def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
     The swap held the vector table whole (dropping the old index) and then asked for the chunks
     whole (dropping the old path index) while that reader held them: a lock cycle that aborted
     the migration after its whole rebuild."""
-    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: large enough to be rebuilt
-    store = _filled(pg_url, monkeypatch)
-    _as_the_earlier_version_left_it(store, old_path_index=True)
-    store.close()
+    _a_large_index_as_the_earlier_version_left_it(pg_url, monkeypatch)
     reader = psycopg.connect(pg_url, autocommit=True)
     watcher = psycopg.connect(pg_url, autocommit=True)
     try:
