@@ -1816,7 +1816,7 @@ class PostgresStore:
         floor: float,
         parts: Callable[[int], list[float]],
         deeper_pass: tuple[str, dict[str, object]] | None,
-        least_matches: int = 0,
+        least_matches: int,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
         reach (None: no candidate set looks cheaper than the scan of every match). Outside
