@@ -8,10 +8,15 @@ written in the order of their first chunk id and chunks by index, so the target'
 in the same order as the source's. Meta (embedding identity, language statistics, chunker
 versions), sources with their revision and last error, collections and each chunk's language
 are copied; the target is then counted against the source, per source.
+
+A copy is marked unfinished in the target's meta before anything is written and unmarked
+once verified: a migrate killed halfway leaves a target that says so (`status`), and running
+migrate again replaces that partial copy without --force, which only another index needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -23,8 +28,12 @@ from indexer.store.postgres_bulk import vector_index_deferred
 FILES_PER_TRANSACTION = 200
 CHUNK_PAGE = 2000
 VECTOR_PAGE = 2000
-# kept by each store itself, never copied: the target's own schema step count
-LOCAL_META = frozenset({"schema_version", "vectors_generation", "sqlite_vec_version", "pgvector_version"})
+# set in the target while a copy is being written; an empty value once the copy is verified
+COPY_UNFINISHED_KEY = "copy_unfinished"
+# kept by each store itself, never copied: the target's own schema step count, its copy state
+LOCAL_META = frozenset(
+    {"schema_version", "vectors_generation", "sqlite_vec_version", "pgvector_version", COPY_UNFINISHED_KEY}
+)
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -36,6 +45,7 @@ class MigrationReport:
     chunks: int
     vectors: int
     pending: int
+    replaced_unfinished: bool = False  # the target held a copy an earlier migrate did not finish
 
 
 class TargetNotEmpty(StoreError):
@@ -51,11 +61,13 @@ def migrate(
         raise StoreError("the index still detects the languages of older chunks: run `notes-search sync` first")
     existing = target.source_ids()
     counts = target.counts()
-    if (existing or counts.get("files", 0) or counts.get("chunks", 0)) and not force:
+    unfinished = is_unfinished_copy(target.meta())
+    if (existing or counts.get("files", 0) or counts.get("chunks", 0)) and not (force or unfinished):
         raise TargetNotEmpty(
             f"the target already holds an index ({counts.get('files', 0)} files, {len(existing)} sources);"
             " pass --force to replace it"
         )
+    target.set_meta({COPY_UNFINISHED_KEY: "1"})
     for source_id in existing:
         target.remove_source(source_id)
     meta = source.meta()
@@ -69,7 +81,14 @@ def migrate(
     with vector_index_deferred(target):
         vectors = _copy_files(source, target, stats, report)
     _copy_source_states(target, stats)
-    return verify(source, target, vectors)
+    copied = verify(source, target, vectors)
+    target.set_meta({COPY_UNFINISHED_KEY: ""})
+    return dataclasses.replace(copied, replaced_unfinished=unfinished)
+
+
+def is_unfinished_copy(meta: dict[str, str]) -> bool:
+    """Whether an index is a copy that `migrate` began and did not verify (killed, or failed)."""
+    return bool(meta.get(COPY_UNFINISHED_KEY))
 
 
 def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStats], report: Progress) -> int:

@@ -275,3 +275,77 @@ def test_cli_shows_progress_on_a_terminal(
     result = run_cli(config_path, "migrate", "--to", str(tmp_path / "copy.sqlite"))
     assert result.exit_code == 0, result.output
     assert "files" in result.stderr
+
+
+# a `notes-search migrate` that SIGKILLs itself once two one-file batches are committed
+KILLED_MIGRATE = """
+import os, signal, sys
+import indexer.migrate as migrate_module
+migrate_module.FILES_PER_TRANSACTION = 1
+copy_files = migrate_module._copy_files
+def copy_then_die(source, target, stats, report):
+    def dying(stage, done, total):
+        report(stage, done, total)
+        if stage == "files" and done >= 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return copy_files(source, target, stats, dying)
+migrate_module._copy_files = copy_then_die
+from search.cli import cli
+cli(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("to", ["sqlite", "postgres"])
+def test_a_killed_migrate_says_so_and_a_rerun_replaces_its_partial_copy(
+    config_path: Path,
+    config: Config,
+    notes: Path,
+    do_sync: Sync,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    to: str,
+) -> None:
+    """A migrate killed halfway leaves a target its status calls unfinished, and the re-run
+    replaces it without --force (which a finished copy, another index, still needs)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    write(notes, {f"more/note-{i}.md": f"# Note {i}\n\nbody of note {i}\n" for i in range(4)})
+    do_sync()
+    url = str(request.getfixturevalue("pg_url")) if to == "postgres" else str(tmp_path / "copy" / "index.sqlite")
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MIGRATE, "-c", str(config_path), "migrate", "--to", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    source = Store.open(config.db)
+    partial = open_store(url)
+    try:
+        assert 0 < partial.counts()["files"] < source.counts()["files"]
+    finally:
+        partial.close()
+    copy_root = tmp_path / "as-copy"
+    copy_root.mkdir()
+    copy_config = make_config(copy_root, notes, db=url)
+    shown = run_cli(copy_config, "status", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["unfinished_copy"] is True
+    text = run_cli(copy_config, "status")
+    assert "unfinished copy" in text.stdout and "no --force needed" in text.stdout
+    assert "incomplete: the first sync" not in text.stdout  # the copy, not a sync, is what stopped
+
+    rerun = run_cli(config_path, "migrate", "--to", url)
+    assert rerun.exit_code == 0, rerun.output
+    assert "replaced the unfinished copy" in rerun.output and "counts verified" in rerun.output
+    target = open_store(url)
+    try:
+        assert content(target) == content(source)
+    finally:
+        target.close()
+        source.close()
+    assert json.loads(run_cli(copy_config, "status", "--json").stdout)["unfinished_copy"] is False
+    assert_one_line_error(run_cli(config_path, "migrate", "--to", url), "already holds an index", "--force")

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from indexer.safe_text import safe_for_terminal
+from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json, echo_json_line
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -267,6 +268,11 @@ def status_md(data: Mapping[str, Any]) -> str:
         f"{md_code(embedding['model'])} ({embedding['dims']} d)",
         "",
     ]
+    if data.get("unfinished_copy"):
+        lines += [
+            f"Unfinished copy: a migrate into this index stopped before it was verified; {UNFINISHED_COPY_ADVICE}",
+            "",
+        ]
     if data.get("sync_running") is not None:
         lines += ["A sync is running: the counts may change until it finishes.", ""]
     if embedding.get("reindex_needed"):

@@ -13,6 +13,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option
+from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
@@ -202,6 +203,8 @@ def _print_status(report: StatusReport) -> None:
     if running is not None:
         pid = f" (pid {running.pid})" if running.pid else ""
         echo(f"sync running{pid}: the counts below may change until it finishes")
+    if report.unfinished_copy:
+        echo(f"unfinished copy: a migrate into this index stopped before it was verified; {UNFINISHED_COPY_ADVICE}")
     emb = report.embedding
     echo(f"embedding: {emb.provider} {emb.model} ({emb.dims} d)")
     if emb.reindex_needed:
@@ -223,7 +226,7 @@ def _print_status(report: StatusReport) -> None:
                 echo(f"    remote: {lag['remote_error']}")
             if lag.get("mirror_damaged"):
                 echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
-        if s.get("incomplete"):
+        if s.get("incomplete") and not report.unfinished_copy:
             what = "still running" if running is not None else "did not finish"
             echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
         if lag.get("unreadable"):

@@ -42,6 +42,8 @@ def migrate(ctx: CliContext, target: str, force: bool) -> None:
     with _progress(package.stderr_is_terminal()) as progress:  # bars for a person at a terminal
         report = migrate_index(ctx.config, target, force=force, progress=progress)
     shown = target if not is_server_url(target) else _without_password(target)
+    if report.replaced_unfinished:
+        echo(f"replaced the unfinished copy an earlier migrate left in {shown}")
     echo(
         f"copied {report.sources} sources, {report.files} files, {report.chunks} chunks, {report.vectors} vectors"
         f" ({report.pending} pending) to {shown}; counts verified"

@@ -9,10 +9,15 @@ from typing import TYPE_CHECKING, Any
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
+from indexer.migrate import is_unfinished_copy
 from indexer.store import IndexReader, ScopeCounts, describe_location
 
 if TYPE_CHECKING:
     from search.service import NotesService
+
+
+# what a person or agent does about an index that `migrate` left half-written
+UNFINISHED_COPY_ADVICE = "run `notes-search migrate --to` it again from the SQLite index (no --force needed)"
 
 
 @dataclass(frozen=True)
@@ -46,11 +51,13 @@ class StatusReport:
     embedding: EmbeddingState
     languages: dict[str, int]  # chunks per language over the sources shown, largest first
     sources: tuple[dict[str, Any], ...]  # one per place: counts, last sync, languages, lag
+    unfinished_copy: bool = False  # a `migrate` into this index was stopped before it verified
 
     def to_json(self) -> dict[str, Any]:
         return {
             "scope": self.scope,
             "db": self.db,
+            "unfinished_copy": self.unfinished_copy,
             "sync_running": None if self.sync_running is None else {"pid": self.sync_running.pid},
             "embedding": self.embedding.to_json(),
             "languages": self.languages,
@@ -119,6 +126,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
         # each source once, however many of its folders a collection spans
         languages=language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
         sources=tuple(sources),
+        unfinished_copy=is_unfinished_copy(meta),
     )
 
 
