@@ -22,6 +22,7 @@ import yaml
 from indexer.config import load_yaml
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection
+from indexer.model import CollectionProblem
 
 META_FILE = "_meta.yaml"
 
@@ -237,21 +238,19 @@ def _may_lack_search(st: os.stat_result) -> bool:
     return st.st_mode & 0o111 != 0o111
 
 
-def _read_meta(path: str, where: str, log: logging.Logger) -> dict[str, Any]:
-    """Parse `_meta.yaml`; a broken one is logged and read as empty, never fatal."""
+def _read_meta(path: str) -> tuple[dict[str, Any], str | None]:
+    """Parse `_meta.yaml`; a broken one reads as empty, with what is wrong (never fatal)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             raw = load_yaml(f.read(), path)  # the config's safe loader: duplicate keys are errors too
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError, RecursionError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        log.warning("%s: malformed %s, using the folder name: %s", where, META_FILE, problem)
-        return {}
+        return {}, f"malformed, the collection takes the folder's name: {problem}"
     if raw is None:
-        return {}
+        return {}, None
     if not isinstance(raw, dict):
-        log.warning("%s: %s is not a mapping, using the folder name", where, META_FILE)
-        return {}
-    return raw
+        return {}, "not a mapping, the collection takes the folder's name"
+    return raw, None
 
 
 def _tags(value: Any) -> tuple[str, ...]:
@@ -269,26 +268,40 @@ def _without_nul(text: str) -> str:
 
 
 def load_collections(
-    source_id: str, folders: Iterable[WalkedFolder], log: logging.Logger | None = None
+    source_id: str,
+    folders: Iterable[WalkedFolder],
+    log: logging.Logger | None = None,
+    problems: list[CollectionProblem] | None = None,
 ) -> list[CollectionFolder]:
-    """Turn walked folders into collections, in walk order; the first claimant keeps a name."""
+    """Turn walked folders into collections, in walk order; the first claimant keeps a name.
+    What a `_meta.yaml` got wrong is logged and, given `problems`, appended to it."""
     log = log or _LOG
+
+    def report(folder: WalkedFolder, problem: str) -> None:
+        meta_path = f"{folder.rel}/{META_FILE}" if folder.rel else META_FILE
+        log.warning("source %r: %s: %s", source_id, meta_path, problem)
+        if problems is not None:
+            problems.append(CollectionProblem(meta_path, problem))
+
     result: list[CollectionFolder] = []
     taken: set[str] = set()
     for folder in folders:
         if not folder.is_collection:
             continue
-        where = f"source {source_id!r}, folder {folder.rel or '.'!r}"
-        meta = _read_meta(os.path.join(folder.path, META_FILE), where, log)
+        meta, problem = _read_meta(os.path.join(folder.path, META_FILE))
+        if problem is not None:
+            report(folder, problem)
         fallback = folder.rel or source_id
         name = meta.get("name")
         name = _without_nul(name.strip()) if isinstance(name, str) and name.strip() else fallback
+        wanted = name
         if name in taken:
-            log.warning("%s: collection name %r is already used, using %r", where, name, fallback)
             name = fallback
         base, n = name, 2
         while name in taken:
             name, n = f"{base} ({n})", n + 1
+        if name != wanted:
+            report(folder, f"collection name {wanted!r} is already used, this one is {name!r}")
         taken.add(name)
         description = meta.get("description")
         result.append(

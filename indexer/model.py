@@ -81,7 +81,16 @@ class Unlisted:
     kept: int
 
 
-Change = Upsert | Delete | Touch | Skipped | Unlisted
+@dataclass(frozen=True)
+class CollectionProblem:
+    """A `_meta.yaml` the driver could not take as written (malformed, not a mapping, a name
+    another folder holds): the collection falls back to its folder's name and the sync says so."""
+
+    path: str  # the `_meta.yaml` file, relative to the source root
+    problem: str
+
+
+Change = Upsert | Delete | Touch | Skipped | Unlisted | CollectionProblem
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from indexer.errors import (
     StoreError,
 )
 from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
-from indexer.model import Change, Delete, Skipped, Touch, Unlisted, Upsert
+from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.sources import workspace
 from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
 from indexer.store.postgres_bulk import vector_index_held_back
@@ -67,6 +67,8 @@ class SourceReport:
     error: str | None = None
     unreadable: list[str] = field(default_factory=list)  # folders whose indexed files were kept
     recloned: str | None = None  # why a damaged git mirror was cloned again
+    # (`_meta.yaml` path, what is wrong): collections that fell back to their folder's name
+    collection_problems: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -221,7 +223,9 @@ class Syncer:
             # a scoped re-index: walk and compare only below `path`
             source = dataclasses.replace(source, selection=source.selection.within(path))
         changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
-        self.apply(source.id, self._counting(self._noting_unlisted(changes, report), "files"), report, set(known_files))
+        self.apply(
+            source.id, self._counting(self._noting_folder_findings(changes, report), "files"), report, set(known_files)
+        )
         if not path:
             self._refresh_collections(source, report.unreadable)
         if (report.changed or full or never_synced) and not (path and never_synced):
@@ -229,10 +233,13 @@ class Syncer:
         return report
 
     @staticmethod
-    def _noting_unlisted(changes: Iterable[Change], report: SourceReport) -> Iterator[Change]:
-        """Folders the scan could not list go to the report and the log, not to the store."""
+    def _noting_folder_findings(changes: Iterable[Change], report: SourceReport) -> Iterator[Change]:
+        """Folders the scan could not list, and `_meta.yaml` files it could not take as written,
+        go to the report and the log, not to the store."""
         for change in changes:
-            if isinstance(change, Unlisted):
+            if isinstance(change, CollectionProblem):  # the scan has logged it
+                report.collection_problems.append((change.path, change.problem))
+            elif isinstance(change, Unlisted):
                 report.unreadable.append(change.path)
                 log.warning(
                     "%s:%s/: cannot read the folder (%s); keeping its %d indexed files until it can be read",

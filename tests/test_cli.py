@@ -405,3 +405,22 @@ def test_status_shows_chunks_per_language(run) -> None:  # type: ignore[no-untyp
     human = run("status").stdout
     expected = ", ".join(f"{lang} {n}" for lang, n in data["languages"].items())
     assert f"languages: {expected}" in human and f"    languages: {expected}" in human
+
+
+def test_sync_says_which_meta_file_it_could_not_take_as_written(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    """Not only in the log: cron mails stderr, and a typo only renames the collection otherwise."""
+    (notes / "devops" / "_meta.yaml").write_text("name: [DevOps\n", encoding="utf-8")
+    result = run("sync")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if "_meta.yaml" in line]
+    assert len(lines) == 1 and lines[0].startswith(
+        "warning: notes: devops/_meta.yaml: malformed, the collection takes the folder's name: "
+    ), result.stderr
+    again = json.loads(run("sync", "--json").stdout)  # said at every sync until it is mended
+    [source] = again["sources"]
+    assert [p["path"] for p in source["collection_problems"]] == ["devops/_meta.yaml"]
+    assert "_meta.yaml" not in run("sync", "--quiet").stderr
+    (notes / "devops" / "_meta.yaml").write_text("name: DevOps\n", encoding="utf-8")
+    mended = run("sync")
+    assert "_meta.yaml" not in mended.stderr
+    assert json.loads(run("sync", "--json").stdout)["sources"][0]["collection_problems"] == []

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from indexer.collections import CollectionFolder, collection_for, find_collections, walk_folders
+from indexer.collections import CollectionFolder, collection_for, find_collections, load_collections, walk_folders
 from indexer.config import Config
 from indexer.globs import FileSelection
+from indexer.model import CollectionProblem
 from indexer.store import SearchScope, open_store
 from indexer.sync import SyncReport
 from tests.pg import both_backends
@@ -76,7 +77,7 @@ def test_invalid_utf8_meta_is_logged_not_fatal(tmp_path: Path, caplog: pytest.Lo
     with caplog.at_level(logging.WARNING):
         [found] = find_collections("src", tmp_path, ALL)
     assert found.name == "c"
-    assert "malformed _meta.yaml" in caplog.text
+    assert "_meta.yaml: malformed" in caplog.text
 
 
 def test_names_are_unique_per_source(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -140,7 +141,7 @@ def test_duplicate_key_in_meta_is_logged_with_both_lines(tmp_path: Path, caplog:
     with caplog.at_level(logging.WARNING):
         [found] = find_collections("src", tmp_path, ALL)
     assert (found.name, found.description, found.folder) == ("dup", "", "dup")
-    [record] = [r for r in caplog.records if "malformed _meta.yaml" in r.getMessage()]
+    [record] = [r for r in caplog.records if "_meta.yaml: malformed" in r.getMessage()]
     assert record.getMessage().endswith(f"{meta}: name: duplicate key (lines 1 and 3)"), record.getMessage()
 
 
@@ -148,7 +149,7 @@ def test_deeply_nested_meta_is_tolerated(tmp_path: Path, caplog: pytest.LogCaptu
     write(tmp_path, "deep/_meta.yaml", "name: " + "[" * 5000 + "]" * 5000 + "\n")
     with caplog.at_level(logging.WARNING):
         [found] = find_collections("src", tmp_path, ALL)
-    assert found.name == "deep" and "malformed _meta.yaml" in caplog.text
+    assert found.name == "deep" and "_meta.yaml: malformed" in caplog.text
 
 
 @both_backends
@@ -177,3 +178,20 @@ def test_a_collection_spelled_with_nul_characters_is_indexed_alike_on_both_backe
     before = write_mark(config.index_location)
     assert not do_sync().changed
     assert write_mark(config.index_location) == before
+
+
+def test_what_a_meta_file_got_wrong_is_handed_back_with_its_path(tmp_path: Path) -> None:
+    """The scan yields these to the sync, which says them on stderr: the log alone goes unread."""
+    write(tmp_path, "ok/_meta.yaml", "name: fine\n")
+    write(tmp_path, "empty/_meta.yaml", "")
+    write(tmp_path, "broken/_meta.yaml", "name: [unclosed\n")
+    write(tmp_path, "listed/_meta.yaml", "- a\n- list\n")
+    write(tmp_path, "twin/_meta.yaml", "name: fine\n")
+    problems: list[CollectionProblem] = []
+    found = by_folder(load_collections("src", walk_folders(tmp_path, ALL), problems=problems))
+    assert found["twin"].name == "twin"
+    by_path = {p.path: p.problem for p in problems}
+    assert sorted(by_path) == ["broken/_meta.yaml", "listed/_meta.yaml", "twin/_meta.yaml"]
+    assert by_path["broken/_meta.yaml"].startswith("malformed, the collection takes the folder's name: ")
+    assert by_path["listed/_meta.yaml"] == "not a mapping, the collection takes the folder's name"
+    assert by_path["twin/_meta.yaml"] == "collection name 'fine' is already used, this one is 'twin'"

@@ -27,6 +27,7 @@ from indexer.filetext import looks_binary
 from indexer.globs import FileSelection
 from indexer.model import (
     Change,
+    CollectionProblem,
     Delete,
     FileVersion,
     KnownFile,
@@ -144,7 +145,9 @@ def _scan(
     # List everything before reading anything: collections must be known before the first
     # Upsert, and the Delete pass needs the complete set of present paths.
     folders = list(walk_folders(source.root, source.selection, log))
-    collections = load_collections(source.id, folders, log)
+    problems: list[CollectionProblem] = []
+    collections = load_collections(source.id, folders, log, problems)
+    yield from problems
     unstatable: list[tuple[str, str]] = []
     listed = [item for folder in folders for item in _admitted(folder, unstatable)]
     # what could not be listed is unknown, not gone: the index keeps its copy until it is readable

@@ -98,10 +98,20 @@ def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, 
         _print_sync_summary(report)
     for failed in report.failed:
         echo(f"error: source {failed.source_id}: {failed.error}", err=True)
+    if not quiet and not as_json:
+        _warn_collection_problems(report)
     if report.embed_notice and not quiet and not as_json:
         echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
         sys.exit(1)
+
+
+def _warn_collection_problems(report: SyncReport) -> None:
+    """Said at every sync, cron's included, until the file is mended: a typo in `_meta.yaml`
+    otherwise only renames a collection after its folder, which nobody notices."""
+    for s in report.sources:
+        for meta_path, problem in s.collection_problems:
+            echo(f"warning: {s.source_id}: {meta_path}: {problem}", err=True)
 
 
 def _warn(warning: str) -> None:
@@ -172,6 +182,7 @@ def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
                 echo(f"    skipped {skipped_path}: {reason}")
             if len(s.skips) > MAX_SKIPS_SHOWN:
                 echo(f"    ... and {len(s.skips) - MAX_SKIPS_SHOWN} more skipped (the log lists them)")
+        _warn_collection_problems(report)
         if report.embed_notice:
             echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:

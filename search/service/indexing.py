@@ -55,6 +55,7 @@ def source_report_json(
         "unreadable": _unreadable(s),
         "recloned": s.recloned,
         "skips": [{"path": path, "reason": reason} for path, reason in s.skips],
+        "collection_problems": [{"path": path, "problem": problem} for path, problem in s.collection_problems],
     }
 
 
