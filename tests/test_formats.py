@@ -311,3 +311,16 @@ def test_show_glob_keeps_the_single_show_confinement(run: Run, notes: Path, tmp_
     assert "TOPSECRET" not in json.dumps(data)
     refused = run("show", "notes:outside/*.md", "notes:devops/postgres.md")
     assert refused.exit_code == 1 and "TOPSECRET" not in refused.output
+
+
+def test_a_file_named_with_glob_characters_is_read_by_its_own_name(run: Run, notes: Path) -> None:
+    """`show 'notes:ideas/a*.md'` reads the file called `a*.md`, not every `a…md` beside it;
+    a pattern that names no such file is still a pattern."""
+    write(notes, {"ideas/a*.md": "# Star\n", "ideas/ab.md": "# Ab\n", "ideas/what?.md": "# Question\n"})
+    assert run("sync").exit_code == 0
+    exact = json.loads(stdout_of(run("show", "notes:ideas/a*.md", "--json")))
+    assert [v["path"] for v in exact["results"]] == ["ideas/a*.md"]
+    bare = json.loads(stdout_of(run("show", "ideas/what?.md:1:1", "--json")))
+    assert [(v["path"], v["text"]) for v in bare["results"]] == [("ideas/what?.md", "# Question\n")]
+    pattern = json.loads(stdout_of(run("show", "notes:ideas/a?.md", "--json")))
+    assert [v["path"] for v in pattern["results"]] == ["ideas/a*.md", "ideas/ab.md"]

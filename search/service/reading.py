@@ -268,6 +268,13 @@ def _expand(config: Config, store: IndexReader | None, ref: Ref, text: str) -> I
         for source_id in source_ids:
             yield source_id, replace(ref, source_id=source_id)
         return
+    # a file whose name holds `*` or `?` is read by its own name, as a plain ref would read it:
+    # the exact name before the pattern (which would match it and its neighbours)
+    literal = _sources_with_literal_file(config, store, ref)
+    if literal:
+        for source_id in literal:
+            yield source_id, replace(ref, source_id=source_id)
+        return
     matched = 0
     for source_id in [ref.source_id] if ref.source_id else list(config.sources):
         pattern = confine(config, source_id, ref.path)  # '..' above the root is refused here
@@ -277,6 +284,17 @@ def _expand(config: Config, store: IndexReader | None, ref: Ref, text: str) -> I
     if not matched:
         where = ref.source_id or ", ".join(config.sources) or "no sources"
         raise SourceError(f"{text!r}: no file matches in {where}")
+
+
+def _sources_with_literal_file(config: Config, store: IndexReader | None, ref: Ref) -> list[str]:
+    """The sources (of the ref, or all for a bare one) holding a file named exactly `ref.path`."""
+    from search.refs import sources_having
+
+    try:
+        found = sources_having(config, store, ref.path)
+    except NotesSearchError:  # refused as a name (outside a root): the pattern says why
+        return []
+    return [source_id for source_id in found if ref.source_id in (None, source_id)]
 
 
 def _glob(config: Config, store: IndexReader | None, source_id: str, pattern: str) -> list[str]:
