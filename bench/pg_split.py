@@ -6,7 +6,9 @@ on bench_pg's cached PostgreSQL copy (run bench_pg at that size first: it makes 
 Per mode and scope, the p50 over the queries of: the whole search, and the summed time of each
 store method it called (on the query's connection and on the sibling reader that runs the
 vector half beside the keyword half: the halves overlap, so the calls may sum to more than the
-whole). "other" is every remaining store call (meta, snapshot, chunk_languages, ...). Then
+whole). "other" is every remaining store call (meta, snapshot, chunk_languages, ...). As in
+bench_pg, every search meets its phrases for the first time (their kept document frequencies
+forgotten before each), so no mode rides on the counts an earlier one left. Then
 HNSW recall@10 and the unscoped vector search's p50 at fixed ef_search values. Not in run_all:
 it needs the 1M copy.
 """
@@ -108,6 +110,7 @@ def ef_sweep(url: str, size: int) -> list[list[object]]:
 
 
 def split(size: int, corpus_kind: str, queries: int) -> str:
+    from indexer.store.postgres import forget_phrase_counts
     from search.engine import search
 
     corpus = corpus_of(corpus_kind, DEFAULT_DATA)
@@ -130,10 +133,12 @@ def split(size: int, corpus_kind: str, queries: int) -> str:
                 per_call: dict[str, list[float]] = defaultdict(list)
                 calls: dict[str, list[int]] = defaultdict(list)
                 for q in qs[:3]:  # warm-up
+                    forget_phrase_counts()
                     search(
                         store, config, q, k=K, mode=mode, scope=scopes[scope_name], embedder_factory=lambda: embedder
                     )
                 for q in qs:
+                    forget_phrase_counts()  # as bench_pg: each mode meets the query's phrases for the first time
                     with timed_store_calls() as spent:
                         started = time.perf_counter()
                         search(
