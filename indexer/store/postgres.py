@@ -1700,6 +1700,8 @@ class PostgresStore:
         where, scope_params = scope_condition(scope, "c")
         scoped = f"SELECT c.id FROM chunks c WHERE {where}"
         scope_rows = self._scope_rows(scoped, scope_params)
+        if not scope_rows:
+            return []
         idf = _idfs(found, total_rows)
         if all(_single_lexeme(q) for q in queries) and sum(found) < SCOPE_MATCH_SHARE * scope_rows:
             self.keyword_trace.append(f"scope: {scope_rows} rows, the matches first (~{sum(found)})")
