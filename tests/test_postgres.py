@@ -157,6 +157,42 @@ def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
     assert settled >= len(expected) // 2
 
 
+def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scoped search reads the scope's rows when its phrases match many chunks, the matches
+    first when they are few against the scope, and a scope over SCOPE_IDS_MAX chunks through
+    the planner's join: every way ranks the scope's matches as FTS5 does."""
+    sqlite, postgres = word_stores
+    for store in word_stores:
+        with store.transaction():
+            store.write_file("s", *doc("rare/r.md", ["kernel quorum server", "quorum backup"]))
+            store.write_file("s", *doc("notes/quorum.md", ["quorum replica", "index quorum quorum"]))
+    narrow, wide = SearchScope(path="rare"), SearchScope(path="notes")
+    cases = [
+        (narrow, '"kernel" OR "server"*', "each tested"),
+        (wide, '"quorum"', "the matches first"),
+        (wide, '"quorum" OR "kernel"', "each tested"),  # "kernel" alone is in a large share of the chunks
+        (wide, '"quorum replica"', "each tested"),  # a phrase of several words: its reads are not its matches
+        (wide, '"backu"*', "each tested"),
+    ]
+    seen = set()
+    for ids_max in (pg_module.SCOPE_IDS_MAX, 10):
+        monkeypatch.setattr(pg_module, "SCOPE_IDS_MAX", ids_max)
+        for scope, match, way in cases:
+            expected = sqlite.fts_search(match, 20, scope)
+            found = postgres.fts_search(match, 20, scope)
+            assert expected, match
+            assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected], (match, scope)
+            assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+            trace = " ".join(postgres.keyword_trace)
+            if ids_max == 10 and scope is wide and way == "each tested":
+                way = "the planner's join"
+            assert way in trace, (match, scope, trace)
+            seen.add(way)
+    assert len(seen) == 3
+
+
 def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
