@@ -22,14 +22,19 @@ from dataclasses import dataclass, field
 
 from indexer.errors import StoreError
 from indexer.model import Chunk, FileVersion, ParsedDocument
-from indexer.store import LANGUAGE_BACKFILL_KEY, IndexWriter, SourceStats, content_hash
+from indexer.store import (
+    COPY_UNFINISHED_KEY,
+    LANGUAGE_BACKFILL_KEY,
+    IndexWriter,
+    SourceStats,
+    content_hash,
+    is_unfinished_copy,
+)
 from indexer.store.postgres_bulk import vector_index_deferred
 
 FILES_PER_TRANSACTION = 200
 CHUNK_PAGE = 2000
 VECTOR_PAGE = 2000
-# set in the target while a copy is being written; an empty value once the copy is verified
-COPY_UNFINISHED_KEY = "copy_unfinished"
 # kept by each store itself, never copied: the target's own schema step count, its copy state
 LOCAL_META = frozenset(
     {"schema_version", "vectors_generation", "sqlite_vec_version", "pgvector_version", COPY_UNFINISHED_KEY}
@@ -84,11 +89,6 @@ def migrate(
     copied = verify(source, target, vectors)
     target.set_meta({COPY_UNFINISHED_KEY: ""})
     return dataclasses.replace(copied, replaced_unfinished=unfinished)
-
-
-def is_unfinished_copy(meta: dict[str, str]) -> bool:
-    """Whether an index is a copy that `migrate` began and did not verify (killed, or failed)."""
-    return bool(meta.get(COPY_UNFINISHED_KEY))
 
 
 def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStats], report: Progress) -> int:

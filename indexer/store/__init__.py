@@ -28,10 +28,12 @@ from indexer.store.rows import (
     tag_key,
 )
 from indexer.store.schema import (
+    COPY_UNFINISHED_KEY,
     LANGUAGE_BACKFILL_KEY,
     MIGRATIONS,
     SCHEMA_VERSION,
     Migration,
+    is_unfinished_copy,
 )
 from indexer.store.sqlite import Store, content_hash, utc_now, vec_extension_path
 
@@ -81,6 +83,7 @@ def describe_location(location: Path | str) -> str:
 
 
 __all__ = [
+    "COPY_UNFINISHED_KEY",
     "LANGUAGE_BACKFILL_KEY",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -105,6 +108,7 @@ __all__ = [
     "describe_location",
     "index_exists",
     "is_postgres",
+    "is_unfinished_copy",
     "open_store",
     "tag_key",
     "utc_now",

@@ -1709,7 +1709,7 @@ class PostgresStore:
         if scope_rows <= SCOPE_IDS_MAX:
             self.keyword_trace.append(f"scope: {scope_rows} rows, each tested")
             sorted_ids = f"f.id = ANY(ARRAY({scoped} ORDER BY c.id))"
-            return self._scored(queries, idf, avgdl, limit, sorted_ids, scope_params, True)
+            return self._scored(queries, idf, avgdl, limit, sorted_ids, scope_params, where_leads=True)
         self.keyword_trace.append(f"scope: over {SCOPE_IDS_MAX} rows, the planner's join")
         return self._scored(queries, idf, avgdl, limit, f"f.id IN ({scoped})", scope_params)
 

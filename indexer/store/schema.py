@@ -19,6 +19,14 @@ from indexer.store.rows import tag_key
 # meta key "<last chunk id written before chunks had a language>:<last id detected so far>":
 # present while the chunks of an index older than the language column still wait for detection
 LANGUAGE_BACKFILL_KEY = "language_backfill"
+# meta key set in the target of `migrate` from before its first write until the copy is verified
+# (an empty value after): a copy killed halfway says so, and a re-run may replace it unasked
+COPY_UNFINISHED_KEY = "copy_unfinished"
+
+
+def is_unfinished_copy(meta: dict[str, str]) -> bool:
+    """Whether an index is a copy that `migrate` began and did not verify (killed, or failed)."""
+    return bool(meta.get(COPY_UNFINISHED_KEY))
 
 
 @dataclass(frozen=True, slots=True)

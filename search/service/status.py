@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
-from indexer.migrate import is_unfinished_copy
-from indexer.store import IndexReader, ScopeCounts, describe_location
+from indexer.store import IndexReader, ScopeCounts, describe_location, is_unfinished_copy
 
 if TYPE_CHECKING:
     from search.service import NotesService
