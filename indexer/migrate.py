@@ -87,7 +87,7 @@ def migrate(
         vectors = _copy_files(source, target, stats, report)
     _copy_source_states(target, stats)
     copied = verify(source, target, vectors)
-    target.set_meta({COPY_UNFINISHED_KEY: ""})
+    target.delete_meta([COPY_UNFINISHED_KEY])
     return dataclasses.replace(copied, replaced_unfinished=unfinished)
 
 

@@ -344,6 +344,7 @@ def test_a_killed_migrate_says_so_and_a_rerun_replaces_its_partial_copy(
     target = open_store(url)
     try:
         assert content(target) == content(source)
+        assert "copy_unfinished" not in target.meta()  # a finished copy carries no trace of the marker
     finally:
         target.close()
         source.close()

@@ -91,7 +91,15 @@ def test_a_source_prefix_narrows_and_must_agree_with_the_sources_given() -> None
 
 
 def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
-    report = SourceReport("notes", "workspace", added=1, skipped=1, skips=[("x.bin", "binary")], unreadable=[""])
+    report = SourceReport(
+        "notes",
+        "workspace",
+        added=1,
+        skipped=1,
+        skips=[("x.bin", "binary")],
+        unreadable=[""],
+        collection_problems=[("devops/_meta.yaml", "not a mapping")],
+    )
     assert list(source_report_json(report)) == [
         "id",
         "kind",
@@ -105,9 +113,11 @@ def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
         "unreadable",
         "recloned",
         "skips",
+        "collection_problems",
     ]
     assert source_report_json(report)["unreadable"] == ["./"]
     assert source_report_json(report)["skips"] == [{"path": "x.bin", "reason": "binary"}]
+    assert source_report_json(report)["collection_problems"] == [{"path": "devops/_meta.yaml", "problem": "not a mapping"}]
     shaped = source_report_json(report, place=Place("notes", "devops"), shape="reindex")
     assert list(shaped) == [
         *("id", "kind", "path", "added", "updated", "deleted", "skipped", "rev", "error", "unreadable", "recloned")

@@ -1135,6 +1135,10 @@ class PostgresStore:
         with self.transaction():
             self._set_meta(values)
 
+    def delete_meta(self, keys: Iterable[str]) -> None:
+        with self.transaction():
+            self.conn.execute("DELETE FROM meta WHERE key = ANY(%s)", (list(keys),))
+
     def has_vector_table(self) -> bool:
         # once there, the table stays (reset_vectors replaces it within one transaction)
         if not self._has_vectors:

@@ -182,6 +182,10 @@ class IndexWriter(IndexReader, Protocol):
         """`set_meta` inside a transaction."""
         ...
 
+    def delete_meta(self, keys: Iterable[str]) -> None:
+        """Remove settings, so a marker that has done its job leaves no trace (own transaction)."""
+        ...
+
     def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
         """Start an empty embedding space of `dims` dimensions: drop every vector, mark every
         chunk pending, record `identity` in meta (own transaction)."""

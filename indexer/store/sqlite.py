@@ -423,6 +423,10 @@ class Store:
         with self.transaction():
             self._set_meta(values)
 
+    def delete_meta(self, keys: Iterable[str]) -> None:
+        with self.transaction():
+            self.conn.executemany("DELETE FROM meta WHERE key = ?", [(key,) for key in keys])
+
     def has_vector_table(self) -> bool:
         row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_chunks'").fetchone()
         return row is not None
