@@ -117,7 +117,9 @@ def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
     ]
     assert source_report_json(report)["unreadable"] == ["./"]
     assert source_report_json(report)["skips"] == [{"path": "x.bin", "reason": "binary"}]
-    assert source_report_json(report)["collection_problems"] == [{"path": "devops/_meta.yaml", "problem": "not a mapping"}]
+    assert source_report_json(report)["collection_problems"] == [
+        {"path": "devops/_meta.yaml", "problem": "not a mapping"}
+    ]
     shaped = source_report_json(report, place=Place("notes", "devops"), shape="reindex")
     assert list(shaped) == [
         *("id", "kind", "path", "added", "updated", "deleted", "skipped", "rev", "error", "unreadable", "recloned")
