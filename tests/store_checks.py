@@ -42,17 +42,24 @@ def fts_integrity_check(store: Any) -> None:
     if not _is_postgres(store):
         store.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
         return
-    from indexer.store.postgres import lexical_row
+    from indexer.store.postgres import MAX_LEXEME_BYTES, lexical_row
 
     rows = store.conn.execute(
-        """SELECT c.id, c.breadcrumb, c.text, f.document::text, f.length, f.impacts::text, f.source_id = c.source_id
+        """SELECT c.id, c.breadcrumb, c.text, f.document::text, f.length, f.impacts::text, f.source_id = c.source_id,
+                  c.path, f.scope::text
            FROM chunks c FULL JOIN chunks_fts f ON f.id = c.id"""
     ).fetchall()
-    for chunk_id, breadcrumb, text, document, length, impacts, same_source in rows:
+    for chunk_id, breadcrumb, text, document, length, impacts, same_source, path, scope in rows:
         assert breadcrumb is not None and document is not None and same_source, f"chunk {chunk_id}: FTS row out of step"
         literal, tokens, tiers = lexical_row(breadcrumb, text)
         expected = store.conn.execute("SELECT %s::tsvector::text, %s::tsvector::text", (literal, tiers)).fetchone()
         assert (document, length, impacts) == (expected[0], tokens, expected[1]), f"chunk {chunk_id}: stale lexical row"
+        parts = path.split("/")  # the file's folders and its own path, each short enough for a lexeme
+        folders = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+        folders = [f for f in folders if f and len(f.encode()) <= MAX_LEXEME_BYTES]
+        assert scope == store.conn.execute("SELECT array_to_tsvector(%s::text[])::text", (folders,)).fetchone()[0], (
+            f"chunk {chunk_id}: scope lexemes {scope} are not the folders of {path}"
+        )
     totals = dict(store.conn.execute("SELECT source_id, count(*) || ':' || sum(length) FROM chunks_fts GROUP BY 1"))
     stats = {
         s: f"{n}:{t}" for s, n, t in store.conn.execute("SELECT source_id, rows, tokens FROM fts_stats WHERE rows > 0")

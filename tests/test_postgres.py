@@ -160,15 +160,16 @@ def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
 def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(
     word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A scoped search reads the scope's rows when its phrases match many chunks, the matches
-    first when they are few against the scope, and a scope over SCOPE_IDS_MAX chunks through
-    the planner's join: every way ranks the scope's matches as FTS5 does."""
+    """A scoped search that is not a plain folder (here a folder and a time window) reads the
+    scope's rows when its phrases match many chunks, the matches first when they are few against
+    the scope, and a scope over SCOPE_IDS_MAX chunks through the planner's join: every way ranks
+    the scope's matches as FTS5 does."""
     sqlite, postgres = word_stores
     for store in word_stores:
         with store.transaction():
             store.write_file("s", *doc("rare/r.md", ["kernel quorum server", "quorum backup"]))
             store.write_file("s", *doc("notes/quorum.md", ["quorum replica", "index quorum quorum"]))
-    narrow, wide = SearchScope(path="rare"), SearchScope(path="notes")
+    narrow, wide = SearchScope(path="rare", updated_since=0.0), SearchScope(path="notes", updated_since=0.0)
     cases = [
         (narrow, '"kernel" OR "server"*', "each tested"),
         (wide, '"quorum"', "the matches first"),
@@ -191,6 +192,69 @@ def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(
             assert way in trace, (match, scope, trace)
             seen.add(way)
     assert len(seen) == 3
+
+
+FOLDERS = ["notes", "notes/deep", "it's \\odd", "zálohy a obnova", "notes0", "note"]
+
+
+def test_a_folder_scope_is_one_more_condition_of_the_document_index_scan(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder or file scope (within some sources or not) is read through its lexeme in the
+    lexical rows' scope column, in the same index scan as the match, and ranks the scope's
+    matches as FTS5 does; neighbours that share a prefix of the name ("notes0", "note") stay
+    out, odd names (quotes, backslashes, spaces, accents) work, and a path too long for a
+    lexeme is read as before (its folder, short enough, by its lexeme)."""
+    long_folder = "x" * (pg_module.MAX_LEXEME_BYTES - 3)
+    rng = random.Random(3)
+    files = {}
+    for folder in [*FOLDERS, long_folder]:
+        for n in range(4):
+            files[(rng.choice(["s", "t"]), f"{folder}/n{n}.md")] = [
+                " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 30))) for _ in range(2)
+            ]
+    pair = (Store.open(tmp_path / "index.sqlite"), PostgresStore.open(pg_url))
+    try:
+        for store in pair:
+            for source in ("s", "t"):
+                store.ensure_source(source, "workspace")
+            with store.transaction():
+                for (source, path), texts in files.items():
+                    store.write_file(source, *doc(path, texts))
+        sqlite, postgres = pair
+        fts_integrity_check(postgres)  # each row's scope lexemes are its file's folders and path
+        monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)  # the large index's ways of counting
+        scopes = [SearchScope(path=folder) for folder in FOLDERS]
+        scopes += [SearchScope(path="notes/", source_ids=("t",)), SearchScope(path="notes/deep/n1.md")]
+        scopes += [SearchScope(path="nowhere"), SearchScope(path=long_folder), SearchScope(path=f"{long_folder}/n1.md")]
+        answered = 0
+        for scope in scopes:
+            for match in COMMON_QUERIES:
+                expected = sqlite.fts_search(match, 5, scope)
+                found = postgres.fts_search(match, 5, scope)
+                assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected], (match, scope)
+                assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+                by_lexeme = "the folder's lexeme" in " ".join(postgres.keyword_trace)
+                too_long = scope.path == f"{long_folder}/n1.md"  # the folder fits a lexeme, its files do not
+                assert by_lexeme != too_long, (match, scope.path, postgres.keyword_trace)
+                answered += bool(expected)
+        assert answered > len(scopes) * len(COMMON_QUERIES) // 2
+        with postgres.transaction():  # a table this small is scanned whole; the plan of a large one
+            postgres.conn.execute("SET LOCAL enable_seqscan = off")
+            plan = [
+                str(line[0])
+                for line in postgres.conn.execute(
+                    "EXPLAIN SELECT id FROM chunks_fts f WHERE f.document @@ %s::tsquery AND f.scope @@ %s::tsquery",
+                    ("'server'", "'notes'"),
+                )
+            ]
+        scans = [n for n, line in enumerate(plan) if "Index Scan" in line]
+        assert len(scans) == 1 and "idx_chunks_fts_document" in plan[scans[0]], plan
+        condition = plan[scans[0] + 1]
+        assert "Index Cond" in condition and "document @@" in condition and "scope @@" in condition, plan
+    finally:
+        for store in pair:
+            store.close()
 
 
 def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
@@ -484,8 +548,10 @@ def test_the_lexical_rows_are_analyzed_after_a_percent_of_them_changed(pg_url: s
         assert option in (store._one(reloptions) or [])
         with store.transaction():  # the index as the previous schema left it
             store.conn.execute("ALTER TABLE chunks_fts RESET (autovacuum_analyze_scale_factor)")
+            steps = [step.name for step in pg_module.PG_MIGRATIONS]
             store.conn.execute(
-                f"UPDATE meta SET value = '{pg_module.PG_SCHEMA_VERSION - 1}' WHERE key = 'schema_version'"
+                "UPDATE meta SET value = %s WHERE key = 'schema_version'",
+                (str(steps.index("lexical_statistics_follow_writes")),),
             )
     finally:
         store.close()
@@ -521,6 +587,60 @@ def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: 
         assert store._one("SELECT count(*) FROM chunks_fts WHERE impacts <> ''::tsvector") > 0
         with pytest.raises(psycopg.errors.NotNullViolation):  # no default: refused, not hidden
             store.conn.execute("INSERT INTO chunks_fts(id, source_id, document, length) VALUES (-1, 's', '', 0)")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "path", ["a.md", "a/b/c.md", "it's/\\x y/é.md", "a//b.md", "x" * 2040 + "/y" * 10 + ".md", "a/" + "é" * 1100]
+)
+def test_the_written_scope_lexemes_are_those_the_migration_computes(pg_url: str, path: str) -> None:
+    store = PostgresStore.open(pg_url)
+    try:
+        python, sql, first = store.conn.execute(
+            "SELECT %s::tsvector::text, path_scopes(%s)::text, %s::tsvector @@ %s::tsquery",
+            (pg_module.scope_literal(path), path, pg_module.scope_literal(path), pg_module._lexeme(path.split("/")[0])),
+        ).fetchone()
+        assert python == sql and first  # the top folder (or the file) is always a lexeme
+    finally:
+        store.close()
+
+
+def test_lexical_rows_written_before_scope_lexemes_get_them_on_migration(pg_url: str) -> None:
+    """An index of the previous schema (no scope column, the document index over `document`
+    alone) gets every row's folders and the two-column index; its folder scopes then answer as
+    before the migration did, through the lexemes."""
+    store = _holding_the_texts(pg_url)
+    scope = SearchScope(path="devops")
+    before = store.fts_search('"server"* OR "zaloha"*', 10, scope)
+    assert before
+    with store.transaction():  # the index as the previous schema left it
+        store.conn.execute("DROP INDEX idx_chunks_fts_document")
+        store.conn.execute("ALTER TABLE chunks_fts DROP COLUMN scope")
+        store.conn.execute("DROP FUNCTION path_scopes(text)")
+        store.conn.execute("CREATE INDEX idx_chunks_fts_document ON chunks_fts USING gin(document)")
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("lexical_scopes")),)
+        )
+    store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        fts_integrity_check(store)  # every row's folders
+        columns = store._one(
+            """SELECT array_agg(a.attname::text ORDER BY k.n) FROM pg_index i
+               CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n)
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+               WHERE i.indexrelid = 'idx_chunks_fts_document'::regclass"""
+        )
+        assert columns == ["document", "scope"]
+        assert store.fts_search('"server"* OR "zaloha"*', 10, scope) == before
+        assert "the folder's lexeme" in " ".join(store.keyword_trace)
+        with pytest.raises(psycopg.errors.NotNullViolation):  # a row without its folders is refused
+            store.conn.execute(
+                "INSERT INTO chunks_fts(id, source_id, document, length, impacts) VALUES (-1, 's', '', 0, '')"
+            )
     finally:
         store.close()
 

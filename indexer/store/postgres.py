@@ -292,6 +292,14 @@ def _position_labels(weight: str) -> list[str]:
     return [f"{position}{weight}" for position in range(MAX_POSITION + 1)]
 
 
+def scope_literal(path: str) -> str:
+    """The tsvector literal of a file's scope lexemes: each of its folders and its own path
+    (as `path_scopes` makes them in SQL for the rows written before the column existed)."""
+    parts = path.split("/")
+    folders = ("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return " ".join(_lexeme(f) for f in folders if f and len(f.encode("utf-8", "surrogatepass")) <= MAX_LEXEME_BYTES)
+
+
 def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
     """What `chunks_fts` keeps of a chunk: its tsvector literal (breadcrumb hits weighted A,
     text hits D; one empty position between the two columns so that no phrase spans both), its
@@ -467,6 +475,25 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f" (SELECT t.source_id, t.path FROM file_tags t WHERE t.tag = %(scope_tag{i})s)"
         )
     return (" AND ".join(clauses) or "TRUE"), params
+
+
+def folder_scope(scope: SearchScope) -> tuple[str, dict[str, object]] | None:
+    """The condition over `chunks_fts f` of a scope that is a folder or a file (maybe within some
+    sources), through the folder lexemes of `f.scope` (see LEXICAL_SCOPES_SQL); None for any
+    other scope (filters, no path, a path too long for a lexeme)."""
+    if not scope.path or scope.collection is not None or scope.tags:
+        return None
+    if scope.updated_since is not None or scope.updated_before is not None:
+        return None
+    folder = _text(scope.path.strip("/"))
+    if not folder or len(folder.encode("utf-8", "surrogatepass")) > MAX_LEXEME_BYTES:
+        return None
+    params: dict[str, object] = {"scope_folder": _lexeme(folder)}
+    where = "f.scope @@ %(scope_folder)s::tsquery"
+    if scope.source_ids:
+        params["scope_sources"] = list(scope.source_ids)
+        where += " AND f.source_id = ANY(%(scope_sources)s)"
+    return where, params
 
 
 # ---- schema ---------------------------------------------------------------------------------
@@ -657,6 +684,40 @@ CHUNK_PATHS_COVERING_SQL = """
 """
 
 
+# each lexical row's folders (every ancestor of its file, and the file's own path) as lexemes
+# of a second column of the document index: a folder scope becomes one more condition of the
+# same index scan, which walks the folder's few entries and skips through the words' long
+# posting lists, instead of reading every row of the folder to test the match on it (at 1M
+# chunks, 10k rows of ~3 KB for a 1 % folder). A column of its own, not lexemes in `document`:
+# folders are the commonest "words" and would crowd real ones out of the planner's statistics
+# the keyword search reads its document frequencies from. A path longer than a lexeme can be
+# (MAX_LEXEME_BYTES) has no scope lexeme: its scopes are read as before. Writes send the lexemes
+# (`scope_literal`); `path_scopes` makes the same in SQL for the rows written before.
+LEXICAL_SCOPES_SQL = f"""
+    CREATE OR REPLACE FUNCTION path_scopes(path TEXT) RETURNS TSVECTOR LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+      SELECT array_to_tsvector(ARRAY(
+        SELECT folder FROM (
+          SELECT array_to_string(parts[1:n], '/') AS folder
+          FROM (SELECT string_to_array(path, '/') AS parts) p, generate_series(1, cardinality(parts)) n) f
+        WHERE folder <> '' AND octet_length(folder) <= {MAX_LEXEME_BYTES}))
+    $$;
+    ALTER TABLE chunks_fts ADD COLUMN IF NOT EXISTS scope TSVECTOR;
+"""
+SCOPES_BUILD_MEMORY = "512MB"
+
+
+def _write_scopes(store: PostgresStore) -> None:
+    """Every lexical row's folders, then the document index again over (document, scope) and
+    the impact index (rewriting each row would otherwise add every one of its words to both)."""
+    for name in LEXICAL_GIN_INDEXES:
+        store.conn.execute(f"DROP INDEX IF EXISTS {name}")
+    store.conn.execute("UPDATE chunks_fts f SET scope = path_scopes(c.path) FROM chunks c WHERE c.id = f.id")
+    store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN scope SET NOT NULL")
+    store.conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (SCOPES_BUILD_MEMORY,))
+    store.conn.execute("CREATE INDEX idx_chunks_fts_document ON chunks_fts USING gin(document, scope)")
+    store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
+
+
 def _rebuild_vector_index(store: PostgresStore) -> None:
     """An HNSW index built with other parameters than `hnsw_options` gives for its size
     (pgvector's defaults, or the small graph of an index that has grown since) is built again:
@@ -727,6 +788,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
         "lexical_statistics_follow_writes",
         f"ALTER TABLE chunks_fts SET (autovacuum_analyze_scale_factor = {LEXICAL_ANALYZE_SHARE})",
     ),
+    PgMigration("lexical_scopes", LEXICAL_SCOPES_SQL, data=_write_scopes),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -1368,6 +1430,7 @@ class PostgresStore:
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
+        scopes = {file.path: scope_literal(_text(file.path)) for file, _ in files}
         # PostgreSQL text holds no NUL (front matter can spell one): keys as stored, distinct again
         tag_rows = [(key, file.path) for file, doc in files for key in _stored_tag_keys(doc.tags)]
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
@@ -1390,9 +1453,9 @@ class PostgresStore:
                    SELECT * FROM unnest(%(chunk_path)b::text[], %(idx)b::int[], %(breadcrumb)b::text[],
                                         %(text)b::text[], %(start)b::int[], %(end)b::int[], %(hash)b::text[],
                                         %(embedded)b::text[], %(language)b::text[], %(document)b::text[],
-                                        %(length)b::int[], %(impacts)b::text[]) WITH ORDINALITY
+                                        %(length)b::int[], %(impacts)b::text[], %(scope)b::text[]) WITH ORDINALITY
                        AS u(path, idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
-                            length, impacts, ord)),
+                            length, impacts, scope, ord)),
                c AS (
                    INSERT INTO chunks(source_id, path, chunk_idx, breadcrumb, text, start_line, end_line,
                                       content_hash, embedded_at, language)
@@ -1400,8 +1463,8 @@ class PostgresStore:
                           language FROM u ORDER BY ord
                    RETURNING id, path, chunk_idx, content_hash),
                fts AS (
-                   INSERT INTO chunks_fts(id, source_id, document, length, impacts)
-                   SELECT c.id, %(source)s, u.document::tsvector, u.length, u.impacts::tsvector
+                   INSERT INTO chunks_fts(id, source_id, document, length, impacts, scope)
+                   SELECT c.id, %(source)s, u.document::tsvector, u.length, u.impacts::tsvector, u.scope::tsvector
                    FROM c JOIN u ON u.path COLLATE "C" = c.path AND u.idx = c.chunk_idx)
                SELECT id, content_hash FROM c""",
             {
@@ -1430,6 +1493,7 @@ class PostgresStore:
                 "document": [d for d, _, _ in documents],
                 "length": [n for _, n, _ in documents],
                 "impacts": [i for _, _, i in documents],
+                "scope": [scopes[path] for path, _ in chunks],
             },
         )
 
@@ -1701,12 +1765,16 @@ class PostgresStore:
         found = self._document_frequencies(queries, total_rows)
         if not any(found):
             return []
+        idf = _idfs(found, total_rows)
+        folder = folder_scope(scope)
+        if folder is not None:
+            self.keyword_trace.append("scope: the folder's lexeme in the document index")
+            return self._scored(queries, idf, avgdl, limit, *folder)
         where, scope_params = scope_condition(scope, "c")
         scoped = f"SELECT c.id FROM chunks c WHERE {where}"
         scope_rows = self._scope_rows(scoped, scope_params)
         if not scope_rows:
             return []
-        idf = _idfs(found, total_rows)
         if all(_single_lexeme(q) for q in queries) and sum(found) < SCOPE_MATCH_SHARE * scope_rows:
             self.keyword_trace.append(f"scope: {scope_rows} rows, the matches first (~{sum(found)})")
             return self._scored(queries, idf, avgdl, limit, f"f.id IN ({scoped})", scope_params, matches_lead=True)
