@@ -1734,7 +1734,9 @@ class PostgresStore:
         (ts_rank_cd per phrase) and each phrase's document frequency is counted from those same
         rows. Scoped, the document frequencies still come from the whole index: counted (or on
         a large index estimated) once per phrase and kept until the lexical rows change, so a
-        repeated phrase costs only the scoring of the scope's own matches."""
+        repeated phrase costs only the scoring of the scope's own matches; a folder or file scope
+        finds those in the same index scan as the match (`folder_scope`), any other scope by its
+        chunk ids."""
         self.keyword_trace = []
         phrases = match_phrases(match)
         if not phrases or limit <= 0:
