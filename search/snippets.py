@@ -69,11 +69,21 @@ def _tokens(line: str) -> list[tuple[str, int, int]]:
 
 
 def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
-    """Per term, the spans of `line` where it occurs (a phrase: from its first word to its last)."""
+    """Per term, the spans of `line` where it occurs (a phrase: from its first word to its last).
+
+    A term whose first word is not even a substring of the folded line cannot occur in it (a
+    token that equals or starts with the word holds it): most lines of a shown hit hold no
+    term, and are passed over without being tokenized word by word."""
+    folded = _fold(line)
+    if not any(words[0] in folded for words, _ in terms):
+        return [[] for _ in terms]
     tokens = _tokens(line)
     found: list[list[Span]] = []
     for words, prefix in terms:
-        spans = []
+        spans: list[Span] = []
+        if words[0] not in folded:
+            found.append(spans)
+            continue
         last = len(words) - 1
         for first in range(len(tokens) - last):
             if all(

@@ -284,3 +284,50 @@ def test_one_files_hits_come_together_each_as_a_ref(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert re.findall(r"^(\S+)  ", out, re.MULTILINE) == ["notes:a.md:3", "notes:a.md:20", "notes:b.md:5"]
     assert out.count("\n\n") == 2  # a blank line after each file, none between one file's hits
+
+
+def _spans_by_definition(terms: list[tuple[tuple[str, ...], bool]], line: str) -> list[list[tuple[int, int]]]:
+    """term_spans written plainly: every line tokenized, every position tried (no shortcut)."""
+    from search.snippets import _tokens
+
+    tokens = _tokens(line)
+    found = []
+    for words, prefix in terms:
+        last = len(words) - 1
+        found.append(
+            [
+                (tokens[first][1], tokens[first + last][2])
+                for first in range(len(tokens) - last)
+                if all(
+                    tokens[first + i][0] == word or (prefix and i == last and tokens[first + i][0].startswith(word))
+                    for i, word in enumerate(words)
+                )
+            ]
+        )
+    return found
+
+
+# decomposed accents, marks outside the range unicode61 folds (U+0483, U+1DCA, U+20D0), ß, Kelvin sign
+ODD = [
+    "e\u0301te\u0301",
+    "Cafe\u0301\u1dca",
+    "ПОЕЗД\u0483",
+    "поезда",
+    "Straße",
+    "STRASSE",
+    "\u212aelvin",
+    "x\u20d0y",
+    "zálohy",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    line=st.lists(st.sampled_from(WORDS + ODD) | st.text(max_size=6), max_size=14).map(" ".join),
+    query=st.lists(st.sampled_from(WORDS[:8] + ODD) | st.text(max_size=5), min_size=1, max_size=3).map(" ".join),
+)
+def test_term_spans_skip_only_lines_that_cannot_hold_a_term(line: str, query: str) -> None:
+    """Lines whose folded text lacks every term's first word are passed over without being
+    tokenized: the spans are still exactly those of trying every token."""
+    terms = snippet_terms(query) + snippet_terms(query + "*")
+    assert term_spans(terms, line) == _spans_by_definition(terms, line)
