@@ -238,6 +238,9 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
         folder = Path(tempfile.mkdtemp(prefix="bench-pg-sync-"))
         location: Any = folder / "index.sqlite"
         if backend == "postgres":
+            from indexer.store.postgres import discard_pool
+
+            discard_pool()  # an earlier run's pooled connections to the database would refuse its DROP
             with psycopg.connect(database_url(socket_dir, "postgres"), autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
                 admin.execute(f'CREATE DATABASE "{name}"')
