@@ -75,13 +75,14 @@ def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
     token that equals or starts with the word holds it): most lines of a shown hit hold no
     term, and are passed over without being tokenized word by word."""
     folded = _fold(line)
-    if not any(words[0] in folded for words, _ in terms):
+    possible = [words[0] in folded for words, _ in terms]
+    if not any(possible):
         return [[] for _ in terms]
     tokens = _tokens(line)
     found: list[list[Span]] = []
-    for words, prefix in terms:
+    for (words, prefix), may_occur in zip(terms, possible, strict=True):
         spans: list[Span] = []
-        if words[0] not in folded:
+        if not may_occur:
             found.append(spans)
             continue
         last = len(words) - 1

@@ -297,7 +297,7 @@ def scope_literal(path: str) -> str:
     (as `path_scopes` makes them in SQL for the rows written before the column existed)."""
     parts = path.split("/")
     folders = ("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return " ".join(_lexeme(f) for f in folders if f and len(f.encode("utf-8", "surrogatepass")) <= MAX_LEXEME_BYTES)
+    return " ".join(_lexeme(f) for f in folders if f and _indexable(f))
 
 
 def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
@@ -481,12 +481,10 @@ def folder_scope(scope: SearchScope) -> tuple[str, dict[str, object]] | None:
     """The condition over `chunks_fts f` of a scope that is a folder or a file (maybe within some
     sources), through the folder lexemes of `f.scope` (see LEXICAL_SCOPES_SQL); None for any
     other scope (filters, no path, a path too long for a lexeme)."""
-    if not scope.path or scope.collection is not None or scope.tags:
-        return None
-    if scope.updated_since is not None or scope.updated_before is not None:
+    if not scope.path or scope.collection is not None or scope.has_filters:
         return None
     folder = _text(scope.path.strip("/"))
-    if not folder or len(folder.encode("utf-8", "surrogatepass")) > MAX_LEXEME_BYTES:
+    if not folder or not _indexable(folder):
         return None
     params: dict[str, object] = {"scope_folder": _lexeme(folder)}
     where = "f.scope @@ %(scope_folder)s::tsquery"
