@@ -12,6 +12,9 @@ phrase (`db-01.lan`) its words in a row.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -59,13 +62,24 @@ def chunk_lines(text: str) -> list[str]:
     return text.split("\n")
 
 
-def _tokens(line: str) -> list[tuple[str, int, int]]:
-    """(folded token, start, end in `line`) per token, as the index tokenizes the line."""
-    tokens = []
-    for raw in _RAW_WORD.finditer(line):
-        for word in _TOKEN.findall(_fold(raw.group())):
-            tokens.append((word, raw.start(), raw.end()))
-    return tokens
+@functools.lru_cache(maxsize=1024)
+def _tokens(line: str) -> tuple[tuple[str, int, int], ...]:
+    """(folded token, start, end in `line`) per token, as the index tokenizes the line. Kept: an
+    excerpt looks at its match line three times (its best line, the snippet, the highlights)."""
+    if line.isascii():
+        # nothing to decompose and no marks: each raw word is one token, folded by lowercasing
+        # in place (the same offsets), so the whole line is tokenized in one pass
+        return tuple((raw.group(), raw.start(), raw.end()) for raw in _TOKEN.finditer(line.lower()))
+    return tuple(
+        (token, raw.start(), raw.end()) for raw in _RAW_WORD.finditer(line) for token in _word_tokens(raw.group())
+    )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_tokens(word: str) -> tuple[str, ...]:
+    """The folded tokens of one raw word: kept, as the words of notes repeat from hit to hit and
+    folding (NFKD, marks dropped) is most of tokenizing a line."""
+    return tuple(_TOKEN.findall(_fold(word)))
 
 
 def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
@@ -74,7 +88,35 @@ def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
     A term whose first word is not even a substring of the folded line cannot occur in it (a
     token that equals or starts with the word holds it): most lines of a shown hit hold no
     term, and are passed over without being tokenized word by word."""
-    folded = _fold(line)
+    return _line_spans(terms, line, _fold(line))
+
+
+def folded_lines(lines: Sequence[str]) -> list[str]:
+    """Each line folded (`_fold`), the chunk folded at once: folding works character by
+    character and never makes or removes a line break, so line i of the folded chunk is line i
+    folded."""
+    folded = _fold("\n".join(lines)).split("\n")
+    return folded if len(folded) == len(lines) else [_fold(line) for line in lines]
+
+
+def _lines_that_may_hold(terms: Sequence[Term], folded: Sequence[str]) -> list[int]:
+    """The indexes, in order, of the folded lines holding some term's first word as a substring:
+    the only lines that can hold a term (see `term_spans`). Found by searching the whole folded
+    chunk for each word (a word holds no line break), not by testing line after line."""
+    text = "\n".join(folded)
+    starts = list(itertools.accumulate((len(line) + 1 for line in folded[:-1]), initial=0))
+    found: set[int] = set()
+    for word in {words[0] for words, _ in terms}:
+        at = text.find(word)
+        while at >= 0:
+            line = bisect.bisect_right(starts, at) - 1
+            found.add(line)
+            at = text.find(word, starts[line + 1]) if line + 1 < len(starts) else -1
+    return sorted(found)
+
+
+def _line_spans(terms: Sequence[Term], line: str, folded: str) -> list[list[Span]]:
+    """`term_spans` of `line`, whose folded text is `folded`."""
     possible = [words[0] in folded for words, _ in terms]
     if not any(possible):
         return [[] for _ in terms]
@@ -86,6 +128,14 @@ def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
             found.append(spans)
             continue
         last = len(words) - 1
+        if last == 0:  # one word, as most terms are: no window to slide
+            word = words[0]
+            if prefix:
+                spans = [(start, end) for token, start, end in tokens if token.startswith(word)]
+            else:
+                spans = [(start, end) for token, start, end in tokens if token == word]
+            found.append(spans)
+            continue
         for first in range(len(tokens) - last):
             if all(
                 tokens[first + i][0] == word or (prefix and i == last and tokens[first + i][0].startswith(word))
@@ -134,11 +184,15 @@ def best_line(terms: Sequence[Term], lines: Sequence[str]) -> tuple[int, bool]:
     chunk hold it (a word in every line of a section says little about which line answers).
     Ties go to a content line over a heading, then to the earlier line. No line with a term:
     the first content line."""
-    per_line = [[bool(spans) for spans in term_spans(terms, line)] for line in lines]
-    holding = [sum(found[t] for found in per_line) for t in range(len(terms))]
+    folded = folded_lines(lines)
+    per_line = {  # the lines that hold some term: which terms each holds
+        index: [bool(spans) for spans in _line_spans(terms, lines[index], folded[index])]
+        for index in _lines_that_may_hold(terms, folded)
+    }
+    holding = [sum(found[t] for found in per_line.values()) for t in range(len(terms))]
     weight = [math.log(1 + len(lines) / count) if count else 0.0 for count in holding]
     best: tuple[float, bool, int] | None = None
-    for index, found in enumerate(per_line):
+    for index, found in per_line.items():
         score = sum(w for w, hit in zip(weight, found, strict=True) if hit)
         if score <= 0:
             continue
@@ -177,9 +231,10 @@ def snippet(
     spans.sort()
     picked = {index: clip_line(lines[index], spans, max_chars)} if lines else {}
     used = len(picked.get(index, ""))
-    before = [i for i in range(index - 1, -1, -1) if _says_something(lines[i])]
-    after = [i for i in range(index + 1, len(lines)) if _says_something(lines[i])]
-    for i in before[:1] + after + before[1:]:
+    # looked at lazily: a snippet stops after a few lines
+    before = (i for i in range(index - 1, -1, -1) if _says_something(lines[i]))
+    after = (i for i in range(index + 1, len(lines)) if _says_something(lines[i]))
+    for i in itertools.chain(itertools.islice(before, 1), after, before):
         if len(picked) >= max_lines:
             break
         room = max_chars - used - 1  # the line break before it

@@ -5,6 +5,7 @@ line endings; the CLI groups hits by file and highlights terms only where it may
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -286,11 +287,22 @@ def test_one_files_hits_come_together_each_as_a_ref(capsys: pytest.CaptureFixtur
     assert out.count("\n\n") == 2  # a blank line after each file, none between one file's hits
 
 
+def _tokens_by_definition(line: str) -> list[tuple[str, int, int]]:
+    """The line's tokens written plainly: each raw word (combining marks belong to their letter)
+    folded as the index folds it, each of its folded tokens spanning the whole raw word."""
+    from search.fusion import _TOKEN, _fold
+    from search.snippets import _RAW_WORD
+
+    return [
+        (word, raw.start(), raw.end())
+        for raw in _RAW_WORD.finditer(line)
+        for word in _TOKEN.findall(_fold(raw.group()))
+    ]
+
+
 def _spans_by_definition(terms: list[tuple[tuple[str, ...], bool]], line: str) -> list[list[tuple[int, int]]]:
     """term_spans written plainly: every line tokenized, every position tried (no shortcut)."""
-    from search.snippets import _tokens
-
-    tokens = _tokens(line)
+    tokens = _tokens_by_definition(line)
     found = []
     for words, prefix in terms:
         last = len(words) - 1
@@ -331,3 +343,56 @@ def test_term_spans_skip_only_lines_that_cannot_hold_a_term(line: str, query: st
     tokenized: the spans are still exactly those of trying every token."""
     terms = snippet_terms(query) + snippet_terms(query + "*")
     assert term_spans(terms, line) == _spans_by_definition(terms, line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    line=st.lists(
+        st.sampled_from(WORDS + ODD) | st.text(max_size=6) | st.text(alphabet="aZ9_-.' \t", max_size=8), max_size=14
+    ).map(" ".join)
+)
+def test_tokens_of_a_line_are_those_of_its_words_folded_one_by_one(line: str) -> None:
+    """The shortcuts (an ASCII line lowercased at once, each word's folding kept) give the
+    tokens and offsets of folding every raw word."""
+    from search.snippets import _tokens
+
+    assert list(_tokens(line)) == _tokens_by_definition(line)
+    assert list(_tokens(line.encode("ascii", "ignore").decode())) == _tokens_by_definition(
+        line.encode("ascii", "ignore").decode()
+    )
+
+
+def _best_line_by_definition(terms: list[tuple[tuple[str, ...], bool]], lines: list[str]) -> tuple[int, bool]:
+    """best_line written plainly: every line's spans by definition, every line scored."""
+    from search.snippets import first_content_line, is_content
+
+    per_line = [[bool(spans) for spans in _spans_by_definition(terms, line)] for line in lines]
+    holding = [sum(found[t] for found in per_line) for t in range(len(terms))]
+    weight = [math.log(1 + len(lines) / count) if count else 0.0 for count in holding]
+    scored = [
+        (sum(w for w, hit in zip(weight, found, strict=True) if hit), is_content(lines, i), -i)
+        for i, found in enumerate(per_line)
+    ]
+    best = max((key for key in scored if key[0] > 0), default=None)
+    return (first_content_line(lines), False) if best is None else (-best[2], True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.lists(st.sampled_from(WORDS + ODD + ["#", "```", "==="]) | st.text(max_size=5), max_size=8).map(" ".join),
+        min_size=1,
+        max_size=8,
+    ),
+    query=st.lists(st.sampled_from(WORDS[:8] + ODD) | st.text(max_size=5), min_size=1, max_size=3).map(" ".join),
+)
+def test_best_line_looks_only_at_lines_that_may_hold_a_term(lines: list[str], query: str) -> None:
+    """Searching the folded chunk for the terms' first words picks the lines to score: the
+    best line is still the one of scoring every line, and the chunk folded at once is its
+    lines folded one by one."""
+    from search.fusion import _fold
+    from search.snippets import best_line, folded_lines
+
+    terms = snippet_terms(query) + snippet_terms(query + "*")
+    assert folded_lines(lines) == [_fold(line) for line in lines]
+    assert best_line(terms, lines) == _best_line_by_definition(terms, lines)
