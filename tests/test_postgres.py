@@ -117,7 +117,7 @@ def word_stores(tmp_path: Path, pg_url: str) -> Iterator[tuple[Store, PostgresSt
             words += [rng.choice(WORDS)] * rng.randint(0, 8)
             rng.shuffle(words)
             texts.append(" ".join(words))
-        files.append(doc(f"notes/n{n}.md", texts))
+        files.append(doc(f"notes/{'ab'[n % 2]}/n{n}.md", texts))
     pair = (Store.open(tmp_path / "index.sqlite"), PostgresStore.open(pg_url))
     for store in pair:
         store.ensure_source("s", "workspace")
@@ -155,6 +155,38 @@ def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
         full = any("OVER ()" in str(sql) for sql, _ in sent)
         settled += tiered and not full
     assert settled >= len(expected) // 2
+
+
+@pytest.mark.parametrize("folder", ["notes/a", "notes"])
+def test_impact_tiers_settle_a_large_folders_top_for_one_phrase_as_fts5_does(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch, folder: str
+) -> None:
+    """A folder with many matches of one phrase on a large index is searched as the whole index
+    is: its top impact tiers first, through the folder's lexeme. The top is the one scoring
+    every match of the folder gives (ids and scores, as FTS5 ranks the folder), and most such
+    queries are settled by the tiers; a query of several phrases scores the folder's matches."""
+    sqlite, postgres = word_stores
+    scope = SearchScope(path=folder)
+    one_phrase = ['"backu"*', '"server"', '"server restore"', '"kernel"*', '"replica"', '"zaloha"*', '"поезд"*']
+    queries = one_phrase + [m for m in COMMON_QUERIES if m not in one_phrase]
+    expected = {(m, k): postgres.fts_search(m, k, scope) for m in queries for k in (5, 20)}
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
+    sent = _statements(postgres, monkeypatch)
+    settled = 0
+    for (match, limit), scored in expected.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, scope)
+        assert found == scored, (match, limit, postgres.keyword_trace)
+        fts5 = sqlite.fts_search(match, limit, scope)
+        assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in fts5]
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in fts5], rel=1e-9)
+        tiered = any("impacts @@" in str(sql) and "scope @@" in str(sql) for sql, _ in sent)
+        assert tiered == (match in one_phrase), match
+        settled += tiered and "scope: every match in the folder scored" not in postgres.keyword_trace
+    assert settled >= len(one_phrase)  # of 2 * len(one_phrase) searches
 
 
 def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(

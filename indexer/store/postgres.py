@@ -1769,6 +1769,18 @@ class PostgresStore:
         folder = folder_scope(scope)
         if folder is not None:
             self.keyword_trace.append("scope: the folder's lexeme in the document index")
+            if large and len(queries) == 1:
+                # one phrase with many matches in the folder: its top impact tiers first, as the
+                # whole index's (a query of several phrases scores the folder's matches faster
+                # than the passes settle it)
+                share = min(1.0, self._estimated_rows(*folder) / total_rows)
+                if share * found[0] > FULL_SCAN_MAX_MATCHES:
+                    hits = self._tiered_search(
+                        phrases, queries, found, total_rows, avgdl, limit, None, False, folder, share
+                    )
+                    if hits is not None:
+                        return hits
+                    self.keyword_trace.append("scope: every match in the folder scored")
             return self._scored(queries, idf, avgdl, limit, *folder)
         where, scope_params = scope_condition(scope, "c")
         scoped = f"SELECT c.id FROM chunks c WHERE {where}"
@@ -1831,9 +1843,13 @@ class PostgresStore:
         limit: int,
         every: str | None,
         every_few: bool,
+        within: tuple[str, dict[str, object]] | None = None,
+        share: float = 1.0,
     ) -> list[RankedChunk] | None:
-        """The unscoped top `limit` from the chunks of the top impact tiers, or None when the
-        bound cannot be met in bounded passes (the caller scores every match).
+        """The top `limit` from the chunks of the top impact tiers, or None when the bound
+        cannot be met in bounded passes (the caller scores every match). `within`: a condition
+        every pass also meets (a folder scope, about `share` of the index's rows): the bound
+        holds for any set of chunks, so the top of the chunks meeting it is settled alike.
 
         A pass at tier t takes the chunks where some phrase reaches tier t; with `every` (the
         tsquery of all phrases at once) also the chunks holding every phrase where some phrase
@@ -1880,7 +1896,7 @@ class PostgresStore:
                 else:
                     params["every_tiers"] = impact_tsquery(phrases, lower + 1)
                     where = f"({where} OR (f.document @@ %(every)s::tsquery AND f.impacts @@ %(every_tiers)s::tsquery))"
-            return where, params
+            return _within(where, params, within)
 
         tier = 0
         for _ in range(IMPACT_STEPS):
@@ -1897,7 +1913,9 @@ class PostgresStore:
                 # a deeper tier whose bound the limit-th score already meets is sure to settle it too
                 deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
                 settles = None if deeper is None else pass_condition(deeper)
-                return self._settling_pass(phrases, queries, idf, avgdl, limit, kth, parts, settles, max(found))
+                return self._settling_pass(
+                    phrases, queries, idf, avgdl, limit, kth, parts, settles, max(found) * share, within
+                )
             self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
             if tier == last:
                 return None
@@ -1914,7 +1932,8 @@ class PostgresStore:
         floor: float,
         parts: Callable[[int], list[float]],
         deeper_pass: tuple[str, dict[str, object]] | None,
-        least_matches: int,
+        least_matches: float,
+        within: tuple[str, dict[str, object]] | None = None,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
         reach (None: no candidate set looks cheaper than the scan of every match). Outside
@@ -1948,6 +1967,7 @@ class PostgresStore:
                     params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
                 arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
                 where = f"({where} OR {arms})"
+            where, params = _within(where, params, within)
             choices.append((self._estimated_rows(where, params), where, params, f"tier {IMPACT_LABELS[tier]}"))
             if not sets or choices[-1][0] > 2 * min(choice[0] for choice in choices):
                 break  # a deeper tier takes more chunks of its own and drops fewer sets
@@ -1959,7 +1979,7 @@ class PostgresStore:
         matches = float(least_matches)
         if estimate > SETTLING_MAX_SHARE * matches:  # the planner may know the phrases' union larger
             every: dict[str, object] = {"all": " | ".join(f"({q})" for q in queries)}
-            matches = max(matches, self._estimated_rows("f.document @@ %(all)s::tsquery", every))
+            matches = max(matches, self._estimated_rows(*_within("f.document @@ %(all)s::tsquery", every, within)))
         if estimate > SETTLING_MAX_SHARE * matches:
             if deeper_pass is None:
                 self.keyword_trace.append(f"settle: ~{estimate:.0f} of ~{matches:.0f} matches, the scan of every match")
@@ -2470,6 +2490,15 @@ def _phrase_sets_reaching(parts: Sequence[float], floor: float) -> list[tuple[in
 
 
 _SINGLE_LEXEME = re.compile(r"'((?:[^'\\]|''|\\.)*)'(:\*)?")
+
+
+def _within(
+    where: str, params: dict[str, object], within: tuple[str, dict[str, object]] | None
+) -> tuple[str, dict[str, object]]:
+    """`where` also meeting the condition `within` (None: as it is)."""
+    if within is None:
+        return where, params
+    return f"({where}) AND {within[0]}", {**params, **within[1]}
 
 
 def _single_lexeme(tsquery: str) -> tuple[str, bool] | None:
