@@ -54,10 +54,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 def fill(store: Store, folders: dict[str, int], rng: np.random.Generator) -> dict[int, np.ndarray]:
     """Write files with one chunk each and random unit vectors; returns id -> vector."""
-    with store.transaction():
-        for folder, count in folders.items():
-            for i in range(count):
-                store.write_file("s", *doc(f"{folder}/n{i}.md", [f"note {folder} {i}"]))
+    with store.transaction():  # in one batch: thousands of round trips would cost PostgreSQL seconds
+        store.write_files(
+            "s", [doc(f"{f}/n{i}.md", [f"note {f} {i}"]) for f, count in folders.items() for i in range(count)]
+        )
     vectors: dict[int, np.ndarray] = {}
     rows = store.pending_chunks(100_000)
     matrix = rng.normal(size=(len(rows), DIMS)).astype(np.float32)
