@@ -4,6 +4,7 @@ here, not in the store's surface."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,21 @@ def embedded_without_vector(store: Any) -> list[int]:
         sql = """SELECT id FROM chunks WHERE embedded_at IS NOT NULL
                  AND (id NOT IN (SELECT rowid FROM vec_chunks) OR id NOT IN (SELECT id FROM chunk_vectors))"""
     return [r[0] for r in store.conn.execute(sql)]
+
+
+def decode_tsvector(data: bytes) -> dict[str, list[tuple[int, int]]]:
+    """A binary tsvector (PostgreSQL's send/receive form) as lexeme -> [(position, weight)]."""
+    (count,) = struct.unpack_from(">i", data)
+    offset, entries = 4, {}
+    for _ in range(count):
+        end = data.index(b"\0", offset)
+        lexeme = data[offset:end].decode()
+        (npos,) = struct.unpack_from(">H", data, end + 1)
+        packed = struct.unpack_from(f">{npos}H", data, end + 3)
+        entries[lexeme] = [(p & 0x3FFF, p >> 14) for p in packed]
+        offset = end + 3 + 2 * npos
+    assert offset == len(data), "bytes after the last lexeme"
+    return entries
 
 
 def fts_integrity_check(store: Any) -> None:

@@ -24,7 +24,7 @@ from indexer.store.postgres import PostgresStore, describe
 from search import cli as cli_module
 from tests.conftest import assert_one_line_error, make_config
 from tests.fakes import FakeEmbedder
-from tests.store_checks import fts_integrity_check
+from tests.store_checks import decode_tsvector, fts_integrity_check
 from tests.test_store import DIMS, doc, fill
 
 TEXTS = {
@@ -631,7 +631,12 @@ def test_the_written_scope_lexemes_are_those_the_migration_computes(pg_url: str,
     try:
         python, sql, first = store.conn.execute(
             "SELECT %s::tsvector::text, path_scopes(%s)::text, %s::tsvector @@ %s::tsquery",
-            (pg_module.scope_literal(path), path, pg_module.scope_literal(path), pg_module._lexeme(path.split("/")[0])),
+            (
+                pg_module.scope_tsvector(path),
+                path,
+                pg_module.scope_tsvector(path),
+                pg_module._lexeme(path.split("/")[0]),
+            ),
         ).fetchone()
         assert python == sql and first  # the top folder (or the file) is always a lexeme
     finally:
@@ -677,8 +682,8 @@ def test_lexical_rows_written_before_scope_lexemes_get_them_on_migration(pg_url:
         store.close()
 
 
-def _impact_words_by_definition(literal: str, length: int) -> set[str]:
-    """The impact words of a chunk from its tsvector literal, written plainly from the
+def _impact_words_by_definition(document: bytes, length: int) -> set[str]:
+    """The impact words of a chunk from its tsvector, written plainly from the
     definition: a lexeme's tf is its kept positions plus its breadcrumb ones (A) again; a
     prefix of at least SHARED_PREFIX_MIN characters held by several lexemes sums theirs; each
     takes the label of the highest tier its saturation reaches."""
@@ -690,12 +695,10 @@ def _impact_words_by_definition(literal: str, length: int) -> set[str]:
         reached = [n for n, floor in enumerate(pg_module.IMPACT_TIERS) if saturation >= floor]
         return pg_module.IMPACT_LABELS[reached[0]] if reached else None
 
-    frequencies: dict[str, int] = {}
-    for entry in literal.split(" ") if literal else []:
-        word, positions = entry.rsplit(":", 1)
-        token = word[1:-1].replace("''", "'").replace("\\\\", "\\")
-        kept = positions.split(",")
-        frequencies[token] = len(kept) + sum(position.endswith("A") for position in kept)
+    frequencies = {
+        token: len(kept) + sum(weight == pg_module.WEIGHT_A for _, weight in kept)
+        for token, kept in decode_tsvector(document).items()
+    }
     words = {f"{label(tf)}|{token}" for token, tf in frequencies.items() if label(tf) and len(token) <= longest}
     prefixes: dict[str, list[str]] = {}
     for token in frequencies:
@@ -715,9 +718,52 @@ def test_impact_tiers_are_their_definition_on_random_texts() -> None:
     for _ in range(300):
         breadcrumb = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 6)))
         text = " ".join(rng.choice(vocabulary) for _ in range(rng.choice([1, 5, 40, 400])))
-        literal, length, impacts = pg_module.lexical_row(breadcrumb, text)
-        found = {word[1:-1].replace("''", "'") for word in impacts.split(" ")} if impacts else set()
-        assert found == _impact_words_by_definition(literal, length), (breadcrumb, text)
+        document, length, impacts = pg_module.lexical_row(breadcrumb, text)
+        assert all(not positions for positions in decode_tsvector(impacts).values())
+        assert set(decode_tsvector(impacts)) == _impact_words_by_definition(document, length), (breadcrumb, text)
+
+
+def _text_literal(breadcrumb: str, text: str) -> str:
+    """A chunk's tsvector in the text form, from its tokens by the definition: breadcrumb
+    positions from 1 weighted A, text positions after one empty one, each lexeme's first
+    MAX_POSITIONS_PER_LEXEME; the server's text input caps and merges positions itself."""
+    head, body = pg_module.fold_tokens(breadcrumb), pg_module.fold_tokens(text)
+    places: dict[str, list[str]] = {}
+    for position, token in enumerate(head, 1):
+        places.setdefault(token, []).append(f"{min(position, pg_module.MAX_POSITION)}A")
+    for position, token in enumerate(body, len(head) + 2):
+        places.setdefault(token, []).append(str(min(position, pg_module.MAX_POSITION)))
+    return " ".join(
+        "'"
+        + token.replace("\\", "\\\\").replace("'", "''")
+        + "':"
+        + ",".join(kept[: pg_module.MAX_POSITIONS_PER_LEXEME])
+        for token, kept in places.items()
+        if len(token.encode()) <= pg_module.MAX_LEXEME_BYTES
+    )
+
+
+def test_a_written_tsvector_is_the_one_the_server_makes_of_its_text(pg_url: str) -> None:
+    """The binary tsvector a write sends holds what the server's own parsing of the text form
+    gives: escapes, lexemes too long to index, more positions than a lexeme keeps, positions
+    past the last one (collapsed into it), a breadcrumb."""
+    rng = random.Random(15)
+    vocabulary = ["backup", "o'neil", "a\\b", "č", "žluťoučký", "ab12", "é" * 520, "q" * 2100, "日本"]
+    cases = [("", ""), ("x", ""), ("", "backup " * 300), ("Notes > o'neil", "x " * 16500 + "backup tail tail")]
+    cases += [("head " * 40, "y " * 16380 + "head " * 10)]
+    for _ in range(40):
+        breadcrumb = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 4)))
+        cases.append((breadcrumb, " ".join(rng.choice(vocabulary) for _ in range(rng.choice([1, 30, 600])))))
+    store = PostgresStore.open(pg_url)
+    try:
+        for breadcrumb, text in cases:
+            document, _, _ = pg_module.lexical_row(breadcrumb, text)
+            sent, parsed = store.conn.execute(
+                "SELECT %s::text, %s::tsvector::text", (document, _text_literal(breadcrumb, text))
+            ).fetchone()
+            assert sent == parsed, (breadcrumb[:80], text[:80])
+    finally:
+        store.close()
 
 
 def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:

@@ -158,7 +158,7 @@ ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 # decided without reading the other matches (on the 100k-chunk bench a one-word query matching
 # 20-50 % of the chunks scores a few hundred). The saturation is taken at a fixed reference
 # length, longer than typical chunks, so that the bound is rarely widened; a prefix several of
-# a chunk's words share has a tier of its own, for their summed frequency (see impact_literal).
+# a chunk's words share has a tier of its own, for their summed frequency (see impact_words).
 IMPACT_TIERS = (2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7, 1.6, 1.5, 1.4)
 IMPACT_LABELS = "abcdefghij"
 IMPACT_REFERENCE_LENGTH = 256
@@ -286,42 +286,77 @@ def _indexable(token: str) -> bool:
     return len(token) <= _SURELY_INDEXABLE or len(token.encode("utf-8")) <= MAX_LEXEME_BYTES
 
 
+# ---- tsvectors on the wire: the binary form the server takes without parsing ----------------
+
+TSVECTOR_OID = 3614  # a built-in type: the same oid on every server
+WEIGHT_A = 3  # the weight bits of a breadcrumb position (the text's, D, are 0)
+
+
+class Tsvector(bytes):
+    """A tsvector as `tsvectorrecv` reads it: int32 count, then per lexeme (in byte order) its
+    UTF-8 bytes, a NUL, a uint16 count of positions and each as uint16 weight << 14 | position.
+    Sent so, a lexical row costs the server half of what parsing and sorting its text costs."""
+
+
+class _TsvectorDumper(Dumper):
+    format = Format.BINARY
+    oid = TSVECTOR_OID
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
 @functools.cache
-def _position_labels(weight: str) -> list[str]:
-    """Every tsvector position as text, with the weight's letter: formatted once per process."""
-    return [f"{position}{weight}" for position in range(MAX_POSITION + 1)]
+def _position_words(weight: int) -> list[bytes]:
+    """Every tsvector position as its two bytes, with the weight: packed once per process."""
+    return [struct.pack(">H", weight << 14 | position) for position in range(MAX_POSITION + 1)]
 
 
-def scope_literal(path: str) -> str:
-    """The tsvector literal of a file's scope lexemes: each of its folders and its own path
-    (as `path_scopes` makes them in SQL for the rows written before the column existed)."""
+def _tsvector(places: Mapping[str, Sequence[bytes]]) -> Tsvector:
+    """The tsvector of distinct lexemes and their ascending, distinct packed positions."""
+    parts = [len(places).to_bytes(4, "big")]
+    for token in sorted(places):  # code point order is UTF-8 byte order: the server sorts nothing
+        found = places[token]
+        parts.append(token.encode() + b"\0" + len(found).to_bytes(2, "big") + b"".join(found))
+    return Tsvector(b"".join(parts))
+
+
+def _words_tsvector(words: Iterable[str]) -> Tsvector:
+    """The tsvector of distinct lexemes without positions."""
+    return _tsvector(dict.fromkeys(words, ()))
+
+
+def scope_tsvector(path: str) -> Tsvector:
+    """A file's scope lexemes: each of its folders and its own path (as `path_scopes` makes
+    them in SQL for the rows written before the column existed)."""
     parts = path.split("/")
     folders = ("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return " ".join(_lexeme(f) for f in folders if f and _indexable(f))
+    return _words_tsvector(f for f in folders if f and _indexable(f))
 
 
-def lexical_row(breadcrumb: str, text: str) -> tuple[str, int, str]:
-    """What `chunks_fts` keeps of a chunk: its tsvector literal (breadcrumb hits weighted A,
-    text hits D; one empty position between the two columns so that no phrase spans both), its
-    token count and its impact tiers (`impact_literal`)."""
+def lexical_row(breadcrumb: str, text: str) -> tuple[Tsvector, int, Tsvector]:
+    """What `chunks_fts` keeps of a chunk: its tsvector (breadcrumb hits weighted A, text hits
+    D; one empty position between the two columns so that no phrase spans both), its token
+    count and its impact tiers (`impact_words`). Positions past MAX_POSITION collapse into it,
+    once (the first, a breadcrumb's if any), as the server's text input keeps them."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
-    places: dict[str, list[str]] = {}
-    for tokens, first, labels in ((head, 1, _position_labels("A")), (body, len(head) + 2, _position_labels(""))):
+    places: dict[str, list[bytes]] = {}
+    capped = {_position_words(WEIGHT_A)[MAX_POSITION], _position_words(0)[MAX_POSITION]}
+    for tokens, first, words in ((head, 1, _position_words(WEIGHT_A)), (body, len(head) + 2, _position_words(0))):
         for position, token in enumerate(tokens, first):
-            label = labels[position if position < MAX_POSITION else MAX_POSITION]
+            word = words[position] if position < MAX_POSITION else words[MAX_POSITION]
             found = places.get(token)
             if found is None:
                 if _indexable(token):
-                    places[token] = [label]
-            elif len(found) < MAX_POSITIONS_PER_LEXEME:
-                found.append(label)
-    literal = " ".join([f"{_lexeme(token)}:{','.join(found)}" for token, found in places.items()])
+                    places[token] = [word]
+            elif len(found) < MAX_POSITIONS_PER_LEXEME and (position < MAX_POSITION or found[-1] not in capped):
+                found.append(word)
     length = len(head) + len(body)
-    return literal, length, impact_literal(places, head, length)
+    return _tsvector(places), length, impact_words(places, head, length)
 
 
-def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -> str:
+def impact_words(places: Mapping[str, Sequence[bytes]], head: list[str], length: int) -> Tsvector:
     """A tsvector of `tier|lexeme` words: each lexeme whose bm25 saturation in this chunk,
     tf (k1 + 1) / (tf + k1 (1 - b + b length / IMPACT_REFERENCE_LENGTH)), reaches one of
     IMPACT_TIERS, under the label of the highest tier it reaches. tf is what `ts_rank_cd` counts
@@ -354,7 +389,7 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
     while lowest <= 2 * MAX_POSITIONS_PER_LEXEME and tier_of(lowest) is None:
         lowest += 1
     words = [
-        _lexeme(f"{tier_of(tf)}|{token}")
+        f"{tier_of(tf)}|{token}"
         for token, tf in frequencies.items()
         if tf >= lowest and len(token) <= _SURELY_INDEXABLE - 2
     ]
@@ -373,8 +408,8 @@ def impact_literal(places: dict[str, list[str]], head: list[str], length: int) -
     for prefix, tf in shared.items():
         label = tier_of(tf)
         if label is not None:
-            words.append(_lexeme(label + ">" + prefix))
-    return " ".join(words)
+            words.append(label + ">" + prefix)
+    return _words_tsvector(words)
 
 
 _MATCH_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
@@ -667,8 +702,8 @@ def _write_impacts(store: PostgresStore) -> None:
             break
         after = int(rows[-1][0])
         store.conn.execute(
-            """UPDATE chunks_fts f SET impacts = u.impacts::tsvector
-               FROM unnest(%s::bigint[], %s::text[]) AS u(id, impacts) WHERE f.id = u.id""",
+            """UPDATE chunks_fts f SET impacts = u.impacts
+               FROM unnest(%b::bigint[], %b::tsvector[]) AS u(id, impacts) WHERE f.id = u.id""",
             ([int(r[0]) for r in rows], [lexical_row(str(r[1]), str(r[2]))[2] for r in rows]),
         )
     store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
@@ -690,7 +725,7 @@ CHUNK_PATHS_COVERING_SQL = """
 # folders are the commonest "words" and would crowd real ones out of the planner's statistics
 # the keyword search reads its document frequencies from. A path longer than a lexeme can be
 # (MAX_LEXEME_BYTES) has no scope lexeme: its scopes are read as before. Writes send the lexemes
-# (`scope_literal`); `path_scopes` makes the same in SQL for the rows written before.
+# (`scope_tsvector`); `path_scopes` makes the same in SQL for the rows written before.
 LEXICAL_SCOPES_SQL = f"""
     CREATE OR REPLACE FUNCTION path_scopes(path TEXT) RETURNS TSVECTOR LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
       SELECT array_to_tsvector(ARRAY(
@@ -912,6 +947,7 @@ def _connect(url: str, readonly: bool) -> psycopg.Connection[Any]:
         conn = psycopg.connect(url, autocommit=True, application_name="notes-search", **extra)
     except psycopg.Error as exc:
         raise connect_error(url, exc) from None
+    conn.adapters.register_dumper(Tsvector, _TsvectorDumper)
     try:
         conn.execute(f"SET default_transaction_read_only = {'on' if readonly else 'off'}")
     except psycopg.Error as exc:
@@ -1414,7 +1450,7 @@ class PostgresStore:
         source_id: str,
         files: Sequence[tuple[FileVersion, ParsedDocument]],
         hashes: Sequence[str],
-        documents: Sequence[tuple[str, int, str]],
+        documents: Sequence[tuple[Tsvector, int, Tsvector]],
         language_of: Callable[[str], str] | None,
         known_languages: dict[str, str],
         carried: Mapping[str, bytes],
@@ -1428,12 +1464,12 @@ class PostgresStore:
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        scopes = {file.path: scope_literal(_text(file.path)) for file, _ in files}
+        scopes = {file.path: scope_tsvector(_text(file.path)) for file, _ in files}
         # PostgreSQL text holds no NUL (front matter can spell one): keys as stored, distinct again
         tag_rows = [(key, file.path) for file, doc in files for key in _stored_tag_keys(doc.tags)]
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
         # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
-        # (%b): a third of the text format's cost to dump
+        # (%b): a third of the text format's cost to dump, and the tsvectors need no parsing
         return self.conn.execute(
             """WITH f AS (
                    INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
@@ -1450,8 +1486,8 @@ class PostgresStore:
                u AS (
                    SELECT * FROM unnest(%(chunk_path)b::text[], %(idx)b::int[], %(breadcrumb)b::text[],
                                         %(text)b::text[], %(start)b::int[], %(end)b::int[], %(hash)b::text[],
-                                        %(embedded)b::text[], %(language)b::text[], %(document)b::text[],
-                                        %(length)b::int[], %(impacts)b::text[], %(scope)b::text[]) WITH ORDINALITY
+                                        %(embedded)b::text[], %(language)b::text[], %(document)b::tsvector[],
+                                        %(length)b::int[], %(impacts)b::tsvector[], %(scope)b::tsvector[]) WITH ORDINALITY
                        AS u(path, idx, breadcrumb, text, start_line, end_line, hash, embedded_at, language, document,
                             length, impacts, scope, ord)),
                c AS (
@@ -1462,7 +1498,7 @@ class PostgresStore:
                    RETURNING id, path, chunk_idx, content_hash),
                fts AS (
                    INSERT INTO chunks_fts(id, source_id, document, length, impacts, scope)
-                   SELECT c.id, %(source)s, u.document::tsvector, u.length, u.impacts::tsvector, u.scope::tsvector
+                   SELECT c.id, %(source)s, u.document, u.length, u.impacts, u.scope
                    FROM c JOIN u ON u.path COLLATE "C" = c.path AND u.idx = c.chunk_idx)
                SELECT id, content_hash FROM c""",
             {
@@ -2432,7 +2468,7 @@ def _pieces(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[list[tu
     return pieces
 
 
-def _folded(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[tuple[str, int, str]]:
+def _folded(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[tuple[Tsvector, int, Tsvector]]:
     return [lexical_row(chunk.breadcrumb, chunk.text) for _, doc in files for chunk in doc.chunks]
 
 
