@@ -422,6 +422,36 @@ def test_a_settling_pass_answers_when_the_planner_misjudges_the_rows(
     assert settled >= 3  # the scan of every match answered each of them before
 
 
+def test_a_tiers_candidates_are_counted_not_taken_from_the_planner(
+    zipf_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner expects an impact tsquery's prefix words to hold 20-350x the chunks they do:
+    were its estimate trusted, every settling pass would look dearer than the scan of every
+    match. Counted, the small candidate sets are scored, and the top stays the scan's."""
+    _, postgres = zipf_stores
+    expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 5, 13, 34)}
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
+    estimated = PostgresStore._estimated_rows
+
+    def misjudging(store: PostgresStore, where: str, params: dict[str, object]) -> float:
+        return 1e9 if "f.impacts" in where else estimated(store, where, params)
+
+    monkeypatch.setattr(PostgresStore, "_estimated_rows", misjudging)
+    sent = _statements(postgres, monkeypatch)
+    settled = 0
+    for (match, limit), scanned in expected.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, SearchScope())
+        assert found == scanned, (match, limit, postgres.keyword_trace)
+        if any(step.startswith("settle at tier") for step in postgres.keyword_trace):
+            assert not any("OVER ()" in str(sql) for sql, _ in sent)
+            settled += 1
+    assert settled >= 3
+
+
 def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
     word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:

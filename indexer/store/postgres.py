@@ -1950,7 +1950,7 @@ class PostgresStore:
                 deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
                 settles = None if deeper is None else pass_condition(deeper)
                 return self._settling_pass(
-                    phrases, queries, idf, avgdl, limit, kth, parts, settles, max(found) * share, within
+                    phrases, queries, idf, avgdl, limit, kth, parts, settles, [n * share for n in found], within
                 )
             self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
             if tier == last:
@@ -1968,7 +1968,7 @@ class PostgresStore:
         floor: float,
         parts: Callable[[int], list[float]],
         deeper_pass: tuple[str, dict[str, object]] | None,
-        least_matches: float,
+        found: Sequence[float],
         within: tuple[str, dict[str, object]] | None = None,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
@@ -1978,15 +1978,20 @@ class PostgresStore:
         phrases whose parts reach the floor (MaxScore over phrase sets, each set through the
         document index) hold the whole top. Each tier gives one such candidate set; the one
         the planner expects to be smallest is scored, or `deeper_pass` (a tier pass whose bound
-        the floor meets) when it expects that one smaller. The scan it is weighed against reads
-        at least `least_matches` rows (the largest phrase's document frequency): the planner's
-        own estimate of a prefix or phrase tsquery's matches falls far short of it (at 200k
-        chunks ~5.6k expected where 48.7k matched), which sent cheap settling passes to the scan.
+        the floor meets) when it expects that one smaller. A candidate set is sized by counting
+        its tier's chunks (the planner expects 20-350x too many of an impact tsquery's prefix
+        words: at 100k chunks 5,721 where 70 were, which sent cheap settling passes to the scan)
+        plus each phrase set's matches: a phrase's document frequency `found` (in the scope's
+        share), the planner's estimate for sets of several. The scan it is weighed against reads
+        at least the largest phrase's document frequency: the planner's own estimate of a
+        prefix or phrase tsquery's matches falls far short of it (at 200k chunks ~5.6k expected
+        where 48.7k matched).
         When the scan still looks cheaper, `deeper_pass` answers if there is one: its rows are
         a subset of the matches (one-phrase queries at 200k: 50-130 ms by the scan, 9-30 ms)."""
         choices: list[tuple[float, str, dict[str, object], str]] = []
         if deeper_pass is not None:
-            choices.append((self._estimated_rows(*deeper_pass), *deeper_pass, "pass"))
+            choices.append((self._counted_rows(*deeper_pass), *deeper_pass, "pass"))
+        shallower_sets: list[tuple[int, ...]] | None = None
         for tier in range(len(IMPACT_TIERS)):
             candidates = impact_tsquery(phrases, tier + 1)
             if candidates is None:
@@ -1998,13 +2003,23 @@ class PostgresStore:
                 continue  # too many sets at this tier: the index evaluates a long tsquery slowly
             if all((i,) in sets for i, part in enumerate(parts(tier)) if part > 0):
                 continue  # every phrase alone reaches the floor: every match, the scan's rows and more
+            if sets == shallower_sets:
+                continue  # the same sets beside a deeper tier's chunks, which include the shallower's
+            shallower_sets = sets
+            rows: float = self._counted_rows(*_within(where, params, within))
+            if choices and rows >= min(choice[0] for choice in choices):
+                break  # a deeper tier's own chunks include these: no deeper candidate set is smaller
             if sets:  # one index condition each: GIN evaluates short tsqueries faster than one long one
                 for n, chosen in enumerate(sets):
                     params[f"holding{n}"] = " & ".join(f"({queries[i]})" for i in chosen)
-                arms = " OR ".join(f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets)))
-                where = f"({where} OR {arms})"
+                arms = [f"f.document @@ %(holding{n})s::tsquery" for n in range(len(sets))]
+                rows += sum(found[chosen[0]] for chosen in sets if len(chosen) == 1)
+                several = [arm for arm, chosen in zip(arms, sets, strict=True) if len(chosen) > 1]
+                if several:
+                    rows += self._estimated_rows(*_within(" OR ".join(several), params, within))
+                where = f"({where} OR {' OR '.join(arms)})"
             where, params = _within(where, params, within)
-            choices.append((self._estimated_rows(where, params), where, params, f"tier {IMPACT_LABELS[tier]}"))
+            choices.append((rows, where, params, f"tier {IMPACT_LABELS[tier]}"))
             if not sets or choices[-1][0] > 2 * min(choice[0] for choice in choices):
                 break  # a deeper tier takes more chunks of its own and drops fewer sets
         best = min(choices, key=lambda choice: choice[0], default=None)
@@ -2012,7 +2027,7 @@ class PostgresStore:
             self.keyword_trace.append(f"settle: over {SETTLING_MAX_SETS} phrase sets at every tier")
             return None
         estimate, where, params, label = best
-        matches = float(least_matches)
+        matches = float(max(found))
         if estimate > SETTLING_MAX_SHARE * matches:  # the planner may know the phrases' union larger
             every: dict[str, object] = {"all": " | ".join(f"({q})" for q in queries)}
             matches = max(matches, self._estimated_rows(*_within("f.document @@ %(all)s::tsquery", every, within)))
@@ -2024,6 +2039,13 @@ class PostgresStore:
             estimate, where, params, label = choices[0]
         self.keyword_trace.append(f"settle at {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
         return self._scored(queries, idf, avgdl, limit, where, params, True)
+
+    def _counted_rows(self, where: str, params: dict[str, object]) -> int:
+        """How many lexical rows meet `where`, counted: for an impact tsquery, whose chunks are
+        few and which the planner's statistics misjudge (see `_settling_pass`), the bitmap of
+        its index and a heap page per row (~4 us a row)."""
+        row = self.conn.execute(f"SELECT count(*) FROM chunks_fts f WHERE {where}", params, prepare=False).fetchone()
+        return int(row[0]) if row else 0
 
     def _estimated_rows(self, where: str, params: dict[str, object]) -> float:
         """The planner's estimate of the lexical rows meeting `where` (a fraction of a
