@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -387,6 +387,38 @@ def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
     assert any(postgres.fts_search(m, k, SearchScope()) != hits for (m, k), hits in expected.items())
 
 
+def _settles_under(
+    postgres: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    misjudging: Callable[
+        [Callable[[PostgresStore, str, dict[str, object]], float], PostgresStore, str, dict[str, object]], float
+    ],
+    settle: str,
+) -> int:
+    """How many of the subset queries a settling pass (a trace step starting with `settle`)
+    answers, without the scan of every match, while the planner's row estimates are
+    `misjudging(estimated, store, where, params)`; each top stays the scan's."""
+    expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 5, 13, 34)}
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
+    estimated = PostgresStore._estimated_rows
+    monkeypatch.setattr(
+        PostgresStore, "_estimated_rows", lambda store, where, params: misjudging(estimated, store, where, params)
+    )
+    sent = _statements(postgres, monkeypatch)
+    settled = 0
+    for (match, limit), scanned in expected.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, SearchScope())
+        assert found == scanned, (match, limit, postgres.keyword_trace)
+        if any(step.startswith(settle) for step in postgres.keyword_trace):
+            assert not any("OVER ()" in str(sql) for sql, _ in sent)
+            settled += 1
+    return settled
+
+
 @pytest.mark.parametrize("misjudged", ["every match few", "every candidate set many"])
 def test_a_settling_pass_answers_when_the_planner_misjudges_the_rows(
     zipf_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch, misjudged: str
@@ -396,29 +428,13 @@ def test_a_settling_pass_answers_when_the_planner_misjudges_the_rows(
     weighed against reads at least the largest phrase's document frequency, and a tier pass
     whose bound the floor meets (a subset of the matches) answers rather than the scan,
     whatever the planner expects of either. The top stays the scan's."""
-    _, postgres = zipf_stores
-    expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 5, 13, 34)}
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
-    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
-    estimated = PostgresStore._estimated_rows
 
-    def misjudging(store: PostgresStore, where: str, params: dict[str, object]) -> float:
+    def misjudging(estimated: Any, store: PostgresStore, where: str, params: dict[str, object]) -> float:
         if misjudged == "every match few":
             return 1.0 if "%(all)s" in where else estimated(store, where, params)
         return 1.0 if "%(all)s" in where else 1e9
 
-    monkeypatch.setattr(PostgresStore, "_estimated_rows", misjudging)
-    sent = _statements(postgres, monkeypatch)
-    settled = 0
-    for (match, limit), scanned in expected.items():
-        sent.clear()
-        found = postgres.fts_search(match, limit, SearchScope())
-        assert found == scanned, (match, limit, postgres.keyword_trace)
-        if any(step.startswith("settle at") for step in postgres.keyword_trace):
-            assert not any("OVER ()" in str(sql) for sql, _ in sent)
-            settled += 1
+    settled = _settles_under(zipf_stores[1], monkeypatch, misjudging, "settle at")
     assert settled >= 3  # the scan of every match answered each of them before
 
 
@@ -428,28 +444,11 @@ def test_a_tiers_candidates_are_counted_not_taken_from_the_planner(
     """The planner expects an impact tsquery's prefix words to hold 20-350x the chunks they do:
     were its estimate trusted, every settling pass would look dearer than the scan of every
     match. Counted, the small candidate sets are scored, and the top stays the scan's."""
-    _, postgres = zipf_stores
-    expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 5, 13, 34)}
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
-    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
-    estimated = PostgresStore._estimated_rows
 
-    def misjudging(store: PostgresStore, where: str, params: dict[str, object]) -> float:
+    def misjudging(estimated: Any, store: PostgresStore, where: str, params: dict[str, object]) -> float:
         return 1e9 if "f.impacts" in where else estimated(store, where, params)
 
-    monkeypatch.setattr(PostgresStore, "_estimated_rows", misjudging)
-    sent = _statements(postgres, monkeypatch)
-    settled = 0
-    for (match, limit), scanned in expected.items():
-        sent.clear()
-        found = postgres.fts_search(match, limit, SearchScope())
-        assert found == scanned, (match, limit, postgres.keyword_trace)
-        if any(step.startswith("settle at tier") for step in postgres.keyword_trace):
-            assert not any("OVER ()" in str(sql) for sql, _ in sent)
-            settled += 1
-    assert settled >= 3
+    assert _settles_under(zipf_stores[1], monkeypatch, misjudging, "settle at tier") >= 3
 
 
 def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
