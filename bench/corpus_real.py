@@ -314,12 +314,7 @@ def realistic_queries(source: RealisticWords, n: int = 50) -> list[str]:
         lambda: " ".join(word(rng.choice(["en", "cs", "ru"])) for _ in range(6)),
         lambda: rng.choice(["restic snapshots", "pg_dump", "systemctl status", "kubectl rollout", "v2.3"]),
     ]
-    out: list[str] = []
-    while len(out) < n:
-        q = templates[len(out) % len(templates)]()
-        if q not in out:
-            out.append(q)
-    return out
+    return corpus_text.distinct_queries(templates, n)
 
 
 @dataclass(frozen=True)

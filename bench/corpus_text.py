@@ -271,8 +271,7 @@ def queries(n: int = 50) -> list[str]:
     """Varied, deterministic queries: single words and stems in each language, mixed phrases,
     hostnames/IPs/versions, quoted phrases and natural-language questions with stopwords."""
     rng = random.Random(SEED + 7)
-    out: list[str] = []
-    templates = [
+    templates: list[Callable[[], str]] = [
         lambda: rng.choice(EN[:60]),
         lambda: rng.choice(CS[:60]),
         lambda: rng.choice(RU[:60]),
@@ -290,10 +289,30 @@ def queries(n: int = 50) -> list[str]:
         lambda: " ".join(rng.sample(EN + CS + RU, 6)),
         lambda: rng.choice(["restic snapshots", "pg_dump", "systemctl status", "kubectl rollout", "v2.3"]),
     ]
+    return distinct_queries(templates, n)
+
+
+TEMPLATE_TRIES = 200  # draws of one template before it counts as used up
+
+
+def distinct_queries(templates: list[Callable[[], str]], n: int) -> list[str]:
+    """`n` different queries, the templates taking turns; a template that keeps drawing queries
+    already made (one of five fixed commands, say) yields its turn to the next, so any `n` ends."""
+    out: list[str] = []
+    seen: set[str] = set()
+    skipped = 0
     while len(out) < n:
-        q = templates[len(out) % len(templates)]()
-        if q not in out:
-            out.append(q)
+        template = templates[(len(out) + skipped) % len(templates)]
+        for _ in range(TEMPLATE_TRIES):
+            q = template()
+            if q not in seen:
+                seen.add(q)
+                out.append(q)
+                break
+        else:
+            skipped += 1
+            if skipped > n * len(templates):
+                raise ValueError(f"the templates make fewer than {n} different queries")
     return out
 
 
