@@ -202,7 +202,7 @@ def test_meta_guard_refuses_vector_search(run, tmp_path: Path, notes: Path) -> N
 
 
 @both_backends
-def test_status_json(run) -> None:  # type: ignore[no-untyped-def]
+def test_status_json(run, backend: str) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     data = json.loads(run("status", "--json").stdout)
     source = data["sources"][0]
@@ -210,6 +210,13 @@ def test_status_json(run) -> None:  # type: ignore[no-untyped-def]
     assert source["files"] == 4 and source["chunks"] > 0 and source["pending"] == 0
     assert source["last_sync_at"] and source["indexed_rev"] is None
     assert data["embedding"]["model"] == "fake:1" and data["embedding"]["reindex_needed"] is None
+    # a server's buffer pool beside what searches read; SQLite's pool is the OS's page cache
+    memory = data["server_memory"]
+    if backend == "sqlite":
+        assert memory is None and "server memory" not in run("status").stdout
+    else:
+        assert memory["searched_bytes"] > 0 and memory["buffer_pool_bytes"] > 0
+        assert "server memory: searches read" in run("status").stdout
 
 
 @both_backends

@@ -324,3 +324,13 @@ def test_a_file_named_with_glob_characters_is_read_by_its_own_name(run: Run, not
     assert [(v["path"], v["text"]) for v in bare["results"]] == [("ideas/what?.md", "# Question\n")]
     pattern = json.loads(stdout_of(run("show", "notes:ideas/a?.md", "--json")))
     assert [v["path"] for v in pattern["results"]] == ["ideas/a*.md", "ideas/ab.md"]
+
+
+def test_the_server_memory_line_says_what_to_do_only_when_the_pool_is_too_small() -> None:
+    fits = formats.server_memory_line({"searched_bytes": 900 * 2**20, "buffer_pool_bytes": 4 * 2**30, "fits": True})
+    assert fits == "server memory: searches read 900 MB of tables and indexes, shared_buffers holds 4.0 GB"
+    small = formats.server_memory_line(
+        {"searched_bytes": int(9.3 * 2**30), "buffer_pool_bytes": 128 * 2**20, "fits": False}
+    )
+    assert small.startswith("server memory: searches read 9.3 GB of tables and indexes, shared_buffers holds 128 MB:")
+    assert small.endswith("give shared_buffers 9.3 GB or more")

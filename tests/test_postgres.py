@@ -966,6 +966,19 @@ def test_sync_show_toc_status_and_reindex_on_postgres(tmp_path: Path, notes: Pat
         assert toc.exit_code == 0 and "devops/zalohovani.md" in toc.output
         status = json.loads(run("status", "--json").output)
         assert status["db"] == describe(pg_url) and not (tmp_path / "db" / "notes-index.sqlite").exists()
+        # the pool and the searched tables as the server sizes them, asked another way
+        store = PostgresStore.open(pg_url)
+        try:
+            pool, tables = store.conn.execute(
+                """SELECT pg_size_bytes(current_setting('shared_buffers')),
+                          sum(pg_table_size(t) + pg_indexes_size(t))
+                   FROM unnest(ARRAY['chunks_fts', 'chunk_vectors', 'chunks', 'files', 'file_tags']::regclass[]) t"""
+            ).fetchone()
+        finally:
+            store.close()
+        memory = status["server_memory"]
+        assert memory == {"searched_bytes": tables, "buffer_pool_bytes": pool, "fits": tables <= pool}
+        assert tables > 0 and f"shared_buffers holds {pool // 2**20} MB" in run("status").output
         (notes / "devops" / "postgres.md").write_text("# PostgreSQL\n\nNow on port 6432.\n", encoding="utf-8")
         assert run("reindex", "notes:devops").exit_code == 0
         found = json.loads(run("query", "6432", "--mode", "lex", "--json").output)

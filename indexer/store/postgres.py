@@ -60,6 +60,7 @@ from indexer.store.rows import (
     RankedChunk,
     ScopeCounts,
     SearchScope,
+    ServerMemory,
     SourceState,
     SourceStats,
     VectorMatrix,
@@ -218,6 +219,9 @@ SCOPE_IDS_MAX = 100_000
 # left behind (2 MB and 0.8 MB) doubled the median unscoped fts_search (51-62 against 33 ms, the
 # same queries and load). The end of a sync merges it, in bulk as a flush would, so the
 # searches between syncs read none of it.
+# what searches read, with their indexes and TOAST: the lexical rows, the vectors and their
+# HNSW graph, the chunks shown, the files and tags that scopes and filters test
+SEARCHED_TABLES = ("chunks_fts", "chunk_vectors", "chunks", "files", "file_tags")
 LEXICAL_GIN_INDEXES = ("idx_chunks_fts_document", "idx_chunks_fts_impacts")
 
 
@@ -2430,6 +2434,17 @@ class PostgresStore:
             "pending": int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL")),
             "vectors": int(self._one("SELECT COUNT(*) FROM chunk_vectors")) if self.has_vector_table() else 0,
         }
+
+    def server_memory(self) -> ServerMemory:
+        row = self.conn.execute(
+            """SELECT (SELECT COALESCE(sum(pg_total_relation_size(to_regclass(name))), 0)
+                       FROM unnest(%s::text[]) AS name),
+                      (SELECT setting::bigint * current_setting('block_size')::bigint
+                       FROM pg_settings WHERE name = 'shared_buffers')""",
+            (list(SEARCHED_TABLES),),
+        ).fetchone()
+        assert row is not None  # a query of constants always answers
+        return ServerMemory(int(row[0]), int(row[1]))
 
     def file_rows(self, source_id: str | None = None) -> list[FileRow]:
         sql = f"SELECT {FILE_ROW_COLUMNS} FROM files"

@@ -47,6 +47,7 @@ from indexer.store.rows import (
     RankedChunk,
     ScopeCounts,
     SearchScope,
+    ServerMemory,
     SourceState,
     SourceStats,
     VectorMatrix,
@@ -92,6 +93,11 @@ class IndexReader(Protocol):
     def counts(self) -> dict[str, int]:
         """Diagnostic totals for benchmarks and tests: files, chunks, chunks_fts (rows of the
         lexical index), pending, vectors."""
+        ...
+
+    def server_memory(self) -> ServerMemory | None:
+        """A database server's buffer pool beside what searches read; None for an index the
+        process reads itself (SQLite: the operating system's page cache is its pool)."""
         ...
 
     # ---- sources and files -----------------------------------------------------------------

@@ -102,6 +102,28 @@ class SourceState(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class ServerMemory:
+    """A database server's buffer pool beside the tables and indexes searches read. When they
+    outgrow the pool, a search meeting words or vectors no recent search read copies their pages
+    in from the operating system's cache first: at 1M chunks (9 GB searched) with a 4 GB pool, a
+    hybrid search's p50 was 77 ms the first time and 47 ms once its pages were in."""
+
+    searched_bytes: int
+    buffer_pool_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.searched_bytes <= self.buffer_pool_bytes
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "searched_bytes": self.searched_bytes,
+            "buffer_pool_bytes": self.buffer_pool_bytes,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ScopeCounts:
     """Files, chunks and chunks waiting for a vector of one source inside a scope."""
 

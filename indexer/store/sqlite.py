@@ -965,6 +965,10 @@ class Store:
         )
         return [SourceStats(*r) for r in rows]
 
+    def server_memory(self) -> None:
+        """None: this process reads the file itself, through the operating system's page cache."""
+        return None
+
     def counts(self) -> dict[str, int]:
         """Diagnostic row counts (files, chunks, chunks_fts, pending, vectors): what benchmarks
         report and idempotence tests compare. Keys, not a row type: a backend reports what it has."""

@@ -259,6 +259,24 @@ def status_csv(data: Mapping[str, Any]) -> str:
     return render_csv(STATUS_COLUMNS, status_rows(data))
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{max(1, round(n / 2**20))} MB"
+
+
+def server_memory_line(memory: Mapping[str, Any]) -> str:
+    """The server's buffer pool beside what searches read, with what to do when it is too small."""
+    line = (
+        f"server memory: searches read {_size(memory['searched_bytes'])} of tables and indexes, "
+        f"shared_buffers holds {_size(memory['buffer_pool_bytes'])}"
+    )
+    if memory["fits"]:
+        return line
+    return (
+        f"{line}: searches copy pages in from the OS first (slower); "
+        f"give shared_buffers {_size(memory['searched_bytes'])} or more"
+    )
+
+
 def status_md(data: Mapping[str, Any]) -> str:
     embedding = data["embedding"]
     lines = [
@@ -275,6 +293,8 @@ def status_md(data: Mapping[str, Any]) -> str:
         ]
     if data.get("sync_running") is not None:
         lines += ["A sync is running: the counts may change until it finishes.", ""]
+    if data.get("server_memory") is not None:
+        lines += [md_text(server_memory_line(data["server_memory"]).capitalize()), ""]
     if embedding.get("reindex_needed"):
         lines += [f"Reindex needed: {md_text('; '.join(embedding['reindex_needed']))}", ""]
     lines += _table(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option
+from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option, server_memory_line
 from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
@@ -216,6 +216,8 @@ def _print_status(report: StatusReport) -> None:
         echo(f"sync running{pid}: the counts below may change until it finishes")
     if report.unfinished_copy:
         echo(f"unfinished copy: a migrate into this index stopped before it was verified; {UNFINISHED_COPY_ADVICE}")
+    if report.server_memory is not None:
+        echo(server_memory_line(report.server_memory.to_json()))
     emb = report.embedding
     echo(f"embedding: {emb.provider} {emb.model} ({emb.dims} d)")
     if emb.reindex_needed:

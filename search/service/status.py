@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
-from indexer.store import IndexReader, ScopeCounts, describe_location, is_unfinished_copy
+from indexer.store import IndexReader, ScopeCounts, ServerMemory, describe_location, is_unfinished_copy
 
 if TYPE_CHECKING:
     from search.service import NotesService
@@ -51,12 +51,14 @@ class StatusReport:
     languages: dict[str, int]  # chunks per language over the sources shown, largest first
     sources: tuple[dict[str, Any], ...]  # one per place: counts, last sync, languages, lag
     unfinished_copy: bool = False  # a `migrate` into this index was stopped before it verified
+    server_memory: ServerMemory | None = None  # a database server's buffer pool (PostgreSQL)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "scope": self.scope,
             "db": self.db,
             "unfinished_copy": self.unfinished_copy,
+            "server_memory": None if self.server_memory is None else self.server_memory.to_json(),
             "sync_running": None if self.sync_running is None else {"pid": self.sync_running.pid},
             "embedding": self.embedding.to_json(),
             "languages": self.languages,
@@ -81,6 +83,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
         totals = {s.source_id: s for s in store.source_stats()}
         counts = store.scope_stats(target.scope) if path else {}
         languages = store.language_counts(target.scope if path else None)
+        server_memory = store.server_memory()
         sources = []
         for place in target.places:
             source_id = place.source_id
@@ -126,6 +129,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
         languages=language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
         sources=tuple(sources),
         unfinished_copy=is_unfinished_copy(meta),
+        server_memory=server_memory,
     )
 
 
