@@ -522,13 +522,19 @@ def concurrency(ws: Workspace, url: str, size: int, corpus: Corpus = DENSE_CORPU
                 errors.append("sync worker: lock not granted")
                 return
             files = sorted(ws.notes.rglob("*.md"))[:400]
+            # new text in every run: the cached copy keeps an earlier run's edits, whose chunks
+            # would take their stored vectors back by hash and leave nothing to store
+            run_mark = time.time_ns()
             n = 0
             while not stop.is_set():
                 batch = files[(n * 20) % len(files) : (n * 20) % len(files) + 20]
                 try:
                     with store.transaction():
                         for path in batch:
-                            text = path.read_text(encoding="utf-8") + f"\n\nEdit {n}: replica latency note.\n"
+                            text = (
+                                path.read_text(encoding="utf-8")
+                                + f"\n\nEdit {n} of run {run_mark}: replica latency note.\n"
+                            )
                             rel = path.relative_to(ws.notes).as_posix()
                             doc = chunker.parse_markdown(text, rel)
                             data = text.encode()
