@@ -226,6 +226,31 @@ def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(
     assert len(seen) == 3
 
 
+def test_a_small_folder_tests_a_common_match_on_its_own_rows(
+    word_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder far smaller than its phrases' matches over the whole index reads its own rows,
+    each testing the match, instead of the document index's postings of every match; a phrase
+    about as rare as the folder is small is read through the index. Both rank as FTS5 does."""
+    sqlite, postgres = word_stores
+    for store in word_stores:
+        with store.transaction():
+            store.write_file("s", *doc("rare/r.md", ["kernel quorum server", "quorum backup", "server server"]))
+    _analyzed(postgres)
+    monkeypatch.setattr(pg_module, "FOLDER_LEAD_MIN_ROWS", 1)  # the rule, on an index this small
+    sent = _statements(postgres, monkeypatch)
+    folder = SearchScope(path="rare")
+    for match, rows_lead in (('"server"', True), ('"server"* OR "kernel"', True), ('"quorum"', False)):
+        sent.clear()
+        expected = sqlite.fts_search(match, 5, folder)
+        found = postgres.fts_search(match, 5, folder)
+        assert expected and [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected], match
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
+        assert ("rows test the match" in " ".join(postgres.keyword_trace)) == rows_lead, postgres.keyword_trace
+        scored = [str(sql) for sql, _ in sent if str(sql).lstrip().startswith("WITH m AS")]
+        assert len(scored) == 1 and ("@@ %(all)s::tsquery) IS TRUE" in scored[0]) == rows_lead, match
+
+
 FOLDERS = ["notes", "notes/deep", "it's \\odd", "zálohy a obnova", "notes0", "note"]
 
 

@@ -213,6 +213,17 @@ SETTLING_MAX_SHARE = 0.4
 # its ids would hide its size and cost memory).
 SCOPE_MATCH_SHARE = 0.5
 SCOPE_IDS_MAX = 100_000
+# A folder's matches come from one scan of the document index, which reads every posting of its
+# phrases over the whole index (and the folder lexeme's) before the folder narrows them; the
+# folder's own rows, each testing the match, cost about FOLDER_ROW_POSTINGS postings a row. At 1M
+# chunks, a folder of 10k (1 %): the scan took 0.2-0.4 us a posting (320k postings: 79 ms), the
+# rows 12-13 ms plus the ranking both do. The rows lead when the phrases' summed document
+# frequencies exceed FOLDER_ROW_POSTINGS times the folder's rows (the planner's estimate of its
+# lexeme), which is only asked once the postings reach FOLDER_ROW_POSTINGS * FOLDER_LEAD_MIN_ROWS;
+# then they also replace a phrase's tier passes, whose lowest tiers read nearly every posting
+# of the phrase too (a host name at 1M: 40-60 ms of passes).
+FOLDER_ROW_POSTINGS = 5
+FOLDER_LEAD_MIN_ROWS = 1_000
 # The lexical GIN indexes keep new entries in a pending list (fastupdate) until it outgrows
 # gin_pending_list_limit (4 MB by default) or autovacuum merges it, and every keyword search
 # reads the whole list once per index condition of each pass. At 100k chunks the list a copy
@@ -1809,19 +1820,29 @@ class PostgresStore:
         folder = folder_scope(scope)
         if folder is not None:
             self.keyword_trace.append("scope: the folder's lexeme in the document index")
-            if large and len(queries) == 1:
+            postings = sum(found)
+            may_lead = postings >= FOLDER_ROW_POSTINGS * FOLDER_LEAD_MIN_ROWS
+            folder_rows = self._estimated_rows(*folder) if may_lead or (large and len(queries) == 1) else 0.0
+            rows_lead = may_lead and postings > FOLDER_ROW_POSTINGS * folder_rows
+            if rows_lead:
+                # the folder's rows also bound the passes below: their postings cost more
+                self.keyword_trace.append(f"scope: the folder's ~{folder_rows:.0f} rows test the match")
+            elif (
+                large
+                and len(queries) == 1
+                and min(folder_rows, total_rows) * found[0] > FULL_SCAN_MAX_MATCHES * total_rows
+            ):
                 # one phrase with many matches in the folder: its top impact tiers first, as the
                 # whole index's (a query of several phrases scores the folder's matches faster
                 # than the passes settle it)
-                share = min(1.0, self._estimated_rows(*folder) / total_rows)
-                if share * found[0] > FULL_SCAN_MAX_MATCHES:
-                    hits = self._tiered_search(
-                        phrases, queries, found, total_rows, avgdl, limit, None, False, folder, share
-                    )
-                    if hits is not None:
-                        return hits
-                    self.keyword_trace.append("scope: every match in the folder scored")
-            return self._scored(queries, idf, avgdl, limit, *folder)
+                share = min(1.0, folder_rows / total_rows)
+                hits = self._tiered_search(
+                    phrases, queries, found, total_rows, avgdl, limit, None, False, folder, share
+                )
+                if hits is not None:
+                    return hits
+                self.keyword_trace.append("scope: every match in the folder scored")
+            return self._scored(queries, idf, avgdl, limit, *folder, where_leads=rows_lead)
         where, scope_params = scope_condition(scope, "c")
         scoped = f"SELECT c.id FROM chunks c WHERE {where}"
         scope_rows = self._scope_rows(scoped, scope_params)
