@@ -864,6 +864,48 @@ def test_scoped_vector_search_is_exact_and_unscoped_uses_hnsw(pg_url: str, monke
         store.close()
 
 
+@pytest.mark.parametrize("dims", [2048, 4001])
+def test_vectors_wider_than_an_hnsw_index_of_vectors_takes_are_searched(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, dims: int
+) -> None:
+    """pgvector indexes at most 2,000 dimensions of `vector` (text-embedding-3-large has 3,072):
+    up to 4,000 the graph holds them as half-precision, with the distances shown still exact;
+    wider, an exact scan answers. Either way the first sync past HNSW_MIN_VECTORS stores them."""
+    import indexer.store.postgres as postgres_store
+    from indexer.config import EmbeddingConfig
+
+    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 50)
+    store = PostgresStore.open(pg_url)
+    try:
+        store.reset_vectors(
+            dims, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=dims).identity()
+        )
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            store.write_files("s", [doc(f"n/{i}.md", [f"note {i}"]) for i in range(80)])
+        rng = np.random.default_rng(9)
+        ids = [row[0] for row in store.pending_chunks(1000)]
+        matrix = rng.normal(size=(len(ids), dims)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        store.store_vectors(ids, matrix)
+        indexed = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')").fetchone()[0] is not None
+        assert indexed == (dims <= 4000)
+        store.conn.execute("ANALYZE")
+        store.conn.execute("SET enable_seqscan = off")
+        sent = _statements(store, monkeypatch)
+        query = rng.normal(size=dims).astype(np.float32)
+        hits = store.vec_search(query, 10, SearchScope())
+        distances = 1 - (matrix @ query) / np.linalg.norm(query)
+        order = np.argsort(distances, kind="stable")[:10]
+        assert [hit.chunk_id for hit in hits] == [ids[i] for i in order]  # 80 vectors: the graph finds all
+        assert [hit.score for hit in hits] == pytest.approx([float(distances[i]) for i in order], abs=1e-6)
+        sql, params = next((sql, params) for sql, params in sent if "<=>" in str(sql))
+        plan = "\n".join(row[0] for row in store.conn.execute(f"EXPLAIN {sql}", params))
+        assert ("idx_chunk_vectors_hnsw" in plan) == indexed, plan
+    finally:
+        store.close()
+
+
 def test_readers_see_committed_state_and_never_wait_for_a_writer(pg_url: str) -> None:
     writer = PostgresStore.open(pg_url)
     writer.ensure_source("s", "workspace")

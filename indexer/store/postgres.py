@@ -111,9 +111,29 @@ def hnsw_graph(reloptions: Sequence[str] | None) -> tuple[str, str]:
     return (f"m={listed.get('m', '16')}", f"ef_construction={listed.get('ef_construction', '64')}")
 
 
-def hnsw_index_sql(name: str, vectors: int) -> str:
+# pgvector's HNSW takes at most 2,000 dimensions of `vector` and 4,000 of `halfvec`: a wider
+# model's vectors (text-embedding-3-large has 3,072) are indexed as half-precision copies, the
+# distances shown still computed from the stored floats; a still wider one is scanned exactly.
+HNSW_VECTOR_MAX_DIMS = 2_000
+HNSW_HALFVEC_MAX_DIMS = 4_000
+
+
+def hnsw_key(dims: int) -> str | None:
+    """What the HNSW index orders by for vectors of `dims` (None: too wide for any)."""
+    if dims <= HNSW_VECTOR_MAX_DIMS:
+        return "embedding"
+    if dims <= HNSW_HALFVEC_MAX_DIMS:
+        return f"(embedding::halfvec({int(dims)}))"
+    return None
+
+
+def hnsw_index_sql(name: str, vectors: int, dims: int) -> str | None:
+    key = hnsw_key(dims)
+    if key is None:
+        return None
+    operators = "vector_cosine_ops" if key == "embedding" else "halfvec_cosine_ops"
     return (
-        f"CREATE INDEX IF NOT EXISTS {name} ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+        f"CREATE INDEX IF NOT EXISTS {name} ON chunk_vectors USING hnsw ({key} {operators})"
         f" WITH ({', '.join(hnsw_options(vectors))})"
     )
 
@@ -794,7 +814,9 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
         "SELECT set_config('maintenance_work_mem', %s, true)", (build_memory(int(vectors), int(dims or 0)),)
     )
     store.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw_rebuilt")
-    store.conn.execute(hnsw_index_sql("idx_chunk_vectors_hnsw_rebuilt", int(vectors)))
+    rebuilt = hnsw_index_sql("idx_chunk_vectors_hnsw_rebuilt", int(vectors), int(dims or 0))
+    assert rebuilt is not None  # an index exists, so the vectors are narrow enough for one
+    store.conn.execute(rebuilt)
     _take_whole(store, "chunks, chunk_vectors")
     store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
     store.conn.execute("ALTER INDEX idx_chunk_vectors_hnsw_rebuilt RENAME TO idx_chunk_vectors_hnsw")
@@ -1029,6 +1051,7 @@ class PostgresStore:
         self._vector_oid: int | None = None
         self._has_vectors = False
         self._hnsw_ready = False
+        self._dims = 0  # the vectors' declared width, once read (see _vector_dims)
         # phrase -> chunks holding it, valid while the lexical rows are as they were when counted
         self._phrase_hits: dict[str, int] = {}
         self._phrase_hits_key: str | None = None
@@ -1269,8 +1292,22 @@ class PostgresStore:
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
             self._vectors_changed = True
             self._hnsw_ready = False
+            self._dims = 0  # read again, after this commits or rolls back
             self._set_meta(identity)
             self._set_meta({"pgvector_version": self.vec_version()})
+
+    def _vector_dims(self) -> int:
+        """The width of the space's vectors: the embedding column's declared dimensions (kept:
+        only reset_vectors changes them, and a search of another space stops at the identity
+        check before it reads a vector)."""
+        if not self._dims:
+            self._dims = int(
+                self._one(
+                    """SELECT atttypmod FROM pg_attribute
+                       WHERE attrelid = 'chunk_vectors'::regclass AND attname = 'embedding'"""
+                )
+            )
+        return self._dims
 
     def vec_version(self) -> str:
         return str(self._one("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
@@ -1752,9 +1789,11 @@ class PostgresStore:
         vectors = int(self._one("SELECT count(*) FROM chunk_vectors"))
         if vectors < HNSW_MIN_VECTORS:
             return
-        with self.transaction():
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker builds it
-            self.conn.execute(hnsw_index_sql("idx_chunk_vectors_hnsw", vectors))
+        index = hnsw_index_sql("idx_chunk_vectors_hnsw", vectors, self._vector_dims())
+        if index is not None:
+            with self.transaction():
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker builds it
+                self.conn.execute(index)
         self._hnsw_ready = True
 
     def _widen_grown_vector_index(self) -> None:
@@ -2287,9 +2326,12 @@ class PostgresStore:
                     "span": EF_GROWS_TO - EF_GROWS_FROM,
                 },
             )
+            dims = self._vector_dims()
+            key = hnsw_key(dims) or "embedding"
+            target = "%(q)s" if key == "embedding" else f"%(q)s::halfvec({dims})"
             rows = self.conn.execute(
-                """SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
-                   ORDER BY embedding <=> %(q)s LIMIT %(k)s""",
+                f"""SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
+                    ORDER BY {key} <=> {target} LIMIT %(k)s""",
                 {"q": query, "k": k},
                 prepare=False,  # planned for this query each time
             ).fetchall()
