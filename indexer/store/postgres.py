@@ -1864,7 +1864,7 @@ class PostgresStore:
             folder_rows = self._estimated_rows(*folder) if may_lead or (large and len(queries) == 1) else 0.0
             rows_lead = may_lead and postings > FOLDER_ROW_POSTINGS * folder_rows
             if rows_lead:
-                # the folder's rows also bound the passes below: their postings cost more
+                # cheaper than the postings, and than a phrase's tier passes, which read most of them
                 self.keyword_trace.append(f"scope: the folder's ~{folder_rows:.0f} rows test the match")
             elif (
                 large
