@@ -154,11 +154,49 @@ def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
         plan = "\n".join(
             str(row[0])
             for row in store.conn.execute(
-                "EXPLAIN SELECT id FROM chunk_vectors ORDER BY embedding <=> %s LIMIT 10", (queries[0],)
+                f"EXPLAIN SELECT id FROM chunk_vectors ORDER BY {pg_module.hnsw_key(DIMS)} <=> %s::halfvec LIMIT 10",
+                (queries[0],),
             )
         )
         assert "idx_chunk_vectors_hnsw" in plan, plan
         assert _unscoped_ids(store, queries) == before  # 330 vectors: both graphs find the exact top 10
+    finally:
+        store.close()
+
+
+def test_a_graph_of_the_float_vectors_is_rebuilt_over_their_half_precision_copies(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index as the schema before `hnsw_half_precision` left it (the graph's parameters
+    current, its vectors the floats) is built again over halfvec copies: one index, the same
+    answers, the distances still the floats'."""
+    store = _filled(pg_url, monkeypatch)
+    queries = np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32)
+    options = _index_options(store)
+    with store.transaction():
+        store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
+        store.conn.execute(
+            "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
+            f" WITH ({', '.join(pg_module.hnsw_options(330))})"
+        )
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_half_precision")),)
+        )
+    exact = {
+        int(cid): float(distance)
+        for cid, distance in store.conn.execute("SELECT id, embedding <=> %s FROM chunk_vectors", (queries[0],))
+    }
+    store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        definition = store._one("SELECT pg_get_indexdef('idx_chunk_vectors_hnsw'::regclass)")
+        assert "halfvec_cosine_ops" in definition and _index_options(store) == options
+        hnsw = "SELECT count(*) FROM pg_indexes WHERE tablename = 'chunk_vectors' AND indexdef LIKE '%hnsw%'"
+        assert store._one(hnsw) == 1
+        hits = store.vec_search(queries[0], 10, SearchScope())
+        assert [hit.chunk_id for hit in hits] == sorted(exact, key=lambda cid: (exact[cid], cid))[:10]
+        assert [hit.score for hit in hits] == [exact[hit.chunk_id] for hit in hits]
     finally:
         store.close()
 
@@ -307,10 +345,11 @@ def test_the_index_swap_does_not_deadlock_with_a_reader_of_the_earlier_version(
         watcher.close()
 
 
-def test_a_small_index_built_with_pgvector_defaults_is_kept_by_the_migration(
+def test_a_small_index_built_with_pgvector_defaults_keeps_its_graph_on_migration(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pgvector's defaults are the small graph: below HNSW_WIDE_FROM nothing is built again."""
+    """pgvector's defaults are the small graph: below HNSW_WIDE_FROM the index is built again
+    only for its half-precision copies, with the same graph."""
     store = _filled(pg_url, monkeypatch)
     _as_the_earlier_version_left_it(store)
     node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
@@ -318,7 +357,8 @@ def test_a_small_index_built_with_pgvector_defaults_is_kept_by_the_migration(
     store = PostgresStore.open(pg_url)
     try:
         assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
-        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
-        assert _index_options(store) == []
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() != node
+        assert "halfvec_cosine_ops" in store._one("SELECT pg_get_indexdef('idx_chunk_vectors_hnsw'::regclass)")
+        assert _index_options(store) == ["ef_construction=64", "m=16"]
     finally:
         store.close()
