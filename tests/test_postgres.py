@@ -468,12 +468,19 @@ def test_a_tiers_candidates_are_counted_not_taken_from_the_planner(
 ) -> None:
     """The planner expects an impact tsquery's prefix words to hold 20-350x the chunks they do:
     were its estimate trusted, every settling pass would look dearer than the scan of every
-    match. Counted, the small candidate sets are scored, and the top stays the scan's."""
+    match. Counted, the small candidate sets are scored, and the top stays the scan's. A set
+    it expects past COUNTED_MAX_ESTIMATE is not counted (the count would cost more than the
+    scan: a deep tier of common prefixes) and leaves the top to the scan."""
 
     def misjudging(estimated: Any, store: PostgresStore, where: str, params: dict[str, object]) -> float:
-        return 1e9 if "f.impacts" in where else estimated(store, where, params)
+        return pg_module.COUNTED_MAX_ESTIMATE if "f.impacts" in where else estimated(store, where, params)
 
     assert _settles_under(zipf_stores[1], monkeypatch, misjudging, "settle at tier") >= 3
+
+    def beyond(estimated: Any, store: PostgresStore, where: str, params: dict[str, object]) -> float:
+        return pg_module.COUNTED_MAX_ESTIMATE + 1 if "f.impacts" in where else estimated(store, where, params)
+
+    assert _settles_under(zipf_stores[1], monkeypatch, beyond, "settle at tier") == 0
 
 
 def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
