@@ -220,13 +220,15 @@ LEXICAL_ANALYZE_SHARE = 0.01
 # over ~44k of ~71k matches took longer than the scan)
 SETTLING_MAX_SETS = 16
 SETTLING_MAX_SHARE = 0.4
-# A settling pass's candidate set is counted only while the planner expects at most this many
-# rows (it expects 20-350x too many of an impact tsquery's prefix words, so those counts are
-# small and cheap); past it, its estimate stands. Counting a deep tier of common prefixes
-# builds the whole bitmap of their impact words: on the dense 100k, 0.2-0.25 s a count and
-# p90 0.7 s a query (the scan: 70 ms); gated, p90 67 ms there, and on the realistic 100k the
-# sum of the 50 queries 12 % above counting always (21 % under never counting).
+# A settling pass's candidate set is counted only while the planner expects at most the larger
+# of COUNTED_MAX_ESTIMATE rows and COUNTED_MAX_SHARE of the index's (it expects 20-350x too many
+# of an impact tsquery's prefix words, so most such counts are small); past it, its estimate
+# stands. Counting a deep tier of common prefixes builds the whole bitmap of their impact words:
+# on the dense 100k, 0.2-0.25 s a count and p90 0.7 s a query (the scan: 70 ms). The 50 bench
+# queries' unscoped keyword calls, summed, counting always -> gated: dense 100k 6.8 -> 2.0 s,
+# realistic 100k 1.17 -> 1.31 s, realistic 1M 7.11 -> 7.08 s (with 10,000 alone there: 10.8 s).
 COUNTED_MAX_ESTIMATE = 10_000
+COUNTED_MAX_SHARE = 0.1
 # A scoped keyword search reads either the scope's rows, the match tested on each (~1.4 us a
 # row at 200k chunks, its ids sorted so that neighbours share one descent of the key), or the
 # matches through the document index, the scope testing each (2.5-8 us a match: their heap
@@ -2022,7 +2024,17 @@ class PostgresStore:
                 deeper = next((t for t in range(tier + 1, last + 1) if plan(t)[1] <= kth), None)
                 settles = None if deeper is None else pass_condition(deeper)
                 return self._settling_pass(
-                    phrases, queries, idf, avgdl, limit, kth, parts, settles, [n * share for n in found], within
+                    phrases,
+                    queries,
+                    idf,
+                    avgdl,
+                    limit,
+                    kth,
+                    parts,
+                    settles,
+                    [n * share for n in found],
+                    within,
+                    max(COUNTED_MAX_ESTIMATE, COUNTED_MAX_SHARE * total_rows),
                 )
             self.keyword_trace.append(f"tier {IMPACT_LABELS[tier]}: {len(hits)} hits")
             if tier == last:
@@ -2042,6 +2054,7 @@ class PostgresStore:
         deeper_pass: tuple[str, dict[str, object]] | None,
         found: Sequence[float],
         within: tuple[str, dict[str, object]] | None = None,
+        count_up_to: float = COUNTED_MAX_ESTIMATE,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
         reach (None: no candidate set looks cheaper than the scan of every match). Outside
@@ -2064,7 +2077,7 @@ class PostgresStore:
         # no count needs to go past what the scan of every match costs, nor past the best so far
         cap = math.ceil(SETTLING_MAX_SHARE * max(found)) + 1
         if deeper_pass is not None:
-            choices.append((self._counted_rows(*deeper_pass, cap), *deeper_pass, "pass"))
+            choices.append((self._counted_rows(*deeper_pass, cap, count_up_to), *deeper_pass, "pass"))
         shallower_sets: list[tuple[int, ...]] | None = None
         for tier in range(len(IMPACT_TIERS)):
             candidates = impact_tsquery(phrases, tier + 1)
@@ -2081,7 +2094,9 @@ class PostgresStore:
                 continue  # the same sets beside a deeper tier's chunks, which include the shallower's
             shallower_sets = sets
             cheapest = min((choice[0] for choice in choices), default=cap)
-            rows: float = self._counted_rows(*_within(where, params, within), math.ceil(min(cheapest, cap)) + 1)
+            rows: float = self._counted_rows(
+                *_within(where, params, within), math.ceil(min(cheapest, cap)) + 1, count_up_to
+            )
             if choices and rows >= min(choice[0] for choice in choices):
                 break  # a deeper tier's own chunks include these: no deeper candidate set is smaller
             if sets:  # one index condition each: GIN evaluates short tsqueries faster than one long one
@@ -2115,14 +2130,14 @@ class PostgresStore:
         self.keyword_trace.append(f"settle at {label}: ~{estimate:.0f} of ~{matches:.0f} matches")
         return self._scored(queries, idf, avgdl, limit, where, params, True)
 
-    def _counted_rows(self, where: str, params: dict[str, object], cap: int) -> float:
+    def _counted_rows(self, where: str, params: dict[str, object], cap: int, up_to: float) -> float:
         """How many lexical rows meet `where`, counted: for an impact tsquery, whose chunks are
         few and which the planner's statistics misjudge (see `_settling_pass`), the bitmap of
         its index and a heap page per row (~4 us a row), up to `cap`: a deep tier of common
         prefixes holds tens of thousands (the dense 100k: counting them all took 0.5-1.5 s a
         query, more than the scan they were weighed against)."""
         estimate = self._estimated_rows(where, params)
-        if estimate > COUNTED_MAX_ESTIMATE:
+        if estimate > up_to:
             return estimate
         row = self.conn.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM chunks_fts f WHERE {where} LIMIT {int(cap)}) s",
