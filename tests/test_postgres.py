@@ -840,18 +840,23 @@ def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[t
     return sent
 
 
-def test_scoped_vector_search_is_exact_and_unscoped_uses_hnsw(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import indexer.store.postgres as postgres_store
+def _vector_space(pg_url: str, monkeypatch: pytest.MonkeyPatch, dims: int, hnsw_from: int) -> PostgresStore:
+    """A store with an embedding space of `dims` and source "s", its HNSW index built once
+    `hnsw_from` vectors are stored."""
+    from indexer.config import EmbeddingConfig
 
-    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 100)
+    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", hnsw_from)
     store = PostgresStore.open(pg_url)
-    try:
-        from indexer.config import EmbeddingConfig
+    store.reset_vectors(
+        dims, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=dims).identity()
+    )
+    store.ensure_source("s", "workspace")
+    return store
 
-        store.reset_vectors(
-            DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
-        )
-        store.ensure_source("s", "workspace")
+
+def test_scoped_vector_search_is_exact_and_unscoped_uses_hnsw(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _vector_space(pg_url, monkeypatch, DIMS, hnsw_from=100)
+    try:
         fill(store, {"big": 300, "small": 30}, np.random.default_rng(5))  # type: ignore[arg-type]
         assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')").fetchone()[0]
         store.conn.execute("ANALYZE")
@@ -878,16 +883,8 @@ def test_vectors_wider_than_an_hnsw_index_of_vectors_takes_are_searched(
     """pgvector indexes at most 2,000 dimensions of `vector` (text-embedding-3-large has 3,072):
     up to 4,000 the graph holds them as half-precision, with the distances shown still exact;
     wider, an exact scan answers. Either way the first sync past HNSW_MIN_VECTORS stores them."""
-    import indexer.store.postgres as postgres_store
-    from indexer.config import EmbeddingConfig
-
-    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 50)
-    store = PostgresStore.open(pg_url)
+    store = _vector_space(pg_url, monkeypatch, dims, hnsw_from=50)
     try:
-        store.reset_vectors(
-            dims, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=dims).identity()
-        )
-        store.ensure_source("s", "workspace")
         with store.transaction():
             store.write_files("s", [doc(f"n/{i}.md", [f"note {i}"]) for i in range(80)])
         rng = np.random.default_rng(9)
