@@ -1061,7 +1061,6 @@ class PostgresStore:
         self._vector_oid: int | None = None
         self._has_vectors = False
         self._hnsw_ready = False
-        self._dims = 0  # the vectors' declared width, once read (see _vector_dims)
         # phrase -> chunks holding it, valid while the lexical rows are as they were when counted
         self._phrase_hits: dict[str, int] = {}
         self._phrase_hits_key: str | None = None
@@ -1302,22 +1301,17 @@ class PostgresStore:
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
             self._vectors_changed = True
             self._hnsw_ready = False
-            self._dims = 0  # read again, after this commits or rolls back
             self._set_meta(identity)
             self._set_meta({"pgvector_version": self.vec_version()})
 
     def _vector_dims(self) -> int:
-        """The width of the space's vectors: the embedding column's declared dimensions (kept:
-        only reset_vectors changes them, and a search of another space stops at the identity
-        check before it reads a vector)."""
-        if not self._dims:
-            self._dims = int(
-                self._one(
-                    """SELECT atttypmod FROM pg_attribute
-                       WHERE attrelid = 'chunk_vectors'::regclass AND attname = 'embedding'"""
-                )
+        """The width of the space's vectors: the embedding column's declared dimensions."""
+        return int(
+            self._one(
+                """SELECT atttypmod FROM pg_attribute
+                   WHERE attrelid = 'chunk_vectors'::regclass AND attname = 'embedding'"""
             )
-        return self._dims
+        )
 
     def vec_version(self) -> str:
         return str(self._one("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
@@ -1876,11 +1870,7 @@ class PostgresStore:
             if rows_lead:
                 # cheaper than the postings, and than a phrase's tier passes, which read most of them
                 self.keyword_trace.append(f"scope: the folder's ~{folder_rows:.0f} rows test the match")
-            elif (
-                large
-                and len(queries) == 1
-                and min(folder_rows, total_rows) * found[0] > FULL_SCAN_MAX_MATCHES * total_rows
-            ):
+            elif large and len(queries) == 1 and min(1.0, folder_rows / total_rows) * found[0] > FULL_SCAN_MAX_MATCHES:
                 # one phrase with many matches in the folder: its top impact tiers first, as the
                 # whole index's (a query of several phrases scores the folder's matches faster
                 # than the passes settle it)
@@ -2053,8 +2043,8 @@ class PostgresStore:
         parts: Callable[[int], list[float]],
         deeper_pass: tuple[str, dict[str, object]] | None,
         found: Sequence[float],
-        within: tuple[str, dict[str, object]] | None = None,
-        count_up_to: float = COUNTED_MAX_ESTIMATE,
+        within: tuple[str, dict[str, object]] | None,
+        count_up_to: float,
     ) -> list[RankedChunk] | None:
         """The exact top `limit` when `floor` is a score the limit-th best chunk is known to
         reach (None: no candidate set looks cheaper than the scan of every match). Outside
@@ -2064,10 +2054,11 @@ class PostgresStore:
         document index) hold the whole top. Each tier gives one such candidate set; the one
         the planner expects to be smallest is scored, or `deeper_pass` (a tier pass whose bound
         the floor meets) when it expects that one smaller. A candidate set is sized by counting
-        its tier's chunks, up to COUNTED_MAX_ESTIMATE expected (the planner expects 20-350x too many of an impact tsquery's prefix
-        words: at 100k chunks 5,721 where 70 were, which sent cheap settling passes to the scan)
-        plus each phrase set's matches: a phrase's document frequency `found` (in the scope's
-        share), the planner's estimate for sets of several. The scan it is weighed against reads
+        its tier's chunks while the planner expects at most `count_up_to` (it expects 20-350x
+        too many of an impact tsquery's prefix words: at 100k chunks 5,721 where 70 were, which
+        sent cheap settling passes to the scan) plus each phrase set's matches: a phrase's
+        document frequency `found` (in the scope's share), the planner's estimate for sets of
+        several. The scan it is weighed against reads
         at least the largest phrase's document frequency: the planner's own estimate of a
         prefix or phrase tsquery's matches falls far short of it (at 200k chunks ~5.6k expected
         where 48.7k matched).
@@ -2361,7 +2352,7 @@ class PostgresStore:
                     "span": EF_GROWS_TO - EF_GROWS_FROM,
                 },
             )
-            dims = self._vector_dims()
+            dims = len(query)  # the column's width: pgvector compares no vectors of two
             key = hnsw_key(dims)
             order = "embedding <=> %(q)s" if key is None else f"{key} <=> %(q)s::halfvec({dims})"
             rows = self.conn.execute(
