@@ -81,6 +81,11 @@ def fts_integrity_check(store: Any) -> None:
         s: f"{n}:{t}" for s, n, t in store.conn.execute("SELECT source_id, rows, tokens FROM fts_stats WHERE rows > 0")
     }
     assert totals == stats, f"fts_stats {stats} != {totals}"
+    missing = store.conn.execute(
+        """SELECT DISTINCT w FROM chunks_fts, unnest(tsvector_to_array(document)) w
+           WHERE NOT EXISTS (SELECT 1 FROM lexemes l WHERE l.lexeme = w) LIMIT 5"""
+    ).fetchall()
+    assert not missing, f"lexemes of lexical rows missing from `lexemes`: {missing}"
 
 
 def chunk_fingerprint(store: Store | Any) -> list[tuple[object, ...]]:

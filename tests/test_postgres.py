@@ -4,8 +4,10 @@ server, a login or a database that is not there, and the commands end to end on 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -340,6 +342,149 @@ def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
             assert any("impacts @@" in str(sql) for sql, _ in sent)  # the bounded path answered
     finally:
         store.close()
+
+
+def _executed(sent: list[tuple[Any, Any]]) -> str:
+    """The parameters of every statement sent that reads rows (not the planner's estimates)."""
+    return " ".join(str(params) for sql, params in sent if not str(sql).lstrip().startswith("EXPLAIN"))
+
+
+def test_a_prefix_that_begins_one_lexeme_is_looked_up_as_that_lexeme(
+    zipf_stores: tuple[Store, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIN reads a prefix by collecting every matching entry's rows into a bitmap, an exact
+    lexeme by walking its postings: a prefix that begins one lexeme of the index ("alpha30",
+    "prod" of a host name) reaches the index as that lexeme, in the documents and the impact
+    tiers, and ranks as FTS5 ranks the prefix; one that begins several ("sigma5": sigma5,
+    sigma53, sigma59) stays a prefix. The planner's estimates, which choose the passes, see
+    the prefixes."""
+    sqlite, postgres = zipf_stores
+    matches = ('"alpha30"* OR "bravo31" OR "delta8"', '"alpha24" OR "sigma5"* OR "web 03 prod"*')
+    scopes = (SearchScope(), SearchScope(path="notes"), SearchScope(source_ids=("s",)))
+    cases = list(itertools.product(matches, (2, 5, 13, 34), scopes))
+    scanned = {case: postgres.fts_search(case[0], case[1], case[2]) for case in cases}  # and each phrase counted
+    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: the counts kept
+    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # tier passes that settling passes follow
+    sent = _statements(postgres, monkeypatch)
+    exact = re.compile(r"'(alpha30|a\|alpha30|prod)'(?!:\*)")
+    executed = estimated = ""
+    for (match, limit, scope), expected in scanned.items():
+        sent.clear()
+        found = postgres.fts_search(match, limit, scope)
+        assert found == expected, (match, limit, scope, postgres.keyword_trace)
+        fts5 = sqlite.fts_search(match, limit, scope)
+        assert [hit.score for hit in found] == pytest.approx([hit.score for hit in fts5], rel=1e-9)
+        trace = " ".join(postgres.keyword_trace)
+        assert ("alpha30* = alpha30" in trace) == ("alpha30" in match) and "sigma5* =" not in trace
+        executed += _executed(sent)
+        estimated += " ".join(str(params) for sql, params in sent if str(sql).lstrip().startswith("EXPLAIN"))
+    assert "alpha30':*" not in executed and "'prod':*" not in executed and "'sigma5':*" in executed
+    assert {found.group(1) for found in exact.finditer(executed)} == {"alpha30", "a|alpha30", "prod"}
+    assert "'alpha30':*" in estimated and not exact.search(estimated)
+
+
+def test_a_prefix_stands_for_one_lexeme_only_while_no_row_holds_another(pg_url: str) -> None:
+    """The lexicon grows with every write, a rolled-back one too, and never shrinks: once a
+    second word begins with the prefix it stays a prefix, after that word's file is deleted too
+    (the lookup is as it was, and so are the hits). A reader whose snapshot does not hold the
+    new row yet may already see its word: a prefix then, the same hits."""
+    store = PostgresStore.open(pg_url)
+    reader = PostgresStore.open(pg_url, readonly=True)
+    try:
+        store.ensure_source("s", "workspace")
+        with store.transaction():
+            store.write_files("s", [doc("k1.md", ["Kubernetes cluster", "kubernetes upgrade"])])
+
+        def kuber(on: PostgresStore) -> tuple[int, bool]:
+            with on.snapshot():
+                hits = on.fts_search('"kuber"*', 10, SearchScope())
+            return len(hits), "kuber* = kubernetes" in " ".join(on.keyword_trace)
+
+        assert kuber(store) == (2, True)
+        with store.transaction():
+            store.write_files("s", [doc("k2.md", ["kubernetize everything"])])
+            assert kuber(reader) == (2, False)  # the word is committed before its row
+        assert kuber(reader) == (3, False)
+        with store.transaction():
+            store.delete_file("s", "k2.md")
+        assert kuber(reader) == (2, False)
+        with pytest.raises(RuntimeError), store.transaction():
+            store.write_files("s", [doc("k3.md", ["kubernetesque"])])
+            raise RuntimeError("rolled back")
+        assert store._one("SELECT count(*) FROM lexemes WHERE lexeme >= 'kuber' AND lexeme < 'kubes'") == 3
+        fts_integrity_check(store)
+    finally:
+        reader.close()
+        store.close()
+
+
+def test_two_first_syncs_adding_the_same_new_words_never_deadlock(pg_url: str) -> None:
+    """Two writers of different sources, each in its own transaction, write new words the other
+    writes next (in the other order): were the words written in those transactions, the second
+    writer would wait for the first one's uncommitted words (here: at the barrier, for good), or
+    each for the other's. They are committed apart, so both transactions go on and commit."""
+    import threading
+
+    first = [f"novel{n}" for n in range(40)]
+    second = [f"other{n}" for n in range(40)]
+    plans = {"a": (first, second), "b": (second, first)}
+    both_wrote_once = threading.Barrier(2, timeout=10)
+    errors: list[BaseException] = []
+
+    def write(source: str) -> None:
+        store = PostgresStore.open(pg_url)
+        try:
+            store.ensure_source(source, "workspace")
+            with store.transaction():
+                for n, words in enumerate(plans[source]):
+                    store.write_files(source, [doc(f"{source}{n}.md", [" ".join(words)])])
+                    if n == 0:
+                        both_wrote_once.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            both_wrote_once.abort()
+        finally:
+            store.close()
+
+    PostgresStore.open(pg_url).close()  # the schema, before two writers race for it
+    threads = [threading.Thread(target=write, args=(source,)) for source in plans]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    store = PostgresStore.open(pg_url, readonly=True)
+    try:
+        assert store.counts()["files"] == 4
+        fts_integrity_check(store)
+    finally:
+        store.close()
+
+
+def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -> None:
+    store = _holding_the_texts(pg_url)
+    with store.transaction():  # the index as the previous schema left it
+        store.conn.execute("DROP TABLE lexemes")
+        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        store.conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("lexemes")),))
+    store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        fts_integrity_check(store)  # every lexeme of every row
+        assert store.fts_search('"restar"*', 10, SearchScope())
+        assert "restar* = restart" in " ".join(store.keyword_trace)
+    finally:
+        store.close()
+
+
+def test_a_prefix_is_bounded_above_by_the_least_string_past_its_words() -> None:
+    phrases = [(["ab"], True), (["x", "a\ud7ff"], True), (["z\U0010ffff"], True), (["no"], False), (["ab"], True)]
+    phrases += [(["it's"], True), (["ba\\"], True)]  # spelled with escapes in a tsquery: not looked up
+    assert pg_module._prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
 
 
 # words of falling frequency (the n-th about 1/n as common as the first), so phrases weigh
