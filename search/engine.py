@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -214,17 +214,18 @@ def search(
                         half.settle()  # a failure of what ran before the keyword half comes first
                     raise
                 vector = half.collect(response, notices, info) if half is not None else []
+                read_apart = half.read_apart if half is not None else _ReadApart()
                 candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
-                rows = store.chunk_rows(candidates)
+                rows = read_apart.rows_of(store, candidates)
                 # only a hybrid query of known language asks which candidates the keywords could not see
                 knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
                 keyword_ids = {cid for cid, _ in lexical}
-                languages = store.chunk_languages(candidates - keyword_ids) if knows_language else {}
+                languages = read_apart.languages_of(store, candidates - keyword_ids) if knows_language else {}
                 fused, blind = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
                 chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
                 shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
                 if mode != "lex" and shown:  # --explain names each hit's language
-                    languages.update(store.chunk_languages(shown))
+                    languages.update(read_apart.languages_of(store, shown))
                 response.results = _hits(chosen, rows, lexical, vector, languages, blind, query)
                 exhausted = len(lexical) < depth and len(vector) < depth
                 if (
@@ -278,6 +279,29 @@ class _QueryVector:
 
 
 @dataclass
+class _ReadApart:
+    """The rows and languages of a pass's hits, read through the sibling reader beside the
+    keyword half (the same snapshot): what is left for the store's own connection afterwards
+    is the keyword half's other candidates."""
+
+    rows: dict[int, ChunkRow] = field(default_factory=dict)
+    languages: dict[int, str] = field(default_factory=dict)
+
+    def rows_of(self, store: IndexReader, ids: set[int]) -> dict[int, ChunkRow]:
+        rows = {cid: self.rows[cid] for cid in ids if cid in self.rows}
+        if len(rows) < len(ids):
+            rows.update(store.chunk_rows(ids - rows.keys()))
+        return rows
+
+    def languages_of(self, store: IndexReader, ids: Iterable[int]) -> dict[int, str]:
+        wanted = set(ids)
+        languages = {cid: self.languages[cid] for cid in wanted if cid in self.languages}
+        if len(languages) < len(wanted):
+            languages.update(store.chunk_languages(wanted - languages.keys()))
+        return languages
+
+
+@dataclass
 class _Pass:
     """One pass of the vector half, or as much of it as a worker ran: the query vector on the
     first pass, then the hits or what stopped them (kept apart: the keyword half's failure, had
@@ -286,6 +310,7 @@ class _Pass:
     prepared: _QueryVector | None
     hits: list[RankedChunk] | None = None
     error: Exception | None = None
+    read_apart: _ReadApart = field(default_factory=_ReadApart)
 
 
 class _VectorHalf:
@@ -326,6 +351,7 @@ class _VectorHalf:
         self.reader: IndexReader | None = None  # the sibling, once the worker opened it
         self.opened = ExitStack()
         self.running: Future[_Pass] | None = None  # the pass's work on a worker
+        self.read_apart = _ReadApart()  # the last pass's
 
     def start(self, depth: int) -> None:
         self.depth = depth
@@ -365,6 +391,7 @@ class _VectorHalf:
             done = self._searched(self.reader or self.store, self.depth)
         if done.error is not None:
             raise done.error
+        self.read_apart = done.read_apart
         return done.hits or []
 
     def close(self) -> None:
@@ -435,9 +462,13 @@ class _VectorHalf:
         try:
             from_memory = self.resident.knn(reader, self.vector, depth) if self.resident and self.scope.is_all else None
             hits = from_memory if from_memory is not None else reader.vec_search(self.vector, depth, self.scope)
+            read_apart = _ReadApart()
+            if hits and reader is self.reader:  # a sibling, maybe running beside the keyword half
+                ids = [hit.chunk_id for hit in hits]
+                read_apart = _ReadApart(reader.chunk_rows(ids), reader.chunk_languages(ids))
         except Exception as exc:  # noqa: BLE001 - raised by collect, unless the keyword half failed first
             return _Pass(None, [], exc)
-        return _Pass(None, hits)
+        return _Pass(None, hits, read_apart=read_apart)
 
 
 def _fuse(
