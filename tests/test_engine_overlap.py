@@ -333,6 +333,48 @@ def test_the_resident_copy_answers_on_the_worker_for_the_searching_threads_gener
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_sibling_reads_the_rows_of_the_hits_it_found(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sibling that found the vector half's hits also reads their rows and languages while
+    the keyword half runs; the search's own connection then reads only the keyword half's other
+    candidates. The answer is the one of the halves one after the other."""
+    embedder = FakeEmbedder(config.embedding)
+
+    def run() -> list[tuple[str, int, str, str]]:
+        found = search(reader, config, QUERY, k=8, mode="hybrid", embedder_factory=lambda: embedder)
+        return [(hit.path, hit.line, hit.matched, str(hit.explain)) for hit in found.results]
+
+    with monkeypatch.context() as sequential:
+        sequential.setattr(overlap, "apart", lambda work: None)
+        expected = run()
+    assert any(matched == "meaning" for _, _, matched, _ in expected)
+    read: dict[str, set[int]] = {"own": set(), "sibling": set()}
+    found_apart: set[int] = set()
+    for method in ("chunk_rows", "chunk_languages"):
+        original = getattr(PostgresStore, method)
+
+        def recording(self: PostgresStore, ids: Any, original: Any = original) -> Any:
+            wanted = set(ids)
+            read["own" if self is reader else "sibling"] |= wanted
+            return original(self, wanted)
+
+        monkeypatch.setattr(PostgresStore, method, recording)
+    vec_search = PostgresStore.vec_search
+
+    def searching(self: PostgresStore, vector: np.ndarray, k: int, scope: SearchScope) -> Any:
+        hits = vec_search(self, vector, k, scope)
+        if self is not reader:
+            found_apart.update(hit.chunk_id for hit in hits)
+        return hits
+
+    monkeypatch.setattr(PostgresStore, "vec_search", searching)
+    assert run() == expected
+    assert found_apart and read["sibling"] == found_apart
+    assert not read["own"] & found_apart  # (the keyword half may have found nothing else)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_a_sibling_the_server_refuses_leaves_the_vector_half_to_the_store(
     config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
