@@ -468,6 +468,7 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
     store = _holding_the_texts(pg_url)
     with store.transaction():  # the index as the previous schema left it
         store.conn.execute("DROP TABLE lexemes")
+        store.conn.execute("ALTER TABLE chunks_fts DROP COLUMN words_listed")
         steps = [step.name for step in pg_module.PG_MIGRATIONS]
         store.conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("lexemes")),))
     store.close()
@@ -477,6 +478,11 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
         fts_integrity_check(store)  # every lexeme of every row
         assert store.fts_search('"restar"*', 10, SearchScope())
         assert "restar* = restart" in " ".join(store.keyword_trace)
+        with pytest.raises(psycopg.errors.NotNullViolation):  # a writer that lists no words is refused
+            store.conn.execute(
+                """INSERT INTO chunks_fts(id, source_id, document, length, impacts, scope)
+                   VALUES (-1, 's', '', 0, '', '')"""
+            )
     finally:
         store.close()
 
@@ -1188,7 +1194,7 @@ def test_sync_show_toc_status_and_reindex_on_postgres(tmp_path: Path, notes: Pat
             pool, tables = store.conn.execute(
                 """SELECT pg_size_bytes(current_setting('shared_buffers')),
                           sum(pg_table_size(t) + pg_indexes_size(t))
-                   FROM unnest(ARRAY['chunks_fts', 'chunk_vectors', 'chunks', 'files', 'file_tags']::regclass[]) t"""
+                   FROM unnest(ARRAY['chunks_fts', 'chunk_vectors', 'chunks', 'files', 'file_tags', 'lexemes']::regclass[]) t"""
             ).fetchone()
         finally:
             store.close()

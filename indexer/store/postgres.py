@@ -259,8 +259,9 @@ FOLDER_LEAD_MIN_ROWS = 1_000
 # same queries and load). The end of a sync merges it, in bulk as a flush would, so the
 # searches between syncs read none of it.
 # what searches read, with their indexes and TOAST: the lexical rows, the vectors and their
-# HNSW graph, the chunks shown, the files and tags that scopes and filters test
-SEARCHED_TABLES = ("chunks_fts", "chunk_vectors", "chunks", "files", "file_tags")
+# HNSW graph, the chunks shown, the files and tags that scopes and filters test, the words
+# prefixes begin
+SEARCHED_TABLES = ("chunks_fts", "chunk_vectors", "chunks", "files", "file_tags", "lexemes")
 LEXICAL_GIN_INDEXES = ("idx_chunks_fts_document", "idx_chunks_fts_impacts")
 
 
@@ -843,18 +844,23 @@ def _rebuild_vector_index(store: PostgresStore) -> None:
 # up as that lexeme (the dense 100k: `'sestave':*` 4.8 ms, `'sestaveni'` 2.0; three such
 # prefixes ANDed 9.6 ms against 1.7). Complete by construction: a write commits its rows'
 # lexemes here before the rows themselves can commit (`_add_lexemes`); nothing is deleted, so a
-# lexeme no row holds any more only keeps its prefixes' lookup as it was.
+# lexeme no row holds any more only keeps its prefixes' lookup as it was. `words_listed` has no
+# default once filled: a writer of an earlier version, which knows nothing of `lexemes`, is
+# refused rather than leaving its words out of it (the step holds the lexical rows meanwhile:
+# keyword searches wait for it, 34 s at 1M chunks).
 LEXEMES_SQL = """
     CREATE TABLE IF NOT EXISTS lexemes (lexeme TEXT COLLATE "C" PRIMARY KEY);
+    ALTER TABLE chunks_fts ADD COLUMN IF NOT EXISTS words_listed BOOLEAN NOT NULL DEFAULT TRUE;
 """
 
 
 def _fill_lexemes(store: PostgresStore) -> None:
-    """The lexemes of the rows written before `lexemes` existed."""
+    """The lexemes of the rows written before `lexemes` existed; no row without them from now on."""
     store.conn.execute(
         """INSERT INTO lexemes(lexeme) SELECT DISTINCT unnest(tsvector_to_array(document)) FROM chunks_fts
            ON CONFLICT DO NOTHING"""
     )
+    store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN words_listed DROP DEFAULT")
 
 
 SWAP_LOCK_TRIES = 1200  # at SWAP_LOCK_PAUSE apart: a minute, then a plain wait
@@ -1605,8 +1611,8 @@ class PostgresStore:
                           language FROM u ORDER BY ord
                    RETURNING id, path, chunk_idx, content_hash),
                fts AS (
-                   INSERT INTO chunks_fts(id, source_id, document, length, impacts, scope)
-                   SELECT c.id, %(source)s, u.document, u.length, u.impacts, u.scope
+                   INSERT INTO chunks_fts(id, source_id, document, length, impacts, scope, words_listed)
+                   SELECT c.id, %(source)s, u.document, u.length, u.impacts, u.scope, TRUE
                    FROM c JOIN u ON u.path COLLATE "C" = c.path AND u.idx = c.chunk_idx)
                SELECT id, content_hash FROM c""",
             {
