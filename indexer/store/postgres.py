@@ -1549,8 +1549,8 @@ class PostgresStore:
     def _add_lexemes(self, lexemes: set[str]) -> None:
         """Commit `lexemes` to the lexicon on a connection of its own, before the transaction
         writing rows that hold them can commit: a reader's snapshot that holds a row then holds
-        its lexemes. Inside that transaction they would be a deadlock of two first syncs: each
-        waiting for the other's uncommitted new words. One statement in code point order (the
+        its lexemes. Inside that transaction two first syncs would wait for each other's
+        uncommitted new words (or deadlock). One statement in code point order (the
         key's byte order) waits on another's keys in one order only."""
         if not lexemes:
             return
