@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from indexer.embedders import Embedder
     from search.resident import ResidentVectors
 
+T = TypeVar("T")
 MODES = ("hybrid", "lex", "vec")
 UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
@@ -287,18 +288,19 @@ class _ReadApart:
     rows: dict[int, ChunkRow] = field(default_factory=dict)
     languages: dict[int, str] = field(default_factory=dict)
 
-    def rows_of(self, store: IndexReader, ids: set[int]) -> dict[int, ChunkRow]:
-        rows = {cid: self.rows[cid] for cid in ids if cid in self.rows}
-        if len(rows) < len(ids):
-            rows.update(store.chunk_rows(ids - rows.keys()))
-        return rows
+    def rows_of(self, store: IndexReader, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        return _read_or_known(self.rows, set(ids), store.chunk_rows)
 
     def languages_of(self, store: IndexReader, ids: Iterable[int]) -> dict[int, str]:
-        wanted = set(ids)
-        languages = {cid: self.languages[cid] for cid in wanted if cid in self.languages}
-        if len(languages) < len(wanted):
-            languages.update(store.chunk_languages(wanted - languages.keys()))
-        return languages
+        return _read_or_known(self.languages, set(ids), store.chunk_languages)
+
+
+def _read_or_known(known: dict[int, T], ids: set[int], read: Callable[[set[int]], dict[int, T]]) -> dict[int, T]:
+    """`ids`' entries of `known`, and `read` of the rest (not called when none is left)."""
+    found = {cid: known[cid] for cid in ids if cid in known}
+    if len(found) < len(ids):
+        found.update(read(ids - found.keys()))
+    return found
 
 
 @dataclass

@@ -344,9 +344,10 @@ def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
         store.close()
 
 
-def _executed(sent: list[tuple[Any, Any]]) -> str:
-    """The parameters of every statement sent that reads rows (not the planner's estimates)."""
-    return " ".join(str(params) for sql, params in sent if not str(sql).lstrip().startswith("EXPLAIN"))
+def _sent_params(sent: list[tuple[Any, Any]], *, estimates: bool) -> str:
+    """The parameters of every statement sent that asks the planner's estimates (`estimates`)
+    or that reads rows (not)."""
+    return " ".join(str(params) for sql, params in sent if str(sql).lstrip().startswith("EXPLAIN") == estimates)
 
 
 def test_a_prefix_that_begins_one_lexeme_is_looked_up_as_that_lexeme(
@@ -379,8 +380,8 @@ def test_a_prefix_that_begins_one_lexeme_is_looked_up_as_that_lexeme(
         assert [hit.score for hit in found] == pytest.approx([hit.score for hit in fts5], rel=1e-9)
         trace = " ".join(postgres.keyword_trace)
         assert ("alpha30* = alpha30" in trace) == ("alpha30" in match) and "sigma5* =" not in trace
-        executed += _executed(sent)
-        estimated += " ".join(str(params) for sql, params in sent if str(sql).lstrip().startswith("EXPLAIN"))
+        executed += _sent_params(sent, estimates=False)
+        estimated += _sent_params(sent, estimates=True)
     assert "alpha30':*" not in executed and "'prod':*" not in executed and "'sigma5':*" in executed
     assert {found.group(1) for found in exact.finditer(executed)} == {"alpha30", "a|alpha30", "prod"}
     assert "'alpha30':*" in estimated and not exact.search(estimated)
