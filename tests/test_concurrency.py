@@ -169,7 +169,7 @@ class Load:
         ]
         if NotesTools is not None:
             targets.append(("mcp", self.mcp))
-        if "mcp" in cli_module.cli.commands:
+        if "mcp" in cli_module.LAZY_COMMANDS:  # (commands load when named: `cli.commands` may not list it yet)
             targets.append(("mcp-stdio", self.mcp_stdio))
         for name, target in targets:
             thread = threading.Thread(target=self.guarded(name, target), name=name, daemon=True)
