@@ -465,6 +465,46 @@ def test_two_first_syncs_adding_the_same_new_words_never_deadlock(pg_url: str) -
         store.close()
 
 
+def test_the_server_writes_a_piece_while_the_next_one_is_folded(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of several pieces sends each piece's statement whole before it folds the next, so
+    the server writes one piece while the next is folded. (psycopg writes a statement only as
+    far as the socket takes it and keeps the rest until the next one is queued; a piece here is
+    about 2 MB.) The chunk ids the first piece draws from their sequence, which a second
+    connection sees before anything commits, show that the server ran its statement."""
+    import time
+
+    monkeypatch.setattr(pg_module, "PIECE_CHUNKS", 4)
+    text = " ".join(f"word{n}" for n in range(40_000))
+    files = [doc(f"n{n}.md", [text]) for n in range(8)]
+    store = PostgresStore.open(pg_url)
+    store.ensure_source("s", "workspace")
+    watcher = psycopg.connect(pg_url, autocommit=True)
+    ids_drawn: list[int] = []
+    folded = pg_module._folded
+
+    def folding(piece: Any, lexemes: set[str]) -> Any:
+        if piece[0][0].path == "n4.md":  # the second piece: the first one was sent
+            deadline = time.monotonic() + 10
+            while not ids_drawn and time.monotonic() < deadline:
+                last = watcher.execute(
+                    "SELECT pg_sequence_last_value(pg_get_serial_sequence('chunks', 'id')::regclass)"
+                ).fetchone()
+                if last is not None and last[0] is not None:
+                    ids_drawn.append(last[0])
+                time.sleep(0.01)
+        return folded(piece, lexemes)
+
+    monkeypatch.setattr(pg_module, "_folded", folding)
+    try:
+        assert store.write_files("s", files) == 8
+        assert ids_drawn, "the server had not begun the first piece's statement when the second was folded"
+        assert store.counts()["chunks"] == 8
+        fts_integrity_check(store)
+    finally:
+        watcher.close()
+        store.close()
+
+
 def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -> None:
     store = _holding_the_texts(pg_url)
     with store.transaction():  # the index as the previous schema left it

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import selectors
 import struct
 import sys
 import threading
@@ -350,24 +351,57 @@ class _TsvectorDumper(Dumper):
         return bytes(obj)
 
 
+# a packed position is uint16 weight << 14 | position: a breadcrumb position starts at this
+_HEAD_POSITION = WEIGHT_A << 14
+_POSITION_BITS = (1 << 14) - 1
+
+
 @functools.cache
-def _position_words(weight: int) -> list[bytes]:
-    """Every tsvector position as its two bytes, with the weight: packed once per process."""
-    return [struct.pack(">H", weight << 14 | position) for position in range(MAX_POSITION + 1)]
+def _positions_packer(count: int) -> struct.Struct:
+    """Packs a lexeme's position count and its `count` positions: one call per lexeme."""
+    return struct.Struct(f">H{count}H")
 
 
-def _tsvector(places: Mapping[str, Sequence[bytes]]) -> Tsvector:
-    """The tsvector of distinct lexemes and their ascending, distinct packed positions."""
-    parts = [len(places).to_bytes(4, "big")]
+@functools.cache
+def _sole_position_tails() -> list[bytes | None]:
+    """What follows a lexeme of one position, indexed by the packed position: its NUL, count 1
+    and the position (most lexemes of a chunk occur once). Packed once per process."""
+    tails: list[bytes | None] = [None] * (1 << 16)
+    for weight in (0, _HEAD_POSITION):
+        for position in range(MAX_POSITION + 1):
+            tails[weight | position] = b"\0" + _positions_packer(1).pack(1, weight | position)
+    return tails
+
+
+def _document_tsvector(places: Mapping[str, list[int]]) -> tuple[Tsvector, dict[str, int]]:
+    """The tsvector of the lexemes in `places` (each token's ascending packed positions) and the
+    number of positions kept per lexeme, in lexeme order. A token too long to be a lexeme is
+    left out; a lexeme keeps its first MAX_POSITIONS_PER_LEXEME positions, as the server's
+    text input keeps them."""
+    tails = _sole_position_tails()
+    parts = [b""]
+    kept: dict[str, int] = {}
     for token in sorted(places):  # code point order is UTF-8 byte order: the server sorts nothing
         found = places[token]
-        parts.append(token.encode() + b"\0" + len(found).to_bytes(2, "big") + b"".join(found))
-    return Tsvector(b"".join(parts))
+        if len(token) > _SURELY_INDEXABLE and not _indexable(token):
+            continue
+        count = len(found)
+        if count == 1:
+            parts.append(token.encode() + tails[found[0]])  # type: ignore[operator]  # both weights are filled
+        else:
+            count = min(count, MAX_POSITIONS_PER_LEXEME)
+            parts.append(token.encode() + b"\0" + _positions_packer(count).pack(count, *found[:count]))
+        kept[token] = count
+    parts[0] = len(kept).to_bytes(4, "big")
+    return Tsvector(b"".join(parts)), kept
 
 
 def _words_tsvector(words: Iterable[str]) -> Tsvector:
-    """The tsvector of distinct lexemes without positions."""
-    return _tsvector(dict.fromkeys(words, ()))
+    """The tsvector of distinct lexemes without positions: each lexeme, a NUL, count 0."""
+    ordered = sorted(set(words))
+    if not ordered:
+        return Tsvector(bytes(4))
+    return Tsvector(len(ordered).to_bytes(4, "big") + ("\0\0\0".join(ordered) + "\0\0\0").encode())
 
 
 def scope_tsvector(path: str) -> Tsvector:
@@ -391,26 +425,32 @@ def _lexical_parts(breadcrumb: str, text: str) -> tuple[Tsvector, int, Tsvector,
     """`lexical_row` and the lexemes of its tsvector."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
-    places: dict[str, list[bytes]] = {}
-    capped = {_position_words(WEIGHT_A)[MAX_POSITION], _position_words(0)[MAX_POSITION]}
-    for tokens, first, words in ((head, 1, _position_words(WEIGHT_A)), (body, len(head) + 2, _position_words(0))):
-        for position, token in enumerate(tokens, first):
-            word = words[position] if position < MAX_POSITION else words[MAX_POSITION]
-            found = places.get(token)
-            if found is None:
-                if _indexable(token):
-                    places[token] = [word]
-            elif len(found) < MAX_POSITIONS_PER_LEXEME and (position < MAX_POSITION or found[-1] not in capped):
-                found.append(word)
+    places: dict[str, list[int]] = {}
+    for tokens, first, weight in ((head, 1, _HEAD_POSITION), (body, len(head) + 2, 0)):
+        # one tight loop appends each token's packed position (this is most of a write's CPU);
+        # the positions past MAX_POSITION (a chunk of over 16k words) collapse into it, once
+        # per lexeme, after the others
+        uncapped = max(0, min(len(tokens), MAX_POSITION - first))
+        for position, token in enumerate(tokens if uncapped == len(tokens) else tokens[:uncapped], first + weight):
+            if token in places:
+                places[token].append(position)
+            else:
+                places[token] = [position]
+        for token in tokens[uncapped:]:
+            found = places.setdefault(token, [])
+            if not found or found[-1] & _POSITION_BITS != MAX_POSITION:
+                found.append(weight | MAX_POSITION)
+    document, kept = _document_tsvector(places)
     length = len(head) + len(body)
-    return _tsvector(places), length, impact_words(places, head, length), places.keys()
+    return document, length, impact_words(kept, head, length), kept.keys()
 
 
-def impact_words(places: Mapping[str, Sequence[bytes]], head: list[str], length: int) -> Tsvector:
+def impact_words(kept: Mapping[str, int], head: list[str], length: int) -> Tsvector:
     """A tsvector of `tier|lexeme` words: each lexeme whose bm25 saturation in this chunk,
     tf (k1 + 1) / (tf + k1 (1 - b + b length / IMPACT_REFERENCE_LENGTH)), reaches one of
     IMPACT_TIERS, under the label of the highest tier it reaches. tf is what `ts_rank_cd` counts
-    of the kept positions (`places`): a breadcrumb hit (they come first) twice.
+    of the positions the tsvector keeps (`kept`, per lexeme): a breadcrumb hit (they come first)
+    twice.
 
     A prefix query counts the hits of every lexeme it matches, so each prefix (of at least
     SHARED_PREFIX_MIN characters) that several lexemes of the chunk share also gets a
@@ -418,11 +458,11 @@ def impact_words(places: Mapping[str, Sequence[bytes]], head: list[str], length:
     (backup, backups, backuped) would be bounded by its best word alone and could be left out
     of a top it belongs to."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / IMPACT_REFERENCE_LENGTH)
-    frequencies = {token: len(found) for token, found in places.items()}
+    frequencies = dict(kept)
     for token, hits in Counter(head).items():
-        kept = frequencies.get(token)
-        if kept is not None:
-            frequencies[token] = kept + min(hits, kept)
+        positions = frequencies.get(token)
+        if positions is not None:
+            frequencies[token] = positions + min(hits, positions)
     tiers: dict[int, str | None] = {}  # tf -> label: most lexemes share a few frequencies
 
     def tier_of(tf: int) -> str | None:
@@ -1539,6 +1579,7 @@ class PostgresStore:
                         source_id, piece, piece_hashes, documents, language_of, known_languages, carried, now
                     )
                 )
+                _send_whole(self.conn)
         rows = [row for sent in written for row in sent.fetchall()]
         self._add_lexemes(lexemes)
         attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
@@ -2663,6 +2704,25 @@ class PostgresStore:
 
 # chunks per statement of a batch: the server writes one piece while the next is folded
 PIECE_CHUNKS = 256
+
+
+def _send_whole(conn: psycopg.Connection[Any]) -> None:
+    """Send the rest of the pipeline's queued statements now. psycopg writes a statement only as
+    far as the socket takes it and leaves the rest in libpq's buffer until the next statement is
+    queued: a piece's statement (hundreds of kB) would wait there, unexecuted, while the next
+    piece is folded, and folding and writing would take turns instead of overlapping. Results
+    that arrive meanwhile are read into libpq's buffer (the server must never block on them)."""
+    pgconn = conn.pgconn
+    if pgconn.flush() == 0:
+        return
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(pgconn.socket, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        while True:
+            for _, events in waiting.select():
+                if events & selectors.EVENT_READ:
+                    pgconn.consume_input()
+            if pgconn.flush() == 0:
+                return
 
 
 def _pieces(files: Sequence[tuple[FileVersion, ParsedDocument]]) -> list[list[tuple[FileVersion, ParsedDocument]]]:
