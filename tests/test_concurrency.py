@@ -342,9 +342,10 @@ def run_sync_subprocess(config_path: Path, *args: str) -> dict[str, Any]:
             timeout=300,
         )
         assert proc.returncode == 0 and LOCKED not in proc.stderr, proc.stderr
-        if proc.stdout.strip():
-            return json.loads(proc.stdout)
-        time.sleep(0.05)  # locked: exit 0 and no output (a catch-up was running); try again
+        report: dict[str, Any] = json.loads(proc.stdout)
+        if not report["locked"]:
+            return report
+        time.sleep(0.05)  # a query's catch-up held the lock: exit 0, `"locked": true`; try again
     raise AssertionError("the sync never got the lock")
 
 
