@@ -733,7 +733,8 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     ANALYZE's most common elements (all 400 rows sampled here: the exact count), a prefix the
     union of its listed lexemes (between the most common one's count and the sum of theirs),
     and a query of such phrases sends no sample (a short one samples fewer rows for the chunks
-    holding all its phrases); a phrase of several words is still sampled."""
+    holding all its phrases); a phrase of several words is still sampled. Whether the
+    statistics are fresh comes with the index's totals, in the search's first statement."""
     _, postgres = word_stores
     _analyzed(postgres)
     monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
@@ -743,6 +744,8 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     sent = _statements(postgres, monkeypatch)
     postgres.fts_search('"server" OR "kernel" OR "backu"* OR "index" OR "query"', 10, SearchScope())
     assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
+    # whether the statistics are fresh came with the totals, in the search's first statement
+    assert [n for n, (sql, _) in enumerate(sent) if "pg_stat_user_tables" in str(sql)] == [0]
     sent.clear()
     postgres.fts_search('"replica" OR "restore"', 10, SearchScope())
     samples = [params for sql, params in sent if "TABLESAMPLE" in str(sql)]

@@ -1144,6 +1144,7 @@ class PostgresStore:
         self._lexicon_conn: psycopg.Connection[Any] | None = None  # see _add_lexemes
         # a query's prefixes that stand for one lexeme: quoted prefix -> quoted lexeme (see fts_search)
         self._sole_lexemes: dict[str, str] = {}
+        self._analyzed_state: tuple[int, str] | None = None  # (rows written since, which ANALYZE)
         # how the last unscoped keyword search on a large index went, pass by pass (for benchmarks)
         self.keyword_trace: list[str] = []
 
@@ -1930,20 +1931,27 @@ class PostgresStore:
         chunk ids."""
         self.keyword_trace = []
         self._sole_lexemes = {}
+        self._analyzed_state = None
         phrases = match_phrases(match)
         if not phrases or limit <= 0:
             return []
         queries = [_phrase_tsquery(tokens, prefix) for tokens, prefix in phrases]
         prefixes = _prefix_ranges(phrases)
-        version, total_rows, total_tokens, sole = self.conn.execute(
+        # with the totals, the prefixes' sole lexemes and the state of the planner's statistics
+        # (`_lexeme_shares`): one round trip before any row is read
+        version, total_rows, total_tokens, sole, analysis = self.conn.execute(
             f"""SELECT {LEXICAL_VERSION_SQL}, COALESCE(sum(rows), 0), COALESCE(sum(tokens), 0),
                        ARRAY(SELECT (SELECT CASE WHEN count(*) = 1 THEN min(w.lexeme) END
                                      FROM (SELECT lexeme FROM lexemes WHERE lexeme >= p.low AND lexeme < p.high
                                            ORDER BY lexeme LIMIT 2) w)
-                             FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS p(low, high, n) ORDER BY p.n)
+                             FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS p(low, high, n) ORDER BY p.n),
+                       (SELECT ARRAY[n_mod_since_analyze::text,
+                                     concat_ws(':', analyze_count + autoanalyze_count, last_analyze, last_autoanalyze)]
+                        FROM pg_stat_user_tables WHERE relid = 'chunks_fts'::regclass)
                 FROM fts_stats""",
             ([low for low, _ in prefixes], [high for _, high in prefixes]),
-        ).fetchone() or ("", 0, 0, [])
+        ).fetchone() or ("", 0, 0, [], None)
+        self._analyzed_state = None if analysis is None else (int(analysis[0] or 0), str(analysis[1]))
         total_rows, total_tokens = int(total_rows), int(total_tokens)
         exact = {low: str(lexeme) for (low, _), lexeme in zip(prefixes, sole, strict=True) if lexeme is not None}
         self._sole_lexemes = _sole_lexeme_forms(exact)
@@ -2396,15 +2404,10 @@ class PostgresStore:
         """The share of the lexical rows holding each of the most common lexemes, as the last
         ANALYZE counted them (read once per ANALYZE and process), and how many lexical rows were
         written or deleted since (the cumulative statistics, which may lag a write by seconds)."""
-        row = self.conn.execute(
-            """SELECT n_mod_since_analyze, concat_ws(':', analyze_count + autoanalyze_count,
-                                                     last_analyze, last_autoanalyze)
-               FROM pg_stat_user_tables WHERE relid = 'chunks_fts'::regclass""",
-            prepare=False,
-        ).fetchone()
+        row = self._analyzed_state  # read by this search's first statement
         if row is None:
             return {}, 0
-        drift, analyzed = int(row[0] or 0), str(row[1])
+        drift, analyzed = row
         with _pool_lock:
             kept = _lexeme_memory.get(self.url)
         if kept is not None and kept[0] == analyzed:
