@@ -121,6 +121,13 @@ def start_server(shared_buffers: str | None = None) -> tuple[Any, str]:
                           pg_size_bytes(%s)""",
                 (wanted,),
             ).fetchone() or (0, 0)
+            # index builds with one worker per core beyond the first (read on reload, no restart)
+            admin.execute(
+                pg_sql.SQL("ALTER SYSTEM SET max_parallel_maintenance_workers = {}").format(
+                    pg_sql.Literal(maintenance_workers())
+                )
+            )
+            admin.execute("SELECT pg_reload_conf()")
             if now == asked or restarted:
                 break
             admin.execute(pg_sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(pg_sql.Literal(wanted)))
@@ -136,12 +143,6 @@ def start_server(shared_buffers: str | None = None) -> tuple[Any, str]:
         server.start()
     if now != asked:
         raise RuntimeError(f"the benchmark server did not start with shared_buffers = {wanted}")
-    with psycopg.connect(database_url(socket_dir, "postgres"), autocommit=True) as admin:
-        workers = maintenance_workers()
-        admin.execute(
-            pg_sql.SQL("ALTER SYSTEM SET max_parallel_maintenance_workers = {}").format(pg_sql.Literal(workers))
-        )
-        admin.execute("SELECT pg_reload_conf()")
     return server, socket_dir
 
 

@@ -363,14 +363,10 @@ def _positions_packer(count: int) -> struct.Struct:
 
 
 @functools.cache
-def _sole_position_tails() -> list[bytes | None]:
+def _sole_position_tails() -> list[bytes]:
     """What follows a lexeme of one position, indexed by the packed position: its NUL, count 1
     and the position (most lexemes of a chunk occur once). Packed once per process."""
-    tails: list[bytes | None] = [None] * (1 << 16)
-    for weight in (0, _HEAD_POSITION):
-        for position in range(MAX_POSITION + 1):
-            tails[weight | position] = b"\0" + _positions_packer(1).pack(1, weight | position)
-    return tails
+    return [b"\0" + _positions_packer(1).pack(1, packed) for packed in range(1 << 16)]
 
 
 def _document_tsvector(places: Mapping[str, list[int]]) -> tuple[Tsvector, dict[str, int]]:
@@ -387,7 +383,7 @@ def _document_tsvector(places: Mapping[str, list[int]]) -> tuple[Tsvector, dict[
             continue
         count = len(found)
         if count == 1:
-            parts.append(token.encode() + tails[found[0]])  # type: ignore[operator]  # both weights are filled
+            parts.append(token.encode() + tails[found[0]])
         else:
             count = min(count, MAX_POSITIONS_PER_LEXEME)
             parts.append(token.encode() + b"\0" + _positions_packer(count).pack(count, *found[:count]))
