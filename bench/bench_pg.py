@@ -61,7 +61,7 @@ from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, DENSE_CORPUS, Corpus, 
 from bench.corpus_text import AREAS, TOPICS_PER_AREA, clustered_vectors, query_vector
 from bench.machine import cache_root
 from bench.report import Stats, emit, eprint, header, machine_table, md_table, ms, verdict
-from bench.workspaces import SOURCE_ID, Workspace, store_built_workspace
+from bench.workspaces import LAYOUTS, SOURCE_ID, Workspace, store_built_workspace
 
 K = 8
 SCOPE_1PC = "1% (--path area-07)"
@@ -601,6 +601,7 @@ def run(
     sync_chunks: int = SYNC_CHUNKS,
     corpus: Corpus = DENSE_CORPUS,
     shared_buffers: str | None = None,
+    layout: str = "sync",
 ) -> str:
     server, socket_dir = start_server(shared_buffers)
     buffers = shared_buffers or shared_buffers_default()
@@ -612,7 +613,9 @@ def run(
     try:
         for size in sizes:
             eprint(f"== {size:,} chunks")
-            ws = store_built_workspace(corpus.name("search", size), chunks=size, log=eprint, corpus=corpus)
+            ws = store_built_workspace(
+                corpus.name("search", size), chunks=size, log=eprint, corpus=corpus, layout=layout
+            )
             url, rows = pg_copy(socket_dir, ws, size)
             write_rows += rows
             rows, medians = latency(ws, url, size, quick, corpus)
@@ -643,7 +646,7 @@ def run(
             header("PostgreSQL + pgvector beside SQLite", quick),
             machine_table(),
             "",
-            f"Corpus: {corpus.kind} (generator version {corpus.version}).",
+            f"Corpus: {corpus.kind} (generator version {corpus.version}), files written in the {layout} layout.",
             "",
             "Write throughput: the whole index copied by `migrate`'s code (write_files with the stored vectors, HNSW built once at the end; reading the SQLite source included), and a first sync's store writes (write_files per batch of 200 files, then store_vectors per embedding page, precomputed vectors).",
             "",
@@ -709,9 +712,17 @@ def main() -> None:
         "--shared-buffers",
         help=f"the PostgreSQL server's buffer pool, e.g. 128MB as initdb leaves it (default {shared_buffers_default()})",
     )
+    parser.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="sync",
+        help="where a folder's chunks lie: as a first sync writes them (default), or scattered one to a page",
+    )
     args = parser.parse_args()
     corpus = corpus_of(args.corpus, args.data)
-    text = run([int(s) for s in args.sizes.split(",")], args.quick, args.sync_chunks, corpus, args.shared_buffers)
+    text = run(
+        [int(s) for s in args.sizes.split(",")], args.quick, args.sync_chunks, corpus, args.shared_buffers, args.layout
+    )
     emit(text, args.out)
 
 

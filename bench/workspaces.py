@@ -200,6 +200,20 @@ def notes_corpus(
     return Workspace(root, info["files"], info["chunks"])
 
 
+def _in_walk_order(root: Path, docs: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """`docs` in the order the workspace source lists the files on disk, the order a first sync
+    writes them in."""
+    from indexer.config import WorkspaceSource, load_config
+    from indexer.sources.workspace import list_files
+
+    source = load_config(root / "config.yaml").sources[SOURCE_ID]
+    assert isinstance(source, WorkspaceSource)
+    place = {item.rel: n for n, item in enumerate(list_files(source))}
+    if len(place) != len(docs):
+        raise RuntimeError(f"the walk of {root} listed {len(place)} of {len(docs)} notes")
+    return sorted(docs, key=lambda doc: place[doc[0]])
+
+
 def fake_embedder_factory(config):  # -> Callable[[], Embedder]
     from tests.fakes import FakeEmbedder
 
@@ -230,15 +244,35 @@ def synced_workspace(
     return Workspace(root, info["files"], info["chunks"])
 
 
+# The order a store-built workspace's files are written in, which decides where each folder's
+# chunks lie in the index's tables. `sync`: as a first sync writes them, in the workspace walk's
+# order, folder by folder, so a folder's chunks are neighbours (a real index, until later edits
+# append their files' new chunks at the end). `scattered`: in note order, where consecutive notes
+# fall into different top-level folders (`note_path`), so a 1 % folder's chunks lie one to a page
+# across every table: the layout of an index whose every note was rewritten in an unrelated order,
+# the worst case for a scoped search (the benchmarks' only layout up to 2026-12-05).
+LAYOUTS = ("sync", "scattered")
+
+
 def store_built_workspace(
-    name: str, *, chunks: int, log: Callable[[str], None] = print, corpus: Corpus = DENSE_CORPUS
+    name: str,
+    *,
+    chunks: int,
+    log: Callable[[str], None] = print,
+    corpus: Corpus = DENSE_CORPUS,
+    layout: str = "sync",
 ) -> Workspace:
     """A workspace of ~`chunks` chunks of `corpus` written straight through Store (write_file +
-    store_vectors, as sync would) with clustered synthetic vectors; meta carries the
-    local-embedder identity and the chunker version, the source is marked synced: the CLI sees
-    a current index. `name` must carry the corpus's label (`corpus.name(...)`)."""
+    store_vectors, as sync would, in the order `layout` names: see LAYOUTS) with clustered
+    synthetic vectors; meta carries the local-embedder identity and the chunker version, the
+    source is marked synced: the CLI sees a current index. `name` must carry the corpus's label
+    (`corpus.name(...)`)."""
     if corpus.label not in name:
         raise ValueError(f"the cache name {name!r} does not carry the {corpus.kind} corpus's label")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}: one of {', '.join(LAYOUTS)}")
+    if layout == "scattered":
+        name += "-scattered"  # before `-g<version>`: each layout's cache is replaced only by its own
 
     def build(root: Path) -> dict[str, int]:
         from indexer import chunker
@@ -249,6 +283,8 @@ def store_built_workspace(
         docs: list[tuple[str, object]] = []
         n_files, n_chunks = generate_notes(root / "notes", chunks=chunks, keep=docs, text_of=corpus.note_text)
         write_config(root)
+        if layout == "sync":
+            docs = _in_walk_order(root, docs)
         store = Store.open(root / "db" / "index.sqlite")
         try:
             store.reset_vectors(DIMS, EmbeddingConfig().identity())
@@ -298,6 +334,9 @@ def store_built_workspace(
             store.close()
         return {"files": n_files, "chunks": n_chunks}
 
-    root, info = _cached(name, build, log, current=_current, version=corpus.version)
+    # the sync layout's caches carry a version of their own: a cache built before layouts existed
+    # is the scattered one, and must not pass for it
+    version = corpus.version if layout == "scattered" else f"{corpus.version}w"
+    root, info = _cached(name, build, log, current=_current, version=version)
     write_config(root)  # absolute paths: stays right if the cache folder was moved or renamed
     return Workspace(root, info["files"], info["chunks"])
