@@ -29,6 +29,7 @@ from bench import corpus_real
 from bench.corpus_real import CORPUS_KINDS, DEFAULT_DATA, Corpus, RealisticWords, corpus_of
 from bench.machine import cache_root, code_key
 from bench.report import emit, eprint, md_table
+from bench.workspaces import store_built_version
 
 QUERIES = 50
 LATENCY_ROUNDS = 3
@@ -82,7 +83,7 @@ def generator_table(source: RealisticWords) -> str:
 
 
 def find_index(corpus: Corpus, size: int, roots: list[Path]) -> Path | None:
-    name = f"{corpus.name('search', size)}-g{corpus.version}-{code_key()}"
+    name = f"{corpus.name('search', size)}-g{store_built_version(corpus)}-{code_key()}"
     for root in roots:
         db = root / name / "db" / "index.sqlite"
         if (root / name / "DONE.json").exists() and db.exists():

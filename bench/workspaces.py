@@ -254,6 +254,12 @@ def synced_workspace(
 LAYOUTS = ("sync", "scattered")
 
 
+def store_built_version(corpus: Corpus, layout: str = "sync") -> str:
+    """The version in a store-built workspace's cache name. The sync layout's carries a mark of
+    its own: a cache built before layouts existed is the scattered one, and must not pass for it."""
+    return corpus.version if layout == "scattered" else f"{corpus.version}w"
+
+
 def store_built_workspace(
     name: str,
     *,
@@ -334,9 +340,6 @@ def store_built_workspace(
             store.close()
         return {"files": n_files, "chunks": n_chunks}
 
-    # the sync layout's caches carry a version of their own: a cache built before layouts existed
-    # is the scattered one, and must not pass for it
-    version = corpus.version if layout == "scattered" else f"{corpus.version}w"
-    root, info = _cached(name, build, log, current=_current, version=version)
+    root, info = _cached(name, build, log, current=_current, version=store_built_version(corpus, layout))
     write_config(root)  # absolute paths: stays right if the cache folder was moved or renamed
     return Workspace(root, info["files"], info["chunks"])

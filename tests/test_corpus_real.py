@@ -5,6 +5,7 @@ is deterministic and never shares (or removes) a dense cache."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections import Counter
@@ -221,3 +222,40 @@ def test_a_realistic_index_is_built_and_measured(
     assert row[:2] == ["realistic", f"{ws.chunks:,}"] and int(str(row[2]).replace(",", "")) > 1_000
     fractions = [float(str(cell).rstrip("%")) for cell in row[4:]]
     assert all(0.0 <= f <= 100.0 for f in fractions) and fractions[0] <= fractions[1]
+
+
+def _folder_runs(db: Path) -> tuple[int, list[str]]:
+    """How many runs of one top-level folder the chunks form in id order, and the paths in that order."""
+    from indexer.store import Store
+
+    store = Store.open(db, readonly=True)
+    try:
+        paths = [str(path) for (path,) in store.conn.execute("SELECT path FROM chunks ORDER BY id")]
+    finally:
+        store.close()
+    tops = [path.split("/", 1)[0] for path in paths]
+    return 1 + sum(a != b for a, b in itertools.pairwise(tops)), paths
+
+
+def test_store_built_layouts_place_a_folder_as_a_sync_would_or_scattered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    synced = workspaces.store_built_workspace("search-3000", chunks=3000, log=lambda m: None)
+    scattered = workspaces.store_built_workspace("search-3000", chunks=3000, log=lambda m: None, layout="scattered")
+    assert synced.root != scattered.root and synced.root.exists()  # each layout keeps a cache of its own
+    runs, paths = _folder_runs(synced.db)
+    folders = len({path.split("/", 1)[0] for path in paths})
+    # a first sync writes folder by folder: each top-level folder's chunks are one run of ids
+    assert folders > 50 and runs == folders
+    # and in the order the workspace source lists the files on disk
+    from indexer.sources.workspace import list_files
+
+    source = synced.config().sources[workspaces.SOURCE_ID]
+    listed = [item.rel for item in list_files(source)]
+    assert list(dict.fromkeys(paths)) == listed
+    # note order: consecutive notes fall into different folders
+    runs_scattered, paths_scattered = _folder_runs(scattered.db)
+    assert sorted(paths_scattered) == sorted(paths) and runs_scattered > 4 * folders
+    with pytest.raises(ValueError, match="sync, scattered"):
+        workspaces.store_built_workspace("search-3000", chunks=3000, log=lambda m: None, layout="sorted")
