@@ -99,9 +99,10 @@ LATENCY_BUDGET_S = 30.0  # per mode and store: a pathological row stops early (i
 def shared_buffers_default() -> str:
     """A quarter of the machine's memory, PostgreSQL's documented starting point for a dedicated
     server. Not capped: at 1M chunks a 4 GB pool (a quarter of a 16 GB host) holds the keyword
-    half's pages or the vector half's, not both, and a long-lived server's hybrid p50 settled at
-    53-57 ms there against 44-45 ms with 6 GB (a quarter of this 24 GB machine). Every run of
-    the bench shares the one server in the bench cache, so no two pools of this size coexist."""
+    half's pages or the vector half's, not both: a long-lived server's hybrid p50 settled at
+    53-57 ms there, against 44-45 ms with 6 GB (a quarter of this 24 GB machine) when the server
+    answered alone. Every run of the bench shares the one server in the bench cache, so no two
+    pools of this size coexist."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (OSError, ValueError):
