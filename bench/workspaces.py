@@ -256,7 +256,8 @@ LAYOUTS = ("sync", "scattered")
 
 def store_built_version(corpus: Corpus, layout: str = "sync") -> str:
     """The version in a store-built workspace's cache name. The sync layout's carries a mark of
-    its own: a cache built before layouts existed is the scattered one, and must not pass for it."""
+    its own: a cache built before layouts existed holds the scattered layout under the same name,
+    and must not pass for a sync-layout one."""
     return corpus.version if layout == "scattered" else f"{corpus.version}w"
 
 
