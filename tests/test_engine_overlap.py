@@ -423,3 +423,123 @@ def test_a_search_after_the_interpreter_began_to_exit_runs_its_halves_in_turn(tm
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["in", "turn", "False"]
+
+
+# An identifier whose prefix matches crowd its one exact mention out of the prefix search's list
+# (each crowding note says the longer word three times): only the exact search finds it.
+CROWDED_IDENTIFIER = "gw-07.lan"
+EXACT_NOTE = "ops/gateway.md"
+
+
+@pytest.fixture
+def crowded(config: Config, notes: Path, do_sync: Callable[..., SyncReport]) -> Iterator[IndexReader]:
+    write(
+        notes,
+        {
+            **{f"lanes/lane-{n:02d}.md": f"# Lane {n}\n\ngw-07.lanes gw-07.lanes gw-07.lanes\n" for n in range(60)},
+            EXACT_NOTE: "# Gateway\n\nThe office gateway is gw-07.lan; it also forwards ports for the printers,"
+            " the cameras and the guest network on the second floor.\n",
+        },
+    )
+    do_sync()
+    store = open_store(config.index_location, readonly=True)
+    yield store
+    store.close()
+
+
+def _paths(reader: IndexReader, config: Config, query: str, mode: str = "lex") -> list[str]:
+    found = search(reader, config, query, k=5, mode=mode, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    return [hit.path for hit in found.results]
+
+
+@both_backends
+def test_the_exact_search_finds_an_identifier_its_prefix_matches_crowd_out(
+    config: Config, crowded: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the exact search runs on a sibling while the prefix search runs (it is
+    needed because the prefix list comes back full); the answer is the one of the two searches
+    one after the other, with the exact mention first."""
+    calls: list[tuple[str, bool, str]] = []
+    original = type(crowded).fts_search
+
+    def recording(self: Any, match: str, limit: int, scope: SearchScope) -> Any:
+        calls.append((match, self is crowded, threading.current_thread().name))
+        return original(self, match, limit, scope)
+
+    monkeypatch.setattr(type(crowded), "fts_search", recording)
+    with monkeypatch.context() as sequential:
+        sequential.setattr(overlap, "apart", lambda work: None)
+        expected = _paths(crowded, config, CROWDED_IDENTIFIER)
+    assert [own for _, own, _ in calls] == [True, True]  # prefix, then exact: the prefix list was full
+    assert expected[0] == EXACT_NOTE
+    for mode in ("lex", "hybrid"):
+        calls.clear()
+        assert _paths(crowded, config, CROWDED_IDENTIFIER, mode)[0] == EXACT_NOTE
+        exact = [(own, thread) for match, own, thread in calls if "*" not in match]
+        assert len(exact) == 1
+        if isinstance(crowded, PostgresStore):
+            assert not exact[0][0] and exact[0][1].startswith("search-half")
+        else:
+            assert exact[0] == (True, threading.current_thread().name)
+    calls.clear()
+    assert _paths(crowded, config, CROWDED_IDENTIFIER) == expected
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_an_exact_search_beside_a_short_prefix_list_is_dropped_with_what_it_raised(
+    config: Config, reader: IndexReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefix list shorter than the depth holds every exact match: the exact search that ran
+    beside it is waited for and dropped, so even its failure changes nothing (one after the
+    other it would never have run), and its sibling is back in the pool, idle."""
+    query = "db-01.lan backup"
+    with monkeypatch.context() as sequential:
+        sequential.setattr(overlap, "apart", lambda work: None)
+        expected = _paths(reader, config, query)
+    original = PostgresStore.fts_search
+    failed: list[str] = []
+
+    def failing_apart(self: PostgresStore, match: str, limit: int, scope: SearchScope) -> Any:
+        if self is not reader:
+            failed.append(match)
+            raise StoreError("index x: lost the connection (exact)")
+        return original(self, match, limit, scope)
+
+    monkeypatch.setattr(PostgresStore, "fts_search", failing_apart)
+    assert _paths(reader, config, query) == expected
+    assert failed == ['"db 01 lan"']
+    pooled = pg_module._pool.get((reader.url, True), [])
+    assert pooled and all(conn.info.transaction_status == pg_module.TransactionStatus.IDLE for conn in pooled)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_needed_exact_search_that_failed_beside_surfaces_its_error(
+    crowded: IndexReader, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = PostgresStore.fts_search
+
+    def failing_apart(self: PostgresStore, match: str, limit: int, scope: SearchScope) -> Any:
+        if self is not crowded:
+            raise StoreError("index x: lost the connection (exact)")
+        return original(self, match, limit, scope)
+
+    monkeypatch.setattr(PostgresStore, "fts_search", failing_apart)
+    with pytest.raises(StoreError, match=r"\(exact\)"):
+        _paths(crowded, config, CROWDED_IDENTIFIER)
+    monkeypatch.undo()
+    assert _paths(crowded, config, CROWDED_IDENTIFIER)[0] == EXACT_NOTE  # the snapshot and siblings closed
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_sibling_the_server_refuses_leaves_the_exact_search_to_the_store(
+    crowded: IndexReader, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[str] = []
+
+    def refuse(url: str, readonly: bool) -> Any:
+        refused.append(threading.current_thread().name)
+        raise StoreError("index x: cannot connect: sorry, too many clients already")
+
+    monkeypatch.setattr(pg_module, "_live_connection", refuse)
+    assert _paths(crowded, config, CROWDED_IDENTIFIER)[0] == EXACT_NOTE
+    assert refused and all(name.startswith("search-half") for name in refused)
