@@ -260,20 +260,19 @@ def _lexical_half(
     if match is None:
         return []
     exact_match = build_exact_query(terms)
-    beside = _ExactBeside.start(store, exact_match, depth, scope) if exact_match is not None else None
+    if exact_match is None:
+        return store.fts_search(match, depth, scope)
+    beside = _ExactBeside.start(store, exact_match, depth, scope)
+    full = False
     try:
         lexical = store.fts_search(match, depth, scope)
-    except BaseException:
-        if beside is not None:
-            beside.wait()
-        raise
-    if exact_match is None:
+        # an exact match is also a prefix match: only a full list can have left one out
+        full = len(lexical) >= depth
+    finally:
+        if beside is not None and not full:
+            beside.wait()  # not needed (or the prefix search failed): its end, not its answer
+    if not full:
         return lexical
-    if len(lexical) < depth:
-        if beside is not None:
-            beside.wait()  # unused: the exact matches are among the prefix's, all of them listed
-        return lexical
-    # an exact match is also a prefix match: only a full list can have left one out
     exact = beside.hits() if beside is not None else None
     if exact is None:
         exact = store.fts_search(exact_match, depth, scope)

@@ -543,3 +543,21 @@ def test_a_sibling_the_server_refuses_leaves_the_exact_search_to_the_store(
     monkeypatch.setattr(pg_module, "_live_connection", refuse)
     assert _paths(crowded, config, CROWDED_IDENTIFIER)[0] == EXACT_NOTE
     assert refused and all(name.startswith("search-half") for name in refused)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_when_the_prefix_search_fails_its_error_surfaces_not_the_exact_searchs(
+    crowded: IndexReader, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One after the other the prefix search runs first: its failure is the one raised, and the
+    exact search beside it has ended (its sibling back in the pool) before the search returns."""
+
+    def failing(self: PostgresStore, match: str, limit: int, scope: SearchScope) -> Any:
+        raise StoreError(f"index x: lost the connection ({'prefix' if self is crowded else 'exact'})")
+
+    monkeypatch.setattr(PostgresStore, "fts_search", failing)
+    with pytest.raises(StoreError, match=r"\(prefix\)"):
+        _paths(crowded, config, CROWDED_IDENTIFIER)
+    assert isinstance(crowded, PostgresStore)
+    pooled = pg_module._pool.get((crowded.url, True), [])
+    assert pooled and all(conn.info.transaction_status == pg_module.TransactionStatus.IDLE for conn in pooled)

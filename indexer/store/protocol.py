@@ -70,7 +70,7 @@ class IndexReader(Protocol):
     def sibling(self) -> Callable[[], AbstractContextManager[IndexReader]] | None:
         """Inside `snapshot()`: how to open a second reader of the same committed state, which
         another thread may use while this one reads (a search's vector half beside its keyword
-        half). Each opened reader holds a connection of its own until its block ends, which must
+        half, its exact identifier search beside the prefix search). Each opened reader holds a connection of its own until its block ends, which must
         be before the snapshot's. None when the backend cannot share a snapshot between
         connections (SQLite: a WAL read snapshot belongs to its connection) or outside one."""
         ...
