@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, ExitStack
@@ -26,6 +27,8 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from search.resident import ResidentVectors
 
 T = TypeVar("T")
+# the store's `sibling`, asked once per search: how to open readers of its snapshot, or None
+SiblingOf = Callable[[], Callable[[], AbstractContextManager[IndexReader]] | None]
 MODES = ("hybrid", "lex", "vec")
 UNKNOWN = "unknown"
 SNIPPET_CHARS = 1200
@@ -182,6 +185,8 @@ def search(
     match = " OR ".join(term.match for term in terms) if terms else None
     rules = exact_rules(terms)
     with store.snapshot():
+        # one exported snapshot for every reader that works beside this search (a round trip each)
+        sibling = functools.cache(store.sibling)
         half = None
         if mode != "lex":
             meta = check_identity(config, store)
@@ -199,6 +204,7 @@ def search(
                 scope,
                 embedder_factory,
                 resident,
+                sibling,
                 # only a keyword half gives the query's embedding something to run beside
                 overlap=mode == "hybrid" and match is not None,
             )
@@ -209,7 +215,7 @@ def search(
                 if half is not None:
                     half.start(depth)
                 try:
-                    lexical = _lexical_half(store, match, terms, depth, scope)
+                    lexical = _lexical_half(store, sibling, match, terms, depth, scope)
                 except Exception:
                     if half is not None:
                         half.settle()  # a failure of what ran before the keyword half comes first
@@ -254,7 +260,7 @@ def search(
 
 
 def _lexical_half(
-    store: IndexReader, match: str | None, terms: list[QueryTerm], depth: int, scope: SearchScope
+    store: IndexReader, sibling: SiblingOf, match: str | None, terms: list[QueryTerm], depth: int, scope: SearchScope
 ) -> list[RankedChunk]:
     """The keyword half: prefix matches, then the exact ones a full list may have left out."""
     if match is None:
@@ -262,7 +268,7 @@ def _lexical_half(
     exact_match = build_exact_query(terms)
     if exact_match is None:
         return store.fts_search(match, depth, scope)
-    beside = _ExactBeside.start(store, exact_match, depth, scope)
+    beside = _ExactBeside.start(sibling, exact_match, depth, scope)
     full = False
     try:
         lexical = store.fts_search(match, depth, scope)
@@ -292,12 +298,12 @@ class _ExactBeside:
         self.running = running
 
     @classmethod
-    def start(cls, store: IndexReader, match: str, depth: int, scope: SearchScope) -> _ExactBeside | None:
+    def start(cls, sibling: SiblingOf, match: str, depth: int, scope: SearchScope) -> _ExactBeside | None:
         from search.overlap import apart, busy
 
         if busy():  # nothing would run apart: no snapshot to export for it
             return None
-        opener = store.sibling()
+        opener = sibling()
         if opener is None:
             return None
 
@@ -390,10 +396,12 @@ class _VectorHalf:
         scope: SearchScope,
         embedder_factory: Callable[[], Embedder],
         resident: ResidentVectors | None,
+        sibling: SiblingOf,
         *,
         overlap: bool,
     ) -> None:
         self.store = store
+        self.sibling = sibling
         self.config = config
         self.meta = meta
         self.query = query
@@ -420,7 +428,7 @@ class _VectorHalf:
         if not self.prepared:
             if busy():  # nothing would run apart: no snapshot to export for it
                 return
-            opener = self.store.sibling()
+            opener = self.sibling()
             # without a sibling, the resident copy answers apart from the store, for the generation read here
             use_resident = opener is None and self.resident is not None and self.scope.is_all
             generation = self.store.vectors_generation() if use_resident else None
