@@ -16,7 +16,7 @@ import yaml
 
 from indexer import neutral
 from indexer.errors import ConfigError
-from indexer.globs import FileSelection
+from indexer.globs import FileSelection, glob_problem
 
 DEFAULT_CONFIG_NAME = "notes-search.yaml"
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
@@ -216,6 +216,8 @@ class _Checker:
         for v in value:
             if v.startswith("/") or ".." in v.split("/"):
                 raise self.fail(key, f"glob must be relative and stay inside the source: {v!r}")
+            if (problem := glob_problem(v)) is not None:
+                raise self.fail(key, problem)
         return tuple(value)
 
 

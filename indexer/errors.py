@@ -31,3 +31,7 @@ class SourceError(NotesSearchError):
 
 class PathOutsideSources(NotesSearchError):
     """A path argument points outside every configured source."""
+
+
+class GlobError(NotesSearchError):
+    """A path glob past the length or segment cap."""

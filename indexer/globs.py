@@ -6,38 +6,127 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from indexer.errors import GlobError
+
+# Caps on one glob: far above any pattern a person writes, low enough that a hostile one
+# (a prompt-injected tool call) costs little even against every file of a large source.
+MAX_GLOB_CHARS = 512
+MAX_GLOB_SEGMENTS = 32
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One '/'-free piece of a glob, as a bit-parallel automaton: bit p of a state set means
+    "the first p characters of the piece are matched". Each character of a name updates the
+    whole set with a few integer operations, so a piece never backtracks, however many `*`."""
+
+    spans: bool  # `**`: zero or more whole segments
+    literal: str | None  # no wildcard: compared as a string
+    stars: int  # bits of the positions holding `*`
+    anys: int  # bits of the positions holding `?`
+    chars: tuple[tuple[str, int], ...]  # each literal character and the bits where it stands
+    accept: int  # the bit of "all of the piece matched"
+
+    def matches(self, name: str) -> bool:
+        if self.literal is not None:
+            return name == self.literal
+        chars = dict(self.chars)
+        state = self._closed(1)
+        for char in name:
+            state = self._closed(((state & (self.anys | chars.get(char, 0))) << 1) | (state & self.stars))
+            if not state:
+                return False
+        return bool(state & self.accept)
+
+    def _closed(self, state: int) -> int:
+        """A `*` may match nothing: being before it is also being after it (one step suffices,
+        as runs of `*` are merged into one when the piece is built)."""
+        return state | ((state & self.stars) << 1)
+
+
+def _segment(text: str) -> _Segment:
+    if text == "**":
+        return _Segment(True, None, 0, 0, (), 0)
+    if "*" not in text and "?" not in text:
+        return _Segment(False, text, 0, 0, (), 0)
+    text = re.sub(r"\*+", "*", text)  # `a**b` inside a segment is `a*b`
+    stars = anys = 0
+    chars: dict[str, int] = {}
+    for position, char in enumerate(text):
+        if char == "*":
+            stars |= 1 << position
+        elif char == "?":
+            anys |= 1 << position
+        else:
+            chars[char] = chars.get(char, 0) | 1 << position
+    return _Segment(False, None, stars, anys, tuple(chars.items()), 1 << len(text))
+
+
+def glob_problem(pattern: str) -> str | None:
+    """Why `pattern` is refused as a glob (too long, too many segments), or None."""
+    if len(pattern) > MAX_GLOB_CHARS:
+        return f"glob is {len(pattern)} characters; at most {MAX_GLOB_CHARS} are allowed"
+    segments = pattern.strip("/").count("/") + 1
+    if segments > MAX_GLOB_SEGMENTS:
+        return f"glob has {segments} '/'-separated segments; at most {MAX_GLOB_SEGMENTS} are allowed"
+    return None
+
 
 @lru_cache(maxsize=512)
-def _compile(pattern: str) -> re.Pattern[str]:
-    pattern = pattern.strip("/")
-    parts: list[str] = []
-    segments = pattern.split("/")
-    for i, segment in enumerate(segments):
-        last = i == len(segments) - 1
-        if segment == "**":
-            # zero or more whole segments; as the last segment it matches everything below
-            parts.append(".*" if last else "(?:[^/]*/)*")
+def _compile(pattern: str) -> tuple[_Segment, ...]:
+    problem = glob_problem(pattern)
+    if problem is not None:
+        raise GlobError(problem)
+    return tuple(_segment(text) for text in pattern.strip("/").split("/"))
+
+
+def _matches(segments: tuple[_Segment, ...], path: str) -> tuple[bool, int]:
+    """Does `path` match, and how much work that took: the characters of path segments fed to
+    pieces, each (piece, path segment) pair at most once, so at most pieces x len(path).
+
+    `reach[j]`: the pieces so far can match exactly the first j path segments, each with the
+    '/' after it. A plain piece moves j one segment on; `**` opens every later j that still
+    leaves a segment; the last piece must take the rest (`**` last takes anything)."""
+    names = path.split("/")
+    last = len(names) - 1
+    reach = [True] + [False] * last
+    tries = 0
+    for segment in segments[:-1]:
+        if segment.spans:
+            first = reach.index(True)
+            reach = [j >= first for j in range(last + 1)]
             continue
-        body = ""
-        for ch in segment:
-            if ch == "*":
-                body += "[^/]*"
-            elif ch == "?":
-                body += "[^/]"
-            else:
-                body += re.escape(ch)
-        parts.append(body if last else body + "/")
-    return re.compile("".join(parts) + r"\Z", re.DOTALL)
+        moved = [False] * (last + 1)
+        for j in range(last):
+            if reach[j]:
+                tries += 1 + len(names[j])
+                moved[j + 1] = segment.matches(names[j])
+        reach = moved
+        if not any(reach):
+            return False, tries
+    final = segments[-1]
+    if final.spans:
+        return any(reach), tries
+    if not reach[last]:
+        return False, tries
+    return final.matches(names[last]), tries + 1 + len(names[last])
 
 
 def match(pattern: str, path: str) -> bool:
     """True if `path` ('/'-separated, relative) matches `pattern`.
 
     A pattern without '/' (like `*.md`) matches the file name at any depth, as in .gitignore.
-    """
+    The work is bounded by the pattern's segments times the path's length, never exponential
+    (`GlobError` for a pattern past the caps)."""
+    return match_counting(pattern, path)[0]
+
+
+def match_counting(pattern: str, path: str) -> tuple[bool, int]:
+    """`match`, and the work it took in characters read (tests pin the bound)."""
+    segments = _compile(pattern)
     if "/" not in pattern.strip("/") and pattern != "**":
-        return _compile(pattern).match(path.rsplit("/", 1)[-1]) is not None
-    return _compile(pattern).match(path) is not None
+        return _matches(segments, path.rsplit("/", 1)[-1])
+    return _matches(segments, path)
 
 
 def match_any(patterns: tuple[str, ...] | list[str], path: str) -> bool:
