@@ -255,12 +255,13 @@ def test_sync_quiet_and_json(run) -> None:  # type: ignore[no-untyped-def]
 
 def test_init_writes_a_working_config(tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli_module.cli, ["init", str(notes)])
+    result = CliRunner().invoke(cli_module.cli, ["init", "--here", str(notes)])
     assert result.exit_code == 0, result.output
     config = load_config(tmp_path / "notes-search.yaml")
     assert config.embedding.provider == "local"
     assert config.sources["notes"].root == notes
-    again = CliRunner().invoke(cli_module.cli, ["init", str(notes)])
+    assert config.db == tmp_path / "db/notes-index.sqlite"
+    again = CliRunner().invoke(cli_module.cli, ["init", "--here", str(notes)])
     assert again.exit_code == 1 and "already exists" in again.output
 
 

@@ -268,7 +268,7 @@ def test_init_root_means_exactly_the_folder(
     notes.mkdir(parents=True)
     work.mkdir(exist_ok=True)
     monkeypatch.chdir(work)
-    result = CliRunner().invoke(cli, ["init", str(notes) if absolute else f"./{name}"])
+    result = CliRunner().invoke(cli, ["init", "--here", str(notes) if absolute else f"./{name}"])
     assert result.exit_code == 0, result.output
     assert load_config(work / "notes-search.yaml").sources["notes"].root == notes
 
@@ -287,7 +287,7 @@ def test_init_writes_the_source_id_it_was_given(
 
     (tmp_path / "notes").mkdir()
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["init", "--source-id", source_id])
+    result = CliRunner().invoke(cli, ["init", "--here", "--source-id", source_id])
     assert result.exit_code == 0, result.output
     assert list(load_config(tmp_path / "notes-search.yaml").sources) == [source_id]
 
@@ -302,7 +302,7 @@ def test_init_refuses_a_source_id_the_config_would_refuse(
 
     (tmp_path / "notes").mkdir()
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["init", "--source-id", source_id])
+    result = CliRunner().invoke(cli, ["init", "--here", "--source-id", source_id])
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--source-id'" in result.stderr and "source id must be" in result.stderr
     assert not (tmp_path / "notes-search.yaml").exists()

@@ -38,6 +38,7 @@ LAZY_COMMANDS = {
     "hooks": "search.cli.hooks:hooks",
     "eval": "search.cli.evaluate:eval_command",
     "migrate": "search.cli.migrate:migrate",
+    "config": "search.cli.setup:config_group",
 }
 
 # Commands that write the index: only these create the db's and the log's folders. The others
@@ -91,7 +92,7 @@ def stderr_is_terminal() -> bool:
     "-c",
     "config_path",
     metavar="PATH",
-    help="Config file (default: $NOTES_SEARCH_CONFIG, then ./notes-search.yaml).",
+    help="Config file (default: $NOTES_SEARCH_CONFIG, ./notes-search.yaml, then ~/.config/notes-search/config.yaml).",
 )
 @click.version_option(package_name="notes-search")
 @click.pass_context

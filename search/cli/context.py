@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from indexer.config import Config, EmbeddingConfig, find_config, load_config
+from indexer.config import Config, ConfigLocation, EmbeddingConfig, load_located_config, locate_config
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
@@ -30,8 +30,13 @@ class CliContext:
         """The config, loaded once (a broken one fails here, with its one-line error). No side
         effects: `service()` is where a command starts work."""
         if self._config is None:
-            self._config = load_config(find_config(self.config_option))
+            self._config = load_located_config(self.location)
         return self._config
+
+    @property
+    def location(self) -> ConfigLocation:
+        """Which config file this invocation uses, and why."""
+        return locate_config(self.config_option)
 
     def service(self, *, check_remote: bool = False) -> NotesService:
         """The invocation's one service (the first call decides `check_remote`), after the log

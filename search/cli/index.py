@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,32 +40,55 @@ def _source_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option(
     "--source-id", default="notes", show_default=True, callback=_source_id, help="Id of the workspace source."
 )
+@click.option(
+    "--here",
+    is_flag=True,
+    help="Write ./notes-search.yaml with the index beside it (default: the user config, index in the data folder).",
+)
 @pass_context
-def init(ctx: CliContext, notes_dir: str, source_id: str) -> None:
-    """Write a starter config that indexes DIR with the local embedder."""
-    from indexer.config import STARTER_CONFIG, find_config, literal_path
+def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
+    """Write a starter config that indexes DIR with the local embedder.
 
-    target = find_config(ctx.config_option)
+    By default the config goes to ~/.config/notes-search/config.yaml (found from any folder) and
+    the index to ~/.local/share/notes-search/ (XDG_CONFIG_HOME / XDG_DATA_HOME honoured); --config,
+    $NOTES_SEARCH_CONFIG or --here write that file instead, with the index beside it.
+    """
+    from indexer.config import DEFAULT_CONFIG_NAME, STARTER_CONFIG, literal_path, user_config_path, user_data_dir
+
+    named = ctx.location if ctx.config_option or os.environ.get("NOTES_SEARCH_CONFIG") else None
+    if named is not None:
+        target, root = named.path, None
+    elif here:
+        target, root = Path.cwd() / DEFAULT_CONFIG_NAME, None
+    else:
+        target, root = user_config_path(), user_data_dir()
     if target.exists():
         raise click.ClickException(f"{target} already exists; not overwriting it")
     notes_root = Path(notes_dir)
     if not notes_root.is_dir():
         raise click.ClickException(f"{notes_dir}: not a folder")
-    try:
-        relative = notes_root.resolve().relative_to(target.resolve().parent)
+    try:  # relative to the config's root when inside it, so the pair can be moved together
+        relative = notes_root.resolve().relative_to((root or target.parent).resolve())
     except ValueError:
         relative = notes_root.resolve()
+    text = STARTER_CONFIG.format(
+        root=json.dumps(literal_path(str(root))) if root is not None else ".",
+        source_id=json.dumps(source_id),
+        notes_root=json.dumps(literal_path(str(relative))),
+    )
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
-            file.write(
-                STARTER_CONFIG.format(
-                    source_id=json.dumps(source_id), notes_root=json.dumps(literal_path(str(relative)))
-                )
-            )
+            file.write(text)
     except OSError as exc:
         raise click.ClickException(f"cannot write {target}: {exc.strerror or exc}") from None
-    echo(f"wrote {target}; next: notes-search -c {target} sync")
+    if root is None:
+        echo(f"wrote {target}; next: notes-search -c {target} sync")
+        return
+    echo(f"wrote {target} (index in {root}); next: notes-search sync")
+    shadow = Path.cwd() / DEFAULT_CONFIG_NAME
+    if shadow.exists():
+        echo(f"note: {shadow} is used instead while you are in this folder", err=True)
 
 
 @click.command()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.config import Config, EmbeddingConfig, find_config, load_config
+from indexer.config import Config, EmbeddingConfig, load_located_config, locate_config
 from indexer.store import IndexReader, index_exists, is_postgres, open_store
 
 if TYPE_CHECKING:
@@ -69,8 +69,8 @@ class NotesService:
         *,
         check_remote: bool = False,
     ) -> NotesService:
-        """The service for a config file (None: $NOTES_SEARCH_CONFIG, then ./notes-search.yaml)."""
-        return cls(load_config(find_config(path)), embedder_factory, check_remote=check_remote)
+        """The service for a config file (None: found as `indexer.config.locate_config` says)."""
+        return cls(load_located_config(locate_config(path)), embedder_factory, check_remote=check_remote)
 
     # ---- per-process state --------------------------------------------------------------------
 
