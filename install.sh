@@ -3,7 +3,9 @@
 #   ./install.sh                 runtime only
 #   ./install.sh --dev           plus test tools
 #   ./install.sh --cron [CONFIG] plus a crontab line running `sync --quiet` every minute
+#                                (CONFIG: default the one `notes-search config path` finds here)
 set -euo pipefail
+caller_dir=$PWD  # a relative CONFIG, and config discovery, mean the caller's folder
 cd "$(dirname "$0")"
 
 dev=0
@@ -15,7 +17,7 @@ while [ $# -gt 0 ]; do
     --cron)
       cron=1
       if [ $# -gt 1 ] && [ "${2#-}" = "$2" ]; then cron_config=$2; shift; fi ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option: $1" >&2; exit 2 ;;
   esac
   shift
@@ -24,9 +26,14 @@ done
 # The cron fallback poller (seed A): PATH in the crontab header, our line replaced, never duplicated.
 install_cron() {
   local cfg exe log_dir line table path_dirs
-  cfg=$(realpath -- "${1:-${NOTES_SEARCH_CONFIG:-notes-search.yaml}}") || exit 1
-  [ -f "$cfg" ] || { echo "install.sh: --cron: config $cfg not found" >&2; exit 1; }
   exe="$PWD/.venv/bin/notes-search"
+  if [ -n "$1" ]; then
+    cfg=$(cd -- "$caller_dir" && realpath -- "$1") || exit 1
+  else  # the config every command run from the caller's folder would use
+    cfg=$(cd -- "$caller_dir" && "$exe" config path | sed -n 1p) || exit 1
+    cfg=$(cd -- "$caller_dir" && realpath -- "$cfg") || exit 1
+  fi
+  [ -f "$cfg" ] || { echo "install.sh: --cron: config $cfg not found" >&2; exit 1; }
   log_dir="$(dirname -- "$cfg")/log"
   mkdir -p -- "$log_dir"
   shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
@@ -41,6 +48,13 @@ install_cron() {
   printf '%s\n%s\n' "$table" "$line" | crontab -
   echo "cron: every minute: $exe --config $cfg sync --quiet"
 }
+
+# Checked before anything is installed: one line saying how to get crontab, not a pip run
+# that ends in `crontab: command not found`.
+if [ "$cron" = 1 ] && ! command -v crontab >/dev/null 2>&1; then
+  echo "install.sh: --cron needs crontab, which is not installed (Debian/Ubuntu: apt-get install cron; Fedora: dnf install cronie), or use the systemd timer docs/notes-search-sync.timer" >&2
+  exit 1
+fi
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -682,7 +682,7 @@ def find_config(explicit: str | None) -> Path:
 def load_located_config(location: ConfigLocation) -> Config:
     """The config at `location`; when discovery found none, one line naming every place looked at."""
     if not location.found and location.looked_at:
-        places = " or ".join(str(p) for p in location.looked_at)
+        places = " nor ".join(str(p) for p in location.looked_at)
         raise ConfigError(
             f"no config found: neither {places} exists (create one with `notes-search init DIR`, or pass --config)"
         )
