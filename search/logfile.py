@@ -30,7 +30,7 @@ def configure_log_file(config: Config, *, create: bool, also_stderr: bool = Fals
     if not also_stderr:
         return None
     stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+    stderr.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s", config.db_url))
     root.addHandler(stderr)
     return stderr
 
@@ -85,6 +85,6 @@ def _attach_file(root: logging.Logger, config: Config, create: bool) -> None:
         raise ConfigError(f"cannot write log file {config.log} (`log:` in the config): {exc.strerror or exc}") from None
     handler.notes_search_file = str(config.log)  # type: ignore[attr-defined]
     # one record per line, whatever a file name holds: people `tail -f` this file
-    handler.setFormatter(SafeLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", config.db_url))
     root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from indexer.redaction import redact
 from indexer.safe_text import safe_for_terminal, safe_json
 
 
@@ -55,20 +56,24 @@ def safe_errors() -> Iterator[None]:
     except click.ClickException as exc:
         # rewritten in place (click types it Final): every subclass formats its line around
         # `message`, and the usage text a UsageError prints keeps its context
-        exc.message = safe_for_terminal(exc.message)  # type: ignore[misc]
+        exc.message = safe_for_terminal(redact(exc.message))  # type: ignore[misc]
         raise
 
 
 class SafeLogFormatter(logging.Formatter):
     """Log lines for a terminal (watch) and the log file (read with `tail -f`): a record stays
     one line whatever the file names hold, so a name cannot forge a record; a traceback keeps
-    its lines."""
+    its lines. Passwords are masked (the index URL's `secret_url` in any form, and any URL's)."""
+
+    def __init__(self, fmt: str, secret_url: str | None = None) -> None:
+        super().__init__(fmt)
+        self.secret_url = secret_url
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return safe_for_terminal(super().formatMessage(record))
+        return safe_for_terminal(redact(super().formatMessage(record), self.secret_url))
 
     def formatException(self, ei: Any) -> str:
-        return safe_for_terminal(super().formatException(ei), multiline=True)
+        return safe_for_terminal(redact(super().formatException(ei), self.secret_url), multiline=True)
 
     def formatStack(self, stack_info: str) -> str:
         return safe_for_terminal(super().formatStack(stack_info), multiline=True)

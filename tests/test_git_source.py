@@ -374,7 +374,7 @@ def test_unreachable_remote_is_one_line_naming_source_and_url(tmp_path: Path, up
     secret = source_for(tmp_path, "https://me:s3cret@127.0.0.1:1/notes.git")
     with pytest.raises(SourceError) as exc:
         git.remote_head(secret)
-    assert "s3cret" not in str(exc.value) and "me:***@127.0.0.1" in str(exc.value)
+    assert "s3cret" not in str(exc.value) and "(https://me@127.0.0.1:1/notes.git)" in str(exc.value)
 
 
 def test_network_timeout_kills_git_and_its_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

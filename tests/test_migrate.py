@@ -205,7 +205,7 @@ def test_cli_errors_are_one_line(config_path: Path, config: Config, do_sync: Syn
     )
     do_sync()
     unreachable = run_cli(config_path, "migrate", "--to", "postgresql://someone:secret@127.0.0.1:1/notes")
-    line = assert_one_line_error(unreachable, "cannot connect to the index database")
+    line = assert_one_line_error(unreachable, "cannot reach the PostgreSQL server", "someone@127.0.0.1:1")
     assert "secret" not in line
     with SyncLock(config.lock_path) as lock:
         assert lock.acquire()

@@ -66,7 +66,6 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
@@ -78,6 +77,7 @@ from indexer.gitenv import git_environment
 from indexer.globs import FileSelection
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
 from indexer.paths import local_repository_path
+from indexer.redaction import redact
 
 LS_REMOTE_TIMEOUT = 60.0  # seconds; one round trip
 TRANSFER_TIMEOUT = 900.0  # seconds; a first clone of a large notes repository over a slow link
@@ -163,9 +163,7 @@ def _error(source: GitSource, what: str, reason: str) -> SourceError:
 
 
 def _message(source: GitSource, what: str, reason: str) -> str:
-    line = " ".join(f"git source {source.id!r} ({source.url}): {what}: {reason}".split())
-    password = urlsplit(source.url).password if "://" in source.url else None
-    return line.replace(password, "***") if password else line
+    return redact(" ".join(f"git source {source.id!r} ({source.url}): {what}: {reason}".split()), source.url)
 
 
 def _reason(stderr: str, returncode: int) -> str:

@@ -50,6 +50,7 @@ from psycopg.pq import Format, TransactionStatus
 
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.redaction import PERCENT_ENCODED, describe_url, password_needs_encoding, redact
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
     FILE_ROW_COLUMNS,
@@ -271,21 +272,8 @@ def is_postgres_url(location: object) -> bool:
 
 
 def describe(url: str) -> str:
-    """The URL without its password (for messages and `status`): libpq takes one in the user
-    part and as a `password=` parameter alike. Everything else stays as written."""
-    parts = urlsplit(url)
-    params = [item for item in parts.query.split("&") if item.split("=", 1)[0] != "password"]
-    if parts.password is None and len(params) == len(parts.query.split("&")):
-        return url
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username}@{netloc.rpartition('@')[2]}" if parts.username else netloc.rpartition("@")[2]
-    query = "&".join(params)
-    return (
-        f"{parts.scheme}://{netloc}{parts.path}"
-        + (f"?{query}" if query else "")
-        + (f"#{parts.fragment}" if parts.fragment else "")
-    )
+    """The URL without its password, for messages and `status` (see indexer.redaction)."""
+    return describe_url(url)
 
 
 # ---- text folding: SQLite's tokenizer, so both backends index and match the same words ------
@@ -946,16 +934,20 @@ PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 # ---- errors ---------------------------------------------------------------------------------
 
 
-def _first_lines(exc: BaseException) -> str:
+def _first_lines(exc: BaseException, url: str) -> str:
+    """The driver's message on one line, without the password of `url` in any form (libpq quotes
+    what it cannot parse, password included)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines) or type(exc).__name__
+    return redact("; ".join(lines), url) or type(exc).__name__
 
 
 def connect_error(url: str, exc: psycopg.Error) -> StoreError:
     """One line for a connection that failed: the server, the login or the database."""
     where = describe(url)
     sqlstate = getattr(exc, "sqlstate", None)
-    text = _first_lines(exc)
+    text = _first_lines(exc, url)
+    if password_needs_encoding(url):
+        return StoreError(f"index {where}: the password in the URL must be {PERCENT_ENCODED}: {text}")
     if sqlstate == "3D000" or ("does not exist" in text and "database" in text):
         dbname = urlsplit(url).path.lstrip("/") or "?"
         return StoreError(
@@ -980,14 +972,14 @@ STORAGE_ERRORS = (
 def storage_error(url: str, exc: psycopg.Error) -> StoreError:
     where = describe(url)
     if isinstance(exc, pg_errors.DiskFull):
-        return StoreError(f"index {where}: the server's disk is full ({_first_lines(exc)})")
+        return StoreError(f"index {where}: the server's disk is full ({_first_lines(exc, url)})")
     if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
-        return StoreError(f"index {where}: opened read-only, cannot write ({_first_lines(exc)})")
+        return StoreError(f"index {where}: opened read-only, cannot write ({_first_lines(exc, url)})")
     if isinstance(exc, pg_errors.InsufficientPrivilege):
-        return StoreError(f"index {where}: this PostgreSQL user lacks a privilege ({_first_lines(exc)})")
+        return StoreError(f"index {where}: this PostgreSQL user lacks a privilege ({_first_lines(exc, url)})")
     if isinstance(exc, psycopg.InterfaceError) or getattr(exc, "sqlstate", None) is None:
-        return StoreError(f"index {where}: lost the connection to the PostgreSQL server ({_first_lines(exc)})")
-    return StoreError(f"index {where}: {_first_lines(exc)}")
+        return StoreError(f"index {where}: lost the connection to the PostgreSQL server ({_first_lines(exc, url)})")
+    return StoreError(f"index {where}: {_first_lines(exc, url)}")
 
 
 StoreT = TypeVar("StoreT", bound="type[PostgresStore]")
@@ -1171,7 +1163,7 @@ class PostgresStore:
             raise storage_error(url, exc) from None
         except psycopg.Error as exc:
             conn.close()
-            raise StoreError(f"index {describe(url)}: {_first_lines(exc)}") from None
+            raise StoreError(f"index {describe(url)}: {_first_lines(exc, url)}") from None
         return store
 
     @classmethod
@@ -1439,7 +1431,7 @@ class PostgresStore:
         try:
             self.conn.execute(f"SELECT {merges}")
         except (pg_errors.InsufficientPrivilege, pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as exc:
-            log.debug("pending lexical index entries left to autovacuum: %s", _first_lines(exc))
+            log.debug("pending lexical index entries left to autovacuum: %s", _first_lines(exc, self.url))
 
     def errored_sources(self) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT source_id FROM sources WHERE last_error IS NOT NULL")}

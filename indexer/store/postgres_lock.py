@@ -34,11 +34,6 @@ def lock_key(kind: str, name: str = "", namespace: str = "") -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def redacted(dsn: str) -> str:
-    """The connection string without its password, fit for an error message."""
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", re.sub(r"(password=)\S+", r"\1***", dsn))
-
-
 def connect(dsn: str, application: str) -> psycopg.Connection[tuple[object, ...]]:
     """An autocommit connection, or a one-line StoreError naming the server."""
     import psycopg
@@ -46,8 +41,9 @@ def connect(dsn: str, application: str) -> psycopg.Connection[tuple[object, ...]
     try:
         return psycopg.connect(dsn, autocommit=True, application_name=application, connect_timeout=10)
     except psycopg.Error as exc:
-        reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
-        raise StoreError(f"cannot connect to the index database {redacted(dsn)}: {reason}") from None
+        from indexer.store.postgres import connect_error
+
+        raise connect_error(dsn, exc) from None
 
 
 class AdvisoryIndexLock:

@@ -51,6 +51,6 @@ def migrate(ctx: CliContext, target: str, force: bool) -> None:
 
 
 def _without_password(url: str) -> str:
-    from indexer.store.postgres_lock import redacted
+    from indexer.redaction import describe_url
 
-    return redacted(url)
+    return describe_url(url)
