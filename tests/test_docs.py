@@ -26,7 +26,7 @@ def table_row(document: str, first_cell: str) -> str:
     raise AssertionError(f"{document} has no row for {first_cell!r}")
 
 
-@pytest.mark.parametrize("name", ["query", "grep", "show", "status", "sync"])
+@pytest.mark.parametrize("name", ["query", "grep", "show", "status", "sync", "serve"])
 def test_readme_row_names_every_option(name: str) -> None:
     row = table_row("README.md", f"{name} ")
     command = cli.get_command(click.Context(cli), name)

@@ -33,6 +33,7 @@ LAZY_COMMANDS = {
     "toc": "search.cli.files:toc",
     "watch": "search.cli.watch:watch",
     "mcp": "search.cli.serve:mcp",
+    "serve": "search.cli.daemon:serve",
     "collections": "search.cli.collections:collections_command",
     "route": "search.cli.collections:route_command",
     "hooks": "search.cli.hooks:hooks",
@@ -43,7 +44,7 @@ LAZY_COMMANDS = {
 
 # Commands that write the index: only these create the db's and the log's folders. The others
 # read; when they fail (no index yet, a bad argument) they leave nothing behind.
-WRITING_COMMANDS = frozenset({"sync", "reindex", "watch", "mcp", "hooks"})
+WRITING_COMMANDS = frozenset({"sync", "reindex", "watch", "mcp", "serve", "hooks"})
 
 
 class CliGroup(click.Group):
