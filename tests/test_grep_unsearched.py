@@ -107,7 +107,7 @@ def test_unreadable_file_and_folder_are_named(unprivileged: list[str], locked_wo
     ]
     # no match in what could be read: said so, and what was missed is named
     none = run_cli(unprivileged, matcher, locked_world, "grep", "haystack")
-    assert none.returncode == 0 and "no matches in what could be searched" in none.stderr
+    assert none.returncode == 1 and "no matches in what could be searched" in none.stderr
     assert "notes:locked.md" in none.stderr
     # nothing readable in scope: an error, not "no matches"
     for scope in ("locked.md", "sub"):

@@ -119,8 +119,9 @@ def log_text(config_path: Path) -> str:
 
 def query_json(config_path: Path, text: str, *args: str) -> dict[str, Any]:
     result = cli(config_path, "query", text, "--json", *args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    data = json.loads(result.stdout)
+    assert result.exit_code == (0 if data["results"] else 1), result.output  # as grep: 1 when nothing matched
+    return data
 
 
 # ------------------------------------------------------------------------------------- config
@@ -836,7 +837,7 @@ def test_show_and_grep_read_inside_the_sources(ws: dict[str, Any]) -> None:
     shown = cli(ws["config"], "show", "notes:devops/postgres.md:3")
     assert shown.exit_code == 0 and "5432" in shown.stdout
     found = cli(ws["config"], "grep", SECRET, "--json")
-    assert found.exit_code == 0 and json.loads(found.stdout)["results"] == []
+    assert found.exit_code == 1 and json.loads(found.stdout)["results"] == []  # no match: exit 1, as grep
 
 
 MCP_ESCAPES = [

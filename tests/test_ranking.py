@@ -272,7 +272,7 @@ def test_cli_per_file_min_similarity_and_matched(cli_run: Callable[..., Result])
     human = cli_run("query", "restic", "--mode", "lex", "-k", "2")
     assert human.exit_code == 0 and "keyword" in human.stdout
     strict = cli_run("query", "xyzzynotfound", "--min-similarity", "1", "--json")
-    assert strict.exit_code == 0 and json.loads(strict.stdout)["results"] == []
+    assert strict.exit_code == 1 and json.loads(strict.stdout)["results"] == []  # nothing matched: 1, as grep
     for bad in (["--per-file", "0"], ["--min-similarity", "2"]):
         assert cli_run("query", "restic", *bad).exit_code == 2
 

@@ -552,7 +552,7 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
     body = json.loads(capped.stdout)
     assert len(body["results"]) == 2 and body["truncated"] is True and "--max-count" in capped.stderr
     none = run("grep", "zzz-no-such-text")
-    assert none.exit_code == 0 and none.stdout == "" and "no matches" in none.stderr
+    assert none.exit_code == 1 and none.stdout == "" and "no matches" in none.stderr  # as grep
 
 
 # ---- toc ---------------------------------------------------------------------------------------

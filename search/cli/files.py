@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.formats import chosen_format, emit, format_option
+from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, styled
 
@@ -154,7 +154,8 @@ def grep(
     starting with '-' goes after `--`: notes-search grep -- -x.
 
     What cannot be searched (a source, folder or file) is named in a warning on stderr (and
-    in `unsearched` with --json); the rest is searched, exit 0. When nothing at all could be
+    in `unsearched` with --json); the rest is searched. Exit 0 with matches, 1 without (as
+    grep: --json still prints its object), 2 on a usage error; when nothing at all could be
     searched: one error line, exit 1.
     """
     from search.service.lookup import grep_target
@@ -184,6 +185,8 @@ def grep(
     _warn_unsearched(found.unsearched)
     if found.truncated:
         echo(f"notice: stopped after {max_count} matches (--max-count)", err=True)
+    if not found.hits:
+        sys.exit(NOTHING_FOUND)
 
 
 @click.command()

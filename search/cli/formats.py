@@ -26,6 +26,8 @@ from search.terminal import echo, echo_json, echo_json_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+NOTHING_FOUND = 1  # `query` and `grep` with no hit, as grep and ripgrep; 2 stays the usage error
+
 FORMATS = ("text", "json", "jsonl", "md", "csv", "files")
 STATUS_FORMATS = ("text", "json", "jsonl", "md", "csv")  # status lists sources, not files
 

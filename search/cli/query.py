@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.formats import chosen_format, emit, format_option, query_md
+from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option, query_md
 from search.cli.options import NumberRange, filter_options, scope_options
 from search.engine import MODES
 from search.snippets import marked, snippet_terms
@@ -55,7 +56,8 @@ def query(
     as_json: bool,
     output_format: str | None,
 ) -> None:
-    """Search the index."""
+    """Search the index. Exit 0 with hits, 1 without (as grep; --json still prints its
+    object), 2 on a usage error."""
     fmt = chosen_format(output_format, as_json)
     service = ctx.service()
     from search.service.scope import Filters
@@ -71,16 +73,17 @@ def query(
         echo_json(response.to_json(explain=explain, full=full))
         if response.notice and response.degraded:
             echo(f"notice: {response.notice}", err=True)
-        return
-    if fmt != "text":  # the notice goes to stderr: stdout stays the format alone
+    elif fmt != "text":  # the notice goes to stderr: stdout stays the format alone
         if response.notice:
             echo(f"notice: {response.notice}", err=True)
         if fmt == "md":  # --full: each hit's whole chunk instead of its snippet, as in text
             echo(query_md(response.to_json(explain=explain, full=full), full=full), nl=False, multiline=True)
         else:
             emit("query", fmt, response.to_json(explain=explain, full=full))
-        return
-    _print_hits(response, explain, full)
+    else:
+        _print_hits(response, explain, full)
+    if not response.results:  # as grep: a script can test `if notes-search query ...`
+        sys.exit(NOTHING_FOUND)
 
 
 def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> None:
