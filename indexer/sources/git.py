@@ -525,6 +525,26 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
     return head, None
 
 
+def remove_mirror(source: GitSource) -> bool:
+    """Delete the source's mirror when it is ours (made by `clone --mirror`, or a broken one),
+    with any leftover of an interrupted re-clone; False when there is none. Anything else at the
+    path (a bare repository someone pushes to, a folder of files) raises SourceError, untouched."""
+    for leftover in _leftovers(source.mirror):
+        shutil.rmtree(leftover, ignore_errors=True)
+    if source.mirror.is_symlink():
+        raise _error(source, "mirror", f"{source.mirror} is a symbolic link; not removing what it points to")
+    repo = _open(source.mirror)
+    if repo is None and not _broken_mirror(source):  # raises for what is not ours
+        return False
+    if repo is not None:
+        mirror = _is_mirror(repo)
+        repo.free()
+        if not mirror:
+            raise _error(source, "mirror", f"{source.mirror} is a bare repository but not a mirror; not removing it")
+    shutil.rmtree(source.mirror)
+    return True
+
+
 def mirror_damage(source: GitSource) -> str | None:
     """A cheap look for damage (`status`): the damage a read marked (DAMAGE_MARK), else whether
     the mirror opens and its head commit and root tree read. None when they do or when there is

@@ -40,6 +40,7 @@ LAZY_COMMANDS = {
     "eval": "search.cli.evaluate:eval_command",
     "migrate": "search.cli.migrate:migrate",
     "config": "search.cli.setup:config_group",
+    "source": "search.cli.setup:source_group",
 }
 
 # Commands that write the index: only these create the db's and the log's folders. The others

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from search.service.reading import FileView, LineWindow, ManyViews
     from search.service.scope import Filters, Target
     from search.service.searching import SearchOutcome
+    from search.service.sources import SourceAdded, SourceRemoved
     from search.service.status import StatusReport
 
 # Every command builds the service, so each operation's module is imported when the operation
@@ -213,6 +214,44 @@ class NotesService:
         from search.service.indexing import catch_up
 
         return catch_up(self, target, embed=embed)
+
+    # ---- sources in the config ----------------------------------------------------------------
+
+    def add_git_source(
+        self,
+        name: str,
+        url: str,
+        *,
+        branch: str | None = None,
+        mirror: str | None = None,
+        paths: tuple[str, ...] = (),
+        include: tuple[str, ...] = (),
+        exclude: tuple[str, ...] = (),
+    ) -> SourceAdded:
+        from search.service.sources import add_git
+
+        return add_git(
+            self.config, name, url, branch=branch, mirror=mirror, paths=paths, include=include, exclude=exclude
+        )
+
+    def add_workspace_source(
+        self,
+        name: str,
+        root: str,
+        *,
+        paths: tuple[str, ...] = (),
+        include: tuple[str, ...] = (),
+        exclude: tuple[str, ...] = (),
+    ) -> SourceAdded:
+        from search.service.sources import add_workspace
+
+        return add_workspace(self.config, name, root, paths=paths, include=include, exclude=exclude)
+
+    def remove_source(self, name: str) -> SourceRemoved:
+        """The source leaves the config and the index; its mirror is deleted, the user's files never."""
+        from search.service.sources import remove
+
+        return remove(self, name)
 
     # ---- status -------------------------------------------------------------------------------
 

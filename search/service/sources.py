@@ -1,0 +1,178 @@
+"""The config's sources by command: list them, add one, remove one with what the index keeps
+of it (its rows, its TOC, its git mirror) and never the user's own files."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from indexer.config import BAD_SOURCE_ID, Config, GitSource, Source, is_source_id, literal_path
+from indexer.errors import ConfigError, NotesSearchError, SourceError
+from indexer.paths import local_repository_path
+
+if TYPE_CHECKING:
+    from search.service import NotesService
+
+log = logging.getLogger("notes_search")
+
+REMOVE_LOCK_WAIT = 30.0  # seconds `source remove` waits for a running sync: a person is waiting
+
+
+def describe(source: Source) -> dict[str, Any]:
+    """One source as configured (`source list`)."""
+    where: dict[str, Any]
+    if isinstance(source, GitSource):
+        where = {"url": source.url, "mirror": str(source.mirror), "branch": source.branch}
+    else:
+        where = {"root": str(source.root)}
+    return {
+        "id": source.id,
+        "kind": source.kind,
+        **where,
+        "paths": list(source.selection.paths),
+        "include": list(source.selection.include),
+        "exclude": list(source.selection.exclude),
+    }
+
+
+@dataclass(frozen=True)
+class SourceAdded:
+    config: Path
+    source: Source
+
+    def to_json(self) -> dict[str, Any]:
+        return {"added": self.source.id, "config": str(self.config), "source": describe(self.source)}
+
+
+@dataclass(frozen=True)
+class SourceRemoved:
+    config: Path
+    source: Source
+    index_rows_removed: bool  # False: there was no index yet
+    mirror_removed: Path | None
+    notices: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "removed": self.source.id,
+            "kind": self.source.kind,
+            "config": str(self.config),
+            "index_rows_removed": self.index_rows_removed,
+            "mirror_removed": str(self.mirror_removed) if self.mirror_removed else None,
+            "notices": list(self.notices),
+        }
+
+
+def _config_file(config: Config) -> Path:
+    if config.path is None:
+        raise ConfigError("this config was not read from a file; there is nothing to edit")
+    return config.path
+
+
+def _checked_name(name: str) -> str:
+    if not is_source_id(name):
+        raise NotesSearchError(f"source name {name!r}: {BAD_SOURCE_ID}")
+    return name
+
+
+def _selection(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...]) -> dict[str, Any]:
+    """Only what was given: the loader's defaults stay defaults (a workspace's `paths` is required)."""
+    keys = {"paths": list(paths), "include": list(include), "exclude": list(exclude)}
+    return {key: value for key, value in keys.items() if value}
+
+
+def add_git(
+    config: Config,
+    name: str,
+    url: str,
+    *,
+    branch: str | None,
+    mirror: str | None,
+    paths: tuple[str, ...],
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+) -> SourceAdded:
+    """A local repository path (relative to the current folder, as typed) is written absolute, as
+    is `mirror`; a URL is written as given. Nothing is fetched until the next sync."""
+    from indexer import config_edit
+
+    local = local_repository_path(url)
+    if local is not None and not url.startswith("file://"):
+        url = literal_path(str(local.resolve()))
+    entry: dict[str, Any] = {"url": url}
+    if branch:
+        entry["branch"] = branch
+    if mirror:
+        entry["mirror"] = literal_path(str(Path(mirror).resolve()))
+    entry.update(_selection(paths, include, exclude))
+    edit = config_edit.add_source(_config_file(config), "git", _checked_name(name), entry)
+    config_edit.write_edit(edit)
+    return SourceAdded(edit.path, edit.config.sources[name])
+
+
+def add_workspace(
+    config: Config,
+    name: str,
+    root: str,
+    *,
+    paths: tuple[str, ...],
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+) -> SourceAdded:
+    """`root` must be an existing folder; written absolute. Without --paths the whole folder is
+    admitted (`paths: ['**']`), as `init` does."""
+    from indexer import config_edit
+
+    folder = Path(root)
+    if not folder.is_dir():
+        raise NotesSearchError(f"{root}: not a folder")
+    entry: dict[str, Any] = {"root": literal_path(str(folder.resolve()))}
+    entry.update(_selection(paths or ("**",), include, exclude))
+    edit = config_edit.add_source(_config_file(config), "workspace", _checked_name(name), entry)
+    config_edit.write_edit(edit)
+    return SourceAdded(edit.path, edit.config.sources[name])
+
+
+def remove(service: NotesService, name: str) -> SourceRemoved:
+    """In this order, so that a failure loses nothing: the edited config is checked (not yet
+    written); under the sync lock the source's rows and TOC leave the index; the config is
+    written; the mirror (ours) is deleted. A failure before the write leaves the config as it
+    was (the rows come back with the next sync); a mirror that cannot be deleted is a notice."""
+    from indexer import config_edit, toc
+    from indexer.lock import open_index_lock
+    from indexer.sources import git as git_source
+    from indexer.store import index_exists, open_store
+
+    config = service.config
+    source = config.source(name)
+    edit = config_edit.remove_source(_config_file(config), name)
+    notices: list[str] = []
+    lock = open_index_lock(config)
+    if not lock.acquire(timeout=REMOVE_LOCK_WAIT):
+        raise NotesSearchError(f"another sync held the lock for {REMOVE_LOCK_WAIT:g} s; nothing changed, try again")
+    try:
+        rows = index_exists(config.index_location)
+        if rows:
+            if not lock.claim_source(name, REMOVE_LOCK_WAIT):
+                raise NotesSearchError(f"another worker is syncing {name} now; nothing changed, try again")
+            store = open_store(config.index_location)
+            try:
+                store.remove_source(name)
+            finally:
+                store.close()
+            log.info("source %s removed from the config and the index", name)
+        with contextlib.suppress(FileNotFoundError):
+            toc.toc_path(config, name).unlink()
+        config_edit.write_edit(edit)
+        mirror = None
+        if isinstance(source, GitSource):
+            try:
+                mirror = source.mirror if git_source.remove_mirror(source) else None
+            except (SourceError, OSError) as exc:
+                notices.append(f"the mirror was kept: {exc}")
+    finally:
+        lock.release()
+    return SourceRemoved(edit.path, source, rows, mirror, tuple(notices))
