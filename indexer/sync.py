@@ -47,6 +47,9 @@ log = logging.getLogger("notes_search.sync")
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
+# set once every stored vector was checked for a zero length (see Syncer.repair_zero_vectors)
+ZERO_VECTORS_CHECKED_KEY = "zero_vectors_checked"
+STORED_MIN_NORM = 0.5  # stored vectors are unit length; a zero one is an embedder's failure
 VECTOR_PAGE = 2000  # stored vectors read per page when the statistics are estimated from them
 HOLD_SECONDS = 20.0  # embedding a first sync may hold back unstored: what a kill can cost
 HOLD_BYTES = 64 << 20  # and the memory the held vectors may take
@@ -80,6 +83,7 @@ class SyncReport:
     locked: bool = False
     sources: list[SourceReport] = field(default_factory=list)
     embedded: int = 0
+    repaired_vectors: int = 0  # zero vectors an older version stored, dropped to be embedded again
     pending: int = 0
     embed_notice: str | None = None
     rebuilt: str | None = None  # why vectors were dropped, when they were
@@ -425,6 +429,26 @@ class Syncer:
         if held is not None:
             report.embedded += self._store_held(held, report)
 
+    def repair_zero_vectors(self) -> int:
+        """Once per index: chunks whose stored vector has no length (an embedder's zero answer
+        that an older version stored as a direction: such a chunk is never a vector hit, and
+        it did not count as pending) get their vector dropped, to be embedded again by this
+        run. Stored vectors are unit length, so anything far shorter is such a vector. Returns
+        how many; the meta flag makes every later sync skip the scan."""
+        import numpy as np
+
+        if self.store.meta().get(ZERO_VECTORS_CHECKED_KEY) or not self.store.has_vector_table():
+            return 0
+        broken: list[int] = []
+        for page in self._vector_pages():
+            short = np.linalg.norm(page.matrix, axis=1) < STORED_MIN_NORM
+            broken.extend(page.ids[i] for i in np.flatnonzero(short))
+        if broken:
+            self.store.unembed(broken)
+            log.warning("%d chunks had a zero vector (stored by an older version): embedding them again", len(broken))
+        self.store.set_meta({ZERO_VECTORS_CHECKED_KEY: "1"})
+        return len(broken)
+
     def _page_progress(self, before: int, rows: int, texts: int, total: int) -> Callable[[int], None]:
         """Progress per model batch inside one page: the page's rows in proportion to its unique
         texts embedded so far (a slow model takes minutes per page)."""
@@ -604,6 +628,8 @@ class Syncer:
         }
         if rechunked:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
+        if embed_budget is None:
+            report.repaired_vectors = self.repair_zero_vectors()
         deadline = None if embed_budget is None else started + embed_budget
         if deadline is None:
             with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk

@@ -103,6 +103,8 @@ class FakeEmbedServer:
       truncate: bool        cut successful embed replies in half (invalid JSON)
       wrong_dims: int|None  reply with vectors of this size instead of the model's
       drop_vectors: int     reply with this many fewer vectors than inputs
+      zero_for: str|None    reply with an all-zero vector for each text containing this
+      nested: bool          wrap each vector in a list of its own (an array of shape (n, 1, dims))
     """
 
     embed_path = ""
@@ -115,6 +117,8 @@ class FakeEmbedServer:
         self.truncate = False
         self.wrong_dims: int | None = None
         self.drop_vectors = 0
+        self.zero_for: str | None = None
+        self.nested = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
@@ -177,7 +181,9 @@ class FakeEmbedServer:
         """hash_vector rows, bent by the wrong_dims / drop_vectors knobs."""
         dims = self.wrong_dims or dims
         kept = texts[: max(0, len(texts) - self.drop_vectors)]
-        return [hash_vector(t, dims).tolist() for t in kept]
+        zero = self.zero_for
+        rows = [[0.0] * dims if zero is not None and zero in t else hash_vector(t, dims).tolist() for t in kept]
+        return [[row] for row in rows] if self.nested else rows  # type: ignore[misc]
 
     def route(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Reply:
         raise NotImplementedError

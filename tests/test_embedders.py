@@ -197,6 +197,8 @@ def test_unknown_model_is_a_clear_error_without_retries(ollama: OllamaServer) ->
         ("truncate", True, r"sent a malformed reply: invalid JSON"),
         ("wrong_dims", 32, r"returned 32-d vectors, config says dims: 64"),
         ("drop_vectors", 1, r"returned 2 vectors for 3 inputs"),
+        ("nested", True, r"returned an array of shape \(3, 1, 64\) for 3 inputs, expected one 64-d vector per input"),
+        ("zero_for", "b", r"returned 1 zero \(or near-zero\) vector for 3 inputs"),
     ],
 )
 def test_bad_replies_are_embedder_errors(

@@ -1800,6 +1800,13 @@ class PostgresStore:
             self._index_vectors_once_many()
         return len(rows)
 
+    def unembed(self, ids: Sequence[int]) -> None:
+        """Drop the vectors of these chunks and make them pending again."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM chunk_vectors WHERE id = ANY(%s)", ([int(i) for i in ids],))
+            self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE id = ANY(%s)", ([int(i) for i in ids],))
+            self._vectors_changed = True
+
     @contextmanager
     def vector_index_deferred(self, build_memory: Callable[[int, int], str]) -> Iterator[None]:
         """Drop the HNSW index and build none while the block stores vectors, then build it

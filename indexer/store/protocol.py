@@ -288,6 +288,10 @@ class IndexWriter(IndexReader, Protocol):
         (own transaction: a chunk deleted meanwhile is skipped, not an error)."""
         ...
 
+    def unembed(self, ids: Sequence[int]) -> None:
+        """Drop the vectors of these chunks and make them pending again (own transaction)."""
+        ...
+
     def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
         """Up to `limit` stored vectors with id > `after_id`, by id, with their languages."""
         ...

@@ -742,6 +742,15 @@ class Store:
                     stored += 1
         return stored
 
+    def unembed(self, ids: Sequence[int]) -> None:
+        """Drop the vectors of these chunks and make them pending again."""
+        with self.transaction():
+            for chunk_id in ids:
+                self.conn.execute("DELETE FROM vec_chunks WHERE rowid = ?", (chunk_id,))
+                self.conn.execute("DELETE FROM chunk_vectors WHERE id = ?", (chunk_id,))
+                self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE id = ?", (chunk_id,))
+            self._vectors_changed = True
+
     # ---- search (reads) --------------------------------------------------------------------
 
     def _scope_condition(self, scope: SearchScope, alias: str) -> tuple[str, dict[str, object]]:

@@ -73,6 +73,7 @@ def sync_report_json(report: SyncReport) -> dict[str, object]:
         "changed": report.changed,
         "seconds": report.seconds,
         "embedded": report.embedded,
+        "repaired_vectors": report.repaired_vectors,
         "pending": report.pending,
         "embed_notice": report.embed_notice,
         "rebuilt": report.rebuilt,
