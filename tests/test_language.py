@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexer import language
+from indexer.langid_tables import library_identifier
 from indexer.language import (
     SUPPORTED_LANGUAGES,
     UNKNOWN,
@@ -336,10 +337,11 @@ def test_the_separator_restarts_the_automaton_which_remembers_at_most_its_depth(
 
 def test_the_scores_are_py3langids_own() -> None:
     scorer = language._identifier()
+    identifier = library_identifier(language.CANDIDATE_LANGUAGES)
     samples = ["jak obnovit zálohu databáze", ENGLISH[:64], RUSSIAN[:64], SLOVAK[:64], "zxq", "1234"]
     ours = scorer.probabilities(samples)
     for sample, row in zip(samples, ours, strict=True):
-        library = dict(scorer.identifier.rank(sample))
+        library = dict(identifier.rank(sample))
         assert {label: round(value, 5) for label, value in zip(scorer.labels, row, strict=True)} == {
             label: round(library[label], 5) for label in scorer.labels
         }

@@ -159,6 +159,22 @@ def test_the_bounded_drift_rule() -> None:
     assert neutral.needs_estimate(space, {"en": 40, "cs": 3, "ru": neutral.MIN_CHUNKS}, model)  # new language
     assert not neutral.needs_estimate(space, {"en": 40, "cs": 3, "de": 5}, model)  # too few, no default
     assert neutral.needs_estimate(space, {"en": 40, "cs": 3, "ru": 1}, "multilingual-e5-small")
+    # the stored statistics decide the same without their means being read (the no-op sync)
+    cases = [
+        ({"en": 79, "cs": 19, "unknown": 500}, model),
+        ({"en": 80, "cs": 3}, model),
+        ({"en": 40, "cs": neutral.MIN_CHUNKS}, model),
+        ({"en": 40, "cs": 3, "ru": neutral.MIN_CHUNKS}, model),
+        ({"en": 40, "cs": 3, "de": 5}, model),
+        ({"en": 40, "cs": 3, "ru": 1}, "multilingual-e5-small"),
+        ({"en": 40, "de": 1}, "multilingual-e5-small"),
+    ]
+    for counts, name in cases:
+        assert neutral.stored_needs_estimate(space.to_json(), counts, name) == neutral.needs_estimate(
+            space, counts, name
+        )
+    assert neutral.stored_needs_estimate(None, {"ru": 1}, "multilingual-e5-small")
+    assert not neutral.stored_needs_estimate(None, {"de": 1}, "multilingual-e5-small")
 
 
 def test_statistics_round_trip_through_json() -> None:
