@@ -435,10 +435,10 @@ class Syncer:
         it did not count as pending) get their vector dropped, to be embedded again by this
         run. Stored vectors are unit length, so anything far shorter is such a vector. Returns
         how many; the meta flag makes every later sync skip the scan."""
-        import numpy as np
-
         if self.store.meta().get(ZERO_VECTORS_CHECKED_KEY) or not self.store.has_vector_table():
             return 0
+        import numpy as np  # only for the one scan: the every-minute no-op sync does not load it
+
         broken: list[int] = []
         for page in self._vector_pages():
             short = np.linalg.norm(page.matrix, axis=1) < STORED_MIN_NORM
