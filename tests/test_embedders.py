@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import requests
 
+from indexer import embedders
 from indexer.config import EmbeddingConfig, parse_config
 from indexer.embedders import (
     Embedder,
@@ -25,6 +27,8 @@ from indexer.embedders import (
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
 from tests.embed_servers import OllamaServer, OpenAIServer, closed_port_url, free_port
 from tests.fakes import FakeEmbedder, hash_vector
+
+REPO = Path(__file__).resolve().parents[1]
 
 MODEL = "fake-embed:latest"
 
@@ -405,3 +409,59 @@ def test_large_finite_values_still_normalise_to_unit_vectors() -> None:
             vectors = embedder.embed_passages(["a"])
     assert vectors.dtype == np.float32
     assert np.allclose(vectors[0], hash_vector("a", 64), atol=1e-6)
+
+
+# ---- the local engine's threads -----------------------------------------------------------------
+
+# run in a fresh process: OpenMP reads its settings once, when the engine loads; OMP_DISPLAY_ENV
+# makes it print what it read to stderr
+_THREADS_PROBE = """
+import ctypes, os, subprocess, sys
+from indexer.config import EmbeddingConfig
+from indexer.embedders import make_embedder
+
+before = dict(os.environ)
+embedder = make_embedder(EmbeddingConfig())
+embedder.embed_query("how to restore the database")
+embedder.embed_passages(["one passage", "another passage"])
+libc = ctypes.CDLL(None)
+libc.getenv.restype = ctypes.c_char_p
+print("environ unchanged" if dict(os.environ) == before else "environ changed")
+print("C getenv", libc.getenv(b"OMP_WAIT_POLICY"), libc.getenv(b"OMP_NUM_THREADS"))
+child = subprocess.run(["env"], capture_output=True, text=True).stdout
+print("child", [line for line in child.splitlines() if line.startswith(("OMP_WAIT", "OMP_NUM"))])
+"""
+
+
+def _openmp_probe(**env: str) -> tuple[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREADS_PROBE],
+        capture_output=True,
+        text=True,
+        env={**clean, "OMP_DISPLAY_ENV": "TRUE", "PYTHONPATH": str(REPO), **env},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, proc.stderr
+
+
+@pytest.mark.model
+def test_the_local_engine_waits_passively_without_touching_the_callers_environment() -> None:
+    out, displayed = _openmp_probe()
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in displayed
+    threads = max(1, min(len(os.sched_getaffinity(0)), embedders.MAX_LOCAL_THREADS))
+    assert f"OMP_NUM_THREADS = '{threads}'" in displayed
+    # neither os.environ, nor the C environment after the load, nor a child process sees them
+    assert out.splitlines() == ["environ unchanged", "C getenv None None", "child []"]
+
+
+@pytest.mark.model
+def test_the_users_openmp_settings_win() -> None:
+    out, displayed = _openmp_probe(OMP_WAIT_POLICY="ACTIVE", OMP_NUM_THREADS="1")
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in displayed and "OMP_NUM_THREADS = '1'" in displayed
+    assert out.splitlines() == [
+        "environ unchanged",
+        "C getenv b'ACTIVE' b'1'",
+        "child ['OMP_WAIT_POLICY=ACTIVE', 'OMP_NUM_THREADS=1']",
+    ]

@@ -5,8 +5,6 @@ the JSON shapes of a source's sync report, and the state a front end (not a conf
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -152,16 +150,3 @@ def test_the_cli_builds_its_embedder_through_the_package_at_call_time(
     assert result.exit_code == 0, result.output
     service.embedder()
     assert len(built) == 2  # the command's service and the one built before the patch
-
-
-def test_main_makes_openmp_wait_passively_unless_told_otherwise(tmp_path: Path) -> None:
-    probe = (
-        "import os, sys; from search.cli import main; sys.argv = ['notes-search', '--version']\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\nprint(os.environ.get('OMP_WAIT_POLICY'))"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.splitlines()[-1] == "PASSIVE"
-    env["OMP_WAIT_POLICY"] = "ACTIVE"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.splitlines()[-1] == "ACTIVE"

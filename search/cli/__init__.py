@@ -8,7 +8,6 @@ search engine, MCP server, router or hook installer.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -106,8 +105,4 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 
 def main() -> None:
-    # The process is ours: OpenMP (under the local model) busy-waits between calls by default,
-    # which makes every call crawl when another process shares the cores; measured on 2 cores
-    # under load, a query took 79 ms spinning and 30 ms passive. Set before anything loads it.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cli(prog_name="notes-search")
