@@ -219,8 +219,19 @@ def _records(lines: Iterable[bytes]) -> Iterator[bytes]:
         pending = b""
 
 
-def _invalid(pattern: str, reason: str) -> NotesSearchError:
-    return NotesSearchError(f"invalid regex {pattern!r}: {reason}")
+def _invalid(patterns: Sequence[str], reason: str) -> NotesSearchError:
+    shown = patterns[0] if len(patterns) == 1 else " / ".join(patterns)
+    return NotesSearchError(f"invalid regex {shown!r}: {reason}")
+
+
+def _e_options(patterns: Sequence[str]) -> list[str]:
+    """`-e P` per pattern: rg and git grep both match a line that matches any of them."""
+    return [arg for pattern in patterns for arg in ("-e", pattern)]
+
+
+def _python_regex(patterns: Sequence[str], fixed: bool) -> str:
+    """The patterns as one Python regex, matching where any of them does."""
+    return "|".join(f"(?:{re.escape(p) if fixed else p})" for p in patterns)
 
 
 # ---- workspace sources ----------------------------------------------------------------------
@@ -306,7 +317,7 @@ sys.exit(2 if failed else 0)
 def _search_files(
     source: WorkspaceSource,
     files: Sequence[tuple[str, str]],
-    pattern: str,
+    patterns: Sequence[str],
     ignore_case: bool,
     fixed: bool,
     rg: str | None,
@@ -328,16 +339,11 @@ def _search_files(
         flags += ["--ignore-case"] if ignore_case else ["--case-sensitive"]
         if fixed:
             flags.append("--fixed-strings")
-        prefix = [rg, *flags, "-e", pattern, "--"]
+        prefix = [rg, *flags, *_e_options(patterns), "--"]
     else:
-        _check_pattern(pattern, ignore_case, fixed)  # an invalid regex is one clear line, here
-        prefix = [
-            sys.executable,
-            "-c",
-            _PYTHON_GREP,
-            "i" if ignore_case else "c",
-            re.escape(pattern) if fixed else pattern,
-        ]
+        for pattern in patterns:  # an invalid regex is one clear line, here
+            _check_pattern(pattern, ignore_case, fixed)
+        prefix = [sys.executable, "-c", _PYTHON_GREP, "i" if ignore_case else "c", _python_regex(patterns, fixed)]
     index_path = {os.fsencode(disk): rel for rel, disk in files}
     by_name = {disk: rel for rel, disk in files}
     for batch in _batches([disk for _, disk in files]):
@@ -353,7 +359,7 @@ def _search_files(
             # complete), or a pattern error, which comes before any file is read
             failed, other = _file_errors(exc.stderr, by_name)
             if other and not failed:
-                raise _invalid(pattern, _one_line(exc.stderr)) from None
+                raise _invalid(patterns, _one_line(exc.stderr)) from None
             # a file deleted since the walk has nothing left to search: not a miss
             problems.files += [(rel, reason) for rel, reason in failed if reason != "no such file or directory"]
 
@@ -363,7 +369,7 @@ def _check_pattern(pattern: str, ignore_case: bool, fixed: bool) -> None:
     try:
         re.compile(re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise _invalid(pattern, f"{exc.msg} at position {exc.pos}") from None
+        raise _invalid([pattern], f"{exc.msg} at position {exc.pos}") from None
 
 
 # ---- git sources ----------------------------------------------------------------------------
@@ -379,7 +385,9 @@ def _pathspecs(scope: FileSelection, folder: str) -> list[str]:
     return [f":(literal){prefix}" for prefix in sorted(set(prefixes))]
 
 
-def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_case: bool, fixed: bool) -> Hits:
+def _git_grep(
+    source: GitSource, rev: str, folder: str, patterns: Sequence[str], ignore_case: bool, fixed: bool
+) -> Hits:
     """`git grep` in the mirror at `rev`: PCRE like rg, or POSIX ERE where git lacks PCRE."""
     syntax = ["-F"] if fixed else ["-P", "-E"]
     while True:
@@ -395,8 +403,7 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
             "--no-column",
             syntax[0],
             *(["-i"] if ignore_case else []),
-            "-e",
-            pattern,
+            *_e_options(patterns),
             rev,
             "--",
             *_pathspecs(source.selection, folder),
@@ -410,8 +417,9 @@ def _git_grep(source: GitSource, rev: str, folder: str, pattern: str, ignore_cas
                 continue
             reason = _one_line(exc.stderr)
             for where in ("-e option", "command line"):  # how PCRE and POSIX errors name the pattern
-                if reason.startswith(f"{where}, '{pattern}': "):
-                    raise _invalid(pattern, reason.removeprefix(f"{where}, '{pattern}': ")) from None
+                for pattern in patterns:
+                    if reason.startswith(f"{where}, '{pattern}': "):
+                        raise _invalid([pattern], reason.removeprefix(f"{where}, '{pattern}': ")) from None
             from indexer.sources import git as git_source  # pygit2 loads only on this failure path
 
             if git_source.note_git_failure(source, exc.stderr) is not None:
@@ -438,7 +446,7 @@ def _source_hits(
     store: IndexReader | None,
     source: Source,
     folder: str,
-    pattern: str,
+    patterns: Sequence[str],
     ignore_case: bool,
     fixed: bool,
     rg: str | None,
@@ -446,15 +454,15 @@ def _source_hits(
 ) -> tuple[Hits, int]:
     """The source's hits and how many files they come from (git: -1, unknown and not needed)."""
     if isinstance(source, GitSource):
-        return _git_grep(source, indexed_rev(store, source), folder, pattern, ignore_case, fixed), -1
+        return _git_grep(source, indexed_rev(store, source), folder, patterns, ignore_case, fixed), -1
     files = _workspace_files(source, folder, problems)
-    return _search_files(source, files, pattern, ignore_case, fixed, rg, problems), len(files)
+    return _search_files(source, files, patterns, ignore_case, fixed, rg, problems), len(files)
 
 
 def grep(
     config: Config,
     store: IndexReader | None,
-    pattern: str,
+    pattern: str | Sequence[str],
     *,
     source_ids: Iterable[str] = (),
     path: str | None = None,
@@ -462,18 +470,21 @@ def grep(
     fixed: bool = False,
     max_count: int = 200,
 ) -> GrepResult:
-    """Up to `max_count` matching lines across the selected sources (all when none are named).
+    """Up to `max_count` lines matching `pattern` (or any of several, as `rg -e A -e B`) across
+    the selected sources (all when none are named).
 
     `path` is a file or a folder (recursive), relative to each source root and confined to it.
     A source that cannot be searched (git never synced or its mirror gone, missing folder), and
     folders and files that cannot be read, are listed in `unsearched` and logged; the others
     are searched all the same. Callers decide with `check_searched()` whether any answer is left.
     """
-    if "\0" in pattern:
-        # no argument of rg or git can carry one, and a note holding one is skipped as binary
-        raise NotesSearchError("a pattern cannot contain a NUL byte")
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise NotesSearchError(f"a pattern of {len(pattern)} characters is too long (at most {MAX_PATTERN_CHARS})")
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    for one in patterns:
+        if "\0" in one:
+            # no argument of rg or git can carry one, and a note holding one is skipped as binary
+            raise NotesSearchError("a pattern cannot contain a NUL byte")
+        if len(one) > MAX_PATTERN_CHARS:
+            raise NotesSearchError(f"a pattern of {len(one)} characters is too long (at most {MAX_PATTERN_CHARS})")
     selected = [config.source(source_id) for source_id in dict.fromkeys(source_ids)] or list(config.sources.values())
     rg = shutil.which("rg")
     result = GrepResult()
@@ -481,7 +492,7 @@ def grep(
         folder = confine(config, source.id, path) if path else ""
         problems = _Problems()
         try:
-            found, file_count = _source_hits(store, source, folder, pattern, ignore_case, fixed, rg, problems)
+            found, file_count = _source_hits(store, source, folder, patterns, ignore_case, fixed, rg, problems)
             for hit in found:
                 result.append(hit)
                 if len(result) >= max_count:

@@ -243,6 +243,26 @@ def test_usage_error_exit_2(run) -> None:  # type: ignore[no-untyped-def]
     assert run("query").exit_code == 2
 
 
+def test_query_text_beginning_with_dash_by_e_or_after_double_dash(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    write(notes, {"devops/minio.md": "# MinIO\n\nStart it with --console-address :46699 for the console.\n"})
+    assert run("sync").exit_code == 0
+    for args in (["-e", "--console-address"], ["--", "--console-address"]):
+        result = run("query", "--mode", "lex", "--json", *args)
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data["query"] == "--console-address" and paths(data)[0] == "devops/minio.md"
+    refused = run("query", "--console-address", ":46699")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert "No such option '--console-address'" in refused.stderr
+    assert "query -- --console-address, or " in refused.stderr and "query -e --console-address" in refused.stderr
+    twice = run("query", "-e", "a", "-e", "b")
+    assert twice.exit_code == 2 and "-e given 2 times" in twice.stderr
+    both = run("query", "-e", "a", "b")
+    assert both.exit_code == 2 and "TEXT given twice" in both.stderr
+    missing = run("query")
+    assert missing.exit_code == 2 and "Missing argument 'TEXT' (or give it as -e TEXT)" in missing.stderr
+
+
 def test_sync_quiet_and_json(run) -> None:  # type: ignore[no-untyped-def]
     result = run("sync", "--json")
     data = json.loads(result.stdout)

@@ -425,6 +425,41 @@ def test_grep_pattern_starting_with_dash(engine: str, cfg: Config, store: Store,
     assert result.stdout == "notes:devops/flags.md:3: Run the deploy with --dry-run first.\n"
 
 
+def test_grep_takes_patterns_as_e_options_and_any_of_several_matches(engine: str, run: Callable[..., Result]) -> None:
+    """As ripgrep: `-e P` gives a pattern beginning with '-'; several `-e` print the lines
+    matching any of them, in workspace files and in git mirrors alike."""
+    one = run("grep", "--source", "notes", "-e", "--dry-run")
+    assert one.exit_code == 0, one.output
+    assert one.stdout == "notes:devops/flags.md:3: Run the deploy with --dry-run first.\n"
+    several = run("grep", "-e", "--dry-run", "-e", "Restart db-0[1]", "--json")
+    assert several.exit_code == 0, several.output
+    data = json.loads(several.stdout)
+    assert data["pattern"] == "--dry-run" and data["patterns"] == ["--dry-run", "Restart db-0[1]"]
+    assert [hit["ref"] for hit in data["results"]] == ["wiki:ops/runbook.md:3", "notes:devops/flags.md:3"]
+    fixed = run("grep", "-F", "-e", "db-0[1]", "-e", "--dry-run", "--source", "notes")
+    assert fixed.stdout == "notes:devops/flags.md:3: Run the deploy with --dry-run first.\n"
+    bad = run("grep", "--source", "notes", "-e", "fine", "-e", "(foo")
+    assert bad.exit_code == 1 and "invalid regex" in bad.stderr and "(foo" in bad.stderr
+
+
+def test_grep_usage_errors_name_both_ways_for_a_dash_pattern(run: Callable[..., Result]) -> None:
+    dash = run("grep", "--console-address")
+    assert dash.exit_code == 2 and dash.stdout == ""
+    assert "No such option '--console-address'" in dash.stderr
+    assert "grep -- --console-address, or " in dash.stderr
+    assert "grep -e --console-address" in dash.stderr
+    # a short-option cluster fails on its first letter; the hint quotes the word as typed
+    single = run("grep", "-allow-newer-config")
+    assert single.exit_code == 2 and "grep -e -allow-newer-config" in single.stderr
+    # a near miss of a real option stays click's "did you mean", without the hint
+    typo = run("grep", "--sourc", "x")
+    assert typo.exit_code == 2 and "--source" in typo.stderr and " -e " not in typo.stderr
+    both = run("grep", "-e", "x", "y")
+    assert both.exit_code == 2 and "given twice" in both.stderr
+    neither = run("grep", "--source", "notes")
+    assert neither.exit_code == 2 and "Missing argument 'PATTERN' (or give it as -e PATTERN)" in neither.stderr
+
+
 def test_grep_invalid_regex_is_one_line(engine: str, cfg: Config, store: Store, run: Callable[..., Result]) -> None:
     with pytest.raises(NotesSearchError, match=r"invalid regex '\(foo'"):
         grep(cfg, store, "(foo", source_ids=["notes"])
@@ -535,6 +570,7 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
     data = json.loads(run("grep", "port", "--json", "--source", "other").stdout)
     assert data == {
         "pattern": "port",
+        "patterns": ["port"],
         "truncated": False,
         "unsearched": [],
         "results": [

@@ -10,6 +10,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option
+from search.cli.options import TakesText, text_option
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, styled
 
@@ -121,8 +122,11 @@ def _print_hit(hit: GrepHit) -> None:
     echo(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), f" {hit.text}")
 
 
-@click.command()
-@click.argument("pattern")
+@click.command(cls=TakesText, text_param="pattern", several=True)
+@click.argument("pattern", required=False)
+@text_option(
+    "--regexp", help="A pattern, as an option: repeatable (a line matching any is printed); for one beginning with '-'."
+)
 @click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
 @click.option("--path", metavar="P", help="A file, or a folder searched recursively; SOURCE:P names one source.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Match regardless of case.")
@@ -139,7 +143,7 @@ def _print_hit(hit: GrepHit) -> None:
 @pass_context
 def grep(
     context: CliContext,
-    pattern: str,
+    pattern: tuple[str, ...],
     source_ids: tuple[str, ...],
     path: str | None,
     ignore_case: bool,
@@ -151,7 +155,8 @@ def grep(
     """Exact or regex search of the live files, without the index.
 
     Same scope rules as the index. Git sources are searched at the indexed commit. A PATTERN
-    starting with '-' goes after `--`: notes-search grep -- -x.
+    starting with '-' goes after `--` or `-e`: notes-search grep -e -x. Several `-e PATTERN`
+    (as ripgrep takes them) print the lines that match any of them.
 
     What cannot be searched (a source, folder or file) is named in a warning on stderr (and
     in `unsearched` with --json); the rest is searched. Exit 0 with matches, 1 without (as
@@ -171,7 +176,8 @@ def grep(
     )
     if fmt != "text":
         data = {
-            "pattern": pattern,
+            "pattern": pattern[0],
+            "patterns": list(pattern),
             "results": [hit.to_json() for hit in found.hits],
             "truncated": found.truncated,
             "unsearched": [item.to_json() for item in found.unsearched],

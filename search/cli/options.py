@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -88,3 +89,59 @@ def filter_options(func: F) -> F:
         help="Only files with this front-matter tag (repeatable: all of them; case and '#' ignored).",
     )(func)
     return func
+
+
+class TakesText(click.Command):
+    """A command whose text argument may also come as `-e TEXT`, as ripgrep takes its pattern:
+    a text beginning with '-' (a flag looked up in the notes) is otherwise read as an option,
+    so the error for an unknown option names both ways of giving it.
+
+    `text_param` is the argument's name; `several` lets -e repeat (grep: any of them matches)
+    and hands the command a tuple. Use with `text_option`."""
+
+    def __init__(self, *args: Any, text_param: str, several: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.text_param = text_param
+        self.several = several
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        typed = list(args)  # the parser consumes `args`
+        try:
+            rest = super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if not exc.possibilities:  # not a near miss of an option: likely the text itself
+                # the word as typed (`-allow-x` fails as `-a`), quoted as a shell takes it
+                word = shlex.quote(next((a for a in typed if a.startswith(exc.option_name)), exc.option_name))
+                hint = (
+                    f"{exc.message} A {self._metavar()} beginning with '-' goes after `--` or `-e`: "
+                    f"{ctx.command_path} -- {word}, or {ctx.command_path} -e {word}"
+                )
+                raise click.NoSuchOption(exc.option_name, hint, ctx=ctx) from None
+            raise
+        given: tuple[str, ...] = ctx.params.pop(TEXT_OPTION, ())
+        positional = ctx.params.get(self.text_param)
+        metavar = self._metavar()
+        if given and positional is not None:
+            raise click.UsageError(f"{metavar} given twice: as an argument and with -e (give one)", ctx)
+        if len(given) > 1 and not self.several:
+            raise click.UsageError(f"-e given {len(given)} times: {ctx.command_path} takes one {metavar}", ctx)
+        if not given and positional is None:
+            raise click.UsageError(f"Missing argument '{metavar}' (or give it as -e {metavar}).", ctx)
+        texts = given or (positional,)
+        ctx.params[self.text_param] = texts if self.several else texts[0]
+        return rest
+
+    def _metavar(self) -> str:
+        for param in self.params:
+            if param.name == self.text_param:
+                return param.metavar or (param.name or "text").upper()
+        return "TEXT"
+
+
+TEXT_OPTION = "e_texts"  # where click puts -e values before TakesText hands them on as the text
+
+
+def text_option(long: str | None = None, *, help: str) -> Callable[[F], F]:
+    """`-e TEXT` (and a long name, if any), for a `TakesText` command."""
+    names = ["-e", *([long] if long else [])]
+    return click.option(*names, TEXT_OPTION, multiple=True, metavar="TEXT", help=help)

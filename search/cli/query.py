@@ -9,7 +9,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option, query_md
-from search.cli.options import NumberRange, filter_options, scope_options
+from search.cli.options import NumberRange, TakesText, filter_options, scope_options, text_option
 from search.engine import MODES
 from search.snippets import marked, snippet_terms
 from search.terminal import echo, echo_json, styled
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from search.engine import Hit, SearchResponse
 
 
-@click.command()
-@click.argument("text")
+@click.command(cls=TakesText, text_param="text")
+@click.argument("text", required=False)
+@text_option(help="The TEXT, as an option: for one beginning with '-' (or put it after `--`).")
 @click.option("-k", "k", default=8, show_default=True, type=click.IntRange(1, 1000), help="Number of results.")
 @click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True)
 @scope_options
@@ -56,8 +57,11 @@ def query(
     as_json: bool,
     output_format: str | None,
 ) -> None:
-    """Search the index. Exit 0 with hits, 1 without (as grep; --json still prints its
-    object), 2 on a usage error."""
+    """Search the index for TEXT. Exit 0 with hits, 1 without (as grep; --json still prints
+    its object), 2 on a usage error.
+
+    A TEXT beginning with '-' goes after `--` or `-e`: notes-search query -e --console-address.
+    """
     fmt = chosen_format(output_format, as_json)
     service = ctx.service()
     from search.service.scope import Filters

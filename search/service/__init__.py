@@ -288,7 +288,10 @@ class NotesService:
 
     # ---- lookup -------------------------------------------------------------------------------
 
-    def grep(self, pattern: str, *, target: Target, ignore_case: bool, fixed: bool, max_count: int) -> GrepOutcome:
+    def grep(
+        self, pattern: str | Sequence[str], *, target: Target, ignore_case: bool, fixed: bool, max_count: int
+    ) -> GrepOutcome:
+        """Lines matching `pattern`, or any of several patterns (as `rg -e A -e B`)."""
         from search.service.lookup import grep
 
         return grep(self, pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=max_count)

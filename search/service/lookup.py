@@ -25,13 +25,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GrepOutcome:
-    """At most `max_count` hits; `truncated` when there were more; what could not be searched."""
+    """At most `max_count` hits; `truncated` when there were more; what could not be searched.
+    `pattern` is the first of `patterns` (a line matches when any of them does)."""
 
     pattern: str
     target: Target
     hits: list[GrepHit]
     truncated: bool
     unsearched: list[Unsearched] = field(default_factory=list)
+    patterns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,19 @@ def grep_target(config: Config, source_ids: Sequence[str], path: str | None) -> 
 
 
 def grep(
-    service: NotesService, pattern: str, *, target: Target, ignore_case: bool, fixed: bool, max_count: int
+    service: NotesService,
+    pattern: str | Sequence[str],
+    *,
+    target: Target,
+    ignore_case: bool,
+    fixed: bool,
+    max_count: int,
 ) -> GrepOutcome:
     from search.grep import GrepResult
     from search.grep import grep as run_grep
 
-    if not pattern:
+    patterns = (pattern,) if isinstance(pattern, str) else tuple(pattern)
+    if not patterns or not all(patterns):
         raise NotesSearchError("empty pattern")
     found = GrepResult()
     with service.reading_if_indexed() as store:
@@ -85,7 +94,7 @@ def grep(
                 run_grep(
                     service.config,
                     store,
-                    pattern,
+                    patterns,
                     source_ids=source_ids,
                     path=place,
                     ignore_case=ignore_case,
@@ -96,7 +105,7 @@ def grep(
             if len(found) > max_count:
                 break
     found.check_searched()
-    return GrepOutcome(pattern, target, found[:max_count], len(found) > max_count, list(found.unsearched))
+    return GrepOutcome(patterns[0], target, found[:max_count], len(found) > max_count, list(found.unsearched), patterns)
 
 
 def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:
