@@ -34,6 +34,7 @@ from indexer.errors import (
 )
 from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unlisted, Upsert
+from indexer.progress_log import ProgressLog
 from indexer.sources import workspace
 from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
 from indexer.store.postgres_bulk import vector_index_held_back
@@ -115,7 +116,8 @@ class Syncer:
         self.config = config
         self.store = store
         self.embedder_factory = embedder_factory
-        self.progress = progress or (lambda stage, done, total: None)
+        # nobody watching (cron, hooks, the MCP server, --quiet): a long stage is told in the log
+        self.progress = progress or ProgressLog(log)
         self.lock: IndexLock = lock or HeldIndexLock()
 
     # ---- identity -------------------------------------------------------------------------
