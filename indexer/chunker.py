@@ -6,11 +6,10 @@ Pure (no I/O). Policy, in the order it is applied:
 1. Lines are split on "\\n" (as grep -n and editors count them); a BOM and the "\\r" of CRLF
    are dropped, so line numbers always match the file. A file with no "\\n" at all but a "\\r"
    has old Mac line endings and is split on "\\r" (as editors show it; see `line_break`).
-2. Front matter: a first line `---` up to the next `---`/`...` line. If it loads (safe YAML,
-   dates kept as written) to a mapping, its fields are metadata and its lines are not chunk
-   content. If the YAML is broken, the block is kept as plain text at the start of the first
-   chunk (never lost, never parsed as markdown, so `---` cannot become a setext heading).
-   If it loads to something else (a string, a list), it was never front matter: plain markdown.
+2. Front matter (`indexer.frontmatter`): a first line `---` up to the next `---`/`...` line.
+   Its fields are metadata and its lines are not chunk content, also when its YAML is broken
+   (then it is read line by line and the document names the problem). If it loads to something
+   else (a string, a list), it was never front matter: plain markdown.
 3. Sections start at top-level H1-H3 headings (ATX and setext); H4+ and headings inside
    lists/blockquotes stay inside their section. Text before the first heading is a section too.
 4. Merge: a group of adjacent sections below MIN_CHUNK_TOKENS absorbs the next section while
@@ -28,6 +27,8 @@ Pure (no I/O). Policy, in the order it is applied:
 6. Breadcrumb: "Title > H1 > H2 > H3" of the headings common to all sections whose new lines
    the chunk holds: one section -> its path; a parent with its children -> the parent's path;
    merged siblings -> their parent's path. An H1 equal to the title is not repeated.
+   Titles and heading names are cut to TITLE_MAX_CHARS, a breadcrumb to BREADCRUMB_MAX_CHARS
+   (the longest names give way first), each cut ending in "…".
 
 If markdown-it ever hits Python's recursion limit, a plain line scan (ATX headings outside
 fences, cuts at fences and paragraph starts) builds the outline instead; the policy is the same.
@@ -44,21 +45,26 @@ from itertools import accumulate
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-import yaml
-
 from indexer.filetext import line_break
+from indexer.frontmatter import read_front_matter
 from indexer.model import Chunk, ParsedDocument
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.token import Token
 
-CHUNKER_VERSION = "2"  # 2: files with only "\r" line endings are split into lines
+# 2: files with only "\r" line endings are split into lines; 3: broken front matter is read
+# line by line and kept out of chunks, titles and breadcrumbs are capped
+CHUNKER_VERSION = "3"
 
 CHARS_PER_TOKEN = 4
 MIN_CHUNK_TOKENS = 200
 MAX_CHUNK_TOKENS = 800
 MAX_OVERLAP_TOKENS = 120  # ~15 % of MAX_CHUNK_TOKENS; whole blocks only, so usually less
+# a name is for reading in a hit's header: a 1 MB front-matter title must not print 1 MB per hit
+TITLE_MAX_CHARS = 300
+BREADCRUMB_MAX_CHARS = 300
+BREADCRUMB_SEPARATOR = " > "
 
 SECTION_LEVELS = {"h1": 1, "h2": 2, "h3": 3}
 LIST_TYPES = frozenset({"bullet_list_open", "ordered_list_open"})
@@ -76,28 +82,6 @@ def _parser() -> MarkdownIt:
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _ATX_SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-
-
-# libyaml when available: several times faster, and it caps nesting depth itself.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _FrontMatterLoader(_SafeLoader):  # type: ignore[misc,valid-type]
-    """safe_load semantics, except timestamps stay strings as written (`updated` is verbatim)."""
-
-
-def _timestamp_as_written(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> str:
-    return str(loader.construct_scalar(node))
-
-
-_FrontMatterLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_written)
-
-
-@dataclass(frozen=True)
-class _FrontMatter:
-    fields: dict[object, object]
-    end: int  # first line after the block; 0 when the file has none
-    is_metadata: bool  # False: the block's lines are chunk content (broken YAML or no block)
 
 
 @dataclass(frozen=True)
@@ -140,12 +124,12 @@ class _TokenEstimate:
 def parse_markdown(text: str, path: str) -> ParsedDocument:
     """Parse one note: front matter fields, H1-H3 outline, and chunks with exact line spans."""
     lines = _source_lines(text)
-    front_matter = _read_front_matter(lines)
+    front_matter = read_front_matter(lines)
     tokens = _TokenEstimate(lines)
     outline = _outline(lines, front_matter.end, tokens)
     fields = front_matter.fields
     title = (
-        _one_line_text(fields.get("title"))
+        _name(fields.get("title"))
         or next((h.text for h in outline.headings if h.level == 1 and h.text), None)
         or PurePosixPath(path).stem
     )
@@ -172,6 +156,7 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
         doc_id=_one_line_text(fields.get("id")),
         updated=_one_line_text(fields.get("updated")),
         chunks=chunks,
+        front_matter_problem=front_matter.problem,
     )
 
 
@@ -184,31 +169,21 @@ def _source_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def _read_front_matter(lines: Sequence[str]) -> _FrontMatter:
-    no_block = _FrontMatter({}, 0, is_metadata=False)
-    if not lines or lines[0].rstrip() != "---":
-        return no_block
-    close = next((i for i in range(1, len(lines)) if lines[i].rstrip() in ("---", "...")), None)
-    if close is None:
-        return no_block
-    try:
-        data = yaml.load("\n".join(lines[1:close]), Loader=_FrontMatterLoader)
-    except Exception:  # noqa: BLE001 - besides YAMLError, explicit tags (`!!int ""`) raise
-        # ValueError/IndexError/... and deep nesting RecursionError: all mean "broken".
-        # Meant as front matter but broken: no fields, and its lines stay searchable text.
-        return _FrontMatter({}, close + 1, is_metadata=False)
-    if data is None:
-        return _FrontMatter({}, close + 1, is_metadata=True)
-    if isinstance(data, dict):
-        return _FrontMatter(data, close + 1, is_metadata=True)
-    return no_block
-
-
 def _one_line_text(value: object) -> str | None:
     """A scalar as single-line text; nested structures are not titles, ids or dates."""
     if isinstance(value, (str, int, float)):
         return " ".join(str(value).split()) or None
     return None
+
+
+def _name(value: object) -> str | None:
+    """A title or heading name: one line of at most TITLE_MAX_CHARS."""
+    text = _one_line_text(value)
+    return None if text is None else _cut(text, TITLE_MAX_CHARS)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
 def _tags(value: object) -> list[str]:
@@ -252,7 +227,7 @@ def _token_outline(parsed: Sequence[Token], offset: int, tokens: _TokenEstimate)
             start = offset + token.map[0]
             cuts.append(start)
             if at_top_level and token.type == "heading_open" and token.tag in SECTION_LEVELS:
-                text = _one_line_text(parsed[position + 1].content) or ""
+                text = _name(parsed[position + 1].content) or ""
                 headings.append(_Heading(start, SECTION_LEVELS[token.tag], text))
         if token.nesting == 1:
             children_cuttable.append(cuttable_here and _opens_up(token, offset, tokens))
@@ -287,7 +262,7 @@ def _line_scan_outline(lines: Sequence[str], body_start: int) -> _Outline:
             open_fence = fence.group(1)
             cuts.append(number)
         elif heading:
-            headings.append(_Heading(number, len(heading.group(1)), _one_line_text(heading.group(2)) or ""))
+            headings.append(_Heading(number, len(heading.group(1)), _name(heading.group(2)) or ""))
             cuts.append(number)
             after_break = True
         elif not line.strip():
@@ -426,7 +401,15 @@ def _breadcrumb(title: str, path: Sequence[_Heading]) -> str:
     names = [title] + [
         heading.text for heading in path if not (heading.level == 1 and heading.text.casefold() == title.casefold())
     ]
-    return " > ".join(name for name in names if name)
+    names = [name for name in names if name]
+    budget = BREADCRUMB_MAX_CHARS - len(BREADCRUMB_SEPARATOR) * (len(names) - 1)
+    if sum(map(len, names)) > budget:
+        # the longest names give way first: each is cut to the largest length that fits
+        longest = max(map(len, names))
+        while longest > 1 and sum(min(len(name), longest) for name in names) > budget:
+            longest -= 1
+        names = [_cut(name, longest) for name in names]
+    return BREADCRUMB_SEPARATOR.join(names)
 
 
 def _trim_blank_edges(lines: Sequence[str], start: int, end: int) -> tuple[int, int]:

@@ -253,12 +253,44 @@ def _read_meta(path: str) -> tuple[dict[str, Any], str | None]:
     return raw, None
 
 
-def _tags(value: Any) -> tuple[str, ...]:
+def _tags(value: Any) -> tuple[tuple[str, ...], str | None]:
+    """`tags` as text or a list of scalars, and what is wrong when it is neither (never its value:
+    an alias bomb would make a line of millions of words)."""
+    if value is None:
+        return (), None
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list):
-        return ()
-    return tuple(_without_nul(str(tag)) for tag in value if isinstance(tag, (str, int, float)) and str(tag))
+        return (), f"`tags` is {_kind(value)}, not text or a list; the collection has no tags"
+    tags = tuple(_without_nul(str(tag)) for tag in value if _is_scalar(tag) and str(tag))
+    if any(not _is_scalar(tag) and tag is not None for tag in value):
+        return tags, "`tags` holds an entry that is not text; it is left out"
+    return tags, None
+
+
+def _text_field(meta: dict[str, Any], key: str) -> tuple[str | None, str | None]:
+    """A text field of `_meta.yaml` (None when not given), or what is wrong with it."""
+    value = meta.get(key)
+    if value is None or isinstance(value, str):
+        return value, None
+    return None, f"`{key}` is {_kind(value)}, not text"
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    """The YAML kind of a value, for a problem line."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return f"a {type(value).__name__}"
 
 
 def _without_nul(text: str) -> str:
@@ -274,7 +306,8 @@ def load_collections(
     problems: list[CollectionProblem] | None = None,
 ) -> list[CollectionFolder]:
     """Turn walked folders into collections, in walk order; the first claimant keeps a name.
-    What a `_meta.yaml` got wrong is logged and, given `problems`, appended to it."""
+    What a `_meta.yaml` got wrong (broken YAML, a field of the wrong type, a name already
+    taken) is logged and, given `problems`, appended to it; a wrong field is never used."""
     log = log or _LOG
 
     def report(folder: WalkedFolder, problem: str) -> None:
@@ -292,8 +325,16 @@ def load_collections(
         if problem is not None:
             report(folder, problem)
         fallback = folder.rel or source_id
-        name = meta.get("name")
-        name = _without_nul(name.strip()) if isinstance(name, str) and name.strip() else fallback
+        given_name, wrong = _text_field(meta, "name")
+        if wrong is not None:
+            report(folder, f"{wrong}; the collection takes the folder's name")
+        description, wrong = _text_field(meta, "description")
+        if wrong is not None:
+            report(folder, f"{wrong}; the collection has no description")
+        tags, wrong = _tags(meta.get("tags"))
+        if wrong is not None:
+            report(folder, wrong)
+        name = _without_nul(given_name.strip()) if given_name and given_name.strip() else fallback
         wanted = name
         if name in taken:
             name = fallback
@@ -303,12 +344,11 @@ def load_collections(
         if name != wanted:
             report(folder, f"collection name {wanted!r} is already used, this one is {name!r}")
         taken.add(name)
-        description = meta.get("description")
         result.append(
             CollectionFolder(
                 name=name,
-                description=_without_nul(description.strip()) if isinstance(description, str) else "",
-                tags=_tags(meta.get("tags")),
+                description=_without_nul(description.strip()) if description else "",
+                tags=tags,
                 source_id=source_id,
                 folder=folder.rel,
             )

@@ -7,6 +7,10 @@ ends, or a line number from one of them would point at a different line in anoth
 from __future__ import annotations
 
 BINARY_PROBE = 8192  # a NUL byte within this many leading bytes marks a file as binary
+# the Git LFS spec keeps a pointer file below 1024 bytes, its first line naming the spec
+LFS_POINTER_MAX_BYTES = 1024
+LFS_POINTER_STARTS = (b"version https://git-lfs.github.com/spec/", b"version https://hawser.github.com/spec/")
+LFS_POINTER_REASON = "a Git LFS pointer, not the note itself (the content lives in LFS storage)"
 
 
 def looks_binary(data: bytes) -> bool:
@@ -16,6 +20,12 @@ def looks_binary(data: bytes) -> bool:
     (a wrong character would be searchable forever), while `show` replaces bad bytes (the user
     asked to see that file and should see what it holds)."""
     return b"\0" in data[:BINARY_PROBE]
+
+
+def is_lfs_pointer(data: bytes) -> bool:
+    """True for a Git LFS pointer file: what a repository or a checkout without `git lfs pull`
+    holds in place of the file. Its text is an object id, never worth a search hit."""
+    return len(data) < LFS_POINTER_MAX_BYTES and data.startswith(LFS_POINTER_STARTS) and b"\noid sha256:" in data
 
 
 def line_break(text: str) -> str:

@@ -138,7 +138,13 @@ def _copy_files(source: IndexWriter, target: IndexWriter, stats: list[SourceStat
                 updated_at=row.updated_at,
                 collection=row.collection,
             )
-            doc = ParsedDocument(row.title or "", list(row.tags), list(row.headings), chunks=chunks)
+            doc = ParsedDocument(
+                row.title or "",
+                list(row.tags),
+                list(row.headings),
+                chunks=chunks,
+                front_matter_problem=row.front_matter_problem,
+            )
             call = calls[-1] if calls else None
             if call is None or not call.takes(source_id, given, waiting):
                 call = _WriteCall(source_id)

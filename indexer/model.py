@@ -29,6 +29,7 @@ class ParsedDocument:
     doc_id: str | None = None  # front matter `id`
     updated: str | None = None  # front matter `updated`, as written
     chunks: list[Chunk] = field(default_factory=list)
+    front_matter_problem: str | None = None  # broken YAML, a key written twice: said at sync, kept for `status`
 
 
 @dataclass(frozen=True)

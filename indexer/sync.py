@@ -73,6 +73,9 @@ class SourceReport:
     recloned: str | None = None  # why a damaged git mirror was cloned again
     # (`_meta.yaml` path, what is wrong): collections that fell back to their folder's name
     collection_problems: list[tuple[str, str]] = field(default_factory=list)
+    # (note path, what is wrong): front matter of the notes indexed now, read line by line or
+    # with a repeated key's first value (`status` keeps listing them until they are mended)
+    front_matter_problems: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -183,11 +186,16 @@ class Syncer:
         for change in batch:
             if isinstance(change, Upsert):
                 try:
-                    parsed.append((change.file, chunker.parse_markdown(change.file.text, change.file.path)))
+                    doc = chunker.parse_markdown(change.file.text, change.file.path)
                 except Exception as exc:  # noqa: BLE001 - one bad file must not stop the sync
                     log.warning("%s:%s: skipped, chunker failed: %s", source_id, change.file.path, exc)
                     report.skipped += 1
                     report.skips.append((change.file.path, f"chunker failed: {exc}"))
+                    continue
+                parsed.append((change.file, doc))
+                if doc.front_matter_problem:
+                    log.warning("%s:%s: front matter: %s", source_id, change.file.path, doc.front_matter_problem)
+                    report.front_matter_problems.append((change.file.path, doc.front_matter_problem))
         # the chunks of new files are detected together; an edited file's unchanged chunks keep
         # their language by content hash, so its other chunks are detected one by one
         language_of = language.chunk_language_of(

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from indexer.errors import NotesSearchError
-from search.route import NO_COLLECTIONS, ROUTE_K
+from search.route import ROUTE_K
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 
 if TYPE_CHECKING:
@@ -245,9 +245,8 @@ class NotesTools:
         }
 
     def collections(self, prefix: str | None) -> dict[str, Any]:
-        view = self.service.collections(prefix).to_json()
-        view["notice"] = None if view["count"] else NO_COLLECTIONS
-        return view
+        listed = self.service.collections(prefix)
+        return {**listed.to_json(), "notice": listed.notice}
 
     def route(self, question: str, k: int) -> dict[str, Any]:
         return self.service.route(question, k).to_json()

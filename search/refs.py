@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from indexer.collections import is_utf8_name, nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
@@ -184,9 +184,11 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
     where = f"{source_id}:{rel}"
     if not rel:
         raise SourceError(f"{source_id}:{path}: names the source root, not a file")
-    if source.selection.may_contain(rel) and has_path(config, store, source_id, rel) and not _in_scope(source, rel):
-        raise SourceError(f"{where}: is a folder, not a file (search it with --path, or list it with toc)")
     if not _in_scope(source, rel):
+        if source.selection.may_contain(rel) and _is_folder(config, store, source, rel):
+            raise SourceError(f"{where}: is a folder, not a file (search it with --path, or list it with toc)")
+        if excluded_file(config, source_id, rel):
+            raise PathOutsideSources(f"{where}: excluded by the config: {_left_out_by(source, rel)}")
         raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
     if isinstance(source, GitSource):
         data = _read_blob(source, indexed_rev(store, source), rel)
@@ -236,6 +238,40 @@ def excluded_file(config: Config, source_id: str, rel: str) -> bool:
     if not rel or not isinstance(source, WorkspaceSource) or _in_scope(source, rel):
         return False
     return os.path.isfile(_real_inside(source, rel))
+
+
+def _is_folder(config: Config, store: IndexReader | None, source: Source, rel: str) -> bool:
+    """A folder on disk (workspace), or one the index holds files below (a git source's, or a
+    workspace folder deleted since the last sync)."""
+    if isinstance(source, WorkspaceSource):
+        on_disk = _disk_path(os.fspath(source.root), rel)
+        if os.path.lexists(on_disk):
+            return os.path.isdir(on_disk)
+    return has_path(config, store, source.id, rel)
+
+
+SHOWN_PATTERNS = 3  # of a config key, in a message
+
+
+def _left_out_by(source: Source, rel: str) -> str:
+    """Which key of the source's config keeps the file `rel` out, e.g. "`include` (*.md) does
+    not admit it": the user learns what to change, not only that something did."""
+    selection = source.selection
+    if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
+        return "it is inside a .git folder, which is never read"
+    key = f"sources.{source.kind}.{source.id}"
+    if not replace(selection, include=("**",), exclude=()).admits(rel):
+        return f"`{key}.paths` ({_patterns(selection.paths)}) does not reach it"
+    if not replace(selection, exclude=()).admits(rel):
+        return f"`{key}.include` ({_patterns(selection.include)}) does not admit it"
+    return f"`{key}.exclude` ({_patterns(selection.exclude)}) leaves it out"
+
+
+def _patterns(patterns: tuple[str, ...]) -> str:
+    if not patterns:
+        return "none"
+    more = f", … ({len(patterns)} patterns)" if len(patterns) > SHOWN_PATTERNS else ""
+    return ", ".join(patterns[:SHOWN_PATTERNS]) + more
 
 
 def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str) -> bool:

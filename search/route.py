@@ -85,10 +85,24 @@ class CollectionsView:
 
     entries: tuple[CollectionRow, ...]
     groups: tuple[CollectionGroup, ...] | None = None  # None: a flat list
+    prefix: str | None = None  # the prefix asked for, if any
+    total: int = 0  # collections in the index, whatever the prefix
 
     @property
     def count(self) -> int:
         return len(self.entries)
+
+    @property
+    def notice(self) -> str | None:
+        """Why the list is empty: no collection at all, or none under the prefix asked for."""
+        if self.count:
+            return None
+        if self.prefix and self.total:
+            return (
+                f"no collection matches the prefix {self.prefix!r} "
+                f"({self.total} collections in all: `collections` without a prefix lists them)"
+            )
+        return NO_COLLECTIONS
 
     def to_json(self) -> dict[str, object]:
         """`{"count", "layout": "flat", "collections"}` or `{"count", "layout": "tree", "groups"}`."""
@@ -111,16 +125,20 @@ class CollectionsView:
 
 def list_collections(entries: Sequence[CollectionRow], prefix: str | None = None) -> CollectionsView:
     """`prefix` keeps the names below it (or in its group); beyond TREE_AFTER they are grouped."""
+    total = len(entries)
     if prefix:
         wanted = prefix.rstrip("/-")
         entries = [e for e in entries if e.name.startswith(prefix) or group_key(e) == wanted]
     if len(entries) <= TREE_AFTER:
-        return CollectionsView(tuple(entries))
+        return CollectionsView(tuple(entries), prefix=prefix, total=total)
     groups: dict[str, list[CollectionRow]] = {}
     for entry in entries:
         groups.setdefault(group_key(entry), []).append(entry)
     return CollectionsView(
-        tuple(entries), tuple(CollectionGroup(key, tuple(members)) for key, members in sorted(groups.items()))
+        tuple(entries),
+        tuple(CollectionGroup(key, tuple(members)) for key, members in sorted(groups.items())),
+        prefix=prefix,
+        total=total,
     )
 
 

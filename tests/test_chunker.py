@@ -140,13 +140,15 @@ def test_title_falls_back_to_first_h1_then_file_stem() -> None:
     assert parse_markdown("---\ntitle: [not, scalar]\n---\n# Heading\n", "x.md").title == "Heading"
 
 
-def test_malformed_front_matter_never_crashes_and_keeps_its_lines() -> None:
+def test_malformed_front_matter_is_read_line_by_line_and_kept_out_of_chunks() -> None:
     text = "---\ntitle: [unclosed\ntags: a\n---\n# Real title\n\nBody.\n"
     doc = parse_markdown(text, "broken.md")
-    assert (doc.title, doc.tags, doc.doc_id) == ("Real title", [], None)
+    assert (doc.title, doc.tags, doc.doc_id) == ("Real title", ["a"], None)
     assert doc.headings == ["Real title"], "YAML lines must not turn into a setext heading"
-    assert doc.chunks[0].start_line == 1
-    assert_invariants(doc, text)
+    assert doc.chunks[0].start_line == 5
+    assert doc.front_matter_problem is not None
+    assert doc.front_matter_problem.startswith("invalid YAML (line 3, column 5): ")
+    assert_invariants(doc, text, excluded=range(0, 4))
 
 
 def test_front_matter_that_is_not_a_mapping_is_plain_markdown() -> None:
@@ -160,8 +162,83 @@ def test_front_matter_that_is_not_a_mapping_is_plain_markdown() -> None:
 def test_hostile_yaml_is_broken_front_matter(bad: str) -> None:
     text = f"---\n{bad}\n---\nbody\n"
     doc = parse_markdown(text, "n.md")
-    assert (doc.doc_id, doc.chunks[0].start_line) == (None, 1)
-    assert_invariants(doc, text)
+    assert (doc.doc_id, doc.chunks[0].start_line) == (None, 4)
+    assert doc.front_matter_problem is not None and doc.front_matter_problem.startswith("invalid YAML")
+    assert_invariants(doc, text, excluded=range(0, 3))
+
+
+def test_invalid_yaml_front_matter_keeps_its_tags_and_dates_read_line_by_line() -> None:
+    # the colon in the title makes the block invalid YAML; Obsidian still reads each property
+    text = (
+        "---\ntitle: Monitoring: Prometheus a alerty\ntags: [devops, monitoring]\nupdated: 2024-03-01\n"
+        "aliases:\n  - prom\nid: 'mon-1'\n---\n# Monitoring\n\nAlertmanager routes.\n"
+    )
+    doc = parse_markdown(text, "devops/monitoring.md")
+    assert (doc.title, doc.tags, doc.updated, doc.doc_id) == (
+        "Monitoring: Prometheus a alerty",
+        ["devops", "monitoring"],
+        "2024-03-01",
+        "mon-1",
+    )
+    problem = doc.front_matter_problem or ""
+    # libyaml says "in this context", PyYAML's own parser "here"
+    assert problem.startswith("invalid YAML (line 2, column 18): mapping values are not allowed ")
+    assert problem.endswith("; read as `key: value` lines")
+    assert [c.start_line for c in doc.chunks] == [9]
+    assert all("tags:" not in c.text and "title:" not in c.text for c in doc.chunks)
+    assert_invariants(doc, text, excluded=range(0, 8))
+
+
+def test_tags_as_dash_lines_are_read_from_broken_front_matter() -> None:
+    text = "---\ntitle: A: B\ntags:\n- one\n  - 'two'\n-   \nnote: x\n---\nbody\n"
+    doc = parse_markdown(text, "n.md")
+    assert (doc.title, doc.tags) == ("A: B", ["one", "two"])
+
+
+def test_a_key_written_twice_is_a_problem_and_the_first_value_wins() -> None:
+    doc = parse_markdown("---\ntitle: First\ntags: [a]\ntitle: Second\n---\nbody\n", "n.md")
+    assert (doc.title, doc.tags) == ("First", ["a"])
+    assert doc.front_matter_problem == "duplicate key 'title' (lines 2 and 4): the first value is used"
+    broken = parse_markdown("---\ntitle: x: y\ntags: [a]\ntags: [b]\n---\nbody\n", "n.md")
+    assert broken.tags == ["a"]
+    assert broken.front_matter_problem is not None
+    assert broken.front_matter_problem.endswith("; duplicate key 'tags' (lines 3 and 4): the first value is used")
+
+
+def test_many_repeated_keys_make_one_short_problem_line() -> None:
+    keys = "".join(f"k{i}: 1\nk{i}: 2\n" for i in range(500)) + "x" * 10_000 + ": 1\n" + "x" * 10_000 + ": 2\n"
+    doc = parse_markdown(f"---\n{keys}---\nbody\n", "n.md")
+    assert doc.front_matter_problem is not None and len(doc.front_matter_problem) < 300
+    assert "498 more" in doc.front_matter_problem
+
+
+def test_valid_front_matter_has_no_problem() -> None:
+    assert parse_markdown("---\ntitle: 'A: B'\ntags: [a]\n---\nbody\n", "n.md").front_matter_problem is None
+    assert parse_markdown("# No front matter\n", "n.md").front_matter_problem is None
+
+
+def test_a_long_line_in_broken_front_matter_is_read_in_linear_time() -> None:
+    # overlapping patterns would take minutes on these (no timing asserted: a hang fails the run)
+    spaces = " " * 200_000
+    text = f"---\ntitle: x: y\nkey{spaces}x\n- a{spaces}b\ntags:\n - a{spaces}b\n---\nbody\n"
+    doc = parse_markdown(text, "n.md")
+    assert doc.tags == ["a b"]
+
+
+def test_titles_and_breadcrumbs_are_capped() -> None:
+    text = "---\ntitle: " + "T" * 1_000_000 + "\n---\n# " + "H" * 5_000 + "\n\n## Setup\n\nbody\n"
+    doc = parse_markdown(text, "n.md")
+    assert len(doc.title) == chunker.TITLE_MAX_CHARS and doc.title.endswith("T…")
+    assert all(len(heading) <= chunker.TITLE_MAX_CHARS for heading in doc.headings)
+    assert all(len(c.breadcrumb) <= chunker.BREADCRUMB_MAX_CHARS for c in doc.chunks)
+    # the longest names give way first, so the short section name survives whole
+    assert doc.chunks[-1].breadcrumb.endswith("H… > Setup")
+
+
+def test_a_breadcrumb_within_the_cap_is_untouched() -> None:
+    name = "N" * 200
+    doc = parse_markdown(f"# {name}\n\nbody\n", "n.md")
+    assert doc.title == name and doc.chunks[0].breadcrumb == name
 
 
 def test_unclosed_front_matter_is_content() -> None:
@@ -456,7 +533,7 @@ front_matters = st.sampled_from(
         ("", 0),
         ("---\ntitle: Generated\ntags: [a, b]\n---\n", 4),
         ("---\n---\n", 2),
-        ("---\ntitle: [unclosed\n---\n", 0),
+        ("---\ntitle: [unclosed\n---\n", 3),
     ]
 )
 

@@ -4,7 +4,7 @@
   nesting, long lines) keeps its invariants: exact line spans, consecutive idx, every non-blank
   line covered, one-line breadcrumbs / titles / headings / tags, bounded time;
 * front matter: generated YAML data dumped as front matter (and then mangled) gives the fields
-  the policy promises, or is kept as text when broken; never raises;
+  the policy promises, or is read line by line when broken; never raises;
 * query builder: `build_fts_query` over FTS5-hostile input is always accepted by FTS5, and the
   real engine against a real store answers every mode without an exception;
 * references: `parse_ref` either parses or raises a one-line NotesSearchError; a parsed ref

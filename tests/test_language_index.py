@@ -112,6 +112,8 @@ def make_old_index(config: Config) -> None:
         conn.execute("ALTER TABLE chunks DROP COLUMN language")
         conn.execute("DROP TABLE file_tags")  # and what later steps added
         conn.execute("DROP INDEX idx_files_updated")
+        conn.execute("DROP INDEX idx_files_front_matter_problem")
+        conn.execute("ALTER TABLE files DROP COLUMN front_matter_problem")
         conn.execute("PRAGMA user_version = 3")
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     finally:

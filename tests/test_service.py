@@ -112,6 +112,7 @@ def test_one_source_report_has_a_sync_shape_and_a_reindex_shape() -> None:
         "recloned",
         "skips",
         "collection_problems",
+        "front_matter_problems",
     ]
     assert source_report_json(report)["unreadable"] == ["./"]
     assert source_report_json(report)["skips"] == [{"path": "x.bin", "reason": "binary"}]

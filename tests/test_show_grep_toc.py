@@ -229,7 +229,7 @@ def test_read_text_and_sources_having(cfg: Config, store: Store) -> None:
     assert sources_having(cfg, store, "devops/postgres.md") == ["wiki", "notes", "other"]  # config order
     assert sources_having(cfg, store, "guide.md") == ["wiki"]
     assert sources_having(cfg, store, "secret/keys.md") == []  # excluded from `notes`
-    with pytest.raises(PathOutsideSources, match="scope"):
+    with pytest.raises(PathOutsideSources, match=r"excluded by the config: `sources\.workspace\.notes\.exclude`"):
         read_text(cfg, store, "notes", "secret/keys.md")
     with pytest.raises(SourceError, match="no such file"):
         read_text(cfg, store, "notes", "missing.md")
@@ -396,7 +396,7 @@ def test_show_unknown_file_and_excluded_file(run: Callable[..., Result]) -> None
     missing = run("show", "nope.md")
     assert missing.exit_code == 1 and "no such file in any source" in missing.output
     excluded = run("show", "notes:secret/keys.md")
-    assert excluded.exit_code == 1 and "scope" in excluded.output and "hunter2" not in excluded.output
+    assert excluded.exit_code == 1 and "excluded by the config" in excluded.output and "hunter2" not in excluded.output
 
 
 # ---- grep --------------------------------------------------------------------------------------

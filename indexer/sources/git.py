@@ -44,9 +44,9 @@ Change contract of `changes(source, old_rev, new_rev)`
     - Upserts come first and Deletes after, so the content of a renamed file (Delete(old) +
       Upsert(new), same sha256) is still in the store when the new path arrives and its
       vectors can be reused by content hash.
-    - A file whose new content cannot be indexed (binary, invalid UTF-8, too large) yields
-      Delete(path) then Skipped(path, reason): no stale text survives, whatever the caller does
-      with Skipped. Symlinks and submodules are never indexed: Skipped (the caller logs it).
+    - A file whose new content cannot be indexed (binary, invalid UTF-8, too large, a Git LFS
+      pointer) yields Delete(path) then Skipped(path, reason): no stale text survives, whatever
+      the caller does with Skipped. Symlinks and submodules are never indexed: Skipped (the caller logs it).
     - FileSelection is applied to both sides: a file moved out of scope is a Delete, into scope an Upsert.
 """
 
@@ -73,6 +73,7 @@ from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
 from indexer.collections import is_utf8_name
 from indexer.config import GitSource
 from indexer.errors import SourceError
+from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer
 from indexer.gitenv import git_environment
 from indexer.globs import FileSelection
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
@@ -239,7 +240,28 @@ def _remote_branch(source: GitSource) -> tuple[str | None, str]:
             symref = left.removeprefix("ref: ")
         else:
             return symref, left
-    raise _error(source, "ls-remote", "the remote has no commits (empty repository?)")
+    raise _error(source, "ls-remote", _headless(source, symref))
+
+
+SHOWN_BRANCHES = 5  # named in the message about a remote HEAD that names no branch
+
+
+def _headless(source: GitSource, symref: str | None) -> str:
+    """Why the remote's HEAD gives no commit: an empty repository, or a HEAD naming a branch
+    that does not exist (a default branch renamed or deleted on a bare upstream), which the
+    source's `branch:` key works around."""
+    out = _run_git(source, ["ls-remote", "--heads", "--", source.url], timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+    branches = [name.removeprefix("refs/heads/") for _, _, name in (line.partition("\t") for line in out.splitlines())]
+    branches = [name for name in branches if name]
+    if not branches:
+        return "the remote has no commits (empty repository?)"
+    # git 2.39 lists no symref for such a HEAD; later ones (protocol v2's "unborn") may
+    named = f"branch {symref.removeprefix('refs/heads/')!r}" if symref else "a branch"
+    shown = ", ".join(branches[:SHOWN_BRANCHES]) + (", …" if len(branches) > SHOWN_BRANCHES else "")
+    return (
+        f"the remote's HEAD names {named}, which does not exist; set `branch:` for this source "
+        f"(sources.git.{source.id}.branch) to one of its branches: {shown}"
+    )
 
 
 def remote_head(source: GitSource) -> str:
@@ -745,6 +767,8 @@ def _read(
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return "invalid UTF-8"
+    if is_lfs_pointer(data):
+        return LFS_POINTER_REASON
     return FileVersion(
         path=path,
         text=text.removeprefix("\ufeff"),

@@ -23,7 +23,7 @@ from indexer.collections import (
 )
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
-from indexer.filetext import looks_binary
+from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer, looks_binary
 from indexer.globs import FileSelection
 from indexer.model import (
     Change,
@@ -123,9 +123,9 @@ def scan(
     Unchanged (size, mtime) costs a stat only; on a mismatch the sha256 decides between Touch
     and Upsert. `full` re-reads everything and yields Upsert for every indexable file (the store
     re-chunks). Vanished paths yield Delete; a rename is Delete + Upsert. Content that cannot be
-    indexed (binary, not UTF-8, too large) yields Skipped, preceded by Delete when the store
-    holds an older, now stale copy; an unreadable file yields Skipped alone (a transient error
-    should not drop the index's copy). A folder that cannot be listed yields Unlisted first, and
+    indexed (binary, not UTF-8, too large, a Git LFS pointer) yields Skipped, preceded by Delete
+    when the store holds an older, now stale copy; an unreadable file yields Skipped alone (a
+    transient error should not drop the index's copy). A folder that cannot be listed yields Unlisted first, and
     nothing indexed below it is deleted. No single file stops the scan. Skips are not logged
     here (the consumer logs each once); folders that cannot be listed are. A missing,
     unreadable or (unless `full`) suddenly empty root raises SourceError at call time, not on
@@ -218,6 +218,9 @@ def _read(
     text = _decode(data)
     if text is None:
         yield from _unindexable(item.rel, prev, "binary or not UTF-8")
+        return
+    if is_lfs_pointer(data):
+        yield from _unindexable(item.rel, prev, LFS_POINTER_REASON)
         return
     yield Upsert(
         FileVersion(

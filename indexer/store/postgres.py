@@ -54,9 +54,11 @@ from indexer.redaction import PERCENT_ENCODED, describe_url, password_needs_enco
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
     FILE_ROW_COLUMNS,
+    FRONT_MATTER_PROBLEMS_SQL,
     ChunkRow,
     ChunkText,
     CollectionRow,
+    FileProblem,
     FileRow,
     LanguageBackfill,
     PendingChunk,
@@ -909,6 +911,14 @@ def _take_whole(store: PostgresStore, tables: str) -> None:
     store.conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
 
 
+# as SQLite's step of the same name (`indexer.store.schema`), repeatable like the steps above
+FRONT_MATTER_PROBLEM_SQL = """
+    ALTER TABLE files ADD COLUMN IF NOT EXISTS front_matter_problem TEXT;
+    CREATE INDEX IF NOT EXISTS idx_files_front_matter_problem ON files(source_id, path)
+        WHERE front_matter_problem IS NOT NULL;
+"""
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
@@ -927,6 +937,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     # the graph of float vectors, twice the size of one of their half-precision copies
     PgMigration("hnsw_half_precision", "SELECT 1", data=_rebuild_vector_index),
     PgMigration("lexemes", LEXEMES_SQL, data=_fill_lexemes),
+    PgMigration("front_matter_problems", FRONT_MATTER_PROBLEM_SQL),
 )
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -1617,13 +1628,13 @@ class PostgresStore:
         return self.conn.execute(
             """WITH f AS (
                    INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
-                                     updated_at, indexed_at)
+                                     updated_at, indexed_at, front_matter_problem)
                    SELECT %(source)s, path, title, tags, headings, collection, sha256, size, mtime, updated_at,
-                          %(now)s
+                          %(now)s, problem
                    FROM unnest(%(path)b::text[], %(title)b::text[], %(tags)b::text[], %(headings)b::text[],
                                %(collection)b::text[], %(sha256)b::text[], %(size)b::bigint[],
-                               %(mtime)b::float8[], %(updated_at)b::float8[])
-                       AS f(path, title, tags, headings, collection, sha256, size, mtime, updated_at)),
+                               %(mtime)b::float8[], %(updated_at)b::float8[], %(problem)b::text[])
+                       AS f(path, title, tags, headings, collection, sha256, size, mtime, updated_at, problem)),
                tags AS (
                    INSERT INTO file_tags(tag, source_id, path)
                    SELECT tag, %(source)s, path FROM unnest(%(tag_key)b::text[], %(tag_path)b::text[]) AS t(tag, path)),
@@ -1657,6 +1668,7 @@ class PostgresStore:
                 "size": [int(file.size) for file, _ in files],
                 "mtime": [None if file.mtime is None else float(file.mtime) for file, _ in files],
                 "updated_at": [float(file.updated_at) for file, _ in files],
+                "problem": [_opt_text(doc.front_matter_problem) for _, doc in files],
                 "tag_key": [key for key, _ in tag_rows],
                 "tag_path": [_text(path) for _, path in tag_rows],
                 "chunk_path": [_text(path) for path, _ in chunks],
@@ -2666,6 +2678,10 @@ class PostgresStore:
             params = (source_id,)
         sql += " ORDER BY source_id, path"
         return [file_row(values) for values in self.conn.execute(sql, params)]
+
+    def front_matter_problems(self, source_id: str) -> list[FileProblem]:
+        sql = FRONT_MATTER_PROBLEMS_SQL.replace("?", "%s")
+        return [FileProblem(*row) for row in self.conn.execute(sql, (source_id,))]
 
     def sources_with_file(self, path: str) -> list[str]:
         rows = self.conn.execute("SELECT source_id FROM files WHERE path = %s ORDER BY source_id", (path,))

@@ -41,6 +41,7 @@ from indexer.store.rows import (
     ChunkRow,
     ChunkText,
     CollectionRow,
+    FileProblem,
     FileRow,
     LanguageBackfill,
     PendingChunk,
@@ -127,6 +128,10 @@ class IndexReader(Protocol):
 
     def file_rows(self, source_id: str | None = None) -> list[FileRow]:
         """Indexed files (of one source), by source id then path."""
+        ...
+
+    def front_matter_problems(self, source_id: str) -> list[FileProblem]:
+        """The files of a source whose front matter could not be taken as written, by path."""
         ...
 
     def collections(self) -> list[CollectionRow]:

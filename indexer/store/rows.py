@@ -148,6 +148,7 @@ class FileRow:
     sha256: str
     size: int
     updated_at: float
+    front_matter_problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +216,37 @@ def json_strings(column: str | None) -> tuple[str, ...]:
     return tuple(str(item) for item in value) if isinstance(value, list) else ()
 
 
-FILE_ROW_COLUMNS = "source_id, path, title, tags, headings, collection, sha256, size, updated_at"
+FILE_ROW_COLUMNS = "source_id, path, title, tags, headings, collection, sha256, size, updated_at, front_matter_problem"
 
 
 def file_row(values: Sequence[Any]) -> FileRow:
     """A `files` row read as FILE_ROW_COLUMNS (the same columns on every backend)."""
-    source, path, title, tags, headings, collection, sha256, size, updated = values
+    source, path, title, tags, headings, collection, sha256, size, updated, problem = values
     return FileRow(
-        source, path, title, json_strings(tags), json_strings(headings), collection, sha256, int(size), float(updated)
+        source,
+        path,
+        title,
+        json_strings(tags),
+        json_strings(headings),
+        collection,
+        sha256,
+        int(size),
+        float(updated),
+        problem,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FileProblem:
+    """A file whose front matter could not be taken as written (see `indexer.frontmatter`)."""
+
+    source_id: str
+    path: str
+    problem: str
+
+
+# the files with a front-matter problem, by source and path (`?` is the backend's placeholder)
+FRONT_MATTER_PROBLEMS_SQL = (
+    "SELECT source_id, path, front_matter_problem FROM files"
+    " WHERE front_matter_problem IS NOT NULL AND source_id = ? ORDER BY path"
+)

@@ -204,12 +204,22 @@ def _fill_file_tags(conn: apsw.Connection) -> None:
         )
 
 
+# what is wrong with a file's front matter (broken YAML, a key written twice), NULL when nothing
+# is: `status` lists them until the file is mended; files indexed before have none recorded
+# until they are chunked again (the chunker version that reads broken front matter re-chunks all)
+FRONT_MATTER_PROBLEM_SQL = """
+    ALTER TABLE files ADD COLUMN front_matter_problem TEXT;
+    CREATE INDEX idx_files_front_matter_problem ON files(source_id, path) WHERE front_matter_problem IS NOT NULL;
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("initial_schema", INITIAL_SQL, data=_fts_rank_weights),
     Migration("collections", COLLECTIONS_SQL),
     Migration("chunk_vectors", CHUNK_VECTORS_SQL, data=_copy_vectors_from_vec0),
     Migration("chunk_language", CHUNK_LANGUAGE_SQL, data=_start_language_backfill),
     Migration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
+    Migration("front_matter_problems", FRONT_MATTER_PROBLEM_SQL),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

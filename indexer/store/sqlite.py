@@ -33,9 +33,11 @@ from indexer.model import FileVersion, KnownFile, ParsedDocument
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
     FILE_ROW_COLUMNS,
+    FRONT_MATTER_PROBLEMS_SQL,
     ChunkRow,
     ChunkText,
     CollectionRow,
+    FileProblem,
     FileRow,
     LanguageBackfill,
     PendingChunk,
@@ -585,8 +587,8 @@ class Store:
         self.delete_file(source_id, file.path)
         self.conn.execute(
             """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
-                                 updated_at, indexed_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                 updated_at, indexed_at, front_matter_problem)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 source_id,
                 file.path,
@@ -599,6 +601,7 @@ class Store:
                 file.mtime,
                 file.updated_at,
                 utc_now(),
+                doc.front_matter_problem,
             ),
         )
         self.conn.executemany(
@@ -998,6 +1001,10 @@ class Store:
             params = (source_id,)
         sql += " ORDER BY source_id, path"
         return [file_row(values) for values in self.conn.execute(sql, params)]
+
+    def front_matter_problems(self, source_id: str) -> list[FileProblem]:
+        """The files of a source whose front matter could not be taken as written, by path."""
+        return [FileProblem(*row) for row in self.conn.execute(FRONT_MATTER_PROBLEMS_SQL, (source_id,))]
 
     def sources_with_file(self, path: str) -> list[str]:
         """Ids of the sources whose index holds `path` (a bare PATH names every one of them)."""

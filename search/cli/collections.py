@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.route import NO_COLLECTIONS, ROUTE_K, collection_line
+from search.route import ROUTE_K, collection_line
 from search.terminal import echo, echo_json, styled
 
 
@@ -19,8 +19,8 @@ def collections_command(context: CliContext, prefix: str | None, as_json: bool) 
     if as_json:
         echo_json(view.to_json())
         return
-    if not view.count:
-        echo(NO_COLLECTIONS, err=True)
+    if view.notice:
+        echo(view.notice, err=True)
         return
     if view.groups is None:
         for entry in view.entries:

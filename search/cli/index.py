@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from search.service.status import StatusReport
 
 MAX_SKIPS_SHOWN = 20  # per source; a folder of attachments must not flood the terminal
+MAX_PROBLEMS_SHOWN = 10  # per source in `status`: the overview stays readable
 REINDEX_LOCK_WAIT = 30.0  # seconds `reindex` waits for a running sync: a person is waiting
 
 
@@ -123,19 +124,27 @@ def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, 
     for failed in report.failed:
         echo(f"error: source {failed.source_id}: {failed.error}", err=True)
     if not quiet and not as_json:
-        _warn_collection_problems(report)
+        _warn_problems(report)
     if report.embed_notice and not quiet and not as_json:
         echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
         sys.exit(1)
 
 
-def _warn_collection_problems(report: SyncReport) -> None:
-    """Said at every sync, cron's included, until the file is mended: a typo in `_meta.yaml`
-    otherwise only renames a collection after its folder, which nobody notices."""
+def _warn_problems(report: SyncReport) -> None:
+    """Collection problems are said at every sync, cron's included, until the file is mended: a
+    typo in `_meta.yaml` otherwise only renames a collection after its folder, which nobody
+    notices. Front-matter problems are said when the note is indexed; `status` keeps them."""
     for s in report.sources:
         for meta_path, problem in s.collection_problems:
             echo(f"warning: {s.source_id}: {meta_path}: {problem}", err=True)
+        for note_path, problem in s.front_matter_problems[:MAX_SKIPS_SHOWN]:
+            echo(f"warning: {s.source_id}: {note_path}: front matter: {problem}", err=True)
+        if len(s.front_matter_problems) > MAX_SKIPS_SHOWN:
+            more = len(s.front_matter_problems) - MAX_SKIPS_SHOWN
+            echo(
+                f"warning: {s.source_id}: {more} more notes with front-matter problems (`status` lists them)", err=True
+            )
 
 
 def _warn(warning: str) -> None:
@@ -206,7 +215,7 @@ def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
                 echo(f"    skipped {skipped_path}: {reason}")
             if len(s.skips) > MAX_SKIPS_SHOWN:
                 echo(f"    ... and {len(s.skips) - MAX_SKIPS_SHOWN} more skipped (the log lists them)")
-        _warn_collection_problems(report)
+        _warn_problems(report)
         if report.embed_notice:
             echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
@@ -268,12 +277,21 @@ def _print_status(report: StatusReport) -> None:
             echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
         if lag.get("unreadable"):
             echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
+        _print_front_matter_problems(s.get("front_matter_problems") or [])
         if lag.get("lags"):
             echo("    lags: the index is behind; run `notes-search sync`")
         if s.get("error"):
             echo(f"    error: {s['error']}")
         elif lag.get("error"):
             echo(f"    cannot check: {lag['error']}")
+
+
+def _print_front_matter_problems(problems: list[dict[str, str]]) -> None:
+    """Until the notes are mended: their tags and dates were read line by line, maybe not all."""
+    for problem in problems[:MAX_PROBLEMS_SHOWN]:
+        echo(f"    front matter: {problem['path']}: {problem['problem']}")
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        echo(f"    front matter: {len(problems) - MAX_PROBLEMS_SHOWN} more notes (`status --json` lists them all)")
 
 
 def _languages_line(languages: dict[str, int]) -> str:

@@ -56,6 +56,7 @@ def source_report_json(
         "recloned": s.recloned,
         "skips": [{"path": path, "reason": reason} for path, reason in s.skips],
         "collection_problems": [{"path": path, "problem": problem} for path, problem in s.collection_problems],
+        "front_matter_problems": [{"path": path, "problem": problem} for path, problem in s.front_matter_problems],
     }
 
 

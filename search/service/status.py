@@ -108,6 +108,11 @@ def status(service: NotesService, path: str | None) -> StatusReport:
             # files written but no whole sync finished: a first sync was killed (or still runs)
             entry["incomplete"] = bool(stats and stats.files and stats.last_sync_at is None)
             entry["languages"] = languages.get(source_id, {})
+            entry["front_matter_problems"] = [
+                {"path": p.path, "problem": p.problem}
+                for p in store.front_matter_problems(source_id)
+                if not place.folder or p.path == place.folder or p.path.startswith(place.folder.rstrip("/") + "/")
+            ]
             try:
                 entry["lag"] = _lag(service, store, source_id, place.folder)
             except NotesSearchError as exc:  # one unreadable source must not hide the others
