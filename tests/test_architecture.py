@@ -58,7 +58,7 @@ HEAVY = (
 )
 # Modules each path loaded when the budget was recorded (all four work packages of the service
 # layer combined); a path may grow by 10 % before this test asks whether the new imports belong on it.
-RECORDED_MODULE_COUNT = {"query": 173, "sync": 187, "help": 180, "hybrid query": 319, "no-op sync": 198}
+RECORDED_MODULE_COUNT = {"query": 173, "sync": 187, "help": 200, "hybrid query": 319, "no-op sync": 198}
 # an index on PostgreSQL loads psycopg (about 190 modules) for the same commands
 RECORDED_MODULE_COUNT_POSTGRES = {"query": 363, "sync": 364}
 
