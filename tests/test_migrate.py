@@ -54,7 +54,8 @@ def content(store: IndexWriter) -> tuple[object, ...]:
         for i, r in rows.items()
     )
     files = [
-        (f.source_id, f.path, f.title, f.tags, f.headings, f.collection, f.sha256, f.size) for f in store.file_rows()
+        (f.source_id, f.path, f.title, f.tags, f.headings, f.collection, f.sha256, f.size, f.front_matter_problem)
+        for f in store.file_rows()
     ]
     sources = [
         (s.source_id, s.kind, s.indexed_rev, s.last_error, s.files, s.chunks, s.pending) for s in store.source_stats()

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from indexer.config import load_config
+from indexer.store import open_store
 from search import cli as cli_module
 from tests.conftest import make_config, write_tree
 from tests.fakes import FakeEmbedder
@@ -128,6 +129,19 @@ def test_a_huge_front_matter_title_does_not_make_a_huge_hit(run, notes: Path) ->
     assert len(result.stdout) < 5_000, len(result.stdout)
     [hit] = json.loads(run("query", "hugetitlemarker", "--mode", "lex", "--json").stdout)["results"]
     assert len(hit["breadcrumb"]) == 300 and hit["breadcrumb"].endswith("T…")
+
+
+def test_migrate_carries_the_front_matter_problems(run, notes: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    write_tree(notes, {"devops/monitoring.md": MONITORING})
+    assert run("sync").exit_code == 0
+    copy = tmp_path / "copy" / "index.sqlite"
+    assert run("migrate", "--to", str(copy)).exit_code == 0
+    store = open_store(copy)
+    try:
+        [problem] = store.front_matter_problems("notes")
+    finally:
+        store.close()
+    assert problem.path == "devops/monitoring.md" and problem.problem.startswith("invalid YAML (line 2, column 18)")
 
 
 def test_an_index_from_before_front_matter_problems_is_upgraded(run, config_path: Path) -> None:  # type: ignore[no-untyped-def]
