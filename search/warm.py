@@ -65,7 +65,7 @@ def socket_path(config_path: Path) -> Path:
 
 def config_file(config_option: str | None) -> Path:
     """The config a call uses, absolute, found as the in-process CLI finds it."""
-    from indexer.config import find_config
+    from indexer.configpaths import find_config
 
     return Path(os.path.realpath(find_config(config_option)))
 
@@ -73,11 +73,11 @@ def config_file(config_option: str | None) -> Path:
 def identity(config_path: Path) -> dict[str, str]:
     """What client and server must share: the config file, the package version and the code's
     location (two checkouts of one version differ in code; their answers could too)."""
-    from importlib.metadata import version
+    from search import __version__
 
     return {
         "config": str(config_path),
-        "version": version("notes-search"),
+        "version": __version__,
         "code": str(Path(__file__).resolve().parent),
     }
 

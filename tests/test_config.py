@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.config import GitSource, WorkspaceSource, find_config, load_config, parse_config
+from indexer.config import GitSource, WorkspaceSource, load_config, parse_config
+from indexer.configpaths import find_config
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection, match
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from indexer.config import load_config, locate_config
+from indexer.config import load_config
+from indexer.configpaths import locate_config
 from search import cli as cli_module
 from tests.conftest import FAKE_EMBEDDING, assert_one_line_error
 

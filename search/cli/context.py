@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from indexer.config import Config, ConfigLocation, EmbeddingConfig, load_located_config, locate_config
+from indexer.config import Config, EmbeddingConfig, load_located_config
+from indexer.configpaths import ConfigLocation, locate_config
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder

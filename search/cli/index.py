@@ -54,7 +54,8 @@ def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
     the index to ~/.local/share/notes-search/ (XDG_CONFIG_HOME / XDG_DATA_HOME honoured); --config,
     $NOTES_SEARCH_CONFIG or --here write that file instead, with the index beside it.
     """
-    from indexer.config import DEFAULT_CONFIG_NAME, STARTER_CONFIG, literal_path, user_config_path, user_data_dir
+    from indexer.config import STARTER_CONFIG, literal_path
+    from indexer.configpaths import DEFAULT_CONFIG_NAME, user_config_path, user_data_dir
 
     named = ctx.location if ctx.config_option or os.environ.get("NOTES_SEARCH_CONFIG") else None
     if named is not None:

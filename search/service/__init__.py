@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.config import Config, EmbeddingConfig, load_located_config, locate_config
+from indexer.config import Config, EmbeddingConfig, load_located_config
+from indexer.configpaths import locate_config
 from indexer.store import IndexReader, index_exists, is_postgres, open_store
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class NotesService:
         *,
         check_remote: bool = False,
     ) -> NotesService:
-        """The service for a config file (None: found as `indexer.config.locate_config` says)."""
+        """The service for a config file (None: found as `indexer.configpaths.locate_config` says)."""
         return cls(load_located_config(locate_config(path)), embedder_factory, check_remote=check_remote)
 
     # ---- per-process state --------------------------------------------------------------------
