@@ -46,13 +46,22 @@ class ProtocolError(Exception):
 
 
 def socket_dir() -> Path:
-    """Owner-only folder of the sockets: $XDG_RUNTIME_DIR (per user, tmpfs, short paths), else
-    one folder per uid in $TMPDIR or /tmp. A unix socket path is limited to 107 bytes, which a
-    data folder deep in a home directory can exceed."""
+    """Owner-only folder of the sockets: $XDG_RUNTIME_DIR (per user, tmpfs, short paths); without
+    it (cron, some agent sandboxes) the same folder where the system made one, /run/user/UID,
+    so that a client and a server started from different environments still meet; else one
+    folder per uid in /tmp. (A data folder deep in a home directory can exceed the 107 bytes a
+    unix socket path may have.)"""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime):
         return Path(runtime) / "notes-search"
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"notes-search-{os.getuid()}"
+    uid = os.getuid()
+    system_runtime = f"/run/user/{uid}"
+    try:
+        if os.stat(system_runtime).st_uid == uid:
+            return Path(system_runtime) / "notes-search"
+    except OSError:
+        pass
+    return Path("/tmp") / f"notes-search-{uid}"
 
 
 def socket_path(config_path: Path) -> Path:

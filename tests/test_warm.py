@@ -412,3 +412,15 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
         timeout=60,
     )
     assert verify.returncode == 0, verify.stderr
+
+
+def test_the_socket_folder_without_xdg_runtime_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients and servers started from different environments (cron has no XDG_RUNTIME_DIR) meet."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/elsewhere")
+    assert warm.socket_dir() == Path("/run/elsewhere/notes-search")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/ignored")
+    system = Path(f"/run/user/{os.getuid()}")
+    expected = system / "notes-search" if system.is_dir() else Path(f"/tmp/notes-search-{os.getuid()}")
+    assert warm.socket_dir() == expected
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert warm.socket_dir() == expected
