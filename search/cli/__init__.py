@@ -8,8 +8,9 @@ search engine, MCP server, router or hook installer.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -63,15 +64,39 @@ class CliGroup(click.Group):
             self.add_command(command)
         return super().get_command(ctx, cmd_name)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:  # parsing imports the named command's module: Ctrl-C can come here too
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted()
+
     def invoke(self, ctx: click.Context) -> Any:
-        with safe_errors():  # outermost: every error line, however mapped below, is escaped
-            return self._invoke(ctx)
+        try:
+            with safe_errors():  # outermost: every error line, however mapped below, is escaped
+                return self._invoke(ctx)
+        except KeyboardInterrupt:  # unwound: every `finally` and `with` on the way has run
+            interrupted()
 
     def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except NotesSearchError as exc:
             raise click.ClickException(str(exc)) from None
+
+
+def interrupted() -> NoReturn:
+    """Ctrl-C: end as a process that SIGINT killed, as ripgrep and git do, without click's
+    `Aborted!` or a traceback. The shell sees 130, and a shell loop around the command stops
+    (a plain exit 130 would let it run on)."""
+    import contextlib
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream has nothing left to say
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(130)  # where SIGINT does not end a process
 
 
 def make_embedder(config: EmbeddingConfig) -> Embedder:
@@ -105,4 +130,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 
 def main() -> None:
-    cli(prog_name="notes-search")
+    try:
+        cli(prog_name="notes-search")
+    except KeyboardInterrupt:  # outside any command: before or after click runs one
+        interrupted()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shlex
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -110,6 +109,8 @@ class TakesText(click.Command):
             rest = super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
             if not exc.possibilities:  # not a near miss of an option: likely the text itself
+                import shlex
+
                 # the word as typed (`-allow-x` fails as `-a`), quoted as a shell takes it
                 word = shlex.quote(next((a for a in typed if a.startswith(exc.option_name)), exc.option_name))
                 hint = (

@@ -63,7 +63,13 @@ def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: boo
     )
     stderr = configure_log_file(service.config, create=True, also_stderr=True)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         watcher.start()  # logs "watching <roots>"
         while watcher.running and not stop.wait(1.0):
@@ -78,3 +84,7 @@ def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: boo
     echo(f"stopped: {s.batches} batches, {s.reconciles} reconciles, {s.restarts} observer restarts", err=True)
     if watcher.failure or not stop.is_set():
         raise click.ClickException(watcher.failure or "the watcher stopped unexpectedly")
+    if signal.SIGINT in received:  # Ctrl-C: a clean stop, ended as every command ends on it (130)
+        from search.cli import interrupted
+
+        interrupted()

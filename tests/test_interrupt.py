@@ -1,0 +1,143 @@
+"""Ctrl-C through the real command in a subprocess: no `Aborted!`, no traceback, and the
+process ends as SIGINT ends it (the shell sees 130), whatever the command was doing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import NOTES, wait_for, write
+from tests.embed_servers import OllamaServer
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "fake-embed:latest"
+
+
+@pytest.fixture
+def server() -> Iterator[OllamaServer]:
+    with OllamaServer({MODEL: 64}) as srv:
+        yield srv
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, server: OllamaServer) -> Path:
+    notes = tmp_path / "notes"
+    write(notes, NOTES)
+    config = tmp_path / "notes-search.yaml"
+    config.write_text(
+        f"""\
+root: {tmp_path}
+embedding:
+  provider: ollama
+  model: {MODEL}
+  endpoint: {server.url}
+  dims: 64
+sources:
+  workspace:
+    notes:
+      root: {notes}
+      paths: ["**"]
+""",
+        encoding="utf-8",
+    )
+    return config
+
+
+def start(config_path: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """The installed entry point's code, as `notes-search -c CONFIG ARGS` runs it."""
+    stderr = tmp_path / f"{args[0]}.err"
+    with stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from search.cli import main; main()", "-c", str(config_path), *args],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    return proc, stderr
+
+
+def interrupt(proc: subprocess.Popen[bytes], stderr: Path) -> str:
+    """Send SIGINT; the process must end at once, killed by it, and say nothing of it."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = stderr.read_text(encoding="utf-8", errors="replace")
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, text)
+    assert "Aborted" not in text and "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    return text
+
+
+def synced(config_path: Path, tmp_path: Path) -> None:
+    proc, stderr = start(config_path, tmp_path, "sync", "--quiet")
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr.read_text()
+
+
+def waiting_for_embedder(server: OllamaServer, before: int) -> bool:
+    return len(server.embed_requests) > before
+
+
+def test_ctrl_c_while_a_query_waits_for_the_embedder(config_path: Path, tmp_path: Path, server: OllamaServer) -> None:
+    synced(config_path, tmp_path)
+    server.delay = 60.0  # the question's vector never comes: the query hangs until interrupted
+    before = len(server.embed_requests)
+    proc, stderr = start(config_path, tmp_path, "query", "záloha")
+    wait_for(lambda: waiting_for_embedder(server, before), "the query to ask for its vector", timeout=30.0)
+    assert interrupt(proc, stderr) == ""
+
+
+def test_ctrl_c_during_a_sync(config_path: Path, tmp_path: Path, server: OllamaServer) -> None:
+    server.delay = 60.0
+    proc, stderr = start(config_path, tmp_path, "sync")
+    wait_for(lambda: waiting_for_embedder(server, 0), "the sync to embed", timeout=30.0)
+    interrupt(proc, stderr)
+    server.delay = 0.0
+    synced(config_path, tmp_path)  # nothing left behind that stops the next run
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_ctrl_c_stops_the_mcp_http_server(config_path: Path, tmp_path: Path) -> None:
+    synced(config_path, tmp_path)
+    proc, stderr = start(config_path, tmp_path, "mcp", "--http", "--port", str(free_port()))
+    wait_for(lambda: "/mcp" in stderr.read_text(), "the server to listen", timeout=30.0)
+    text = interrupt(proc, stderr)
+    assert text.startswith("notes-search MCP (streamable HTTP) on http://127.0.0.1:"), text
+
+
+def test_ctrl_c_stops_the_mcp_stdio_server(config_path: Path, tmp_path: Path) -> None:
+    synced(config_path, tmp_path)
+    proc, stderr = start(config_path, tmp_path, "mcp")
+    assert proc.stdin is not None and proc.stdout is not None
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    proc.stdin.write(json.dumps(hello).encode() + b"\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1  # serving
+    interrupt(proc, stderr)
+
+
+def test_ctrl_c_stops_watch_cleanly(config_path: Path, tmp_path: Path) -> None:
+    proc, stderr = start(config_path, tmp_path, "watch")
+    wait_for(lambda: "watching" in stderr.read_text(), "the watcher to start", timeout=30.0)
+    assert "stopped:" in interrupt(proc, stderr)  # its summary, then ended as Ctrl-C ends a command
