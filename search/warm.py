@@ -274,9 +274,10 @@ def main() -> None:
     """The `notes-search` command: on the warm server when one answers, else in process."""
     try:
         code = forward(sys.argv[1:])
-    except KeyboardInterrupt:  # as click says it for a command interrupted in process
-        sys.stderr.write("\nAborted!\n")
-        sys.exit(1)
+    except KeyboardInterrupt:  # as a command interrupted in process ends
+        from search.interrupt import interrupted
+
+        interrupted()
     if code is None:
         from search.cli import main as in_process
 

@@ -4,6 +4,7 @@ process ends as SIGINT ends it (the shell sees 130), whatever the command was do
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -51,12 +52,14 @@ sources:
 
 
 def start(config_path: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """The installed entry point's code, as `notes-search -c CONFIG ARGS` runs it."""
-    stderr = tmp_path / f"{args[0]}.err"
+    """The installed entry point's code (the warm path first), as `notes-search -c CONFIG ARGS`
+    runs it; a `serve` of this test has its socket under tmp_path."""
+    stderr = tmp_path / f"{args[0]}-{len(list(tmp_path.glob('*.err')))}.err"
     with stderr.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from search.cli import main; main()", "-c", str(config_path), *args],
+            [sys.executable, "-c", "from search.warm import main; main()", "-c", str(config_path), *args],
             cwd=ROOT,
+            env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run"), "NOTES_SEARCH_NO_DAEMON": ""},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -141,3 +144,20 @@ def test_ctrl_c_stops_watch_cleanly(config_path: Path, tmp_path: Path) -> None:
     proc, stderr = start(config_path, tmp_path, "watch")
     wait_for(lambda: "watching" in stderr.read_text(), "the watcher to start", timeout=30.0)
     assert "stopped:" in interrupt(proc, stderr)  # its summary, then ended as Ctrl-C ends a command
+
+
+def test_ctrl_c_on_a_query_the_warm_server_runs_and_on_the_server(
+    config_path: Path, tmp_path: Path, server: OllamaServer
+) -> None:
+    synced(config_path, tmp_path)
+    daemon, daemon_err = start(config_path, tmp_path, "serve")
+    try:
+        wait_for(lambda: "notes-search serve:" in daemon_err.read_text(), "the server to listen", timeout=30.0)
+        server.delay = 60.0
+        before = len(server.embed_requests)
+        proc, stderr = start(config_path, tmp_path, "query", "záloha")
+        wait_for(lambda: waiting_for_embedder(server, before), "the server to run the query", timeout=30.0)
+        assert interrupt(proc, stderr) == ""
+        server.delay = 0.0
+    finally:
+        interrupt(daemon, daemon_err)

@@ -8,7 +8,6 @@ search engine, MCP server, router or hook installer.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -68,14 +67,14 @@ class CliGroup(click.Group):
         try:  # parsing imports the named command's module: Ctrl-C can come here too
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
-            interrupted()
+            _interrupted()
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with safe_errors():  # outermost: every error line, however mapped below, is escaped
                 return self._invoke(ctx)
         except KeyboardInterrupt:  # unwound: every `finally` and `with` on the way has run
-            interrupted()
+            _interrupted()
 
     def _invoke(self, ctx: click.Context) -> Any:
         try:
@@ -84,19 +83,10 @@ class CliGroup(click.Group):
             raise click.ClickException(str(exc)) from None
 
 
-def interrupted() -> NoReturn:
-    """Ctrl-C: end as a process that SIGINT killed, as ripgrep and git do, without click's
-    `Aborted!` or a traceback. The shell sees 130, and a shell loop around the command stops
-    (a plain exit 130 would let it run on)."""
-    import contextlib
-    import signal
+def _interrupted() -> NoReturn:
+    from search.interrupt import interrupted  # only on Ctrl-C: every call pays for what it imports
 
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream has nothing left to say
-            stream.flush()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
-    sys.exit(130)  # where SIGINT does not end a process
+    interrupted()
 
 
 def make_embedder(config: EmbeddingConfig) -> Embedder:
@@ -133,4 +123,4 @@ def main() -> None:
     try:
         cli(prog_name="notes-search")
     except KeyboardInterrupt:  # outside any command: before or after click runs one
-        interrupted()
+        _interrupted()

@@ -40,12 +40,18 @@ def serve(ctx: CliContext, idle_timeout: float | None) -> None:
     service = ctx.service()  # the config is valid and the log file is configured
     server = WarmServer(config_path, idle_timeout=idle_timeout)
     server.bind()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        server.stop.set()
+
     try:
         warm_up(service)
         os.chdir("/")  # each call runs in its client's folder; between calls hold none open
         echo(f"notes-search serve: {config_path} on {server.path}", err=True)
         log.info("serving %s on %s (idle timeout: %s)", config_path, server.path, idle_timeout)
-        previous = {sig: signal.signal(sig, lambda *_: server.stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             server.serve_forever()
         finally:
@@ -54,6 +60,10 @@ def serve(ctx: CliContext, idle_timeout: float | None) -> None:
     finally:
         server.close()
     log.info("stopped: %s", server.stop_reason)
+    if signal.SIGINT in received:  # Ctrl-C: stopped cleanly, ended as every command ends on it
+        from search.interrupt import interrupted
+
+        interrupted()
     if server.upgraded:
         echo(f"notes-search serve: stopped: {server.stop_reason}; start it again to serve the new version", err=True)
         sys.exit(UPGRADED_EXIT)

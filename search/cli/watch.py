@@ -85,6 +85,6 @@ def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: boo
     if watcher.failure or not stop.is_set():
         raise click.ClickException(watcher.failure or "the watcher stopped unexpectedly")
     if signal.SIGINT in received:  # Ctrl-C: a clean stop, ended as every command ends on it (130)
-        from search.cli import interrupted
+        from search.interrupt import interrupted
 
         interrupted()
