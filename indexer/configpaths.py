@@ -5,9 +5,12 @@ imported; so this module imports only the standard library's lightest parts."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+
+TYPE_CHECKING = False  # typing itself costs the warm path's client milliseconds; mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 DEFAULT_CONFIG_NAME = "notes-search.yaml"
 APP_DIR = "notes-search"
@@ -36,15 +39,30 @@ def user_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     return _xdg_dir(os.environ if environ is None else environ, "XDG_DATA_HOME", ".local/share") / APP_DIR
 
 
-class ConfigLocation(NamedTuple):
+class ConfigLocation:
     """Which config file a command uses and why (`notes-search config path`). `found` is False
-    when no candidate exists: `path` is then where the error points. (A NamedTuple, not a
-    dataclass: importing dataclasses costs the warm path's client about 10 ms.)"""
+    when no candidate exists: `path` is then where the error points. (A plain class: dataclasses
+    and typing cost the warm path's client, which only needs the path, about 10 ms.)"""
 
-    path: Path
-    reason: str
-    found: bool
-    looked_at: tuple[Path, ...] = ()
+    __slots__ = ("found", "looked_at", "path", "reason")
+
+    def __init__(self, path: Path, reason: str, found: bool, looked_at: tuple[Path, ...] = ()) -> None:
+        self.path = path
+        self.reason = reason
+        self.found = found
+        self.looked_at = looked_at
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigLocation) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"ConfigLocation(path={self.path!r}, reason={self.reason!r}, found={self.found!r}, looked_at={self.looked_at!r})"
+
+    def _fields(self) -> tuple[Path, str, bool, tuple[Path, ...]]:
+        return self.path, self.reason, self.found, self.looked_at
 
     def to_json(self) -> dict[str, Any]:
         return {
