@@ -103,6 +103,7 @@ class GitSource:
     branch: str | None
     selection: FileSelection
     kind: str = "git"
+    checkout: Path | None = None  # the user's own working copy: hits open there (never written to)
 
 
 Source = WorkspaceSource | GitSource
@@ -157,7 +158,7 @@ EMBEDDING_KEYS = {
     "api_key_env",
     "language_neutral",
 }
-GIT_KEYS = {"url", "mirror", "branch", "paths", "include", "exclude"}
+GIT_KEYS = {"url", "mirror", "branch", "checkout", "paths", "include", "exclude"}
 WORKSPACE_KEYS = {"root", "paths", "include", "exclude"}
 WORKSPACE_GROUPS = ("workspace", "nanobot")
 
@@ -391,7 +392,17 @@ def _sources(raw: dict[str, Any], root: Path, c: _Checker) -> dict[str, Source]:
             include=c.globs(spec.get("include"), f"{key}.include", ("*.md",)),
             exclude=c.globs(spec.get("exclude"), f"{key}.exclude", ()),
         )
-        add(GitSource(id=source_id, url=url, mirror=mirror, branch=branch, selection=scope), key)
+        checkout = None
+        if spec.get("checkout") is not None:
+            checkout = Path(
+                os.path.abspath(_resolve(root, c.string(spec["checkout"], f"{key}.checkout"), f"{key}.checkout", c))
+            )
+            if not checkout.is_dir():  # a typo would open every hit in a temp copy, unexplained
+                raise c.fail(f"{key}.checkout", f"not an existing folder: {checkout}")
+        add(
+            GitSource(id=source_id, url=url, mirror=mirror, branch=branch, selection=scope, checkout=checkout),
+            key,
+        )
 
     for group in WORKSPACE_GROUPS:
         for source_id, spec in c.mapping(raw.get(group), f"sources.{group}").items():

@@ -62,6 +62,7 @@ class Hit:
     matched: str = "keyword"  # which half found it: keyword, meaning or both
     explain: dict[str, float | int | str | None] = field(default_factory=dict)
     chunk_text: str = field(default="", repr=False)  # the whole chunk, for `query --full`
+    file: str | None = None  # the note on disk for an editor (search.service.locating); None: only in the mirror
 
     def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
         """`full`: `text` is the whole chunk (`query --full`) instead of the window around match_line."""

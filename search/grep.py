@@ -53,6 +53,7 @@ class GrepHit:
     line: int
     text: str
     rev: str | None  # the commit searched, for git sources
+    file: str | None = None  # the file on disk for an editor (search.service.locating); None: only in the mirror
 
     def to_json(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "ref": f"{self.source}:{self.path}:{self.line}"}

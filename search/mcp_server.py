@@ -350,7 +350,7 @@ def build_server(service: "NotesService") -> "MCPServer":
             Literal["text", "snippet"],
             Field(
                 description="text (default): ~1,200 characters per hit; snippet: ref, match_line, "
-                "breadcrumb, score, rev, matched and a short snippet per hit (same hits, about a third of the bytes)."
+                "breadcrumb, score, rev, matched, file and a short snippet per hit (same hits, about a third of the bytes)."
             ),
         ] = "text",
     ) -> dict[str, Any]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -27,6 +29,33 @@ def styled(text: str, **style: Any) -> Safe:
     if os.environ.get("NO_COLOR"):
         return Safe(safe_for_terminal(text))
     return Safe(click.style(safe_for_terminal(text), **style))
+
+
+def links_wanted(*, err: bool = False) -> bool:
+    """OSC 8 hyperlinks only for a person at a terminal: never into a pipe or a file, never
+    with NO_COLOR (it asks for plain output), never on TERM=dumb."""
+    stream = sys.stderr if err else sys.stdout
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+def file_url(path: str) -> str:
+    """`file:///…` of an absolute path, percent-encoded: no control character survives in it."""
+    return Path(path).as_uri()
+
+
+def hyperlink(text: str | Safe, path: str | None, *, err: bool = False) -> Safe:
+    """`text` (escaped unless already `Safe`) as an OSC 8 link to the file at `path`, when
+    links_wanted; else the text alone, so a pipe gets exactly the unlinked output."""
+    shown = text if isinstance(text, Safe) else safe_for_terminal(text)
+    if path is None or not links_wanted(err=err):
+        return Safe(shown)
+    url = file_url(path)
+    return Safe(f"\x1b]8;;{url}\x1b\\{shown}\x1b]8;;\x1b\\")
 
 
 def echo(*parts: str, err: bool = False, nl: bool = True, multiline: bool = False) -> None:

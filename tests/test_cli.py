@@ -67,6 +67,7 @@ def test_query_json_contract(run) -> None:  # type: ignore[no-untyped-def]
     assert set(hit) == {
         *("ref", "source", "path", "line", "end_line", "match_line", "breadcrumb", "score", "snippet", "text", "rev"),
         "matched",
+        "file",  # the note on disk, for an editor
     }
     assert hit["matched"] in {"keyword", "meaning", "both"}
     assert hit["source"] == "notes" and hit["path"] == "devops/zalohovani.md"

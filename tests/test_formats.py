@@ -87,13 +87,15 @@ def test_query_jsonl_is_one_hit_per_line(run: Run) -> None:
 
 def test_files_are_unique_and_in_rank_order(run: Run) -> None:
     hits = json.loads(stdout_of(run("query", "wireguard", "-k", "20", "--json")))["results"]
-    names = [f"{h['source']}:{h['path']}" for h in hits]
+    names = [h["file"] for h in hits]  # workspace hits: the absolute path on disk
+    assert all(name.startswith("/") for name in names)
     assert len(set(names)) < len(names)  # devops/long.md has several chunks: the test means something
     listed = stdout_of(run("query", "wireguard", "-k", "20", "--format", "files")).splitlines()
     assert listed == list(dict.fromkeys(names))
-    # for piping: each line is a ref `show` reads
+    # for piping: each line is a path `show` reads
     shown = json.loads(stdout_of(run("show", *listed, "--json")))
-    assert [f"{v['source']}:{v['path']}" for v in shown["results"]] == listed
+    refs = list(dict.fromkeys(f"{h['source']}:{h['path']}" for h in hits))
+    assert [f"{v['source']}:{v['path']}" for v in shown["results"]] == refs
 
 
 def test_query_md_names_every_hit_with_its_ref(run: Run) -> None:
@@ -130,9 +132,9 @@ def test_grep_formats_round_trip(run: Run) -> None:
     lines = stdout_of(run("grep", "wireguard", "-i", "--format", "jsonl")).splitlines()
     assert [json.loads(line) for line in lines] == hits
     files = stdout_of(run("grep", "wireguard", "-i", "--format", "files")).splitlines()
-    assert files == list(dict.fromkeys(f"{h['source']}:{h['path']}" for h in hits))
+    assert files == list(dict.fromkeys(h["file"] for h in hits))
     md = stdout_of(run("grep", "wireguard", "-i", "--format", "md"))
-    assert sum(line.startswith("| `notes:") for line in md.splitlines()) == len(hits)
+    assert sum(line.startswith("| [`notes:") for line in md.splitlines()) == len(hits)  # linked to the file
 
 
 def test_status_formats_round_trip(run: Run) -> None:
@@ -177,7 +179,7 @@ def test_no_format_prints_a_control_character(run: Run, notes: Path) -> None:
             assert not CONTROL.search(out.replace("\r\n", "\n")), (command, fmt, CONTROL.search(out))
         # a file name or heading never starts a line of its own
         files = stdout_of(run(*command, "--format", "files")).splitlines()
-        assert all(re.fullmatch(r"notes:\S.*\.md", name) for name in files)
+        assert all(re.fullmatch(r"(notes:|/)\S.*\.md", name) for name in files)
     exact = json.loads(stdout_of(run("show", "notes:evil/*.md", "--format", "jsonl")).splitlines()[0])
     assert hostile in exact["text"]  # JSON keeps the exact text
 

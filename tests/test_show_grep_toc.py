@@ -563,7 +563,7 @@ def test_grep_git_ignores_the_repository_a_hook_points_at(
     assert where(grep(cfg, store, "db-01", source_ids=["wiki"])) == ["wiki:guide.md:4", "wiki:ops/runbook.md:3"]
 
 
-def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: Store) -> None:
+def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: Store, world: Path) -> None:
     human = run("grep", "db-01", "--path", "wiki:ops")
     assert human.exit_code == 0, human.output
     assert human.stdout == "wiki:ops/runbook.md:3: Restart db-01 with care.\n"
@@ -580,6 +580,7 @@ def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: S
                 "line": 3,
                 "text": "port 6432 via pgbouncer",
                 "rev": None,
+                "file": str(load_config(world).sources["other"].root / "devops" / "postgres.md"),  # type: ignore[union-attr]
                 "ref": "other:devops/postgres.md:3",
             }
         ],

@@ -30,6 +30,7 @@ LAZY_COMMANDS = {
     "show": "search.cli.files:show",
     "grep": "search.cli.files:grep",
     "toc": "search.cli.files:toc",
+    "open": "search.cli.opening:open_command",
     "watch": "search.cli.watch:watch",
     "mcp": "search.cli.serve:mcp",
     "serve": "search.cli.daemon:serve",

@@ -12,7 +12,7 @@ from search.cli.context import CliContext, pass_context
 from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option
 from search.cli.options import TakesText, text_option
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
-from search.terminal import echo, echo_json, styled
+from search.terminal import echo, echo_json, hyperlink, styled
 
 if TYPE_CHECKING:
     from search.grep import GrepHit, Unsearched
@@ -119,7 +119,8 @@ def _warn_unsearched(unsearched: list[Unsearched]) -> None:
 
 
 def _print_hit(hit: GrepHit) -> None:
-    echo(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), f" {hit.text}")
+    """`source:path:line: text`, the ref a link to the file on a terminal."""
+    echo(hyperlink(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), hit.file), f" {hit.text}")
 
 
 @click.command(cls=TakesText, text_param="pattern", several=True)

@@ -22,7 +22,7 @@ import click
 
 from indexer.safe_text import safe_for_terminal
 from search.service.status import UNFINISHED_COPY_ADVICE
-from search.terminal import echo, echo_json, echo_json_line
+from search.terminal import echo, echo_json, echo_json_line, file_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,8 +46,9 @@ QUERY_COLUMNS = (
     "rev",
     "snippet",
     "text",
+    "file",
 )
-GREP_COLUMNS = ("ref", "source", "path", "line", "rev", "text")
+GREP_COLUMNS = ("ref", "source", "path", "line", "rev", "text", "file")
 SHOW_COLUMNS = ("ref", "source", "path", "rev", "start_line", "end_line", "truncated", "text")
 STATUS_COLUMNS = (
     "source",
@@ -149,9 +150,17 @@ def ref_of(record: Mapping[str, Any]) -> str:
     return str(record.get("ref") or f"{record['source']}:{record['path']}")
 
 
+def md_ref(record: Mapping[str, Any], *, in_table: bool = False) -> str:
+    """The ref as inline code, linked to the file on disk when the record has one."""
+    code = md_code(ref_of(record), in_table=in_table)
+    return f"[{code}]({file_url(record['file'])})" if record.get("file") else code
+
+
 def render_files(records: Iterable[Mapping[str, Any]]) -> str:
-    """Unique `source:path` lines in the records' order (rank order for query hits)."""
-    seen = dict.fromkeys(f"{record['source']}:{record['path']}" for record in records)
+    """Unique files in the records' order (rank order for query hits): the absolute path of a
+    hit's `file` (what an editor or `xargs` takes; `show` and `open` take it too), else
+    `source:path` (a git source without checkout)."""
+    seen = dict.fromkeys(record.get("file") or f"{record['source']}:{record['path']}" for record in records)
     return "".join(one_line(name) + "\n" for name in seen)
 
 
@@ -183,7 +192,7 @@ def query_md(data: Mapping[str, Any], full: bool = False) -> str:
     if data.get("notice"):
         lines += [f"> notice: {md_text(data['notice'])}", ""]
     for rank, hit in enumerate(hits, 1):
-        facts = [md_code(ref_of(hit)), f"score {hit['score']:.4f}"]
+        facts = [md_ref(hit), f"score {hit['score']:.4f}"]
         if hit.get("match_line") is not None:
             facts.append(f"match line {hit['match_line']}")
         if hit.get("matched"):
@@ -203,9 +212,7 @@ def grep_md(data: Mapping[str, Any]) -> str:
     hits: list[Mapping[str, Any]] = data["results"]
     lines = [f"# grep {md_code(data['pattern'])} ({len(hits)} lines)", ""]
     if hits:
-        lines += _table(
-            ("ref", "line"), ((md_code(ref_of(h), in_table=True), md_code(h["text"], in_table=True)) for h in hits)
-        )
+        lines += _table(("ref", "line"), ((md_ref(h, in_table=True), md_code(h["text"], in_table=True)) for h in hits))
         lines.append("")
     return "\n".join(lines)
 

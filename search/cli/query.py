@@ -12,7 +12,7 @@ from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option
 from search.cli.options import NumberRange, TakesText, filter_options, scope_options, text_option
 from search.engine import MODES
 from search.snippets import marked, snippet_terms
-from search.terminal import echo, echo_json, styled
+from search.terminal import Safe, echo, echo_json, hyperlink, styled
 
 if TYPE_CHECKING:
     from search.engine import Hit, SearchResponse
@@ -73,6 +73,7 @@ def query(
     outcome = service.search(text, target=target, k=k, mode=mode, per_file=per_file, min_similarity=min_similarity)
     response = outcome.response
     response.notice = outcome.notice
+    service.remember_hits(text, response.results)  # `open RANK` opens hit RANK of this query
     if fmt == "json":
         echo_json(response.to_json(explain=explain, full=full))
         if response.notice and response.degraded:
@@ -92,8 +93,9 @@ def query(
 
 def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> None:
     """Hits grouped by file as ripgrep does (the file's best hit decides where it comes, a blank
-    line between files); per hit `source:path:match_line` (what `show` takes, and what editors
-    open at that line), breadcrumb, score and how it matched, over the snippet."""
+    line between files); per hit `source:path:match_line` (what `show` and `open` take; on a
+    terminal a link to the file), breadcrumb, score, how it matched and `#rank` (what `open
+    RANK` takes), over the snippet."""
     if response.notice:
         echo(f"notice: {response.notice}", err=True)
     if explain and response.query_language is not None:
@@ -106,17 +108,17 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
         echo("no results", err=True)
         return
     terms = snippet_terms(response.query)
-    by_file: dict[tuple[str, str], list[Hit]] = {}
-    for hit in response.results:
-        by_file.setdefault((hit.source, hit.path), []).append(hit)
+    by_file: dict[tuple[str, str], list[tuple[int, Hit]]] = {}
+    for rank, hit in enumerate(response.results, 1):
+        by_file.setdefault((hit.source, hit.path), []).append((rank, hit))
     for (source, path), hits in by_file.items():
-        for hit in hits:
+        for rank, hit in hits:
+            ref = Safe(styled(f"{source}:{path}:", fg="magenta", bold=True) + styled(str(hit.match_line), fg="green"))
             echo(
-                styled(f"{source}:{path}:", fg="magenta", bold=True),
-                styled(str(hit.match_line), fg="green"),
+                hyperlink(ref, hit.file),
                 "  ",
                 styled(hit.breadcrumb, bold=True),
-                f"  {hit.score:.4f}  {hit.matched}",
+                f"  {hit.score:.4f}  {hit.matched}  #{rank}",
             )
             if explain:
                 e = hit.explain
@@ -126,6 +128,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                     f"  similarity {'-' if e.get('similarity') is None else e['similarity']}  rrf {e['rrf']}"
                     f"  language {e.get('language') or '-'}{blind}"
                 )
+                echo(f"    file {hit.file or f'(in the mirror at {hit.rev})'}")
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
                 if line:
                     echo(

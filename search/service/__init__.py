@@ -21,10 +21,12 @@ from indexer.store import IndexReader, index_exists, is_postgres, open_store
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
+    from search.engine import Hit
     from search.evaluate import EvalReport
     from search.resident import ResidentVectors
     from search.route import Router, RouteResponse
     from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
+    from search.service.locating import Opened
     from search.service.lookup import CollectionsView, GrepOutcome, TocFile
     from search.service.overview import Overview
     from search.service.reading import FileView, LineWindow, ManyViews
@@ -280,6 +282,25 @@ class NotesService:
         from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES, read_many
 
         return read_many(self, refs, max_lines=max_lines or MANY_MAX_LINES, max_bytes=max_bytes or MANY_MAX_BYTES)
+
+    # ---- from a hit to the editor -------------------------------------------------------------
+
+    def locate(self, ref: str) -> Opened:
+        """The file an editor opens for `ref` (a git source without checkout: a read-only copy)."""
+        from search.service.locating import locate
+
+        return locate(self, ref)
+
+    def remember_hits(self, query: str, hits: Sequence[Hit]) -> None:
+        """Keep a `query`'s hits for `open RANK` (the CLI's, not an agent's searches)."""
+        from search.service.locating import remember_hits
+
+        remember_hits(self.config, query, hits)
+
+    def remembered_ref(self, rank: int) -> str:
+        from search.service.locating import remembered_ref
+
+        return remembered_ref(self.config, rank)
 
     def overview(self) -> Overview:
         """The sources and collections, named and described (the MCP server's instructions)."""

@@ -4,7 +4,7 @@ the collections, routing a question to collections, and scoring a question file.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,7 +105,10 @@ def grep(
             if len(found) > max_count:
                 break
     found.check_searched()
-    return GrepOutcome(patterns[0], target, found[:max_count], len(found) > max_count, list(found.unsearched), patterns)
+    from search.service.locating import file_on_disk
+
+    hits = [replace(hit, file=file_on_disk(service.config, hit.source, hit.path)) for hit in found[:max_count]]
+    return GrepOutcome(patterns[0], target, hits, len(found) > max_count, list(found.unsearched), patterns)
 
 
 def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:

@@ -87,9 +87,10 @@ class LineWindow:
 def show(service: NotesService, ref: str) -> list[FileView]:
     """A bare PATH is read from every source that has it."""
     from search.refs import missing_file, parse_ref, sources_having
+    from search.service.locating import ref_of_file
 
     config = service.config
-    parsed = parse_ref(ref, config.sources)
+    parsed = parse_ref(ref_of_file(config, ref), config.sources)
     with service.reading_if_indexed() as store:
         source_ids = [parsed.source_id] if parsed.source_id else sources_having(config, store, parsed.path)
         if not source_ids:
@@ -115,10 +116,11 @@ def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -
 
 def get(service: NotesService, path: str, from_line: int | None, max_lines: int) -> LineWindow:
     from search.refs import confine, indexed_rev, missing_file, parse_ref, read_text, sources_having
+    from search.service.locating import ref_of_file
 
     config = service.config
     with service.reading_if_indexed() as store:
-        ref = parse_ref(path.strip(), config.sources)
+        ref = parse_ref(ref_of_file(config, path.strip()), config.sources)
         if ref.source_id is not None:
             source_id = ref.source_id
         else:
@@ -209,6 +211,7 @@ def read_many(
     file alone larger than the cap is cut to it). A ref that cannot be read is listed in
     `failed` with its reason and the others are still read."""
     from search.refs import parse_ref
+    from search.service.locating import ref_of_file
 
     config = service.config
     failed: list[tuple[int, Unread]] = []  # with the position of the ref that named it
@@ -217,7 +220,7 @@ def read_many(
     with service.reading_if_indexed() as store:
         for position, text in enumerate(refs):
             try:
-                parsed = parse_ref(text.strip(), config.sources)
+                parsed = parse_ref(ref_of_file(config, text.strip()), config.sources)
                 for source_id, ref in _expand(config, store, parsed, text):
                     key = (source_id, ref.path, ref.line, ref.count)
                     wanted.setdefault(key, (position, ref, is_glob(parsed.path)))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from search.engine import SearchResponse
 from search.engine import search as engine_search
 from search.service.indexing import catch_up
+from search.service.locating import with_files
 from search.service.scope import check_scope_exists, unmatched_tags, with_filters
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def search(
             per_file=per_file,
             min_similarity=min_similarity,
         )
+        with_files(service.config, response.results)
         if not response.results and target.scope.has_filters:
             unknown = unmatched_tags(store, target.scope)
             lag.extend(f"no indexed file has the tag {tag!r}" for tag in unknown)

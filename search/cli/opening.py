@@ -1,0 +1,64 @@
+"""`open`: a hit in the user's editor, at its line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from search.cli.context import CliContext, pass_context
+from search.terminal import echo
+
+FALLBACK_EDITOR = "vi"
+
+
+@click.command(name="open")
+@click.argument("target", metavar="REF|RANK")
+@pass_context
+def open_command(context: CliContext, target: str) -> None:
+    """Open a note in $VISUAL or $EDITOR (else vi) at its line (`+N`, as vi, nano and emacs take it).
+
+    REF is [SOURCE:]PATH[:LINE] (a hit's ref, or an absolute path inside a source); RANK is a
+    hit of this config's last `query` (1 is the best). Workspace notes open in place; a git
+    source's note opens in its `checkout:` when the config names one, else as a read-only copy
+    of the indexed version in a temporary folder (said on stderr). Exits with the editor's code.
+    """
+    service = context.service()
+    ref = target
+    if target.lstrip("-").isdigit():  # a file named "3" is written with its source: notes:3
+        rank = int(target)
+        if rank < 1:
+            raise click.BadParameter(f"ranks start at 1, got {rank}", param_hint="RANK")
+        ref = service.remembered_ref(rank)
+    opened = service.locate(ref)
+    if opened.copy:
+        echo(
+            f"notice: {opened.source_id}:{opened.path}: opening a read-only copy at the indexed rev "
+            f"{(opened.rev or '')[:12]} (no checkout: for source {opened.source_id} in the config): {opened.file}",
+            err=True,
+        )
+    import subprocess  # here, not at the top: `--help` imports every command module
+
+    command = [*editor_command(), *([f"+{opened.line}"] if opened.line else []), str(opened.file)]
+    try:
+        done = subprocess.run(command, check=False)
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the editor {command[0]!r}: {exc.strerror or exc}") from None
+    sys.exit(done.returncode)
+
+
+def editor_command() -> list[str]:
+    """$VISUAL, then $EDITOR (either may carry arguments: `code -w`), else vi."""
+    import shlex
+
+    for name in ("VISUAL", "EDITOR"):
+        setting = os.environ.get(name, "").strip()
+        if setting:
+            try:
+                words = shlex.split(setting)
+            except ValueError as exc:
+                raise click.ClickException(f"${name} cannot be split into words: {exc}") from None
+            if words:
+                return words
+    return [FALLBACK_EDITOR]
