@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from search import cli as cli_module
-from search.cli.formats import FORMATS
+from search.cli.formats import HIT_FORMATS
 from tests.fakes import FakeEmbedder
 
 Run = Callable[..., Result]
@@ -35,7 +35,7 @@ def run(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
     return invoke
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", HIT_FORMATS)
 def test_query_exits_0_with_hits_and_1_without_in_every_format(run: Run, fmt: str) -> None:
     found = run("query", "restic", "--format", fmt)
     assert found.exit_code == 0 and found.stdout, found.output
@@ -48,7 +48,7 @@ def test_query_exits_0_with_hits_and_1_without_in_every_format(run: Run, fmt: st
         assert nothing.stdout.startswith("rank,ref,")  # the header still comes
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", HIT_FORMATS)
 def test_grep_exits_0_with_matches_and_1_without_in_every_format(run: Run, fmt: str) -> None:
     found = run("grep", "restic", "--format", fmt)
     assert found.exit_code == 0 and found.stdout, found.output

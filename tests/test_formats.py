@@ -173,7 +173,7 @@ def test_no_format_prints_a_control_character(run: Run, notes: Path) -> None:
     write(notes, {f"evil/na\x1bme\u202e{i}.md": f"# Head \x1b[31m {i}\n\n{hostile}\n" for i in range(2)})
     assert run("sync").exit_code == 0
     for command in (["query", "zzhostile"], ["grep", "zzhostile"], ["show", "notes:evil/*.md"]):
-        for fmt in ("json", "jsonl", "md", "csv", "files"):
+        for fmt in ("json", "jsonl", "md", "csv", "files", *(["lines"] if command[0] != "show" else [])):
             out = stdout_of(run(*command, "--format", fmt))
             assert "evil/" in out, (command, fmt)
             assert not CONTROL.search(out.replace("\r\n", "\n")), (command, fmt, CONTROL.search(out))
@@ -336,3 +336,22 @@ def test_the_server_memory_line_says_what_to_do_only_when_the_pool_is_too_small(
     )
     assert small.startswith("server memory: searches read 9.3 GB of tables and indexes, shared_buffers holds 128 MB:")
     assert small.endswith("give shared_buffers 9.3 GB or more")
+
+
+def test_lines_are_one_per_hit_with_the_ref_first(run: Run) -> None:
+    hits = json.loads(stdout_of(run("query", "wireguard", "-k", "6", "--json")))["results"]
+    rows = [
+        line.split("\t") for line in stdout_of(run("query", "wireguard", "-k", "6", "--format", "lines")).splitlines()
+    ]
+    assert [row[0] for row in rows] == [f"{h['source']}:{h['path']}:{h['match_line']}" for h in hits]
+    assert [row[1] for row in rows] == [h["breadcrumb"] for h in hits] and all(len(row) == 3 for row in rows)
+    grep = json.loads(stdout_of(run("grep", "wireguard", "-i", "--json")))["results"]
+    lines = stdout_of(run("grep", "wireguard", "-i", "--format", "lines")).splitlines()
+    assert lines == [f"{h['ref']}\t{h['text']}" for h in grep]
+    assert run("show", "notes:devops/wireguard.md", "--format", "lines").exit_code == 2  # hits only
+
+
+def test_a_lines_field_holds_no_tab_and_no_control() -> None:
+    hit = {"source": "n", "path": "a\tb.md", "match_line": 3, "breadcrumb": "x\ty\x1b[2J", "snippet": "one\ntwo\tthree"}
+    (line,) = formats.query_lines({"results": [hit]}).splitlines()
+    assert line.split("\t") == ["n:a b.md:3", "x y\\x1b[2J", "one two three"]

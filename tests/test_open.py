@@ -322,3 +322,61 @@ def test_visual_wins_and_the_editors_exit_code_is_kept(
     monkeypatch.setenv("VISUAL", str(world["root"] / "no-such-editor"))
     missing = run("open", "notes:devops/vpn.md")
     assert missing.exit_code == 1 and "cannot start the editor" in missing.stderr
+
+
+# ---- the fzf recipe in README ---------------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def fzf_recipe() -> dict[str, str]:
+    """The recipe's three commands as README writes them: reload, preview, enter."""
+    block = re.search(r"```sh\n(fzf --disabled.*?)```", README.read_text(encoding="utf-8"), re.S)
+    assert block, "README lost its fzf recipe"
+    text = block[1]
+    return {
+        "reload": re.search(r"change:reload:(.*?)'", text)[1],  # type: ignore[index]
+        "preview": re.search(r"--preview '(.*?)'", text)[1],  # type: ignore[index]
+        "enter": re.search(r"enter:become\((.*?)\)'", text)[1],  # type: ignore[index]
+    }
+
+
+def test_the_fzf_recipes_commands_give_what_fzf_parses(world: dict[str, Any], editor: Any, tmp_path: Path) -> None:
+    """fzf itself is not run: its placeholders are filled as fzf fills them (quoted), and each
+    command runs in a shell as fzf runs it, against the real CLI."""
+    import shlex
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "notes-search"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{CLI_MAIN}" "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "NOTES_SEARCH_CONFIG": str(world["config"]),
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "NOTES_SEARCH_NO_DAEMON": "1",
+    }
+    recipe = fzf_recipe()
+
+    def shell(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, check=False)
+
+    typed = "quokkaport"
+    listed = shell(recipe["reload"].replace("{q}", shlex.quote(typed)))
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert len(rows) == 3 and all(len(row) == 3 for row in rows)  # ref, breadcrumb, snippet
+    assert all(re.fullmatch(r"(notes|team|wiki):\S+\.md:[0-9]+", row[0]) for row in rows)
+    assert all(typed in row[2] for row in rows)
+    for ref, _, _ in rows:
+        preview = shell(recipe["preview"].replace("{1}", shlex.quote(ref)))
+        assert preview.returncode == 0 and typed in preview.stdout.splitlines()[0], preview.stderr
+        opened = shell(recipe["enter"].replace("{1}", shlex.quote(ref)))
+        assert opened.returncode == 0, opened.stderr
+        assert editor()["argv"][1] == f"+{ref.rsplit(':', 1)[1]}"
+    # a query that looks like a flag, an empty one, and one that finds nothing keep the list usable
+    for odd in ("--mode", "", "xyzzynotfound"):
+        shown = shell(recipe["reload"].replace("{q}", shlex.quote(odd)))
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, (odd, shown.stderr)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option
+from search.cli.formats import HIT_FORMATS, NOTHING_FOUND, chosen_format, emit, format_option
 from search.cli.options import TakesText, text_option
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, hyperlink, styled
@@ -140,7 +140,7 @@ def _print_hit(hit: GrepHit) -> None:
     help="Stop after this many matching lines in total.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: pattern, results, truncated, unsearched.")
-@format_option()
+@format_option(HIT_FORMATS)
 @pass_context
 def grep(
     context: CliContext,

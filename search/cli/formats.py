@@ -29,6 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 NOTHING_FOUND = 1  # `query` and `grep` with no hit, as grep and ripgrep; 2 stays the usage error
 
 FORMATS = ("text", "json", "jsonl", "md", "csv", "files")
+HIT_FORMATS = (*FORMATS, "lines")  # query and grep: one line per hit too, for fzf and line tools
 STATUS_FORMATS = ("text", "json", "jsonl", "md", "csv")  # status lists sources, not files
 
 # csv columns, stable: a field a hit does not carry is an empty cell (README lists them)
@@ -74,7 +75,8 @@ def format_option(formats: tuple[str, ...] = FORMATS) -> Callable[[F], F]:
         type=click.Choice(formats, case_sensitive=False),
         default=None,
         help="Output format (default text)"
-        + ("; files: unique source:path lines, for piping." if "files" in formats else "."),
+        + ("; files: unique files, for piping" if "files" in formats else "")
+        + ("; lines: one line per hit, REF<TAB>..., for fzf." if "lines" in formats else "."),
     )
 
 
@@ -205,7 +207,31 @@ def query_md(data: Mapping[str, Any], full: bool = False) -> str:
     return "\n".join(lines)
 
 
+def query_lines(data: Mapping[str, Any]) -> str:
+    """Per hit `source:path:match_line` (what `show` and `open` take), a tab, the breadcrumb, a
+    tab, the snippet on one line (at most LINE_SNIPPET_CHARS)."""
+    lines = []
+    for hit in data["results"]:
+        ref = f"{hit['source']}:{hit['path']}:{hit['match_line']}"
+        snippet = " ".join(str(hit.get("snippet") or "").split())[:LINE_SNIPPET_CHARS]
+        lines.append(f"{_field(ref)}\t{_field(hit['breadcrumb'])}\t{_field(snippet)}\n")
+    return "".join(lines)
+
+
+LINE_SNIPPET_CHARS = 200  # a terminal line's worth: fzf shows one line per hit
+
+
+def _field(value: object) -> str:
+    """One tab-separated field: a tab inside becomes a space, every other control a visible escape."""
+    return one_line(_plain(value).replace("\t", " "))
+
+
 # ---- grep -----------------------------------------------------------------------------------
+
+
+def grep_lines(data: Mapping[str, Any]) -> str:
+    """Per matching line its ref `source:path:line`, a tab, and the line."""
+    return "".join(f"{_field(hit['ref'])}\t{_field(hit['text'])}\n" for hit in data["results"])
 
 
 def grep_md(data: Mapping[str, Any]) -> str:
@@ -340,6 +366,8 @@ RENDERERS: dict[str, tuple[Records, Renderer, Renderer]] = {
     "status": (lambda data: data["sources"], status_csv, status_md),
 }
 
+LINE_RENDERERS: dict[str, Renderer] = {"query": query_lines, "grep": grep_lines}
+
 
 def emit(command: str, fmt: str, data: Mapping[str, Any]) -> None:
     """Print `data` (the command's --json document) as `fmt`; not for `text`, the command's own."""
@@ -355,5 +383,7 @@ def emit(command: str, fmt: str, data: Mapping[str, Any]) -> None:
         echo(as_csv(data), nl=False, multiline=True)
     elif fmt == "md":
         echo(as_md(data), nl=False, multiline=True)
+    elif fmt == "lines" and command in LINE_RENDERERS:
+        echo(LINE_RENDERERS[command](data), nl=False, multiline=True)
     else:
         raise ValueError(f"no renderer for format {fmt!r}")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from search.cli.context import CliContext, pass_context
-from search.cli.formats import NOTHING_FOUND, chosen_format, emit, format_option, query_md
+from search.cli.formats import HIT_FORMATS, NOTHING_FOUND, chosen_format, emit, format_option, query_md
 from search.cli.options import NumberRange, TakesText, filter_options, scope_options, text_option
 from search.engine import MODES
 from search.snippets import marked, snippet_terms
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 @click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
 @click.option("--full", is_flag=True, help="Print each hit's whole chunk instead of its snippet (in JSON: as text).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
-@format_option()
+@format_option(HIT_FORMATS)
 @pass_context
 def query(
     ctx: CliContext,
