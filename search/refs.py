@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 from indexer.collections import is_utf8_name, nfc
@@ -119,6 +119,18 @@ def _disk_path(root: str, rel: str) -> str:
     return current
 
 
+def deleted_from_disk(config: Config, files: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of the (source id, index path) files of workspace sources no longer exist on disk:
+    deleted since the last sync, still in the index. One stat per file (a search asks for its
+    hits' files only); git sources' files live in the mirror at the indexed rev, never gone."""
+    gone = set()
+    for source_id, rel in set(files):
+        source = config.sources.get(source_id)
+        if isinstance(source, WorkspaceSource) and not os.path.exists(_disk_path(os.fspath(source.root), rel)):
+            gone.add((source_id, rel))
+    return gone
+
+
 def _real_inside(source: WorkspaceSource, rel: str) -> str:
     """The real on-disk path of `rel`; PathOutsideSources if a symlink leads out of the root."""
     real_root = os.path.realpath(source.root)
@@ -199,6 +211,8 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
     try:
         mode = os.stat(real).st_mode
     except (FileNotFoundError, NotADirectoryError):
+        if store is not None and source_id in store.sources_with_file(nfc(rel)):
+            raise SourceError(f"{where}: {DELETED_SINCE_SYNC}") from None
         raise SourceError(f"{where}: no such file") from None
     except OSError as exc:  # a folder on the way we may not search: say so, not "no such file"
         raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from None
@@ -284,7 +298,11 @@ def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str
 
 
 def missing_file(config: Config, store: IndexReader | None, path: str) -> SourceError:
-    """The error for a bare PATH that no source has as a file: say so when it is a folder."""
+    """The error for a bare PATH that no source has as a file: say so when it is a folder, or
+    a file deleted since the last sync."""
+    deleted = _deleted_but_indexed(config, store, path)
+    if deleted:
+        return SourceError(f"{', '.join(deleted)}: {DELETED_SINCE_SYNC}")
     folders = []
     for source_id in config.sources:
         try:
@@ -298,6 +316,26 @@ def missing_file(config: Config, store: IndexReader | None, path: str) -> Source
             f"{path!r} is a folder, not a file ({', '.join(folders)}); search it with --path, or list it with toc"
         )
     return SourceError(f"{path!r}: no such file in any source ({', '.join(config.sources) or 'none configured'})")
+
+
+DELETED_SINCE_SYNC = "no such file: deleted since the last sync (the next `notes-search sync` drops it from the index)"
+
+
+def _deleted_but_indexed(config: Config, store: IndexReader | None, path: str) -> list[str]:
+    """`source:path` of each workspace source whose index still has the file `path` that its
+    disk no longer has."""
+    if store is None:
+        return []
+    indexed = []
+    for source_id in config.sources:
+        try:
+            rel = confine(config, source_id, path)
+        except PathOutsideSources:
+            continue
+        if rel and source_id in store.sources_with_file(nfc(rel)):
+            indexed.append((source_id, nfc(rel)))
+    gone = deleted_from_disk(config, indexed)
+    return [f"{source_id}:{rel}" for source_id, rel in indexed if (source_id, rel) in gone]
 
 
 def sources_having(config: Config, store: IndexReader | None, path: str) -> list[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from search.engine import SearchResponse
 from search.engine import search as engine_search
+from search.refs import deleted_from_disk
 from search.service.indexing import catch_up
 from search.service.locating import with_files
 from search.service.scope import check_scope_exists, unmatched_tags, with_filters
@@ -53,18 +55,29 @@ def search(
             check_scope_exists(service.config, store, target.scope)
         target = with_filters(target, filters)
         lag = catch_up(service, target, embed=mode != "lex") if not target.is_all else []
-        response = engine_search(
-            store,
-            service.config,
-            query,
-            k=k,
-            mode=mode,
-            scope=target.scope,
-            embedder_factory=service.embedder,
-            resident=service.resident_vectors() if resident and service.keeps_vectors_in_memory else None,
-            per_file=per_file,
-            min_similarity=min_similarity,
-        )
+
+        def run(wanted: int) -> SearchResponse:
+            return engine_search(
+                store,
+                service.config,
+                query,
+                k=wanted,
+                mode=mode,
+                scope=target.scope,
+                embedder_factory=service.embedder,
+                resident=service.resident_vectors() if resident and service.keeps_vectors_in_memory else None,
+                per_file=per_file,
+                min_similarity=min_similarity,
+            )
+
+        response, deleted = _without_deleted_files(service, run, k)
+        if deleted:
+            shown = ", ".join(f"{source_id}:{path}" for source_id, path in sorted(deleted)[:DELETED_SHOWN])
+            more = f" and {len(deleted) - DELETED_SHOWN} more" if len(deleted) > DELETED_SHOWN else ""
+            lag.append(
+                f"left out {len(deleted)} file{'s' if len(deleted) > 1 else ''} deleted since the last sync: "
+                f"{shown}{more} (the next `notes-search sync` drops them from the index)"
+            )
         with_files(service.config, response.results)
         if not response.results and target.scope.has_filters:
             unknown = unmatched_tags(store, target.scope)
@@ -72,3 +85,28 @@ def search(
             if not unknown and not store.scope_stats(target.scope):  # the filters, not the words, left nothing
                 lag.append(f"no indexed file passes the filters: {target.label}")
     return SearchOutcome(response, target, tuple(lag))
+
+
+DELETED_SHOWN = 3  # deleted files named in the notice
+DELETED_ROUNDS = 3  # searches at most, each asking for as many more hits as the last one lost
+
+
+def _without_deleted_files(
+    service: NotesService, run: Callable[[int], SearchResponse], k: int
+) -> tuple[SearchResponse, set[tuple[str, str]]]:
+    """The engine's answer without hits in workspace files deleted since the last sync (the
+    index still has them until a sync or the watcher drops them); what was lost is searched
+    for again, so the answer still holds k hits when the index has them."""
+    deleted: set[tuple[str, str]] = set()
+    wanted = k
+    for _ in range(DELETED_ROUNDS):
+        response = run(wanted)
+        found = [(hit.source, hit.path) for hit in response.results]
+        deleted |= deleted_from_disk(service.config, [f for f in found if f not in deleted])
+        kept = [hit for hit, f in zip(response.results, found, strict=True) if f not in deleted]
+        lost = len(response.results) - len(kept)
+        response.results = kept[:k]
+        if not lost or len(found) < wanted or len(kept) >= k:
+            break
+        wanted = k + lost
+    return response, deleted

@@ -1,0 +1,81 @@
+"""A note deleted since the last sync: no search returns it (the CLI in every shape, MCP through
+the service), the answer still holds k hits, and `show` of it says what happened."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from search import cli as cli_module
+from search.mcp_server import NotesTools
+from search.service import NotesService
+from tests.fakes import FakeEmbedder
+
+GONE = ("gone1.md", "gone2.md", "gone3.md")
+STAYS = ("stays1.md", "stays2.md")
+
+
+def run(config_path: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
+
+
+def deleted_after_sync(config_path: Path, notes: Path, monkeypatch: object) -> None:
+    """Three notes that rank first for `quokka` (the word three times), two that rank after
+    them; the three are deleted after the sync, so the index still holds them."""
+    monkeypatch.setattr(cli_module, "make_embedder", FakeEmbedder)  # type: ignore[attr-defined]
+    for name in GONE:
+        (notes / name).write_text(f"# {name}\n\nquokka quokka quokka\n", encoding="utf-8")
+    for name in STAYS:
+        (notes / name).write_text(f"# {name}\n\nA quokka among many other words in {name}.\n", encoding="utf-8")
+    assert run(config_path, "sync").exit_code == 0
+    for name in GONE:
+        (notes / name).unlink()
+
+
+def test_a_search_leaves_out_deleted_files_and_still_fills_k(config_path: Path, notes: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    deleted_after_sync(config_path, notes, monkeypatch)
+    result = run(config_path, "query", "quokka", "--mode", "lex", "-k", "2", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert sorted(hit["path"] for hit in data["results"]) == list(STAYS)  # asked again for what was lost
+    assert data["notice"].startswith("left out 3 files deleted since the last sync: notes:gone1.md, notes:gone2.md")
+    assert "notes-search sync" in data["notice"]
+
+    text = run(config_path, "query", "quokka", "--mode", "lex")
+    assert text.exit_code == 0 and "gone" not in text.stdout and "stays1.md" in text.stdout
+    assert "notice: left out 3 files deleted since the last sync" in text.stderr
+
+    for fmt in ("jsonl", "csv", "files"):
+        shaped = run(config_path, "query", "quokka", "--mode", "lex", "--format", fmt)
+        assert shaped.exit_code == 0 and "gone" not in shaped.stdout, fmt
+    md = run(config_path, "query", "quokka", "--mode", "lex", "--format", "md").stdout
+    headings = [line.split(". ", 1)[1] for line in md.splitlines() if line.startswith("## ")]
+    assert sorted(headings) == list(STAYS)
+
+
+def test_mcp_search_leaves_them_out_and_get_says_why(config_path: Path, notes: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    deleted_after_sync(config_path, notes, monkeypatch)
+    tools = NotesTools(NotesService.from_config_file(str(config_path), embedder_factory=FakeEmbedder))
+    answer = tools.search("quokka", None, 8, "hybrid")
+    assert not any(hit["path"].startswith("gone") for hit in answer["results"])
+    assert "deleted since the last sync" in answer["notice"]
+
+
+def test_show_of_a_deleted_file_says_it_was_deleted_since_the_last_sync(
+    config_path: Path, notes: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    deleted_after_sync(config_path, notes, monkeypatch)
+    for ref in ("notes:gone1.md", "gone1.md", "gone1.md:3", "notes:gone1.md:3"):
+        result = run(config_path, "show", ref)
+        assert result.exit_code == 1, (ref, result.output)
+        assert result.stderr.strip() == (
+            "Error: notes:gone1.md: no such file: deleted since the last sync "
+            "(the next `notes-search sync` drops it from the index)"
+        ), ref
+    never = run(config_path, "show", "never.md")  # never indexed: the plain error
+    assert never.exit_code == 1 and "no such file in any source" in never.stderr
+    assert run(config_path, "sync").exit_code == 0
+    after = run(config_path, "show", "gone1.md")
+    assert after.exit_code == 1 and "no such file in any source" in after.stderr
