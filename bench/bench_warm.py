@@ -9,7 +9,9 @@ question run side by side, alternating query by query over examples/questions.ya
 1. `notes-search query Q --json` as a process with NOTES_SEARCH_NO_DAEMON=1 (in process, cold);
 2. the same command while `notes-search serve` runs for the config (the warm path);
 3. `tools/call search` over streamable HTTP to `notes-search mcp --http`, one session, the
-   official MCP client (the round trip an agent with the MCP server pays).
+   official MCP client (the round trip an agent with the MCP server pays);
+
+and, as the floor under any Python command, `python -c pass` from the same environment.
 
 Medians of wall time per call, the client's CPU and (for the servers) the server's CPU per call.
 Target: the warm path's median <= 150 ms and <= 3x the MCP round trip. The machine is shared: the
@@ -33,7 +35,7 @@ if __package__ in (None, ""):  # `python bench/bench_warm.py`
     __package__ = "bench"
 
 from bench.bench_mcp import cpu_seconds
-from bench.machine import CLI, REPO, cache_root, child_env, loadavg, run_timed
+from bench.machine import CLI, PYTHON, REPO, cache_root, child_env, loadavg, run_timed
 from bench.report import Stats, arg_parser, emit, eprint, md_table, ms, report, verdict
 
 WARM_TARGET_S = 0.150
@@ -107,8 +109,8 @@ async def side_by_side(config: Path, qs: list[str], mcp_url: str, warm_pid: int,
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    wall: dict[str, list[float]] = {"process": [], "warm": [], "mcp": []}
-    cpu: dict[str, list[float]] = {"process": [], "warm": [], "warm server": [], "mcp server": []}
+    wall: dict[str, list[float]] = {"floor": [], "process": [], "warm": [], "mcp": []}
+    cpu: dict[str, list[float]] = {"floor": [], "process": [], "warm": [], "warm server": [], "mcp server": []}
     same = 0
 
     def one_shot(question: str, **extra: str) -> tuple[float, float]:
@@ -125,6 +127,10 @@ async def side_by_side(config: Path, qs: list[str], mcp_url: str, warm_pid: int,
             await session.call_tool("search", {"query": question, "k": K})
             await anyio.to_thread.run_sync(lambda q=question: one_shot(q))
         for question in qs:
+            seconds, used = await anyio.to_thread.run_sync(lambda: run_timed([PYTHON, "-c", "pass"], env=env()))
+            wall["floor"].append(seconds)
+            cpu["floor"].append(used)
+
             seconds, used = await anyio.to_thread.run_sync(lambda q=question: one_shot(q, NOTES_SEARCH_NO_DAEMON="1"))
             wall["process"].append(seconds)
             cpu["process"].append(used)
@@ -166,6 +172,7 @@ def bench_side_by_side(quick: bool) -> str:
     ratio = warm_median / mcp_median
     rows = []
     for name, label, client_cpu, server_cpu in (
+        ("floor", "floor: `python -c pass` (the interpreter and its site packages, nothing of ours)", "floor", None),
         ("process", "one-shot CLI, in process (NOTES_SEARCH_NO_DAEMON=1)", "process", None),
         ("warm", "one-shot CLI, warm path (`serve` running)", "warm", "warm server"),
         ("mcp", "MCP `search` over HTTP (one session)", None, "mcp server"),
@@ -197,6 +204,11 @@ def bench_side_by_side(quick: bool) -> str:
                 f"warm path ≤ {MCP_RATIO_TARGET:g}× the MCP round trip",
                 f"{ratio:.2f}×",
                 verdict(ratio <= MCP_RATIO_TARGET),
+            ],
+            [
+                "the warm path above the floor (what the client and the server add to a Python process)",
+                f"{(warm_median - statistics.median(wall['floor'])) * 1000:.1f} ms",
+                "(reported)",
             ],
             [
                 "speed-up of the warm path over the process",
