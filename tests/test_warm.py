@@ -12,6 +12,7 @@ import json
 import os
 import pty
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -258,7 +259,12 @@ def test_without_a_server_or_when_disabled_the_call_runs_in_process(harness: Har
     assert harness.run("status").path == "warm"
 
 
-def test_a_server_killed_mid_call_leaves_the_call_to_the_process(harness: Harness, embed_server: OllamaServer) -> None:
+@pytest.mark.parametrize("fate", ["killed", "stopped"])
+def test_a_server_killed_or_stopped_mid_call_leaves_the_call_to_the_process(
+    harness: Harness, embed_server: OllamaServer, fate: str
+) -> None:
+    """Killed: the connection closes. Stopped (SIGSTOP: a wedged server, a suspended laptop
+    process): the heartbeats stop, and after the silence deadline the client gives up on it."""
     expected = harness.run("query", "5432", no_daemon=True)
     server = harness.start()
     before = len(embed_server.embed_requests)
@@ -281,9 +287,12 @@ def test_a_server_killed_mid_call_leaves_the_call_to_the_process(harness: Harnes
         text=True,
     )
     wait_for(lambda: len(embed_server.embed_requests) > before, "the warm server's embed request", timeout=60)
-    server.kill()
+    os.kill(server.pid, signal.SIGKILL if fate == "killed" else signal.SIGSTOP)
     embed_server.delay = 0.0
-    stdout, stderr = client.communicate(timeout=120)
+    try:
+        stdout, stderr = client.communicate(timeout=120)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
     path, _ = json.loads((harness.tmp_path / "mark-killed").read_text())
     assert path == "process"
     assert (client.returncode, stdout, stderr) == (expected.code, expected.stdout, expected.stderr)
