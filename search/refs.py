@@ -203,7 +203,13 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
             raise PathOutsideSources(f"{where}: excluded by the config: {_left_out_by(source, rel)}")
         raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
     if isinstance(source, GitSource):
-        data = _read_blob(source, indexed_rev(store, source), rel)
+        rev = indexed_rev(store, source)
+        try:
+            data = _read_blob(source, rev, rel)
+        except SourceError as exc:
+            if f"{rel} not found at {rev}" in str(exc):
+                raise SourceError(f"{exc}{did_you_mean(config, store, rel, [source_id])}") from None
+            raise
         if len(data) > config.max_file_bytes:
             raise SourceError(f"{where}: too large ({len(data)} bytes > {config.max_file_bytes})")
         return _decode(data, where)
@@ -213,7 +219,7 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
     except (FileNotFoundError, NotADirectoryError):
         if store is not None and source_id in store.sources_with_file(nfc(rel)):
             raise SourceError(f"{where}: {DELETED_SINCE_SYNC}") from None
-        raise SourceError(f"{where}: no such file") from None
+        raise SourceError(f"{where}: no such file{did_you_mean(config, store, rel, [source_id])}") from None
     except OSError as exc:  # a folder on the way we may not search: say so, not "no such file"
         raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):  # also keeps a FIFO from blocking the reader forever
@@ -315,7 +321,49 @@ def missing_file(config: Config, store: IndexReader | None, path: str) -> Source
         return SourceError(
             f"{path!r} is a folder, not a file ({', '.join(folders)}); search it with --path, or list it with toc"
         )
-    return SourceError(f"{path!r}: no such file in any source ({', '.join(config.sources) or 'none configured'})")
+    return SourceError(
+        f"{path!r}: no such file in any source ({', '.join(config.sources) or 'none configured'})"
+        f"{did_you_mean(config, store, path)}"
+    )
+
+
+SUGGESTED = 5  # indexed files named by "did you mean"
+
+
+def did_you_mean(
+    config: Config, store: IndexReader | None, path: str, source_ids: Collection[str] | None = None
+) -> str:
+    """ "; did you mean notes:devops/x.md?" for a PATH no source has, or "" when nothing is like it."""
+    refs = similar_files(config, store, path, source_ids)
+    if not refs:
+        return ""
+    if len(refs) == 1:
+        return f"; did you mean {refs[0]}?"
+    more = f", … ({len(refs)} in all)" if len(refs) > SUGGESTED else ""
+    return f"; did you mean one of: {', '.join(refs[:SUGGESTED])}{more}?"
+
+
+def similar_files(
+    config: Config, store: IndexReader | None, path: str, source_ids: Collection[str] | None = None
+) -> list[str]:
+    """The indexed files (as refs) a bare or misplaced PATH may mean: those with its file name
+    (case aside, `.md` optional) anywhere in the source, else those whose names are close to it.
+    A path that names no file only costs the listing of the index's paths, on this error path."""
+    wanted = nfc(path).rstrip("/").rsplit("/", 1)[-1].casefold()
+    if store is None or not wanted:
+        return []
+    by_name: dict[str, list[str]] = {}
+    for source_id in source_ids if source_ids is not None else config.sources:
+        for rel in sorted(store.known_files(source_id)):
+            name = rel.rsplit("/", 1)[-1].casefold()
+            by_name.setdefault(name, []).append(f"{source_id}:{rel}")
+    same = [ref for name, refs in by_name.items() if wanted in (name, os.path.splitext(name)[0]) for ref in refs]
+    if same:
+        return same
+    import difflib  # only on this error path
+
+    close = difflib.get_close_matches(wanted, list(by_name), n=SUGGESTED, cutoff=0.8)
+    return [ref for name in close for ref in by_name[name]]
 
 
 DELETED_SINCE_SYNC = "no such file: deleted since the last sync (the next `notes-search sync` drops it from the index)"

@@ -399,6 +399,43 @@ def test_show_unknown_file_and_excluded_file(run: Callable[..., Result]) -> None
     assert excluded.exit_code == 1 and "excluded by the config" in excluded.output and "hunter2" not in excluded.output
 
 
+def error_of(result: Result) -> str:
+    assert result.exit_code == 1, result.output
+    return result.stderr.strip()
+
+
+def test_show_suggests_indexed_files_for_a_bare_or_misplaced_name(run: Callable[..., Result]) -> None:
+    """A file name without its folder (or with a typo) names the indexed files it may mean,
+    from workspace sources and git mirrors alike; the excluded ones are never suggested."""
+    assert error_of(run("show", "runbook.md")) == (
+        "Error: 'runbook.md': no such file in any source (wiki, notes, other); did you mean wiki:ops/runbook.md?"
+    )
+    assert error_of(run("show", "Zalohovani")).endswith("did you mean notes:devops/zalohovani.md?")  # case, no .md
+    several = error_of(run("show", "postgres.md:3"))
+    assert several.endswith(
+        "did you mean one of: wiki:devops/postgres.md, notes:devops/postgres.md, other:devops/postgres.md?"
+    )
+    assert error_of(run("show", "notes:postgress.md")) == (
+        "Error: notes:postgress.md: no such file; did you mean notes:devops/postgres.md?"  # only that source
+    )
+    assert error_of(run("show", "wiki:runbook.md")).endswith("did you mean wiki:ops/runbook.md?")
+    assert error_of(run("show", "keys.md")) == "Error: 'keys.md': no such file in any source (wiki, notes, other)"
+    assert "did you mean" not in error_of(run("show", "nothing-like-it.md"))
+
+
+def test_show_lists_a_few_of_many_similar_files(tmp_path: Path, db_url: str | None) -> None:
+    write(tmp_path / "notes", {f"team{i}/readme.md": f"# Team {i}\n\nhello\n" for i in range(8)})
+    config_path = write_config(
+        tmp_path, f"  workspace:\n    notes:\n      root: {tmp_path / 'notes'}\n      paths: ['**']\n", db_url
+    )
+    sync(load_config(config_path))
+    message = error_of(make_run(config_path)("show", "readme.md"))
+    assert message.endswith(
+        "did you mean one of: notes:team0/readme.md, notes:team1/readme.md, notes:team2/readme.md, "
+        "notes:team3/readme.md, notes:team4/readme.md, … (8 in all)?"
+    )
+
+
 # ---- grep --------------------------------------------------------------------------------------
 
 
