@@ -122,6 +122,7 @@ class Syncer:
         # nobody watching (cron, hooks, the MCP server, --quiet): a long stage is told in the log
         self.progress = progress or ProgressLog(log)
         self.lock: IndexLock = lock or HeldIndexLock()
+        self.walked: dict[str, int] = {}  # workspace source -> files after a whole walk
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -242,6 +243,7 @@ class Syncer:
         )
         if not path:
             self._refresh_collections(source, report.unreadable)
+            self.walked[source.id] = len(known_files) + report.added - report.deleted
         if (report.changed or full or never_synced) and not (path and never_synced):
             self.store.mark_synced(source.id)
         return report
@@ -264,6 +266,19 @@ class Syncer:
                 )
             else:
                 yield change
+
+    def _record_walked_files(self) -> None:
+        """How many files each wholly walked workspace source has: an unscoped search catches up
+        only the sources whose walk this says fits its time budget. Written only when it changed,
+        so a no-op sync (a cron tick, a search's catch-up) writes nothing."""
+        meta = self.store.meta() if self.walked else {}
+        changed = {
+            WALKED_FILES_KEY + sid: str(files)
+            for sid, files in self.walked.items()
+            if meta.get(WALKED_FILES_KEY + sid) != str(files)
+        }
+        if changed:
+            self.store.set_meta(changed)
 
     def _refresh_collections(self, source: WorkspaceSource, unreadable: list[str]) -> None:
         """Keep collections (and each file's collection) in step with `_meta.yaml` files, which
@@ -639,6 +654,7 @@ class Syncer:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
         if embed_budget is None:
             report.repaired_vectors = self.repair_zero_vectors()
+        self._record_walked_files()
         deadline = None if embed_budget is None else started + embed_budget
         if deadline is None:
             with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk
@@ -808,6 +824,7 @@ def _log_summary(report: SyncReport) -> None:
         log.info("sync done in %.2fs: %d chunks embedded, %d pending", report.seconds, report.embedded, report.pending)
 
 
+WALKED_FILES_KEY = "walked_files:"  # + source id: its file count at the last whole walk
 CATCH_UP_BUDGET = 1.0  # seconds of embedding a search may spend on what changed on disk
 CATCH_UP_STEP = 8  # chunks per embedding request in a catch-up: the budget is checked between steps
 

@@ -109,6 +109,17 @@ class SearchResponse:
         return data
 
 
+def pending_notice(config: Config, pending: int) -> str:
+    """Chunks without a vector match by keywords only. While a sync or the watcher holds the
+    index it is computing them (it embeds before it lets go), so running another sync is no
+    advice; otherwise it is."""
+    from indexer.lock import running_sync
+
+    if running_sync(config) is not None:
+        return f"{pending} chunks in scope have no vector yet: a running sync is computing them; until then they can only match by keywords"
+    return f"{pending} chunks in scope have no vector yet (run `notes-search sync`); they can only match by keywords"
+
+
 def check_identity(config: Config, store: IndexReader) -> dict[str, str]:
     """Refuse vector search when the index holds another embedding space than the config's.
     Returns the index's meta."""
@@ -518,10 +529,7 @@ class _VectorHalf:
         if prepared.vector is not None:
             pending = reader.count_pending(self.scope)
             if pending:
-                prepared.notices.append(
-                    f"{pending} chunks in scope have no vector yet (run `notes-search sync`); "
-                    "they can only match by keywords"
-                )
+                prepared.notices.append(pending_notice(self.config, pending))
 
     def _searched(self, reader: IndexReader, depth: int) -> _Pass:
         if self.vector is None:

@@ -175,14 +175,27 @@ def test_degraded_when_embedder_down(run, embedders: Embedders) -> None:  # type
 
 
 @both_backends
-def test_pending_vectors_are_reported(run, embedders: Embedders) -> None:  # type: ignore[no-untyped-def]
+def test_pending_vectors_are_reported(
+    run, embedders: Embedders, config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from search.service import indexing
+
     embedders.down = True
     sync = run("sync")
     assert sync.exit_code == 0 and "warning:" in sync.stderr
     embedders.down = False
+    with sync_lock_held(load_config(config_path)):  # a sync or the watcher is embedding them
+        data = query_json(run, "5432")
+        assert data["degraded"] is True and "a running sync is computing them" in data["notice"]
+        assert "run `notes-search sync`" not in data["notice"]
+    budget = indexing.UNSCOPED_CATCH_UP_BUDGET
+    monkeypatch.setattr(indexing, "UNSCOPED_CATCH_UP_BUDGET", 0.0)  # no catch-up: nobody embeds them
     data = query_json(run, "5432")
-    assert data["degraded"] is True and "no vector yet" in data["notice"]
+    assert data["degraded"] is True and "no vector yet (run `notes-search sync`)" in data["notice"]
     assert paths(data)[0] == "devops/postgres.md"
+    monkeypatch.setattr(indexing, "UNSCOPED_CATCH_UP_BUDGET", budget)
+    # the unscoped search's own catch-up embeds them (bounded), as a scoped search's does
+    assert query_json(run, "5432")["degraded"] is False
     run("sync")
     assert query_json(run, "5432")["degraded"] is False
 
@@ -310,7 +323,10 @@ def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_pat
 
 
 @both_backends
-def test_reindex_a_folder_now(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+def test_reindex_a_folder_now(run, notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from search.service import indexing
+
+    monkeypatch.setattr(indexing, "UNSCOPED_CATCH_UP_BUDGET", 0.0)  # the search below would catch devops/ up
     run("sync")
     write(notes, {"travel/new.md": "# Okoun\n\nOkoun říční.\n", "devops/new.md": "# Okoun v devops\n"})
     result = run("reindex", "notes:travel", "--json")

@@ -69,12 +69,16 @@ def test_a_scoped_search_catches_up_every_place_of_its_target(two_sources: Path)
     outcome = service.search("zebrafinch", target=target, k=5, mode="lex")
     assert sorted(hit.source for hit in outcome.response.results) == ["a", "b"]
     assert outcome.notices == ()
-    # the whole index without a path: nothing is re-scanned first
+    # the whole index without a path: the workspace sources small enough to walk at once too
     write(two_sources.parent / "a", {"devops/later.md": "# Later\n\nquokka\n"})
     everything = service.scope_from_options((), None, None)
-    assert everything.is_all and service.search("quokka", target=everything, k=5, mode="lex").response.results == []
+    found = service.search("quokka", target=everything, k=5, mode="lex")
+    assert everything.is_all and [hit.source for hit in found.response.results] == ["a"]
+    assert found.catch_up is not None and found.catch_up.caught_up == ("a", "b") and not found.catch_up.skipped
     # `--path .` names every source whole: caught up like a source
-    assert service.search("quokka", target=service.scope_from_options((), None, "."), k=5, mode="lex").response.results
+    write(two_sources.parent / "b", {"devops/later.md": "# Later\n\nquokka\n"})
+    dot = service.search("quokka", target=service.scope_from_options((), None, "."), k=5, mode="lex")
+    assert sorted(hit.source for hit in dot.response.results) == ["a", "b"] and dot.catch_up is None
 
 
 def test_a_source_prefix_narrows_and_must_agree_with_the_sources_given() -> None:

@@ -75,7 +75,10 @@ def query(
     response.notice = outcome.notice
     service.remember_hits(text, response.results)  # `open RANK` opens hit RANK of this query
     if fmt == "json":
-        echo_json(response.to_json(explain=explain, full=full))
+        data = response.to_json(explain=explain, full=full)
+        if explain and outcome.catch_up is not None:  # unscoped: which workspace sources it caught up
+            data["explain"]["catch_up"] = outcome.catch_up.to_json()  # type: ignore[index]
+        echo_json(data)
         if response.notice and response.degraded:
             echo(f"notice: {response.notice}", err=True)
     elif fmt != "text":  # the notice goes to stderr: stdout stays the format alone
@@ -86,6 +89,8 @@ def query(
         else:
             emit("query", fmt, response.to_json(explain=explain, full=full))
     else:
+        if explain and outcome.catch_up is not None:
+            echo(f"catch-up: {outcome.catch_up.describe()}")
         _print_hits(response, explain, full)
     if not response.results:  # as grep: a script can test `if notes-search query ...`
         sys.exit(NOTHING_FOUND)

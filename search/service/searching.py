@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from search.engine import SearchResponse
 from search.engine import search as engine_search
 from search.refs import deleted_from_disk
-from search.service.indexing import catch_up
+from search.service.indexing import CatchUpChoice, catch_up, catch_up_unscoped
 from search.service.locating import with_files
 from search.service.scope import check_scope_exists, unmatched_tags, with_filters
 
@@ -25,6 +25,7 @@ class SearchOutcome:
     response: SearchResponse
     target: Target
     notices: tuple[str, ...] = ()
+    catch_up: CatchUpChoice | None = None  # an unscoped search's: what it caught up, what it left
 
     @property
     def notice(self) -> str | None:
@@ -47,14 +48,19 @@ def search(
 ) -> SearchOutcome:
     """`target` (from the CLI flags, checked here to name something) or `path` (a tool
     argument, resolved here), narrowed by `filters`. A scoped search first indexes what changed
-    on disk inside it; a lexical one never waits on embedding."""
+    on disk inside it, an unscoped one in the workspace sources small enough to walk at once;
+    a lexical one never waits on embedding."""
     with service.reading() as store:
         if target is None:
             target = service.resolve(path, store)
         else:
             check_scope_exists(service.config, store, target.scope)
         target = with_filters(target, filters)
-        lag = catch_up(service, target, embed=mode != "lex") if not target.is_all else []
+        choice = None
+        if target.is_all:
+            lag, choice = catch_up_unscoped(service, store.meta(), embed=mode != "lex")
+        else:
+            lag = catch_up(service, target, embed=mode != "lex")
 
         def run(wanted: int) -> SearchResponse:
             return engine_search(
@@ -84,7 +90,7 @@ def search(
             lag.extend(f"no indexed file has the tag {tag!r}" for tag in unknown)
             if not unknown and not store.scope_stats(target.scope):  # the filters, not the words, left nothing
                 lag.append(f"no indexed file passes the filters: {target.label}")
-    return SearchOutcome(response, target, tuple(lag))
+    return SearchOutcome(response, target, tuple(lag), choice)
 
 
 DELETED_SHOWN = 3  # deleted files named in the notice

@@ -1,0 +1,119 @@
+"""Edit, then search: an unscoped search first catches up the workspace sources small enough to
+walk at once, and says which it caught up and which it left (real CLI, real index, both stores)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from indexer.config import load_config, parse_config
+from indexer.sync import WALKED_FILES_KEY
+from search import cli as cli_module
+from search.service import indexing
+from search.service.indexing import CatchUpChoice, choose_unscoped
+from tests.conftest import FAKE_EMBEDDING, make_config, open_index, write
+from tests.fakes import FakeEmbedder
+from tests.pg import both_backends
+
+
+@pytest.fixture
+def big(tmp_path: Path) -> Path:
+    root = tmp_path / "big"
+    write(root, {f"n{i}.md": f"# Note {i}\n\nfiller {i}\n" for i in range(6)})
+    return root
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, notes: Path, big: Path, db_url: str | None) -> Path:
+    return make_config(tmp_path, notes, extra_sources=f"    big: {{root: {big}, paths: ['**']}}\n", db=db_url)
+
+
+@pytest.fixture
+def run(config_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(cli_module, "make_embedder", FakeEmbedder)
+
+    def invoke(*args: str) -> Result:
+        return CliRunner().invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
+
+    return invoke
+
+
+def found(result: Result) -> list[str]:
+    return [hit["path"] for hit in json.loads(result.stdout)["results"]]
+
+
+@both_backends
+@pytest.mark.parametrize("mode", ["hybrid", "lex"])
+def test_an_unscoped_search_finds_an_edit_made_just_before(run, notes: Path, mode: str) -> None:  # type: ignore[no-untyped-def]
+    assert run("sync").exit_code == 0
+    with (notes / "travel/kazan.md").open("a", encoding="utf-8") as fh:
+        fh.write("\nКазанский кот Барсик спит на вокзале.\n")
+    write(notes, {"cooking/new.md": "# Okoun\n\nOkoun říční na másle.\n"})
+    result = run("query", "Барсик", "--mode", mode, "--json", "--explain")
+    assert found(result)[0] == "travel/kazan.md"
+    assert json.loads(result.stdout)["explain"]["catch_up"] == {"caught_up": ["notes", "big"], "skipped": []}
+    assert "cooking/new.md" in found(run("query", "okoun", "--mode", mode, "--json"))
+    (notes / "cooking/new.md").unlink()
+    assert "cooking/new.md" not in found(run("query", "okoun", "--mode", mode, "--json"))
+    text = run("query", "Барсик", "--mode", mode, "--explain")
+    assert "catch-up: caught up notes, big\n" in text.stdout
+
+
+@both_backends
+def test_a_source_over_the_budget_is_left_and_said_so(run, big: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    assert run("sync").exit_code == 0
+    # room for the 4 notes, not for big's 6 files as well
+    monkeypatch.setattr(indexing, "UNSCOPED_CATCH_UP_BUDGET", 5 * indexing.CATCH_UP_FILE_SECONDS)
+    write(big, {"fresh.md": "# Fresh\n\nquokka\n"})
+    result = run("query", "quokka", "--mode", "lex", "--json", "--explain")
+    assert result.exit_code == 1 and found(result) == []  # not caught up: nothing found
+    catch_up = json.loads(result.stdout)["explain"]["catch_up"]
+    assert catch_up["caught_up"] == ["notes"]
+    [skipped] = catch_up["skipped"]
+    assert skipped["source"] == "big" and "6 files" in skipped["reason"] and "budget" in skipped["reason"]
+    # a search scoped to it catches it up, as before
+    assert found(run("query", "quokka", "--mode", "lex", "--source", "big", "--json")) == ["fresh.md"]
+
+
+def test_the_choice_follows_the_recorded_file_counts() -> None:
+    config = parse_config(
+        f"{FAKE_EMBEDDING}sources:\n"
+        "  git:\n    g: {url: /srv/g.git}\n"
+        "  workspace:\n"
+        "    a: {root: /a, paths: ['**']}\n"
+        "    b: {root: /b, paths: ['**']}\n"
+        "    c: {root: /c, paths: ['**']}\n"
+        "    d: {root: /d, paths: ['**']}\n",
+        base=Path("/"),
+    )
+    per_budget = int(indexing.UNSCOPED_CATCH_UP_BUDGET / indexing.CATCH_UP_FILE_SECONDS)
+    meta = {WALKED_FILES_KEY + "a": str(per_budget - 10), WALKED_FILES_KEY + "b": "11", WALKED_FILES_KEY + "c": "5"}
+    choice = choose_unscoped(config, meta)
+    assert choice.caught_up == ("a", "c")  # b would overrun what a left; git sources are never walked
+    assert [source for source, _ in choice.skipped] == ["b", "d"]
+    assert "not walked whole yet" in dict(choice.skipped)["d"]
+    assert choose_unscoped(config, {}) == CatchUpChoice((), tuple((s, dict(choice.skipped)["d"]) for s in "abcd"))
+
+
+@both_backends
+def test_a_whole_sync_records_each_workspace_file_count(run, config_path: Path, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    config = load_config(config_path)
+    assert run("sync").exit_code == 0
+
+    def counts() -> dict[str, str]:
+        store = open_index(config, readonly=True)
+        try:
+            return {k: v for k, v in store.meta().items() if k.startswith(WALKED_FILES_KEY)}
+        finally:
+            store.close()
+
+    assert counts() == {WALKED_FILES_KEY + "notes": "4", WALKED_FILES_KEY + "big": "6"}
+    write(notes, {"a.md": "# A\n", "b.md": "# B\n"})
+    (notes / "cooking/sourdough.md").unlink()
+    assert run("reindex", "notes:cooking").exit_code == 0  # a scoped run counts nothing
+    assert counts()[WALKED_FILES_KEY + "notes"] == "4"
+    assert run("sync").exit_code == 0
+    assert counts()[WALKED_FILES_KEY + "notes"] == "5"
