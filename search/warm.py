@@ -69,10 +69,16 @@ def socket_dir() -> Path:
 
 def socket_path(config_path: Path) -> Path:
     """The socket of the server of the config at `config_path` (one server per config file)."""
-    import hashlib
+    return socket_dir() / f"{_fnv1a64(os.fsencode(str(config_path))):016x}.sock"
 
-    key = hashlib.sha256(os.fsencode(str(config_path))).hexdigest()[:20]
-    return socket_dir() / f"{key}.sock"
+
+def _fnv1a64(data: bytes) -> int:
+    """A stable 64-bit hash of a path: a name, not a secret (the handshake compares the whole
+    path), and no hashlib import (OpenSSL) on every call."""
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value
 
 
 def config_file(config_option: str | None) -> Path:

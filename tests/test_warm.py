@@ -35,7 +35,16 @@ from tests.test_degraded import synced, write_config
 
 # what the warm client must not load: each costs milliseconds of every call (yaml, the config
 # module and package metadata alone cost ~60 ms of a 120 ms call under load)
-NOT_ON_THE_WARM_PATH = (*HEAVY, "click", "yaml", "indexer.config", "importlib.metadata", "dataclasses", "typing")
+NOT_ON_THE_WARM_PATH = (
+    *HEAVY,
+    "click",
+    "yaml",
+    "indexer.config",
+    "importlib.metadata",
+    "dataclasses",
+    "typing",
+    "hashlib",
+)
 
 # the installed entry point, plus a note of the path taken and of the unwanted modules it loaded
 CLIENT = """\
