@@ -589,3 +589,19 @@ def test_get_reads_a_list_or_a_glob_under_one_cap(workspace: Path, tmp_path: Pat
         assert "empty list" in await refused(session, "get", path=[])
 
     over_stdio(workspace, body, tmp_path / "server.log")
+
+
+def test_hits_carry_their_file_and_get_takes_it(workspace: Path, tmp_path: Path) -> None:
+    """`file` reaches an agent through search (both details) and grep; `get` reads that path."""
+    wireguard = str(workspace.parent / "notes" / "devops" / "wireguard.md")
+
+    async def body(session: ClientSession) -> None:
+        for detail in ("text", "snippet"):
+            hit = (await call(session, "search", query="51820/udp", mode="lex", detail=detail))["results"][0]
+            assert hit["file"] == wireguard, detail
+        assert {h["file"] for h in (await call(session, "grep", pattern="51820/udp"))["hits"]} == {wireguard}
+        window = await call(session, "get", path=f"{wireguard}:1", max_lines=3)
+        assert "wireguard.md" in json.dumps(window) and window["next_from_line"] == 4
+        assert "absolute" in await refused(session, "get", path=str(workspace.parent / "secret" / "passwords.md"))
+
+    over_stdio(workspace, body, tmp_path / "server.log")

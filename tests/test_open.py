@@ -268,6 +268,11 @@ def test_open_a_git_hit_from_its_checkout(run: Run, world: dict[str, Any], edito
     assert opened.exit_code == 0 and opened.stderr == "", opened.output
     seen = editor()
     assert seen["argv"] == ["--wait", "+4", str(world["repos"]["team"] / "ops" / "team.md")] and seen["writable"]
+    # the working copy moved on since the sync: opened there all the same, and said so
+    write(world["repos"]["team"], {"ops/team.md": "# Team\n\nnew first line\nline two\n"})
+    moved = run("open", "team:ops/team.md:4")
+    assert moved.exit_code == 0 and editor()["argv"][-1] == str(world["repos"]["team"] / "ops" / "team.md")
+    assert moved.stderr.startswith("notice: ") and "differs from the indexed version" in moved.stderr
 
 
 def test_open_a_git_hit_without_checkout_as_a_read_only_copy(run: Run, world: dict[str, Any], editor: Any) -> None:

@@ -32,10 +32,16 @@ def open_command(context: CliContext, target: str) -> None:
             raise click.BadParameter(f"ranks start at 1, got {rank}", param_hint="RANK")
         ref = service.remembered_ref(rank)
     opened = service.locate(ref)
+    rev = (opened.rev or "")[:12]
     if opened.copy:
         echo(
-            f"notice: {opened.source_id}:{opened.path}: opening a read-only copy at the indexed rev "
-            f"{(opened.rev or '')[:12]} (no checkout: for source {opened.source_id} in the config): {opened.file}",
+            f"notice: {opened.source_id}:{opened.path}: a read-only copy of the indexed version (rev {rev}; "
+            f"source {opened.source_id} has no checkout: in the config): {opened.file}",
+            err=True,
+        )
+    elif opened.differs:
+        echo(
+            f"notice: {opened.file} differs from the indexed version (rev {rev}): the hit's line may have moved",
             err=True,
         )
     import subprocess  # here, not at the top: `--help` imports every command module

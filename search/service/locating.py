@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from indexer.config import GitSource, Source, WorkspaceSource
-from indexer.errors import NotesSearchError, SourceError
+from indexer.errors import SourceError
 
 if TYPE_CHECKING:
     from indexer.config import Config
@@ -72,35 +72,38 @@ class Opened:
     file: Path
     rev: str | None  # the indexed commit of a git source
     copy: bool  # a read-only temporary copy at `rev` (no checkout configured)
+    differs: bool = False  # a checkout's file is not the indexed version: its lines may have moved
 
 
 def locate(service: NotesService, ref: str) -> Opened:
     """`[SOURCE:]PATH[:LINE]` (or an absolute path inside a source) as a file an editor can open.
     Workspace files are opened in place; a git source's file in its checkout, else as a
     read-only copy of the indexed version in a fresh temporary folder (never the mirror)."""
-    from search.refs import confine, indexed_rev, parse_ref, read_text, sources_having
+    from search.refs import confine, indexed_rev, parse_ref, read_text
+    from search.service.reading import single_source
 
     config = service.config
     parsed = parse_ref(ref_of_file(config, ref.strip()), config.sources)
     with service.reading_if_indexed() as store:
-        source_ids = [parsed.source_id] if parsed.source_id else sources_having(config, store, parsed.path)
-        if not source_ids:
-            from search.refs import missing_file
-
-            raise missing_file(config, store, parsed.path)
-        if len(source_ids) > 1:
-            choices = ", ".join(f"{sid}:{parsed.path}" for sid in source_ids)
-            raise NotesSearchError(f"{parsed.path!r} exists in several sources; name one: {choices}")
-        source_id = source_ids[0]
+        source_id = single_source(config, store, parsed)
         source = config.source(source_id)
         text = read_text(config, store, source_id, parsed.path)  # confined, in scope, a readable file
         rel = confine(config, source_id, parsed.path)
         rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
-    if isinstance(source, WorkspaceSource) or (source.checkout is not None and (source.checkout / rel).is_file()):
-        folder = checkout_or_root(source)
-        assert folder is not None
-        return Opened(source_id, rel, parsed.line, Path(os.path.abspath(folder)) / rel, rev, copy=False)
+    if isinstance(source, WorkspaceSource):
+        return Opened(source_id, rel, parsed.line, Path(os.path.abspath(source.root)) / rel, rev, copy=False)
+    if source.checkout is not None and (source.checkout / rel).is_file():
+        file = Path(os.path.abspath(source.checkout)) / rel
+        return Opened(source_id, rel, parsed.line, file, rev, copy=False, differs=_text_of(file) != text)
     return Opened(source_id, rel, parsed.line, _read_only_copy(rel, text, rev), rev, copy=True)
+
+
+def _text_of(file: Path) -> str | None:
+    """A checkout file's text as `show` decodes it (None when unreadable: then it differs)."""
+    try:
+        return file.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff")
+    except OSError:
+        return None
 
 
 def _read_only_copy(rel: str, text: str, rev: str | None) -> Path:
