@@ -225,7 +225,7 @@ def forward(argv: list[str], *, uid: int | None = None) -> int | None:
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return None
     split = split_argv(argv)
-    if split is None:
+    if split is None or sys.stdout is None or sys.stderr is None:  # no stream to copy into: as ever
         return None
     try:
         config_path = config_file(split[0])
@@ -237,7 +237,7 @@ def forward(argv: list[str], *, uid: int | None = None) -> int | None:
             return None
         with conn:
             reply = _exchange(conn, config_path, argv)
-    except (OSError, ProtocolError, ValueError, LookupError):
+    except (OSError, ProtocolError, ValueError, LookupError, TypeError):  # a reply of the wrong shape too
         return None
     if reply is None:
         return None

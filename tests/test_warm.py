@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import termios
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,39 @@ def test_the_socket_folder_without_xdg_runtime_dir(monkeypatch: pytest.MonkeyPat
     assert warm.socket_dir() == expected
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     assert warm.socket_dir() == expected
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        [b"[1, 2]"],  # a hello answer that is not an object
+        [b'{"ok": true}', b'["exit", 0]'],  # a reply header that is not an object
+        [b'{"ok": true}', b'{"exit": 0, "chunks": 1}', b"\x07garbage"],  # output of no stream
+        [b'{"ok": true}', b'{"exit": 0, "chunks": 2}', b"\x01half"],  # closed before the end
+    ],
+)
+def test_a_server_that_breaks_the_protocol_is_not_believed(harness: Harness, reply: list[bytes]) -> None:
+    path = harness.socket()
+    path.parent.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            warm.recv_frame(conn)  # the hello
+            for number, frame in enumerate(reply):
+                if number == 1:
+                    warm.recv_frame(conn)  # the request
+                warm.send_frame(conn, frame)
+
+    server = threading.Thread(target=serve_once)
+    server.start()
+    try:
+        run = harness.run("status")
+    finally:
+        server.join(timeout=30)
+        listener.close()
+    assert run.path == "process"
+    assert (run.code, run.stdout, run.stderr) == astuple(harness.run("status", no_daemon=True))[:3]
