@@ -89,6 +89,10 @@ except Exception as exc:  # noqa: BLE001 - any failure here is fatal for the ins
 print(f"notes-search installed: SQLite {apsw.sqlite_lib_version()}, sqlite-vec {version}")
 PY
 
+# The language identifier's tables, uncompressed in the cache folder: the first query then maps
+# them instead of decompressing py3langid's model (best effort: otherwise its first use writes them).
+.venv/bin/python -c "from indexer import language; language.preload()" >/dev/null 2>&1 || true
+
 if [ "$cron" = 1 ]; then
   install_cron "$cron_config"
 fi
