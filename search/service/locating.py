@@ -135,7 +135,10 @@ def remember_hits(config: Config, query: str, hits: Sequence[Hit]) -> None:
     if not folder.is_dir():
         return
     data = {"query": query, "refs": [f"{hit.source}:{hit.path}:{hit.match_line}" for hit in hits]}
-    tmp = folder / f".{LAST_RESULTS_NAME}.{os.getpid()}"  # one writer per process; renamed into place
+    import threading
+
+    # one writer per process and thread (the warm server answers calls on threads); renamed into place
+    tmp = folder / f".{LAST_RESULTS_NAME}.{os.getpid()}.{threading.get_ident()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
