@@ -61,6 +61,7 @@ class EmbeddingConfig:
 
 
 VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's output
+WALKED_FILES_KEY = "walked_files:"  # + a workspace source's id: its file count at its last whole walk
 
 
 def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str]:

@@ -19,6 +19,7 @@ from indexer import chunker, language, neutral, toc
 from indexer.collections import CollectionFolder, collection_for, find_collections
 from indexer.config import (
     VECTOR_SPACE_KEY,
+    WALKED_FILES_KEY,
     Config,
     GitSource,
     Source,
@@ -824,7 +825,6 @@ def _log_summary(report: SyncReport) -> None:
         log.info("sync done in %.2fs: %d chunks embedded, %d pending", report.seconds, report.embedded, report.pending)
 
 
-WALKED_FILES_KEY = "walked_files:"  # + source id: its file count at the last whole walk
 CATCH_UP_BUDGET = 1.0  # seconds of embedding a search may spend on what changed on disk
 CATCH_UP_STEP = 8  # chunks per embedding request in a catch-up: the budget is checked between steps
 

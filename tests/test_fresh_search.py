@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from indexer.config import load_config, parse_config
-from indexer.sync import WALKED_FILES_KEY
+from indexer.config import WALKED_FILES_KEY, load_config, parse_config
 from search import cli as cli_module
 from search.service import indexing
 from search.service.indexing import CatchUpChoice, choose_unscoped

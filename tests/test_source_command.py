@@ -141,10 +141,16 @@ def test_remove_takes_the_rows_and_the_mirror_never_the_notes(
     try:
         assert store.source_ids() == ["notes"]
         assert store.file_rows("team") == []
+        assert "walked_files:notes" in store.meta()
     finally:
         store.close()
     removed = run("source", "remove", "notes")
     assert removed.exit_code == 0 and "removed notes" in removed.output
+    store = open_index(config, readonly=True)
+    try:
+        assert store.source_ids() == [] and "walked_files:notes" not in store.meta()
+    finally:
+        store.close()
     assert snapshot(notes) == notes_before and snapshot(upstream) == upstream_before
     assert load_config(hand_config).sources == {}
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from indexer.collections import nfc
-from indexer.config import Config, GitSource, WorkspaceSource, selection_warnings
+from indexer.config import WALKED_FILES_KEY, Config, GitSource, WorkspaceSource, selection_warnings
 from indexer.errors import NotesSearchError
-from indexer.store import SearchScope
+from indexer.store import IndexReader, SearchScope
 from search.service.scope import Place, Target, confined_places, scope_label
 
 if TYPE_CHECKING:  # indexer.sync loads the chunker and the drivers: imported by the functions that run it
@@ -207,8 +207,7 @@ def reindex(
     return ReindexOutcome(target, tuple(runs), False, tuple(notices))
 
 
-# A no-op catch-up of a 1,000-file workspace folder took 34-62 ms (median 48) on 2 cores under
-# load 5; per file, rounded up:
+# what looking for changes in one file costs an unscoped search (figures in the README), rounded up
 CATCH_UP_FILE_SECONDS = 50e-6
 # what an unscoped search may spend walking workspace sources first: one such folder
 UNSCOPED_CATCH_UP_BUDGET = 0.05
@@ -238,8 +237,6 @@ def choose_unscoped(config: Config, meta: dict[str, str]) -> CatchUpChoice:
     """The workspace sources whose whole walk fits UNSCOPED_CATCH_UP_BUDGET together, in config
     order, judged by their file count at the last whole walk (a sync records it); a source never
     walked whole has no count and waits for `sync`."""
-    from indexer.sync import WALKED_FILES_KEY
-
     left = UNSCOPED_CATCH_UP_BUDGET
     caught_up: list[str] = []
     skipped: list[tuple[str, str]] = []
@@ -264,16 +261,34 @@ def choose_unscoped(config: Config, meta: dict[str, str]) -> CatchUpChoice:
     return CatchUpChoice(tuple(caught_up), tuple(skipped))
 
 
-def catch_up_unscoped(service: NotesService, meta: dict[str, str], *, embed: bool) -> tuple[list[str], CatchUpChoice]:
-    """An unscoped search's catch-up: the workspace sources `choose_unscoped` picks, walked
-    whole in one run (bounded like a scoped catch-up); the notices and the choice."""
+def catch_up_unscoped(service: NotesService, store: IndexReader, *, embed: bool) -> tuple[list[str], CatchUpChoice]:
+    """An unscoped search's catch-up: the workspace sources `choose_unscoped` picks are compared
+    with the index by a read-only stat walk, and only those where something changed are synced
+    (bounded like a scoped catch-up), so a search with nothing to catch up writes nothing and
+    loads no indexer. Returns the notices and the choice."""
+    choice = choose_unscoped(service.config, store.meta())
+    changed = [source_id for source_id in choice.caught_up if _changed_on_disk(service.config, store, source_id)]
+    if not changed:
+        return [], choice
     from indexer.sync import catch_up as catch_up_sources
 
-    choice = choose_unscoped(service.config, meta)
-    if not choice.caught_up:
-        return [], choice
-    notice = catch_up_sources(service.config, choice.caught_up, None, service.embedder if embed else None)
+    notice = catch_up_sources(service.config, tuple(changed), None, service.embedder if embed else None)
     return ([notice] if notice else []), choice
+
+
+def _changed_on_disk(config: Config, store: IndexReader, source_id: str) -> bool:
+    """Whether a file of the workspace source was added, edited or removed since it was indexed
+    (stat first, then the hash of files whose stat differs)."""
+    from indexer.model import Delete, Upsert
+    from indexer.sources import workspace
+
+    quiet = logging.Logger("notes_search.catch_up.scan")  # noqa: LOG001 - the sync logs what it finds, not this look
+    quiet.addHandler(logging.NullHandler())
+    source = config.sources[source_id]
+    assert isinstance(source, WorkspaceSource)
+    known = store.known_files(source_id)
+    changes = workspace.scan(source, known, max_file_bytes=config.max_file_bytes, log=quiet)
+    return any(isinstance(change, (Upsert, Delete)) for change in changes)
 
 
 def catch_up(service: NotesService, target: Target, *, embed: bool) -> list[str]:

@@ -58,7 +58,7 @@ def search(
         target = with_filters(target, filters)
         choice = None
         if target.is_all:
-            lag, choice = catch_up_unscoped(service, store.meta(), embed=mode != "lex")
+            lag, choice = catch_up_unscoped(service, store, embed=mode != "lex")
         else:
             lag = catch_up(service, target, embed=mode != "lex")
 
