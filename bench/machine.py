@@ -118,7 +118,10 @@ def run_process(
     start = time.perf_counter()
     proc = subprocess.run(list(args), capture_output=True, env=env, cwd=REPO)
     elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
+    # `query` and `grep` exit 1 when nothing matched (as grep): a timing like any other; a
+    # failure is exit 1 with an `Error:` line, or any other code
+    nothing_matched = proc.returncode == 1 and b"Error:" not in proc.stderr
+    if proc.returncode != 0 and not nothing_matched:
         raise RuntimeError(f"{' '.join(args)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-2000:]}")
     return elapsed, proc
 
