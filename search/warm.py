@@ -251,7 +251,10 @@ def _exchange(conn: socket.socket, config_path: Path, argv: list[str]) -> tuple[
     hello = recv_json(conn)
     if not isinstance(hello, dict) or hello.get("ok") is not True:
         return None
-    send_json(conn, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), **_terminal_facts()})
+    umask = os.umask(0o077)  # read by setting it: put back at once
+    os.umask(umask)
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, **_terminal_facts()}
+    send_json(conn, request)
     conn.settimeout(SILENCE_DEADLINE_S)
     while True:
         frame = recv_frame(conn)

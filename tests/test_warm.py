@@ -479,3 +479,42 @@ def test_a_server_that_breaks_the_protocol_is_not_believed(harness: Harness, rep
         listener.close()
     assert run.path == "process"
     assert (run.code, run.stdout, run.stderr) == astuple(harness.run("status", no_daemon=True))[:3]
+
+
+def test_a_call_runs_in_the_callers_folder_environment_umask_and_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_call presents the caller's process to the command, and gives the server its own back."""
+    import click
+
+    from search.cli import daemon_server
+
+    @click.command()
+    def probe() -> None:
+        Path("made-here").write_text("x")
+        click.echo(f"{os.getcwd()} {os.environ.get('PROBE')} {sys.stdout.isatty()} {sys.stdin.isatty()}")
+        click.echo("ünïcode", err=True)
+        sys.exit(3)
+
+    monkeypatch.setattr("search.cli.cli", probe)
+    server_env, server_cwd = dict(os.environ), os.getcwd()
+    server_umask = os.umask(0o022)
+    try:
+        request = {
+            "argv": [],
+            "cwd": str(tmp_path),
+            "env": {"PROBE": "caller's"},
+            "umask": 0o077,
+            "tty": {"stdout": True, "stderr": False, "stdin": True},
+            "encoding": {"stdout": ["utf-8", "strict"], "stderr": ["latin-1", "replace"]},
+        }
+        code, chunks = daemon_server.run_call(request)
+        assert (os.umask(0o022), os.getcwd(), dict(os.environ)) == (0o022, server_cwd, server_env)
+    finally:
+        os.umask(server_umask)
+    assert code == 3
+    assert chunks == [
+        (warm.STDOUT, f"{tmp_path} caller's True True\n".encode()),
+        (warm.STDERR, "ünïcode\n".encode("latin-1")),
+    ]
+    assert (tmp_path / "made-here").stat().st_mode & 0o777 == 0o600

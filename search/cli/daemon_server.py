@@ -278,7 +278,9 @@ def run_call(request: dict[str, Any]) -> tuple[int, list[tuple[int, bytes]]]:
     stdout = _text(_Capture(warm.STDOUT, chunks, bool(tty.get("stdout"))), encodings.get("stdout"))
     stderr = _text(_Capture(warm.STDERR, chunks, bool(tty.get("stderr"))), encodings.get("stderr"))
     stdin = _text(_NoInput(bool(tty.get("stdin"))), None)
+    umask = request.get("umask")
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_umask = os.umask(umask if isinstance(umask, int) and 0 <= umask <= 0o777 else 0o022)  # files it writes
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     try:
         os.chdir(str(request["cwd"]))
@@ -290,6 +292,7 @@ def run_call(request: dict[str, Any]) -> tuple[int, list[tuple[int, bytes]]]:
     finally:
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         _replace_environ(saved_env)
+        os.umask(saved_umask)
         os.chdir(saved_cwd)
     return code, _coalesce(chunks)
 
