@@ -175,7 +175,8 @@ def _notes_index(files: int, embed: bool) -> Path:
     """A folder of `files` short notes with its config and index (built once, reused)."""
     root = cache_root() / f"cold-{files}-{'vec' if embed else 'lex'}"
     config = root / "notes-search.yaml"
-    if (root / "ready").exists():
+    if (root / "ready").exists():  # a sync first: it migrates an index an older version wrote
+        subprocess.run([CLI, "-c", str(config), "sync", "--quiet"], check=True, capture_output=True)
         return config
     shutil.rmtree(root, ignore_errors=True)
     notes = root / "notes"

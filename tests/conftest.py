@@ -161,14 +161,15 @@ def isolated_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Tests never write into the real home's cache folder; one folder per session, so the
-    language identifier's tables are written once, not in every test."""
-    folder = tmp_path_factory.getbasetemp() / "xdg-cache"
-    folder.mkdir(exist_ok=True)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
-    return folder
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Tests never write into the real home's cache folder, module-scoped fixtures included
+    (hence the session scope); one folder per session, so the language identifier's tables are
+    written once, not in every test."""
+    folder = tmp_path_factory.mktemp("xdg-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder
 
 
 @pytest.fixture
