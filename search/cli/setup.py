@@ -91,9 +91,10 @@ def add_git(
     as_json: bool,
 ) -> None:
     """Add git source NAME, read from URL (a remote URL or a local repository path)."""
-    added = ctx.service().add_git_source(
-        name, url, branch=branch, mirror=mirror, paths=paths, include=include, exclude=exclude
-    )
+    from search.service.sources import Selection
+
+    selection = Selection(paths, include, exclude)
+    added = ctx.service().add_git_source(name, url, branch=branch, mirror=mirror, selection=selection)
     _say_added(added.to_json(), as_json)
 
 
@@ -112,7 +113,9 @@ def add_workspace(
     as_json: bool,
 ) -> None:
     """Add workspace source NAME: the folder DIR, read in place (never written to)."""
-    added = ctx.service().add_workspace_source(name, folder, paths=paths, include=include, exclude=exclude)
+    from search.service.sources import Selection
+
+    added = ctx.service().add_workspace_source(name, folder, Selection(paths, include, exclude))
     _say_added(added.to_json(), as_json)
 
 

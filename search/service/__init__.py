@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from search.service.reading import FileView, LineWindow, ManyViews
     from search.service.scope import Filters, Target
     from search.service.searching import SearchOutcome
-    from search.service.sources import SourceAdded, SourceRemoved
+    from search.service.sources import Selection, SourceAdded, SourceRemoved
     from search.service.status import StatusReport
 
 # Every command builds the service, so each operation's module is imported when the operation
@@ -221,34 +221,16 @@ class NotesService:
     # ---- sources in the config ----------------------------------------------------------------
 
     def add_git_source(
-        self,
-        name: str,
-        url: str,
-        *,
-        branch: str | None = None,
-        mirror: str | None = None,
-        paths: tuple[str, ...] = (),
-        include: tuple[str, ...] = (),
-        exclude: tuple[str, ...] = (),
+        self, name: str, url: str, *, branch: str | None, mirror: str | None, selection: Selection
     ) -> SourceAdded:
         from search.service.sources import add_git
 
-        return add_git(
-            self.config, name, url, branch=branch, mirror=mirror, paths=paths, include=include, exclude=exclude
-        )
+        return add_git(self.config, name, url, branch=branch, mirror=mirror, selection=selection)
 
-    def add_workspace_source(
-        self,
-        name: str,
-        root: str,
-        *,
-        paths: tuple[str, ...] = (),
-        include: tuple[str, ...] = (),
-        exclude: tuple[str, ...] = (),
-    ) -> SourceAdded:
+    def add_workspace_source(self, name: str, root: str, selection: Selection) -> SourceAdded:
         from search.service.sources import add_workspace
 
-        return add_workspace(self.config, name, root, paths=paths, include=include, exclude=exclude)
+        return add_workspace(self.config, name, root, selection)
 
     def remove_source(self, name: str) -> SourceRemoved:
         """The source leaves the config and the index; its mirror is deleted, the user's files never."""

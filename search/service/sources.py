@@ -78,10 +78,18 @@ def _checked_name(name: str) -> str:
     return name
 
 
-def _selection(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...]) -> dict[str, Any]:
-    """Only what was given: the loader's defaults stay defaults (a workspace's `paths` is required)."""
-    keys = {"paths": list(paths), "include": list(include), "exclude": list(exclude)}
-    return {key: value for key, value in keys.items() if value}
+@dataclass(frozen=True)
+class Selection:
+    """What a new source admits, as given on the command line; what is empty stays the loader's
+    default (a workspace's `paths`, required by the loader, defaults to the whole folder here)."""
+
+    paths: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    def keys(self) -> dict[str, list[str]]:
+        given = {"paths": list(self.paths), "include": list(self.include), "exclude": list(self.exclude)}
+        return {key: value for key, value in given.items() if value}
 
 
 def add_git(
@@ -91,9 +99,7 @@ def add_git(
     *,
     branch: str | None,
     mirror: str | None,
-    paths: tuple[str, ...],
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
+    selection: Selection,
 ) -> SourceAdded:
     """A local repository path (relative to the current folder, as typed) is written absolute, as
     is `mirror`; a URL is written as given. Nothing is fetched until the next sync."""
@@ -107,21 +113,13 @@ def add_git(
         entry["branch"] = branch
     if mirror:
         entry["mirror"] = literal_path(str(Path(mirror).resolve()))
-    entry.update(_selection(paths, include, exclude))
+    entry.update(selection.keys())
     edit = config_edit.add_source(_config_file(config), "git", _checked_name(name), entry)
     config_edit.write_edit(edit)
     return SourceAdded(edit.path, edit.config.sources[name])
 
 
-def add_workspace(
-    config: Config,
-    name: str,
-    root: str,
-    *,
-    paths: tuple[str, ...],
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-) -> SourceAdded:
+def add_workspace(config: Config, name: str, root: str, selection: Selection) -> SourceAdded:
     """`root` must be an existing folder; written absolute. Without --paths the whole folder is
     admitted (`paths: ['**']`), as `init` does."""
     from indexer import config_edit
@@ -130,7 +128,8 @@ def add_workspace(
     if not folder.is_dir():
         raise NotesSearchError(f"{root}: not a folder")
     entry: dict[str, Any] = {"root": literal_path(str(folder.resolve()))}
-    entry.update(_selection(paths or ("**",), include, exclude))
+    entry.update(selection.keys())
+    entry.setdefault("paths", ["**"])
     edit = config_edit.add_source(_config_file(config), "workspace", _checked_name(name), entry)
     config_edit.write_edit(edit)
     return SourceAdded(edit.path, edit.config.sources[name])
