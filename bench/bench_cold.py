@@ -26,8 +26,17 @@ import sys
 import time
 from pathlib import Path
 
-from bench.machine import CLI, PYTHON, REPO, cache_root, child_env, loadavg, run_timed
+from bench.machine import CLI, PYTHON, REPO, cache_root, loadavg, run_timed
+from bench.machine import child_env as _child_env
 from bench.report import arg_parser, emit, md_table, ms, report, verdict
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """A child's environment as an installation runs: .pyc files written and reused."""
+    env = _child_env(**extra)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
 
 HYBRID_TARGET_S = 0.6
 NO_OP_SYNC_TARGET_S = 0.25
@@ -208,7 +217,6 @@ def bench_processes(quick: bool) -> str:
     runs = 3 if quick else 9
     hybrid_config = _notes_index(300 if quick else 1000, embed=True)
     env = child_env(NOTES_SEARCH_NO_DAEMON="1")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installation keeps its .pyc files
     query = "jak obnovit zálohu databáze"
     commands = {
         "hybrid query, local model": [CLI, "-c", str(hybrid_config), "query", query],
