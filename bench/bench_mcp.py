@@ -177,7 +177,7 @@ async def mcp_client_run(ws: Workspace, qs: list[str], n_edits: int) -> dict[str
             cpu_used = cpu_seconds(pids[name]) - c
             if result.is_error:
                 raise RuntimeError(f"search {args} failed: {result.content}")
-            data = result.structured_content
+            data = json.loads(result.content[0].text)
             if data["degraded"]:
                 raise RuntimeError(f"degraded search in the benchmark: {data['notice']}")
             return elapsed, data, len(result.content[0].text.encode()), result
@@ -224,10 +224,10 @@ async def mcp_client_run(ws: Workspace, qs: list[str], n_edits: int) -> dict[str
 BREAKDOWN = (  # key, part, scope
     (
         "sdk all",
-        "server: `MCPServer.call_tool` in process (argument validation, worker thread, tool, result conversion)",
+        "server: `ToolBox.call` in process (argument validation, worker thread, tool, result conversion)",
         "all",
     ),
-    (f"sdk {SCOPE}", "server: `MCPServer.call_tool` in process", SCOPE),
+    (f"sdk {SCOPE}", "server: `ToolBox.call` in process", SCOPE),
     ("tool all", "tool: `NotesTools.search` hybrid, the whole tool body", "all"),
     (f"tool {SCOPE}", "tool: `NotesTools.search` hybrid, the whole tool body", SCOPE),
     ("embed", "&nbsp;&nbsp;`embed_query` (local model, warm)", "—"),
@@ -237,7 +237,7 @@ BREAKDOWN = (  # key, part, scope
     (f"engine lex {SCOPE}", "&nbsp;&nbsp;engine `search()` lex", SCOPE),
     ("catch-up scan", "&nbsp;&nbsp;`resolve` + catch-up (`run_sync` of the folder; nothing changed)", SCOPE),
     ("open", "&nbsp;&nbsp;`Store.open(readonly)` + close (one per call)", "—"),
-    ("convert", "server: SDK `convert_result` (output validation + indented JSON text block)", "all"),
+    ("convert", "server: `tool_answer` (the compact JSON text block)", "all"),
     ("wire", "server: result → wire JSON (≈ what stdio writes)", "all"),
     ("parse", "client: wire JSON → `CallToolResult` (≈ what the client parses)", "all"),
     ("json.dumps", "plain `json.dumps` of the result dict (comparison)", "all"),
@@ -261,15 +261,14 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
     from indexer import toc
     from indexer.store import Store
     from search.engine import search
-    from search.mcp_server import NotesTools, build_server
+    from search.mcp_server import NotesTools, ToolBox, tool_answer
     from search.service import NotesService
 
     ws = Workspace(Path(root), 0, 0)
     qs = queries(n)
     service = NotesService.from_config_file(str(ws.config_path))
     tools = NotesTools(service)
-    server = build_server(service)
-    fm = server._tool_manager.get_tool("search").fn_metadata
+    box = ToolBox(tools)
     config = service.config
     embedder = service.embedder()
     for i in range(WARMUP):
@@ -309,11 +308,11 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
                 args = {"query": q, "k": K, "mode": "hybrid"} | ({"path": path} if path else {})
                 c = time.process_time()
                 t = time.perf_counter()
-                await server.call_tool("search", args)
+                await box.call("search", args)
                 out[f"sdk {scope_name}"].append(time.perf_counter() - t)
                 out[f"cpu sdk {scope_name}"].append(time.process_time() - c)
                 if path is None:
-                    converted = timed("convert", lambda data=data: fm.convert_result(data))
+                    converted = timed("convert", lambda data=data: tool_answer(data))
                     wire = timed(
                         "wire", lambda converted=converted: converted.model_dump_json(by_alias=True, exclude_none=True)
                     )

@@ -8,8 +8,7 @@ Sets: examples/notes with examples/questions.yaml, and the BEIR sets under ../sh
 Indexed by the real sync with the fake (hash) embedder: bytes depend on which hits come back and
 how long their fields are, not on the model, and the same index answers both detail modes. Every
 query runs through `NotesTools.search` (what the MCP tool returns) in both modes; the bytes are
-those of the tool's text content as the MCP SDK serialises it (`pydantic_core.to_json`, indent
-2; the SDK sends the same data once more as structured content). Same hits: both modes must
+those of the tool's one text content (`tool_answer`: compact JSON, sent once). Same hits: both modes must
 return the same refs, match lines, breadcrumbs and scores for every query (recall is then equal
 by construction; recall@8, a hit in the relevant file, is printed for both). Match lines: for every keyword hit (BM25 rank set)
 of the example questions, in hybrid and lex mode, the file's line at `match_line` is read from
@@ -115,14 +114,15 @@ def indexed_tools(root: Path, docs: Path) -> Any:  # -> NotesTools
 
 
 def response_bytes(data: dict[str, Any]) -> int:
-    import pydantic_core
+    from search.mcp_server import tool_answer
 
-    return len(pydantic_core.to_json(data, fallback=str, indent=2))
+    [content] = tool_answer(data).content
+    return len(content.text.encode())  # type: ignore[union-attr]
 
 
 def hit_key(hit: dict[str, Any]) -> tuple[object, ...]:
     """What makes two answers the same hits (detail=snippet shortens the snippet, drops the rest)."""
-    return (hit["ref"], hit["match_line"], hit["score"], hit["breadcrumb"], hit["rev"])
+    return (hit["ref"], hit["match_line"], hit["score"], hit["breadcrumb"], hit.get("rev"))
 
 
 def ref_path(ref: str) -> str:

@@ -13,8 +13,7 @@ imported inside `build_server`; names known only to type checkers are quoted ins
 import hmac
 import logging
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from indexer.errors import NotesSearchError
@@ -22,7 +21,9 @@ from search.route import ROUTE_K
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.lowlevel import Server
+    from mcp.types import CallToolResult, ListToolsResult, Tool, ToolAnnotations
+    from pydantic import BaseModel, ValidationError
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from indexer.embedders import Embedder
@@ -38,10 +39,20 @@ TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
 GREP_MAX_HITS = 200
 DETAILS = ("text", "snippet")
-# detail=snippet: 8 hits in about 4 KB, Latin or Cyrillic notes alike (bench/bench_snippets.py)
-AGENT_SNIPPET_BYTES = 200
-SNIPPET_DETAIL_DROPS = ("text", "source", "path", "line", "end_line")
+# detail=snippet: 8 hits in about 3 KB on the wire, Latin or Cyrillic notes alike
+AGENT_SNIPPET_BYTES = 150
+# detail=text: 8 hits in about 10 KB on the wire, Latin or Cyrillic notes alike
+AGENT_TEXT_BYTES = 900
+# what a hit leaves out for an agent: `text` holds the snippet's lines; with detail=snippet,
+# `ref` stands for source, path and line
+HIT_DROPS = {"text": ("snippet",), "snippet": ("source", "path", "line", "end_line", "text")}
 REINDEX_LOCK_WAIT = 5.0  # seconds a reindex waits for a running sync before saying so
+TOC_MAX_BYTES = 16 * 1024  # a source's overview, not the notes: enough for some 200 files
+# a call past this answers with an error (its thread may finish in the background): one slow
+# call must never hold an agent for minutes
+CALL_TIMEOUT = 30.0
+# from SIGTERM/SIGINT to the end of the process, whatever still runs on a worker thread
+SHUTDOWN_GRACE = 0.75
 SERVER_INSTRUCTIONS = """\
 Search the user's markdown notes. Cheapest first: `grep` for exact strings (hostnames, numbers,
 error codes); `collections`/`route` to learn where a topic lives; `search` (hybrid BM25 + vectors)
@@ -111,9 +122,10 @@ class NotesTools:
         min_similarity: float | None = None,
         detail: str = "text",
     ) -> dict[str, Any]:
-        """`detail`: "text" (each hit's ~1,200 characters) or "snippet" (the same hits with their
-        few lines only: about a third of the bytes, for an agent that reads on with `get`)."""
+        """`detail`: "text" (each hit's chunk around its match line, AGENT_TEXT_BYTES) or "snippet"
+        (the same hits with a few lines only, for an agent that reads on with `get`)."""
         from search.service.scope import Filters
+        from search.snippets import snippet_in_bytes, snippet_terms, text_in_bytes
 
         if detail not in DETAILS:
             raise NotesSearchError(f"unknown detail {detail!r} (use one of {', '.join(DETAILS)})")
@@ -131,20 +143,20 @@ class NotesTools:
         data = outcome.response.to_json()
         data["notice"] = outcome.notice
         data["scope"] = outcome.target.label
-        for hit in data["results"]:  # type: ignore[attr-defined]
-            hit["ref"] = f"{hit['source']}:{hit['path']}:{hit['line']}"
-        if detail == "snippet":
-            from search.snippets import snippet_in_bytes, snippet_terms
-
-            terms = snippet_terms(query)
-            short = []
-            for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
-                kept = {key: value for key, value in hit.items() if key not in SNIPPET_DETAIL_DROPS}
+        terms = snippet_terms(query)
+        hits = []
+        for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
+            kept = {key: value for key, value in hit.items() if key not in HIT_DROPS[detail]}
+            if kept.get("rev", "") is None:  # a workspace hit: only git hits have a revision
+                del kept["rev"]
+            if detail == "snippet":
                 kept["snippet"] = snippet_in_bytes(
                     terms, found.chunk_text, found.line, found.match_line, AGENT_SNIPPET_BYTES
                 )
-                short.append({"ref": kept.pop("ref"), **kept})  # `ref` holds source, path and line
-            data["results"] = short
+            else:
+                kept["text"] = text_in_bytes(found.chunk_text, found.line, found.match_line, AGENT_TEXT_BYTES)
+            hits.append({"ref": f"{found.source}:{found.path}:{found.line}", **kept})
+        data["results"] = hits
         if not data["results"] and not data["notice"]:
             other_mode = ", mode=lex for exact terms," if mode != "lex" else ""
             data["notice"] = f"nothing found in {outcome.target.label}; try other words{other_mode} or grep"
@@ -251,6 +263,38 @@ class NotesTools:
     def route(self, question: str, k: int) -> dict[str, Any]:
         return self.service.route(question, k).to_json()
 
+    def toc(self, source: str | None, max_bytes: int = TOC_MAX_BYTES) -> dict[str, Any]:
+        """Each source's table of contents, whole lines up to `max_bytes` in all."""
+        left = max_bytes
+        tocs, cut = [], []
+        for toc in self.service.toc((source,) if source else ()):
+            text = _whole_lines(toc.text, left)
+            left -= len(text.encode())
+            tocs.append({"source": toc.source_id, "truncated": text != toc.text, "text": text})
+            if text != toc.text:
+                cut.append(toc.source_id)
+        notice = None
+        if cut:
+            notice = (
+                f"cut at {max_bytes} bytes ({', '.join(cut)}): ask for "
+                + ("one source, " if source is None else "")
+                + "a larger max_bytes, or search with path=FOLDER"
+            )
+        return {"count": len(tocs), "notice": notice, "tocs": tocs}
+
+
+def _whole_lines(text: str, budget: int) -> str:
+    """The longest run of `text`'s first lines within `budget` UTF-8 bytes."""
+    if len(text.encode()) <= budget:
+        return text
+    kept: list[str] = []
+    for line in text.splitlines(keepends=True):
+        budget -= len(line.encode())
+        if budget < 0:
+            break
+        kept.append(line)
+    return "".join(kept)
+
 
 def _file_json(view: "FileView", next_from_line: int | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One file of `get`: a window of lines, and where the rest starts when there is more
@@ -273,204 +317,316 @@ def _file_json(view: "FileView", next_from_line: int | None, extra: dict[str, An
 
 # ---- the MCP server -----------------------------------------------------------------------------
 
-PATH_HELP = (
-    "A source id, a collection name, or a folder or file relative to a source root "
-    "(`source:path` names one source). Omitted: all sources."
-)
+PATH_HELP = "A source id, collection, folder or file (`source:path`). Default: all."
+WHEN_HELP = "Changed since: 2026-11-24, 2026-11-24T09:30, or 7d, 2w, 3m, 1y."
 
 
-@contextmanager
-def _tool_errors() -> Iterator[None]:
-    """Domain errors become `isError` results with their one-line message; the server goes on."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    try:
-        yield
-    except NotesSearchError as exc:
-        raise ToolError(str(exc)) from None
+def _listed(value: Any) -> Any:
+    """One tag given as a string is a list of one."""
+    return [value] if isinstance(value, str) else value
 
 
-def build_server(service: "NotesService") -> "MCPServer":
-    """Register the tools. Sync functions: the SDK runs each call on a worker thread."""
-    from mcp.server.mcpserver import MCPServer
+def _tool_functions(tools: NotesTools) -> "list[tuple[Callable[..., dict[str, Any]], ToolAnnotations]]":
+    """The tools, declared as typed functions: the name (without `_tool`), the arguments'
+    schema (from the annotations) and the description (the docstring) are read from each.
+    Every byte here is paid by an agent at every session start: descriptions stay short."""
     from mcp.types import ToolAnnotations
-    from pydantic import Field
+    from pydantic import BeforeValidator, Field
 
-    from search.service.overview import package_version
+    registered: list[tuple[Callable[..., dict[str, Any]], ToolAnnotations]] = []
 
-    tools = NotesTools(service)
-    server = MCPServer(
-        "notes-search",
-        instructions=server_instructions(service.overview()),
-        version=package_version(),
-        log_level="WARNING",
-    )
-    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    def tool(
+        annotations: ToolAnnotations,
+    ) -> "Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]":
+        def register(fn: "Callable[..., dict[str, Any]]") -> "Callable[..., dict[str, Any]]":
+            registered.append((fn, annotations))
+            return fn
+
+        return register
+
+    read_only = ToolAnnotations(read_only_hint=True)
     where = Field(description=PATH_HELP)
 
-    @server.tool(name="search", annotations=read_only)
+    @tool(read_only)
     def search_tool(
-        query: Annotated[str, Field(description="The question or keywords, in any language.")],
+        query: Annotated[str, Field(description="A question or keywords, any language.")],
         path: Annotated[str | None, where] = None,
-        k: Annotated[int, Field(ge=1, le=50, description="How many hits.")] = 8,
+        k: Annotated[int, Field(ge=1, le=50, description="Hits.")] = 8,
         mode: Annotated[
-            Literal["hybrid", "lex", "vec"],
-            Field(description="hybrid (default), lex = keywords/BM25 only, vec = meaning only."),
+            Literal["hybrid", "lex", "vec"], Field(description="lex: keywords only; vec: meaning only.")
         ] = "hybrid",
         tags: Annotated[
-            list[str] | str | None,
-            Field(description="Only notes whose front matter has every one of these tags (case and '#' ignored)."),
+            list[str] | None, BeforeValidator(_listed), Field(description="Only notes with all these tags.")
         ] = None,
-        since: Annotated[
-            str | None,
-            Field(
-                description="Only notes last changed at or after this (file mtime, or git commit time of the "
-                "last change): a date 2026-11-24, a local datetime 2026-11-24T09:30, or back from now: 7d, 2w, 3m, 1y."
-            ),
-        ] = None,
-        until: Annotated[
-            str | None,
-            Field(
-                description="Only notes last changed before the end of this; same forms (a date includes the whole day)."
-            ),
-        ] = None,
-        per_file: Annotated[
-            int | None, Field(ge=1, description="At most this many hits from one file (default: no limit).")
-        ] = None,
+        since: Annotated[str | None, Field(description=WHEN_HELP)] = None,
+        until: Annotated[str | None, Field(description="Changed before the end of this.")] = None,
+        per_file: Annotated[int | None, Field(ge=1, description="At most this many hits per file.")] = None,
         min_similarity: Annotated[
-            float | None,
-            Field(
-                ge=-1.0,
-                le=1.0,
-                description="Drop meaning-only hits below this cosine similarity (e.g. 0.8); keyword hits "
-                "stay, so with mode=lex it changes nothing.",
-            ),
+            float | None, Field(ge=-1.0, le=1.0, description="Drop meaning-only hits below this cosine.")
         ] = None,
         detail: Annotated[
             Literal["text", "snippet"],
-            Field(
-                description="text (default): ~1,200 characters per hit; snippet: ref, match_line, "
-                "breadcrumb, score, rev, matched, file and a short snippet per hit (same hits, about a third of the bytes)."
-            ),
+            Field(description="snippet: a short `snippet` instead of `text`."),
         ] = "text",
     ) -> dict[str, Any]:
-        """Hybrid search (BM25 + vectors) over the notes. Each hit has `ref` (source:path:line of
-        its chunk), `match_line` (the line that matches best), `snippet` (a few lines around it),
-        `breadcrumb`, `score`, `rev` (git commit or null), `matched` (keyword, meaning or both;
-        `notice` says when no keyword matched) and, unless detail=snippet, `text` (~1,200
-        characters of the chunk around match_line).
-        Scoped to a workspace folder, edits made just before the call are indexed first.
-        `scope` says what was searched; `degraded`/`notice` say when results are keyword-only."""
-        with _tool_errors():
-            return tools.search(
-                query,
-                path,
-                k,
-                mode,
-                tags,
-                since,
-                until,
-                per_file=per_file,
-                min_similarity=min_similarity,
-                detail=detail,
-            )
+        """Hybrid search (BM25 + vectors). A hit: `ref` = `source`:`path`:`line` (read on with `get`),
+        `end_line`, `match_line`, `breadcrumb`, `score`, `matched` (keyword|meaning|both), `rev` (git),
+        `file` (on disk), ~900 bytes of `text`. A folder scope indexes fresh edits first. `notice`:
+        why keyword-only or empty."""
+        return tools.search(
+            query,
+            path,
+            k,
+            mode,
+            tags,
+            since,
+            until,
+            per_file=per_file,
+            min_similarity=min_similarity,
+            detail=detail,
+        )
 
-    @server.tool(name="status", annotations=read_only)
-    def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:
-        """What is indexed (files, chunks, chunks waiting for vectors), when it was last synced,
-        and whether the index lags the disk (changed/deleted files) or the git mirror. Also says
-        when a sync is running, when a first sync never finished (`incomplete`), and what cannot
-        be read now (`lag.unreadable`, whose indexed copies are kept)."""
-        with _tool_errors():
-            return tools.status(path)
-
-    @server.tool(
-        name="reindex",
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-        ),
-    )
-    def reindex_tool(
-        path: Annotated[
-            str, Field(description="A folder or file (`source:path` allowed), a collection, or a source id.")
-        ],
-        full: Annotated[bool, Field(description="Re-read and re-chunk every file, not only changed ones.")] = False,
-    ) -> dict[str, Any]:
-        """Re-index one file, folder, collection or source now (normally a sync job does this).
-        Returns added/updated/deleted counts, vectors embedded and pending."""
-        with _tool_errors():
-            return tools.reindex(path, full)
-
-    @server.tool(name="get", annotations=read_only)
+    @tool(read_only)
     def get_tool(
         path: Annotated[
             str | list[str],
-            Field(
-                description="A file: `source:path`, `path`, or a `ref` from search (`source:path:line`). "
-                "Several at once: a list of them, or a glob (`notes:devops/*.md`, `**` spans folders)."
-            ),
+            Field(description="A file or `ref`; several: a list or a glob (`notes:a/*.md`)."),
         ],
-        from_line: Annotated[
-            int | None, Field(ge=1, description="One file: first line (1-based); default: the ref's line or 1.")
-        ] = None,
+        from_line: Annotated[int | None, Field(ge=1, description="One file: first line.")] = None,
         max_lines: Annotated[
             int | None,
-            Field(
-                ge=1,
-                le=MANY_MAX_LINES,
-                description=f"At most this many lines (one file: default {GET_MAX_LINES}; "
-                f"several: in all, default {MANY_MAX_LINES}).",
-            ),
+            Field(ge=1, le=MANY_MAX_LINES, description=f"Default {GET_MAX_LINES}; several: {MANY_MAX_LINES} in all."),
         ] = None,
-        max_bytes: Annotated[
-            int | None,
-            Field(
-                ge=1,
-                le=MANY_MAX_BYTES,
-                description=f"Several files: at most this many bytes in all (default {MANY_MAX_BYTES}).",
-            ),
-        ] = None,
+        max_bytes: Annotated[int | None, Field(ge=1, le=MANY_MAX_BYTES, description="Several files: in all.")] = None,
     ) -> dict[str, Any]:
-        """Read a file or a line range of any source, including files inside bare git mirrors
-        (at the indexed rev). `truncated`/`next_from_line` say when there is more. With a list
-        or a glob: `files` in order up to the size cap; `omitted` names the files left out
-        (not read), `errors` the refs that could not be read."""
-        with _tool_errors():
-            return tools.get(path, from_line, max_lines, max_bytes)
+        """Read a file or lines of it (git files at the indexed rev); `next_from_line` if there is more.
+        Several: `files` up to the cap, `omitted`, `errors`."""
+        return tools.get(path, from_line, max_lines, max_bytes)
 
-    @server.tool(name="grep", annotations=read_only)
+    @tool(read_only)
     def grep_tool(
-        pattern: Annotated[str, Field(description="A regular expression (or a literal string with fixed=true).")],
+        pattern: Annotated[str, Field(description="A regular expression (a literal with fixed).")],
         path: Annotated[str | None, where] = None,
-        ignore_case: Annotated[bool, Field(description="Case-insensitive match.")] = False,
-        fixed: Annotated[bool, Field(description="Treat the pattern as a literal string.")] = False,
+        ignore_case: bool = False,
+        fixed: bool = False,
     ) -> dict[str, Any]:
-        """Live exact search over the note files, no index: always current. Best for hostnames,
-        numbers, error codes, tags. Each hit has `ref` (source:path:line) and the matching line;
-        `unsearched` names any source, folder or file that could not be searched."""
-        with _tool_errors():
-            return tools.grep(pattern, path, ignore_case, fixed)
+        """Live exact search of the files (no index): hostnames, numbers, error codes. `unsearched`:
+        what could not be searched."""
+        return tools.grep(pattern, path, ignore_case, fixed)
 
-    @server.tool(name="collections", annotations=read_only)
+    @tool(read_only)
+    def toc_tool(
+        source: Annotated[str | None, Field(description="One source id. Default: all.")] = None,
+        max_bytes: Annotated[int, Field(ge=1, le=MANY_MAX_BYTES)] = TOC_MAX_BYTES,
+    ) -> dict[str, Any]:
+        """A source's table of contents: per folder, one line per file (title, tags, headings)."""
+        return tools.toc(source, max_bytes)
+
+    @tool(read_only)
     def collections_tool(
-        prefix: Annotated[str | None, Field(description="Only names starting with this (or in this group).")] = None,
+        prefix: Annotated[str | None, Field(description="Only names starting with this.")] = None,
     ) -> dict[str, Any]:
-        """List collections (folders with _meta.yaml) with name, description, tags, folder and file
-        count: a flat list up to 50, grouped by name prefix beyond. Pass a name as `path` to search."""
-        with _tool_errors():
-            return tools.collections(prefix)
+        """Collections (folders with _meta.yaml), described; a name is a `path`."""
+        return tools.collections(prefix)
 
-    @server.tool(name="route", annotations=read_only)
+    @tool(read_only)
     def route_tool(
-        question: Annotated[str, Field(description="The user's question, in any language.")],
-        k: Annotated[int, Field(ge=1, le=20, description="How many collections.")] = ROUTE_K,
+        question: Annotated[str, Field(description="The user's question.")],
+        k: Annotated[int, Field(ge=1, le=20)] = ROUTE_K,
     ) -> dict[str, Any]:
-        """Rank collections for a question (BM25 over name/description/tags + embedding similarity,
-        fused by RRF). Then call search with path=<collection name>."""
-        with _tool_errors():
-            return tools.route(question, k)
+        """Rank collections for a question; then search with path=<name>."""
+        return tools.route(question, k)
 
-    return server
+    @tool(read_only)
+    def status_tool(path: Annotated[str | None, where] = None) -> dict[str, Any]:
+        """What is indexed and when; `lag` (behind the disk or mirror), `sync_running`, `incomplete`."""
+        return tools.status(path)
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
+    def reindex_tool(
+        path: Annotated[str, Field(description="A source id, collection, folder or file.")],
+        full: Annotated[bool, Field(description="Re-read every file, not only changed ones.")] = False,
+    ) -> dict[str, Any]:
+        """Re-index now (a sync job normally does): added/updated/deleted, embedded, pending."""
+        return tools.reindex(path, full)
+
+    return registered
+
+
+class ToolBox:
+    """The tools as an MCP client meets them: strict arguments (an unknown one is an error that
+    names the known ones), every call on a worker thread under a deadline (the event loop goes
+    on serving other clients and signals), each answer one compact JSON text."""
+
+    def __init__(self, tools: NotesTools, call_timeout: float = CALL_TIMEOUT) -> None:
+        from mcp.types import ListToolsResult
+
+        self.call_timeout = call_timeout
+        self.specs = {spec.name: spec for spec in (_ToolSpec.of(fn, ann) for fn, ann in _tool_functions(tools))}
+        self.listing: ListToolsResult = ListToolsResult(tools=[spec.tool for spec in self.specs.values()])
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        spec = self.specs.get(name)
+        return None if spec is None else spec.schema
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> "CallToolResult":
+        """Domain errors, bad arguments and a missed deadline come back as `isError` results with
+        one line; the server goes on."""
+        import functools
+
+        import anyio
+
+        spec = self.specs.get(name)
+        if spec is None:
+            return tool_error(f"unknown tool {_quoted(name)} (the tools: {', '.join(self.specs)})")
+        try:
+            kwargs = spec.arguments(arguments)
+            with anyio.move_on_after(self.call_timeout) as deadline:
+                work = functools.partial(spec.fn, **kwargs)
+                data = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except NotesSearchError as exc:
+            return tool_error(str(exc))
+        except Exception as exc:  # a bug must not end the session: its one line, and the log
+            log.exception("tool %s failed", name)
+            return tool_error(f"{name} failed: {type(exc).__name__}: {exc}")
+        if deadline.cancelled_caught:
+            going_on = " (it goes on in the background)" if name == "reindex" else ""
+            return tool_error(
+                f"{name} did not finish within {self.call_timeout:g} s{going_on}; narrow the path or the "
+                "question, or start the server with a longer --call-timeout"
+            )
+        return tool_answer(data)
+
+
+def tool_answer(data: dict[str, Any]) -> "CallToolResult":
+    """The answer once, as compact JSON text (no structured copy of the same data beside it)."""
+    import json
+
+    from mcp.types import CallToolResult, TextContent
+
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+def tool_error(message: str) -> "CallToolResult":
+    from mcp.types import CallToolResult, TextContent
+
+    line = " ".join(message.split())  # one line, whatever a wrapped message held
+    return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
+
+
+def _quoted(name: str, limit: int = 60) -> str:
+    """A name a client sent, quoted and cut: it may hold anything, newlines included."""
+    return repr(name if len(name) <= limit else name[:limit] + "…")
+
+
+class _ToolSpec:
+    """One tool: its function, the argument model read from its signature (no extra keys),
+    and the `Tool` that `tools/list` shows."""
+
+    def __init__(
+        self, fn: Callable[..., dict[str, Any]], model: "type[BaseModel]", tool: "Tool", schema: dict[str, Any]
+    ) -> None:
+        self.name = tool.name
+        self.fn = fn
+        self.model = model
+        self.tool = tool
+        self.schema = schema
+
+    @classmethod
+    def of(cls, fn: Callable[..., dict[str, Any]], annotations: "ToolAnnotations") -> "_ToolSpec":
+        import inspect
+
+        from mcp.types import Tool
+        from pydantic import ConfigDict, create_model
+
+        name = fn.__name__.removesuffix("_tool")
+        fields: dict[str, Any] = {
+            param.name: (param.annotation, ... if param.default is param.empty else param.default)
+            for param in inspect.signature(fn).parameters.values()
+        }
+        model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        schema = _compact_schema(model.model_json_schema())
+        description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())  # one line: no docstring indent
+        tool = Tool(name=name, description=description, input_schema=schema, annotations=annotations)
+        return cls(fn, model, tool, schema)
+
+    def arguments(self, given: dict[str, Any]) -> dict[str, Any]:
+        from pydantic import ValidationError
+
+        try:
+            checked = self.model.model_validate(given)
+        except ValidationError as exc:
+            raise NotesSearchError(f"{self.name}: {_problems(exc, list(self.model.model_fields))}") from None
+        return {name: getattr(checked, name) for name in self.model.model_fields}
+
+
+def _problems(error: "ValidationError", allowed: list[str]) -> str:
+    """pydantic's report as one plain line: which arguments are unknown (and which exist), then
+    each bad value's argument and why, without the links and input echoes."""
+    unknown = [_quoted(str(e["loc"][0])) for e in error.errors() if e["type"] == "extra_forbidden"]
+    problems = []
+    if unknown:
+        problems.append(f"unknown argument {', '.join(unknown)} (the arguments: {', '.join(allowed)})")
+    seen = set()
+    for e in error.errors():
+        if e["type"] == "extra_forbidden":
+            continue
+        argument = str(e["loc"][0]) if e["loc"] else "arguments"
+        if argument in seen:  # a union reports each of its members; the first says enough
+            continue
+        seen.add(argument)
+        problems.append(f"{argument}: {'required' if e['type'] == 'missing' else e['msg']}")
+    return "; ".join(problems)
+
+
+def _compact_schema(schema: Any) -> Any:
+    """The arguments' JSON schema without what only costs an agent bytes: titles, and `null` as
+    an option (an optional argument is simply left out; the check still takes null)."""
+    if isinstance(schema, list):
+        return [_compact_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" or (key == "default" and value is None):
+            continue
+        if key == "properties":
+            out[key] = {name: _compact_schema(prop) for name, prop in value.items()}
+        else:
+            out[key] = _compact_schema(value)
+    options = [option for option in out.pop("anyOf", []) if option != {"type": "null"}]
+    if len(options) == 1:
+        out.update(options[0])
+    elif options:
+        out["anyOf"] = options
+    return out
+
+
+def build_server(service: "NotesService", call_timeout: float = CALL_TIMEOUT) -> "Server[Any]":
+    """The low-level SDK server with the tools only: no resources or prompts are advertised,
+    since there are none."""
+    from mcp.server.lowlevel import Server
+    from mcp.types import CallToolRequestParams, PaginatedRequestParams
+
+    from search.service.overview import package_version
+
+    box = ToolBox(NotesTools(service), call_timeout)
+
+    async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> "ListToolsResult":
+        return box.listing
+
+    async def call_tool(ctx: Any, params: CallToolRequestParams) -> "CallToolResult":
+        return await box.call(params.name, params.arguments or {})
+
+    return Server(
+        "notes-search",
+        version=package_version(),
+        instructions=server_instructions(service.overview()),
+        get_tool_input_schema=box.input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
 
 
 # ---- HTTP guard ---------------------------------------------------------------------------------
@@ -530,25 +686,76 @@ def _bearer_matches(header: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-def serve_http(server: "MCPServer", host: str, port: int, token: str | None) -> None:
+def _exit_soon() -> None:
+    """End the process SHUTDOWN_GRACE seconds from now, whatever still runs: a tool call on a
+    worker thread cannot be interrupted, and must not keep the process (and its port) alive."""
+    import os
+    import threading
+
+    timer = threading.Timer(SHUTDOWN_GRACE, os._exit, (0,))
+    timer.daemon = True
+    timer.start()
+
+
+def serve_stdio(server: "Server[Any]") -> None:
+    """Serve one client over stdin/stdout until it closes them or a SIGTERM/SIGINT arrives."""
+    import signal
+
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        _exit_soon()
+                        group.cancel_scope.cancel()
+
+            group.start_soon(stop_on_signal)
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+
+
+def serve_http(server: "Server[Any]", host: str, port: int, token: str | None) -> None:
     import uvicorn
 
     from search.terminal import echo
 
+    class StopSoon(uvicorn.Server):
+        """SIGTERM/SIGINT: stop taking requests and end the process within SHUTDOWN_GRACE, with
+        exit 0 (uvicorn would wait for every open event stream, then raise the signal again:
+        `Aborted!` or death by SIGTERM; cancelling the streams instead logs a traceback each)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            _exit_soon()
+            self.should_exit = True
+
     app = HttpGuard(server.streamable_http_app(host=host), token)
     echo(f"notes-search MCP (streamable HTTP) on http://{_url_host(host)}:{port}/mcp", err=True)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+    StopSoon(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
 
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def run(service: "NotesService", *, http: tuple[str, int, str | None] | None = None) -> None:
-    """Serve until stopped: stdio, or `http` = (host, port, token) as streamable HTTP."""
+def run(
+    service: "NotesService",
+    *,
+    http: tuple[str, int, str | None] | None = None,
+    call_timeout: float = CALL_TIMEOUT,
+) -> None:
+    """Serve until stopped: stdio, or `http` = (host, port, token) as streamable HTTP. Once
+    serving ends, the process ends within SHUTDOWN_GRACE even if a call still runs."""
     service.warm_up()
-    server = build_server(service)
+    server = build_server(service, call_timeout)
     if http is not None:
         serve_http(server, *http)
     else:
-        server.run("stdio")
+        serve_stdio(server)
+    _exit_soon()

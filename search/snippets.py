@@ -332,3 +332,20 @@ def snippet_in_bytes(terms: Sequence[Term], text: str, start_line: int, match_li
         else:
             high = middle - 1
     return best
+
+
+def text_in_bytes(text: str, start_line: int, match_line: int, max_bytes: int) -> str:
+    """`text_window` of a chunk's match line at most `max_bytes` long in UTF-8, the widest that
+    fits (an agent pays per byte, and a Cyrillic line costs twice a Latin one)."""
+    lines = chunk_lines(text)
+    index = min(max(match_line - start_line, 0), len(lines) - 1)
+    low, high = 1, max_bytes
+    best = ""
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = text_window(lines, index, middle)
+        if len(candidate.encode("utf-8")) <= max_bytes:
+            best, low = candidate, middle + 1
+        else:
+            high = middle - 1
+    return best

@@ -111,6 +111,8 @@ MCP_CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("reindex", "reindex", {"path": "notes:devops/wireguard.md"}),
     ("error-get-missing", "get", {"path": "notes:nope.md"}),
     ("error-search-outside", "search", {"query": "x", "path": "notes:../../etc"}),
+    ("error-search-unknown-argument", "search", {"query": "x", "limit": 2}),
+    ("toc", "toc", {"source": "notes", "max_bytes": 600}),
 ]
 
 CLI_MAIN = "import sys; from search.cli import main; sys.argv[0] = 'notes-search'; main()"
@@ -268,7 +270,7 @@ def run_mcp(ws: Workspace) -> dict[str, str]:
                 )
                 for name, tool, arguments in MCP_CALLS:
                     result = await session.call_tool(tool, arguments)
-                    texts = [getattr(item, "text", repr(item)) for item in result.content]
+                    texts = [_readable(getattr(item, "text", repr(item))) for item in result.content]
                     out[f"mcp-{name}"] = (
                         f"call {tool} {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}\n"
                         f"[is_error {result.is_error}]\n" + "\n".join(texts) + "\n"
@@ -276,6 +278,15 @@ def run_mcp(ws: Workspace) -> dict[str, str]:
 
     anyio.run(session_body)
     return out
+
+
+def _readable(text: str) -> str:
+    """A tool's compact JSON answer indented for review (tests/test_mcp_wire.py pins the compact
+    form on the wire); an error's plain line as it is."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
 
 
 @contextmanager

@@ -318,7 +318,7 @@ class Load:
                     if LOCKED in text:
                         self.tally.fail(f"{kind}: {text}")
                     elif not result.is_error:
-                        assert isinstance(result.structured_content, dict)
+                        assert isinstance(json.loads(result.content[0].text), dict)  # type: ignore[union-attr]
                         self.tally.ok(kind, started)
                     elif is_refusal(text) and mode != "lex":
                         self.tally.refuse(kind, started)

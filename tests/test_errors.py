@@ -522,7 +522,7 @@ def test_damaged_index_is_one_line_in_every_command_mcp_and_watch(
 ) -> None:
     from indexer.config import load_config
     from indexer.watch import Watcher
-    from search.mcp_server import NotesTools, _tool_errors
+    from search.mcp_server import NotesTools, ToolBox
     from search.service import NotesService
     from tests.fakes import FakeEmbedder
 
@@ -540,12 +540,12 @@ def test_damaged_index_is_one_line_in_every_command_mcp_and_watch(
         ["toc"],
     ):
         assert_one_line_error(cli(config, *command), str(db), "not a usable SQLite index")
-    from mcp.server.mcpserver.exceptions import ToolError
+    import anyio
 
-    tools = NotesTools(NotesService.from_config_file(str(config)))
-    for call in (lambda: tools.search("alpha", None, 5, "lex"), lambda: tools.status(None)):
-        with pytest.raises(ToolError, match="not a usable SQLite index"), _tool_errors():
-            call()
+    box = ToolBox(NotesTools(NotesService.from_config_file(str(config))))
+    for name, arguments in (("search", {"query": "alpha", "k": 5, "mode": "lex"}), ("status", {})):
+        result = anyio.run(box.call, name, arguments)
+        assert result.is_error and "not a usable SQLite index" in result.content[0].text  # type: ignore[union-attr]
     watcher = Watcher(load_config(str(config)), FakeEmbedder)
     with caplog.at_level(logging.ERROR, logger="notes_search"):
         assert watcher.reconcile() is None

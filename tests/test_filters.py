@@ -427,7 +427,7 @@ def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any, db_u
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
         properties = listed["search"].input_schema["properties"]
         assert {"tags", "since", "until"} <= set(properties)
-        assert "every one" in properties["tags"]["description"] and "7d" in properties["since"]["description"]
+        assert "all these tags" in properties["tags"]["description"] and "7d" in properties["since"]["description"]
 
         vpn = await call(session, "search", query="server network tunnel", tags=["#VPN"], k=5)
         assert vpn["scope"] == "all sources (tag vpn)"

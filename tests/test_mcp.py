@@ -27,14 +27,14 @@ from indexer.config import load_config
 from indexer.embedders import make_embedder
 from indexer.hosts import is_loopback_host as is_loopback
 from indexer.sync import run_sync
-from search.mcp_server import AGENT_SNIPPET_BYTES, LOCAL_ORIGIN, TOKEN_ENV
+from search.mcp_server import AGENT_SNIPPET_BYTES, AGENT_TEXT_BYTES, LOCAL_ORIGIN, TOKEN_ENV
 from tests.embed_servers import OllamaServer, free_port
 from tests.pg import both_backends
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "notes"
 NOTES_SEARCH = Path(sys.executable).parent / "notes-search"
-TOOLS = {"search", "status", "reindex", "get", "grep", "collections", "route"}
+TOOLS = {"search", "status", "reindex", "get", "grep", "toc", "collections", "route"}
 TOKEN = "s3cret-token"
 
 Session = Callable[[ClientSession], Awaitable[None]]
@@ -114,11 +114,20 @@ def over_stdio(config: Path, body: Session, errlog: Path) -> None:
 
 
 async def call(session: ClientSession, name: str, **arguments: Any) -> dict[str, Any]:
+    """A tool's answer: one compact JSON text, sent once (no structured copy beside it)."""
     result = await session.call_tool(name, arguments)
     assert not result.is_error, (name, arguments, result.content)
-    assert isinstance(result.structured_content, dict)
-    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
-    return result.structured_content
+    [content] = result.content
+    assert result.structured_content is None and content.type == "text"
+    assert "\n  " not in content.text  # compact: no indentation
+    answer = json.loads(content.text)
+    assert isinstance(answer, dict)
+    return answer
+
+
+def ref_path(hit: dict[str, Any]) -> str:
+    """The path part of a hit's `ref` (source:path:line)."""
+    return str(hit["ref"]).split(":", 1)[1].rsplit(":", 1)[0]
 
 
 async def refused(session: ClientSession, name: str, **arguments: Any) -> str:
@@ -140,15 +149,16 @@ async def exercise_every_tool(session: ClientSession) -> None:
     everything = await call(session, "search", query="záloha databáze restic")
     assert everything["scope"] == "all sources" and not everything["degraded"]
     hit = everything["results"][0]
-    assert set(hit) >= {"ref", "source", "path", "line", "end_line", "breadcrumb", "score", "text", "rev"}
-    assert hit["ref"] == f"notes:{hit['path']}:{hit['line']}" and len(hit["text"]) <= 1200
+    assert set(hit) >= {"ref", "source", "path", "line", "end_line", "match_line", "breadcrumb", "score", "text"}
+    assert "snippet" not in hit  # `text` holds its lines
+    assert hit["ref"] == f"notes:{hit['path']}:{hit['line']}" and len(hit["text"].encode()) <= AGENT_TEXT_BYTES
 
     scoped = await call(session, "search", query="restic", path="devops", k=3, mode="lex")
     assert scoped["scope"] == "collection devops" and scoped["results"]
-    assert all(h["path"].startswith("devops/") for h in scoped["results"])
+    assert all(ref_path(h).startswith("devops/") for h in scoped["results"])
     folder = await call(session, "search", query="kniha", path="reading")  # no _meta.yaml: a plain folder
     assert folder["scope"] == "notes:reading" and folder["results"]
-    assert all(h["path"].startswith("reading/") for h in folder["results"])
+    assert all(ref_path(h).startswith("reading/") for h in folder["results"])
 
     status = await call(session, "status")
     assert status["sources"][0]["files"] > 20 and status["sources"][0]["lag"]["lags"] is False
@@ -161,8 +171,9 @@ async def exercise_every_tool(session: ClientSession) -> None:
     assert reindexed["sources"][0]["updated"] > 0
 
     got = await call(session, "get", path=hit["ref"], max_lines=3)
-    assert got["from_line"] == hit["line"] and got["text"] and got["truncated"] is True
-    assert got["next_from_line"] == hit["line"] + 3
+    line = int(hit["ref"].rsplit(":", 1)[1])
+    assert got["from_line"] == line and got["text"] and got["truncated"] is True
+    assert got["next_from_line"] == line + 3
 
     grepped = await call(session, "grep", pattern="5432")
     assert grepped["count"] > 0 and grepped["hits"][0]["ref"].startswith("notes:devops/postgresql.md:")
@@ -173,6 +184,11 @@ async def exercise_every_tool(session: ClientSession) -> None:
 
     routed = await call(session, "route", question="postgresql backups on the home server")
     assert routed["results"][0]["name"] == "devops"
+
+    contents = await call(session, "toc", source="notes")
+    [toc] = contents["tocs"]
+    assert toc["source"] == "notes" and "# Contents of source notes" in toc["text"] and not toc["truncated"]
+    assert "wireguard.md" in toc["text"]
 
 
 # ---- stdio ----------------------------------------------------------------------------------
@@ -214,14 +230,14 @@ def test_detail_snippet_answers_the_same_hits_in_fewer_bytes(workspace: Path, tm
             assert all(len(h["snippet"].encode()) <= AGENT_SNIPPET_BYTES for h in short["results"])
             assert len(json.dumps(short, ensure_ascii=False)) < len(json.dumps(full, ensure_ascii=False)) / 2
             for hit in full["results"]:
-                assert hit["line"] <= hit["match_line"] <= hit["end_line"] and len(hit["text"]) <= 1200
+                line = int(hit["ref"].rsplit(":", 1)[1])
+                assert line <= hit["match_line"] <= hit["end_line"] and len(hit["text"].encode()) <= AGENT_TEXT_BYTES
         wireguard = (await call(session, "search", query="51820/udp", mode="lex", detail="snippet"))["results"][0]
         assert wireguard["ref"].startswith("notes:devops/wireguard.md:") and "51820/udp" in wireguard["snippet"]
-        described = listed["search"].input_schema["properties"]["detail"]["description"]
-        assert all(key in described for key in wireguard), (
-            sorted(wireguard),
-            described,
-        )  # the schema names every field
+        # the tool's description and the detail argument's name every field of a hit
+        described = listed["search"].description + listed["search"].input_schema["properties"]["detail"]["description"]
+        fields = set(wireguard) | set(full["results"][0])
+        assert all(f"`{key}`" in described for key in fields), (sorted(fields), described)
         missed = await call(session, "search", query="xyzzynotfound", mode="lex", detail="snippet")
         assert missed["results"] == [] and missed["notice"] == "nothing found in all sources; try other words or grep"
         bad = await session.call_tool("search", {"query": "x", "detail": "everything"})
@@ -239,9 +255,9 @@ def test_an_append_is_found_by_the_next_scoped_search(workspace: Path, tmp_path:
             f.write("\nKvazarový převodník QX7731 visí na portu 51820.\n")
         lines = len(note.read_text(encoding="utf-8").splitlines())
         exact = await call(session, "search", query="QX7731", path="devops", mode="lex")
-        assert [(h["path"], h["end_line"]) for h in exact["results"]] == [("devops/wireguard.md", lines)]
+        assert [(ref_path(h), h["end_line"]) for h in exact["results"]] == [("devops/wireguard.md", lines)]
         hybrid = await call(session, "search", query="kvazarový převodník QX7731", path="devops")
-        assert ("devops/wireguard.md", lines) in [(h["path"], h["end_line"]) for h in hybrid["results"]]
+        assert ("devops/wireguard.md", lines) in [(ref_path(h), h["end_line"]) for h in hybrid["results"]]
         assert not hybrid["degraded"] and hybrid["notice"] is None  # embedded in the same call
 
     over_stdio(workspace, body, tmp_path / "server.log")
@@ -496,7 +512,7 @@ def test_two_http_servers_on_two_hosts_query_one_postgres_index(
                 ):
                     await session.initialize()
                     answer = await call(session, "search", query=query, mode="hybrid")
-                    found.append([hit["path"] for hit in answer["results"]])
+                    found.append([ref_path(hit) for hit in answer["results"]])
             return found
 
         first = anyio.run(search_both, "záloha databáze restic")

@@ -7,7 +7,7 @@ import click
 
 from search import mcp_server
 from search.cli.context import CliContext, pass_context
-from search.mcp_server import DEFAULT_PORT, TOKEN_ENV
+from search.mcp_server import CALL_TIMEOUT, DEFAULT_PORT, TOKEN_ENV
 
 
 @click.command("mcp")
@@ -21,9 +21,17 @@ from search.mcp_server import DEFAULT_PORT, TOKEN_ENV
     metavar="TOKEN",
     help="HTTP: require `Authorization: Bearer TOKEN`; mandatory for a non-loopback --host.",
 )
+@click.option(
+    "--call-timeout",
+    default=CALL_TIMEOUT,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="SECONDS",
+    help="A tool call running longer answers with an error (the server goes on serving).",
+)
 @pass_context
-def mcp(ctx: CliContext, use_http: bool, host: str, port: int, token: str | None) -> None:
-    """MCP server for agents: search, status, reindex, get, grep, collections, route (stdio by default)."""
+def mcp(ctx: CliContext, use_http: bool, host: str, port: int, token: str | None, call_timeout: float) -> None:
+    """MCP server for agents: search, get, grep, toc, collections, route, status, reindex (stdio by default)."""
     from indexer.hosts import is_loopback_host
 
     if use_http and not is_loopback_host(host) and not token:
@@ -35,4 +43,4 @@ def mcp(ctx: CliContext, use_http: bool, host: str, port: int, token: str | None
         problem = mcp_server.token_problem(token, remote=not is_loopback_host(host))
         if problem:
             raise click.UsageError(problem)
-    mcp_server.run(ctx.service(), http=(host, port, token or None) if use_http else None)
+    mcp_server.run(ctx.service(), http=(host, port, token or None) if use_http else None, call_timeout=call_timeout)
