@@ -39,8 +39,8 @@ TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
 GREP_MAX_HITS = 200
 DETAILS = ("text", "snippet")
-# detail=snippet: 8 hits in about 3 KB on the wire, Latin or Cyrillic notes alike
-AGENT_SNIPPET_BYTES = 150
+# detail=snippet: 8 hits in about 3.5 KB on the wire (with `file`), Latin or Cyrillic notes alike
+AGENT_SNIPPET_BYTES = 120
 # detail=text: 8 hits in about 10 KB on the wire, Latin or Cyrillic notes alike
 AGENT_TEXT_BYTES = 900
 # what a hit leaves out for an agent: `text` holds the snippet's lines; with detail=snippet,
@@ -462,6 +462,7 @@ class ToolBox:
         from mcp.types import ListToolsResult
 
         self.call_timeout = call_timeout
+        self.db_url = tools.config.db_url
         self.specs = {spec.name: spec for spec in (_ToolSpec.of(fn, ann) for fn, ann in _tool_functions(tools))}
         self.listing: ListToolsResult = ListToolsResult(tools=[spec.tool for spec in self.specs.values()])
 
@@ -478,24 +479,33 @@ class ToolBox:
 
         spec = self.specs.get(name)
         if spec is None:
-            return tool_error(f"unknown tool {_quoted(name)} (the tools: {', '.join(self.specs)})")
+            return self.error(f"unknown tool {_quoted(name)} (the tools: {', '.join(self.specs)})")
         try:
             kwargs = spec.arguments(arguments)
             with anyio.move_on_after(self.call_timeout) as deadline:
                 work = functools.partial(spec.fn, **kwargs)
                 data = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except NotesSearchError as exc:
-            return tool_error(str(exc))
+            return self.error(str(exc))
         except Exception as exc:  # a bug must not end the session: its one line, and the log
-            log.exception("tool %s failed", name)
-            return tool_error(f"{name} failed: {type(exc).__name__}: {exc}")
+            log.debug("tool %s failed", name, exc_info=True)
+            return self.error(f"{name} failed: {type(exc).__name__}: {exc}", log_it=True)
         if deadline.cancelled_caught:
             going_on = " (it goes on in the background)" if name == "reindex" else ""
-            return tool_error(
+            return self.error(
                 f"{name} did not finish within {self.call_timeout:g} s{going_on}; narrow the path or the "
                 "question, or start the server with a longer --call-timeout"
             )
         return tool_answer(data)
+
+    def error(self, message: str, log_it: bool = False) -> "CallToolResult":
+        """An `isError` result: one line, the index URL's password masked in any form."""
+        from indexer.redaction import redact
+
+        line = redact(" ".join(message.split()), self.db_url)
+        if log_it:
+            log.error("%s", line)
+        return tool_error(line)
 
 
 def tool_answer(data: dict[str, Any]) -> "CallToolResult":
@@ -508,10 +518,9 @@ def tool_answer(data: dict[str, Any]) -> "CallToolResult":
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
-def tool_error(message: str) -> "CallToolResult":
+def tool_error(line: str) -> "CallToolResult":
     from mcp.types import CallToolResult, TextContent
 
-    line = " ".join(message.split())  # one line, whatever a wrapped message held
     return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
 
 
