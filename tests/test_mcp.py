@@ -11,7 +11,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -306,15 +307,22 @@ def http_server(
             proc.wait()
 
 
+@asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    """An initialized session of the official client over streamable HTTP, with the token."""
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120))
+    async with (
+        client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
 def test_http_lists_and_calls_every_tool(http_server: str) -> None:
     async def main() -> None:
-        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120))
-        async with (
-            client,
-            streamable_http_client(http_server, http_client=client) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with http_session(http_server) as session:
             await exercise_every_tool(session)
 
     anyio.run(main)
@@ -502,15 +510,7 @@ def test_two_http_servers_on_two_hosts_query_one_postgres_index(
         async def search_both(query: str) -> list[list[str]]:
             found = []
             for url in urls:
-                client = httpx2.AsyncClient(
-                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120)
-                )
-                async with (
-                    client,
-                    streamable_http_client(url, http_client=client) as (read, write),
-                    ClientSession(read, write) as session,
-                ):
-                    await session.initialize()
+                async with http_session(url) as session:
                     answer = await call(session, "search", query=query, mode="hybrid")
                     found.append([ref_path(hit) for hit in answer["results"]])
             return found

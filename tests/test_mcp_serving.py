@@ -9,21 +9,17 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import anyio
-import httpx2
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from tests.conftest import wait_for
 from tests.embed_servers import OllamaServer, free_port
-from tests.test_mcp import NOTES_SEARCH, TOKEN, call, make_workspace, server_env, wait_for_port
+from tests.test_mcp import NOTES_SEARCH, TOKEN, call, http_session, make_workspace, server_env, wait_for_port
 
 HANGS = 600.0  # the embedding server's delay: longer than any test, so a call on it never ends by itself
 EXITS_WITHIN = 10.0  # a generous bound for "the process ended" on a loaded machine; the promise is 1 s
@@ -47,18 +43,6 @@ def server_process() -> Iterator[list[subprocess.Popen[bytes]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-@asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=120))
-    async with (
-        client,
-        streamable_http_client(url, http_client=client) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def embedding_requested(embedder: OllamaServer, before: int) -> None:
