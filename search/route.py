@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from indexer.config import Config
 from indexer.embed_health import guarded
 from indexer.errors import EmbedderError
-from search.fusion import rrf
+from search.fusion import RRF_K, rrf
 from search.words import ROUTING_STOPWORDS, STEM_CHARS
 
 if TYPE_CHECKING:  # numpy and the embedders load only when a route is computed
@@ -197,6 +197,32 @@ def lexical_text(entry: CollectionRow) -> str:
     return " ".join([entry.name.replace("/", " ").replace("-", " "), entry.description, *entry.tags])
 
 
+MATCH_FIELDS = ("name", "description", "tags")
+
+
+def matched_words(question: str, entry: CollectionRow) -> dict[str, list[str]]:
+    """The question's words found in the collection's name, description and tags, as the
+    keyword half compares them (folded, stemmed): what a person checks a route against."""
+    fields = {
+        "name": set(terms(entry.name.replace("/", " ").replace("-", " "))),
+        "description": set(terms(entry.description)),
+        "tags": set(terms(" ".join(entry.tags))),
+    }
+    found: dict[str, list[str]] = {name: [] for name in MATCH_FIELDS}
+    for word in dict.fromkeys(_WORD.findall(question)):
+        for stem in terms(word)[:1]:
+            for name in MATCH_FIELDS:
+                if stem in fields[name]:
+                    found[name].append(word)
+    return found
+
+
+def relevance(score: float, halves: int) -> int:
+    """A fused score as 0-100 of the best a collection can get: first in every half that ran
+    (keywords, and meaning unless the embedder was unavailable). 50 is first in one half only."""
+    return round(100 * score / (halves / (RRF_K + 1))) if halves else 0
+
+
 def semantic_text(entry: CollectionRow) -> str:
     """What is embedded for a collection: its description alone. Names and tags are terse and
     often in another language than the question; with e5 they blur more than they add."""
@@ -210,6 +236,8 @@ class RouteHit:
     bm25_rank: int | None
     vec_rank: int | None
     cosine: float | None
+    relevance: int = 0  # 0-100, see `relevance()`
+    matched: dict[str, list[str]] = field(default_factory=dict)  # field -> the question's words in it
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -218,7 +246,20 @@ class RouteHit:
             "bm25_rank": self.bm25_rank,
             "vec_rank": self.vec_rank,
             "cosine": None if self.cosine is None else round(self.cosine, 4),
+            "relevance": self.relevance,
+            "matched": self.matched,
         }
+
+    def why(self) -> str:
+        """How it matched, in words: `wireguard (description), vpn (tags); meaning #1 (cosine 0.23)`."""
+        fields_of: dict[str, list[str]] = {}
+        for name in MATCH_FIELDS:
+            for word in self.matched.get(name, []):
+                fields_of.setdefault(word, []).append(name)
+        words = ", ".join(f"{word} ({', '.join(names)})" for word, names in fields_of.items()) or "no word in common"
+        if self.cosine is None:
+            return f"{words}; meaning not compared"
+        return f"{words}; meaning #{self.vec_rank} (cosine {self.cosine:.2f})"
 
 
 @dataclass
@@ -269,6 +310,7 @@ class Router:
             response.notice = f"embedding unavailable ({exc}); ranked by keywords only"
         vector = sorted(cosines, key=lambda i: (-cosines[i], i))
         fused = rrf({"bm25": [i for i, _ in lexical], "vec": vector})
+        halves = 1 + (not response.degraded)
         for item in fused[:k]:
             response.results.append(
                 RouteHit(
@@ -277,6 +319,8 @@ class Router:
                     bm25_rank=item.ranks.get("bm25"),
                     vec_rank=item.ranks.get("vec"),
                     cosine=cosines.get(item.chunk_id),
+                    relevance=relevance(item.score, halves),
+                    matched=matched_words(question, entries[item.chunk_id]),
                 )
             )
         if not response.results and response.notice is None:

@@ -174,6 +174,46 @@ def test_route_command_ranks_collections(synced_app: CliContext) -> None:
     assert text.splitlines()[0].endswith("cooking — Recipes: soups and dumplings")
 
 
+def test_route_says_which_words_matched_where_and_how_relevant_0_to_100(synced_app: CliContext) -> None:
+    """What a person judges a route by: each collection's relevance (100: first by keywords and
+    by meaning), the question's words found in its name, description and tags, and its meaning
+    rank and cosine; the existing JSON keys stay."""
+    runner = CliRunner()
+    config = ["--config", str(synced_app.config_option)]
+    result = runner.invoke(cli_module.cli, [*config, "route", "PostgreSQL backups", "--json"], catch_exceptions=False)
+    first, second = json.loads(result.stdout)["results"]
+    assert {"score", "bm25_rank", "vec_rank", "cosine", "relevance", "matched"} <= set(first)
+    assert first["name"] == "devops" and first["matched"] == {
+        "name": [],
+        "description": ["PostgreSQL", "backups"],
+        "tags": ["backups"],  # stems: backups ~ backup
+    }
+    assert second["matched"] == {"name": [], "description": [], "tags": []}
+    assert 0 <= second["relevance"] < first["relevance"] <= 100
+    for hit in (first, second):  # the fused score as a share of first place in both halves
+        assert hit["relevance"] == round(100 * hit["score"] / (2 / 61))
+    if first["bm25_rank"] == first["vec_rank"] == 1:
+        assert first["relevance"] == 100
+    text = runner.invoke(cli_module.cli, [*config, "route", "PostgreSQL backups"], catch_exceptions=False).stdout
+    lines = text.splitlines()
+    assert lines[0] == f"{first['relevance']:>3} devops — Servers, backups and PostgreSQL"
+    assert lines[1] == (
+        f"    PostgreSQL (description), backups (description, tags); "
+        f"meaning #{first['vec_rank']} (cosine {first['cosine']:.2f})"
+    )
+    assert lines[2].endswith(" cooking — Recipes: soups and dumplings")
+    assert lines[3].startswith("    no word in common; meaning #")
+
+
+def test_route_relevance_without_the_embedder_counts_the_keyword_half_alone() -> None:
+    embedder = FakeEmbedder()
+    embedder.down = True
+    entries = [entry("devops", "servers backups postgres"), entry("cooking", "soups dumplings")]
+    response = Router(lambda: embedder).route(entries, "backups")
+    assert response.degraded and [(h.entry.name, h.relevance) for h in response.results] == [("devops", 100)]
+    assert response.results[0].why() == "backups (description); meaning not compared"
+
+
 # ---- the real model ---------------------------------------------------------------------------
 
 TOPICS = {

@@ -45,5 +45,6 @@ def route_command(context: CliContext, text: str, k: int, as_json: bool) -> None
         return
     if response.notice:
         echo(f"notice: {response.notice}", err=True)
-    for hit in response.results:
-        echo(f"{hit.score:.4f}  {collection_line(hit.entry)}")
+    for hit in response.results:  # relevance 0-100, then the words and the meaning that put it there
+        echo(styled(f"{hit.relevance:>3}", bold=True), f" {collection_line(hit.entry)}")
+        echo(f"    {hit.why()}")
