@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import os
-import pty
 import re
 import stat
 import subprocess
@@ -30,6 +29,7 @@ from indexer.sync import run_sync
 from search import cli as cli_module
 from tests.conftest import FAKE_EMBEDDING, write
 from tests.fakes import FakeEmbedder
+from tests.test_progress import child_env, run_on_terminal
 
 GIT_ENV = {
     **os.environ,
@@ -176,42 +176,17 @@ def test_explain_names_the_file(run: Run, world: dict[str, Any]) -> None:
 # ---- terminal links -------------------------------------------------------------------------
 
 
-def run_in_pty(args: list[str], env: dict[str, str]) -> str:
-    """The CLI's stdout as a terminal shows it (stdout and stderr on one pty)."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-c", CLI_MAIN, *args], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL, env=env
-    )
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the pty
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    process.wait(timeout=60)
-    return b"".join(chunks).decode("utf-8", errors="replace")
-
-
-def test_refs_are_hyperlinks_on_a_terminal_only(world: dict[str, Any], tmp_path: Path) -> None:
+def test_refs_are_hyperlinks_on_a_terminal_only(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     hostile = world["root"] / "notes" / "evil\x1b[31m name.md"
     hostile.write_text("# Evil\n\nquokkaport again\n", encoding="utf-8")
     config = load_config(world["config"])
     assert not run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding)).failed
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | {
-        "NOTES_SEARCH_CONFIG": str(world["config"]),
-        "TERM": "xterm-256color",
-    }
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.delenv("NO_COLOR", raising=False)
     vpn_url = (world["root"] / "notes" / "devops" / "vpn.md").as_uri()
     for args in (["query", "quokkaport", "--mode", "lex"], ["grep", "quokkaport"]):
-        shown = run_in_pty(args, env)
+        code, shown = run_on_terminal("--config", str(world["config"]), *args)
         urls = OSC8.findall(shown)
-        assert vpn_url in urls, shown
+        assert code == 0 and vpn_url in urls, shown
         assert (world["root"] / "team-upstream" / "ops" / "team.md").as_uri() in urls
         assert not any("wiki" in url for url in urls)  # no file on disk: no link
         assert "%1B%5B31m%20name.md" in " ".join(urls)  # the name's escape is percent-encoded in the URL
@@ -219,9 +194,16 @@ def test_refs_are_hyperlinks_on_a_terminal_only(world: dict[str, Any], tmp_path:
         assert "\\x1b[31m name.md" in shown
         assert not re.search(r"\x1b(?!\]8;;|\\|\[[0-9;]*m)", shown), shown
         assert "\x1b]8;;\x1b\\" in shown  # every link is closed
-        plain = run_in_pty(args, {**env, "NO_COLOR": "1"})
+        with monkeypatch.context() as plain_env:
+            plain_env.setenv("NO_COLOR", "1")
+            _, plain = run_on_terminal("--config", str(world["config"]), *args)
         assert "\x1b]8" not in plain and "quokkaport" in plain
-        piped = subprocess.run([sys.executable, "-c", CLI_MAIN, *args], env=env, capture_output=True, text=True)
+        piped = subprocess.run(
+            [sys.executable, "-c", CLI_MAIN, "--config", str(world["config"]), *args],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+        )
         assert piped.returncode == 0 and "\x1b" not in piped.stdout and "notes:devops/vpn.md:" in piped.stdout
 
 
