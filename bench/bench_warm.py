@@ -67,7 +67,10 @@ def questions(n: int) -> list[str]:
 
 def env(**extra: str) -> dict[str, str]:
     """The children's environment, with a runtime folder of this run for the warm server's socket."""
-    return child_env(XDG_RUNTIME_DIR=str(runtime_dir()), **extra)
+    children = child_env(XDG_RUNTIME_DIR=str(runtime_dir()), **extra)
+    # an installation keeps its .pyc files; without them every process compiles our modules again
+    children.pop("PYTHONDONTWRITEBYTECODE", None)
+    return children
 
 
 def runtime_dir() -> Path:
