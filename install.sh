@@ -35,6 +35,10 @@ install_cron() {
   fi
   [ -f "$cfg" ] || { echo "install.sh: --cron: config $cfg not found" >&2; exit 1; }
   log_dir="$(dirname -- "$cfg")/log"
+  # the user config's folder holds config only: its log goes where `init` put the index
+  if [ "$cfg" = "$(realpath -m -- "${XDG_CONFIG_HOME:-$HOME/.config}/notes-search/config.yaml")" ]; then
+    log_dir="${XDG_DATA_HOME:-$HOME/.local/share}/notes-search/log"
+  fi
   mkdir -p -- "$log_dir"
   shq() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
   line="* * * * * $(shq "$exe") --config $(shq "$cfg") sync --quiet >> $(shq "$log_dir/notes_sync_cron.log") 2>&1 # notes-search sync"
