@@ -45,6 +45,9 @@ class EmbeddingConfig:
     passage_prefix: str = "passage: "
     timeout: float = 60.0
     retries: int = 3
+    # seconds one embedding request may take over all its attempts and the waits between them
+    # (the first attempt keeps its whole timeout): a hanging server holds a sync's lock no longer
+    retry_budget_s: float = 60.0
     api_key_env: str = "OPENAI_API_KEY"
     language_neutral: bool = True  # store vectors with each language's offset removed (indexer.neutral)
 
@@ -156,6 +159,7 @@ EMBEDDING_KEYS = {
     "passage_prefix",
     "timeout",
     "retries",
+    "retry_budget_s",
     "api_key_env",
     "language_neutral",
 }
@@ -339,6 +343,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         passage_prefix=passage_prefix,
         timeout=c.number(raw.get("timeout", 60.0), "embedding.timeout"),
         retries=c.integer(raw.get("retries", 3), "embedding.retries", minimum=0, maximum=MAX_RETRIES),
+        retry_budget_s=c.number(raw.get("retry_budget_s", 60.0), "embedding.retry_budget_s"),
         api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
         language_neutral=language_neutral,
     )
@@ -499,6 +504,10 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
     db_url = _db_url(_expand(db_value, "db", c), c)
     db = _resolve(root, DEFAULT_DB if db_url else db_value, "db", c)
     log = _resolve(root, c.string(raw.get("log", "log/notes_sync.log"), "log"), "log", c)
+    if not db_url and _same_file(db, log):
+        # the log would be appended to the index (or a read-only command would create an empty
+        # file where the index should be, and call it schema 0)
+        raise c.fail("log", f"names the same file as `db:` ({db}); give the log a file of its own")
     embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
     sources = _sources(c.mapping(raw.get("sources"), "sources"), root, c)
     max_bytes = c.integer(raw.get("max_file_bytes", 5_000_000), "max_file_bytes", maximum=MAX_FILE_BYTES_LIMIT)
@@ -521,6 +530,16 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    """Whether two paths name one file (the same path, or links to one existing file)."""
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return first.samefile(second)
+    except OSError:
+        return False
 
 
 def _db_url(value: str, c: _Checker) -> str | None:

@@ -223,6 +223,7 @@ def _server_message(resp: requests.Response) -> str:
 # takes milliseconds on a warm server; a cold model load that misses this degrades one search
 # to keywords, which is better than every search waiting for it.
 INTERACTIVE_TIMEOUT = (1.0, 2.0)
+MIN_ATTEMPT_SECONDS = 0.1  # a retry with less of its budget left could not even connect
 
 
 class _HTTPEmbedder(Embedder):
@@ -276,19 +277,25 @@ class _HTTPEmbedder(Embedder):
         return delay
 
     def _post(self, payload: dict[str, Any]) -> Any:
-        """POST JSON and return the decoded reply, or raise EmbedderError / EmbedderUnavailable."""
+        """POST JSON and return the decoded reply, or raise EmbedderError / EmbedderUnavailable.
+        Retries stop when `retry_budget_s` is spent: each retry's timeout is cut to what is left
+        (the first attempt keeps its whole timeout, so a slow answer is never cut short)."""
         attempts = self.attempts
+        deadline = time.monotonic() + self.config.retry_budget_s
         problem = ""
+        made = 0
         for attempt in range(attempts):
+            limit = self.timeout if attempt == 0 else _cut(self.timeout, deadline - time.monotonic())
+            if limit is None:
+                break  # the budget is spent
+            made += 1
             resp: requests.Response | None = None
             try:
-                resp = self.session.post(self.url, json=payload, timeout=self.timeout)
+                resp = self.session.post(self.url, json=payload, timeout=limit)
             except requests.ConnectTimeout:
-                connect = self.timeout[0] if isinstance(self.timeout, tuple) else self.timeout
-                problem = f"no connection within {connect:g} s"
+                problem = f"no connection within {(limit[0] if isinstance(limit, tuple) else limit):g} s"
             except requests.Timeout:
-                read = self.timeout[1] if isinstance(self.timeout, tuple) else self.timeout
-                problem = f"no answer within {read:g} s"
+                problem = f"no answer within {(limit[1] if isinstance(limit, tuple) else limit):g} s"
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
                 problem = _root_cause(exc)
             else:
@@ -302,8 +309,13 @@ class _HTTPEmbedder(Embedder):
                 else:
                     return self._decode(resp)
             if attempt + 1 < attempts:
-                time.sleep(self._backoff(attempt, resp))
-        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+                wait = self._backoff(attempt, resp)
+                if time.monotonic() + wait >= deadline:
+                    break
+                time.sleep(wait)
+        tries = f" (after {made} attempts)" if made > 1 else ""
+        if made < attempts:
+            tries = f" (after {made} attempt{'s' if made > 1 else ''}: retry budget of {self.config.retry_budget_s:g} s spent)"
         raise EmbedderUnavailable(f"embedding server {self.shown_url} unreachable: {problem}{tries}")
 
     def _decode(self, resp: requests.Response) -> Any:
@@ -391,6 +403,16 @@ class OpenAIEmbedder(_HTTPEmbedder):
         if [d["index"] for d in data] != list(range(len(data))):
             raise self._malformed(f"indices are not 0..{len(data) - 1}")
         return self._matrix([d["embedding"] for d in data])
+
+
+def _cut(timeout: float | tuple[float, float], left: float) -> float | tuple[float, float] | None:
+    """`timeout` cut to the `left` seconds of a retry budget, or None when too little is left
+    to try at all."""
+    if left < MIN_ATTEMPT_SECONDS:
+        return None
+    if isinstance(timeout, tuple):
+        return (min(timeout[0], left), min(timeout[1], left))
+    return min(timeout, left)
 
 
 def make_embedder(cfg: EmbeddingConfig) -> Embedder:

@@ -26,7 +26,7 @@ from indexer.config import (
     WorkspaceSource,
     identity_mismatch,
 )
-from indexer.embed_health import embedder_health
+from indexer.embed_health import Outage, embedder_health
 from indexer.errors import (
     EmbedderError,
     EmbedderUnavailable,
@@ -37,7 +37,7 @@ from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.progress_log import ProgressLog
 from indexer.sources import workspace
-from indexer.store import CollectionRow, IndexWriter, VectorPage, is_postgres, open_store
+from indexer.store import CollectionRow, IndexWriter, VectorPage, integrity, is_postgres, open_store
 from indexer.store.postgres_bulk import vector_index_held_back
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index get
 # set once every stored vector was checked for a zero length (see Syncer.repair_zero_vectors)
 ZERO_VECTORS_CHECKED_KEY = "zero_vectors_checked"
 STORED_MIN_NORM = 0.5  # stored vectors are unit length; a zero one is an embedder's failure
+RETRY_NOW = "`notes-search sync --retry-embedder` tries now"
 VECTOR_PAGE = 2000  # stored vectors read per page when the statistics are estimated from them
 HOLD_SECONDS = 20.0  # embedding a first sync may hold back unstored: what a kill can cost
 HOLD_BYTES = 64 << 20  # and the memory the held vectors may take
@@ -116,6 +117,7 @@ class Syncer:
         embedder_factory: Callable[[], Embedder] | None,
         progress: Progress | None = None,
         lock: IndexLock | None = None,
+        retry_embedder: bool = False,
     ) -> None:
         self.config = config
         self.store = store
@@ -124,6 +126,9 @@ class Syncer:
         self.progress = progress or ProgressLog(log)
         self.lock: IndexLock = lock or HeldIndexLock()
         self.walked: dict[str, int] = {}  # workspace source -> files after a whole walk
+        # try the embedder even while a remembered outage's back-off runs (`sync --full`,
+        # `--retry-embedder`, a reindex someone asked for)
+        self.retry_embedder = retry_embedder
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -386,12 +391,19 @@ class Syncer:
         if outage is not None:  # the search's own notice names the error
             report.embed_notice = f"embedder not available; {total} chunks wait for vectors until it is back"
             return
+        backoff = None if interactive or self.retry_embedder else health.sync_backoff(self.config.embedding)
+        if backoff is not None:  # a cron tick during an outage: no dead embedder's timeouts
+            report.embed_notice = f"{backoff.describe()}; {total} chunks wait for vectors ({RETRY_NOW})"
+            log.info("%s", report.embed_notice)
+            return
         try:
             embedder = self.embedder_factory()
             if interactive:
                 embedder = embedder.interactive()
         except NotesSearchError as exc:
             report.embed_notice = f"embedder not available ({exc}); {total} chunks wait for vectors"
+            if not interactive:
+                health.failed(self.config.embedding, str(exc), by_sync=True)
             log.warning("%s", report.embed_notice)
             return
         batch = min(self.config.embedding.batch, CATCH_UP_STEP) if interactive else self.config.embedding.batch * 4
@@ -419,10 +431,9 @@ class Syncer:
             except EmbedderUnavailable as exc:
                 if held is not None:
                     report.embedded += self._store_held(held, None)
-                if interactive:
-                    health.failed(self.config.embedding, str(exc))
+                failure = health.failed(self.config.embedding, str(exc), by_sync=not interactive)
                 report.embed_notice = (
-                    f"{exc}; {total - done} chunks stored without vectors (lexical only until the next sync)"
+                    f"{exc}; {total - done} chunks stored without vectors (lexical only until {_next_try(failure)})"
                 )
                 log.warning("%s", report.embed_notice)
                 return
@@ -430,6 +441,9 @@ class Syncer:
                 if held is not None:
                     report.embedded += self._store_held(held, None)
                 report.embed_notice = f"{exc}; {total - done} chunks stored without vectors"
+                if not interactive:
+                    failure = health.failed(self.config.embedding, str(exc), by_sync=True, unreachable=False)
+                    report.embed_notice += f" until {_next_try(failure)}"
                 log.error("%s", report.embed_notice)
                 return
             if done == 0:
@@ -673,6 +687,12 @@ class Syncer:
         return report
 
 
+def _next_try(failure: Outage) -> str:
+    if failure.next_try is None:
+        return "the next sync"
+    return f"the next sync after {time.strftime('%H:%M:%S', time.localtime(failure.next_try))} ({RETRY_NOW})"
+
+
 def _estimate_space(pages: Iterable[VectorPage], model: str) -> neutral.NeutralSpace:
     """The statistics of raw vectors given in id order by pages of VECTOR_PAGE: per-language
     sums in float64 page by page (the same pages give the same bits), then `neutral.estimate`,
@@ -775,12 +795,15 @@ def run_sync(
     progress: Progress | None = None,
     lock_timeout: float = 0.0,
     embed_budget: float | None = None,
+    retry_embedder: bool = False,
 ) -> SyncReport:
     """Take the lock (held -> report.locked, nothing done), then sync.
 
     `path` limits workspace sources to one file or folder; `embed_budget` (seconds) bounds the
     embedding work, leaving the rest pending, for catch-ups that must stay interactive;
-    without `embedder_factory` only text is indexed and every new chunk stays pending.
+    without `embedder_factory` only text is indexed and every new chunk stays pending. An
+    embedder that failed recent syncs is tried again on a back-off schedule (embed_health),
+    at once with `retry_embedder` or `full`.
     """
     for source_id in source_ids or []:
         config.source(source_id)  # unknown ids fail before any work
@@ -797,10 +820,16 @@ def run_sync(
             log.info("sources synced by another worker now, left to it: %s", ", ".join(busy))
             source_ids = [sid for sid in selected if sid not in busy]
         store = open_store(config.index_location)
+        sqlite_file = None if is_postgres(config.index_location) else config.db
+        if sqlite_file is not None:
+            integrity.writes_begin(sqlite_file)  # checked on open; a crash from here is found next time
         try:
-            report = Syncer(config, store, embedder_factory, progress, lock).run(source_ids, full, path, embed_budget)
+            syncer = Syncer(config, store, embedder_factory, progress, lock, retry_embedder=retry_embedder or full)
+            report = syncer.run(source_ids, full, path, embed_budget)
         finally:
             store.close()
+        if sqlite_file is not None:
+            integrity.writes_end(sqlite_file)
         report.busy = busy
     finally:
         lock.release()

@@ -200,8 +200,16 @@ def search(
         # one exported snapshot for every reader that works beside this search (a round trip each)
         sibling = functools.cache(store.sibling)
         half = None
+        meta = None
         if mode != "lex":
-            meta = check_identity(config, store)
+            try:
+                meta = check_identity(config, store)
+            except ReindexNeeded as exc:
+                if mode == "vec":
+                    raise  # nothing left to answer with
+                # the keywords still answer; the notice says why meaning is left out
+                notices.append(f"vector search unavailable ({exc}); showing keyword results only")
+        if meta is not None:
             response.vector_space = describe_vector_space(config, meta)
             from indexer.language import detect_query_language  # the model is loaded for vectors anyway
 

@@ -196,10 +196,17 @@ def test_meta_guard_refuses_vector_search(run, tmp_path: Path, notes: Path) -> N
     run("sync")
     config = tmp_path / "notes-search.yaml"
     config.write_text(config.read_text().replace("dims: 64", "dims: 128").replace("fake:1", "fake:2"))
-    for mode in ("hybrid", "vec"):
-        result = run("query", "5432", "--mode", mode)
-        assert result.exit_code == 1
-        assert "reindex needed" in result.output and "fake:1" in result.output and "fake:2" in result.output
+    refused = run("query", "5432", "--mode", "vec")
+    assert refused.exit_code == 1
+    assert "reindex needed" in refused.output and "fake:1" in refused.output and "fake:2" in refused.output
+    # a hybrid query answers with its keywords and says why meaning is left out
+    hybrid = run("query", "5432", "--json")
+    assert hybrid.exit_code == 0
+    data = json.loads(hybrid.stdout)
+    assert data["degraded"] is True and "reindex needed" in data["notice"] and "fake:2" in data["notice"]
+    assert paths(data)[0] == "devops/postgres.md"
+    text = run("query", "5432")
+    assert text.exit_code == 0 and "reindex needed" in text.stderr and "devops/postgres.md" in text.stdout
     assert run("query", "5432", "--mode", "lex").exit_code == 0
     status = json.loads(run("status", "--json").stdout)
     assert status["embedding"]["reindex_needed"]

@@ -164,7 +164,9 @@ def test_degraded_mode_stores_pending_then_fills(do_sync: Sync, config: Config, 
     assert counts["chunks"] > 0 and counts["pending"] == counts["chunks"] and counts["vectors"] == 0
     assert_consistent(config)
     embedder.down = False
-    report = do_sync()
+    held_back = do_sync()  # within the failed sync's back-off: the embedder is left alone
+    assert held_back.embedded == 0 and held_back.embed_notice and "next sync tries it at" in held_back.embed_notice
+    report = do_sync(retry_embedder=True)
     assert report.embedded == counts["chunks"]
     counts, _, _ = snapshot(config)
     assert counts["pending"] == 0 and counts["vectors"] == counts["chunks"]

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from indexer.config import Config, load_config
 from indexer.embedders import make_embedder
 from indexer.sync import ZERO_VECTORS_CHECKED_KEY, SyncReport, run_sync
+from search import cli as cli_module
 from tests.conftest import make_config, open_index
 from tests.embed_servers import OllamaServer
 from tests.fakes import FakeEmbedder
@@ -78,6 +80,10 @@ def test_an_embedder_answering_zero_vectors_stores_nothing_and_leaves_the_chunks
     assert report.pending > 0 and report.embedded == 0
     assert report.embed_notice is not None and "zero (or near-zero) vector" in report.embed_notice
     assert stored_norms(config) == {}  # nothing of the batch was stored
-    ollama.zero_for = None  # the embedder mended: the next sync embeds everything
-    report = run_sync(config, embedder_factory=lambda: embedder)
+    status = CliRunner().invoke(
+        cli_module.cli, ["--config", str(tmp_path / "notes-search.yaml"), "status", "--offline"]
+    )
+    assert "embedder failing since" in status.stdout and "zero (or near-zero) vector" in status.stdout
+    ollama.zero_for = None  # the embedder mended: `sync --retry-embedder` embeds everything now
+    report = run_sync(config, embedder_factory=lambda: embedder, retry_embedder=True)
     assert report.pending == 0 and all(abs(n - 1.0) < 1e-3 for n in stored_norms(config).values())

@@ -1812,6 +1812,9 @@ class PostgresStore:
             self._index_vectors_once_many()
         return len(rows)
 
+    def check_integrity(self, *, full: bool = False) -> None:
+        """Nothing to do from here: the server keeps its own pages whole (WAL, checksums)."""
+
     def unembed(self, ids: Sequence[int]) -> None:
         """Drop the vectors of these chunks and make them pending again."""
         with self.transaction():

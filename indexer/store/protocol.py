@@ -78,6 +78,11 @@ class IndexReader(Protocol):
 
     # ---- index-wide state --------------------------------------------------------------------
 
+    def check_integrity(self, *, full: bool = False) -> None:
+        """StoreError when the index is damaged (a file changed since its last good check; all
+        of it with `full`)."""
+        ...
+
     def meta(self) -> dict[str, str]:
         """The key-value settings of the index: embedding identity (`embedding_model`, ...),
         `schema_version`, chunker versions per source, language statistics."""

@@ -30,6 +30,7 @@ import apsw
 
 from indexer.errors import StoreError
 from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.store import integrity
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
     FILE_ROW_COLUMNS,
@@ -103,7 +104,7 @@ def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreEr
     elif isinstance(exc, apsw.ReadOnlyError):
         problem = "it is read-only for this user (a sync needs write access to it and to its folder)"
     elif isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
-        problem = f"it is not a usable SQLite index ({exc}); move it away and run `notes-search sync` to rebuild"
+        return integrity.damaged(path, str(exc))
     elif isinstance(exc, apsw.BusyError):
         problem = (
             f"it is locked by another process ({exc}): a program holding a write lock on it (an open "
@@ -261,7 +262,8 @@ class Store:
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False) -> Store:
         path = Path(path)
-        if readonly and not path.exists():
+        if readonly and (not path.exists() or (path.is_file() and path.stat().st_size == 0)):
+            # an empty file is no index either (a read never makes one: SQLite would call it schema 0)
             raise StoreError(f"no index at {path}: run `notes-search sync` first")
         if path.is_dir():
             raise StoreError(f"cannot open index {path}: it is a folder (`db:` must name a file)")
@@ -304,6 +306,7 @@ class Store:
                 conn.execute("PRAGMA synchronous = NORMAL")
             store = cls(conn, path)
             store.reading = readonly
+            integrity.check_on_open(conn, path, readonly=readonly)
             store._refuse_foreign_database()
             if not readonly:
                 store._migrate()
@@ -321,6 +324,14 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+
+    def check_integrity(self, *, full: bool = False) -> None:
+        """Check the whole file if it changed since its last good check (`status`), or now and
+        thoroughly (`full`: `status --check`): StoreError if damaged."""
+        if full:
+            integrity.verify(self.conn, self.path, full=True)
+        else:
+            integrity.check_if_changed(self.conn, self.path)
 
     def _one(self, sql: str, params: Sequence[object] | dict[str, object] = ()) -> Any:
         """The first column of the first row of `sql` (a query that always returns a row)."""

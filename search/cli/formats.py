@@ -332,6 +332,10 @@ def status_md(data: Mapping[str, Any]) -> str:
         lines += [md_text(server_memory_line(data["server_memory"]).capitalize()), ""]
     if embedding.get("reindex_needed"):
         lines += [f"Reindex needed: {md_text('; '.join(embedding['reindex_needed']))}", ""]
+    if embedding.get("outage"):
+        outage = embedding["outage"]
+        next_try = f"; next sync tries it at {outage['next_try']}" if outage.get("next_try") else ""
+        lines += [f"Embedder failing since {outage['since']}: {md_text(outage['error'])}{next_try}", ""]
     lines += _table(
         ("source", "kind", "path", "files", "chunks", "pending", "last sync", "lags", "error"),
         (

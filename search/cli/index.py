@@ -96,10 +96,17 @@ def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
 @click.command()
 @click.option("--source", "source_ids", multiple=True, metavar="ID", help="Sync only this source (repeatable).")
 @click.option("--full", is_flag=True, help="Re-read and re-chunk every file (vectors of unchanged text are kept).")
+@click.option(
+    "--retry-embedder",
+    is_flag=True,
+    help="Try the embedder now, even while a recent outage's back-off runs (--full does too).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sync report as JSON.")
 @pass_context
-def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, as_json: bool) -> None:
+def sync(
+    ctx: CliContext, source_ids: tuple[str, ...], full: bool, retry_embedder: bool, quiet: bool, as_json: bool
+) -> None:
     """Bring the index up to date (the cron / hook job).
 
     Exits 0 at once when another sync holds the lock: silently, or with --json an object
@@ -111,7 +118,11 @@ def sync(ctx: CliContext, source_ids: tuple[str, ...], full: bool, quiet: bool, 
     interactive = package.stderr_is_terminal() and not quiet and not as_json
     with _progress(interactive) as progress:
         outcome = service.sync(
-            list(source_ids) or None, full=full, progress=progress, on_warning=None if quiet else _warn
+            list(source_ids) or None,
+            full=full,
+            progress=progress,
+            on_warning=None if quiet else _warn,
+            retry_embedder=retry_embedder,
         )
     report = outcome.report
     if report.locked and not as_json:
@@ -226,16 +237,19 @@ def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
 @click.command()
 @click.argument("path", required=False)
 @click.option("--offline", is_flag=True, help="Do not ask git remotes for their head (no network).")
+@click.option("--check", is_flag=True, help="Read the whole index for damage now (SQLite integrity_check).")
 @click.option("--json", "as_json", is_flag=True)
 @format_option(STATUS_FORMATS)
 @pass_context
-def status(ctx: CliContext, path: str | None, offline: bool, as_json: bool, output_format: str | None) -> None:
+def status(
+    ctx: CliContext, path: str | None, offline: bool, check: bool, as_json: bool, output_format: str | None
+) -> None:
     """What is indexed, when, what is pending, and whether the index lags the disk or the remote.
 
     PATH (a source id, collection, folder or file) narrows the counts to it.
     """
     fmt = chosen_format(output_format, as_json)
-    report = ctx.service(check_remote=not offline).status(path)
+    report = ctx.service(check_remote=not offline).status(path, check=check)
     if fmt != "text":
         emit("status", fmt, report.to_json())
         return
@@ -256,6 +270,8 @@ def _print_status(report: StatusReport) -> None:
     echo(f"embedding: {emb.provider} {emb.model} ({emb.dims} d)")
     if emb.reindex_needed:
         echo("reindex needed: " + "; ".join(emb.reindex_needed))
+    if emb.outage is not None:
+        echo(f"{emb.outage.describe()} (`notes-search sync --retry-embedder` tries now)")
     echo(f"languages: {_languages_line(report.languages)}")
     for s in report.sources:
         name = s["id"] + (f":{s['path']}" if s.get("path") else "")

@@ -201,10 +201,13 @@ class NotesService:
         full: bool,
         progress: Progress | None,
         on_warning: Callable[[str], None] | None = None,
+        retry_embedder: bool = False,
     ) -> SyncOutcome:
         from search.service.indexing import sync
 
-        return sync(self, source_ids, full=full, progress=progress, on_warning=on_warning)
+        return sync(
+            self, source_ids, full=full, progress=progress, on_warning=on_warning, retry_embedder=retry_embedder
+        )
 
     def reindex(
         self, path: str, *, full: bool, lock_wait: float, whole_sources: bool, progress: Progress | None = None
@@ -240,10 +243,10 @@ class NotesService:
 
     # ---- status -------------------------------------------------------------------------------
 
-    def status(self, path: str | None) -> StatusReport:
+    def status(self, path: str | None, *, check: bool = False) -> StatusReport:
         from search.service.status import status
 
-        return status(self, path)
+        return status(self, path, check)
 
     # ---- reading ------------------------------------------------------------------------------
 

@@ -123,6 +123,7 @@ def sync(
     full: bool,
     progress: Progress | None,
     on_warning: Callable[[str], None] | None = None,
+    retry_embedder: bool = False,
 ) -> SyncOutcome:
     """A sync of the selected sources (None: all). The config's selection warnings are logged
     and handed to `on_warning` before the sync starts (a person sees them before the progress)."""
@@ -139,6 +140,7 @@ def sync(
         full=full,
         embedder_factory=service.embedder,
         progress=progress,
+        retry_embedder=retry_embedder,
     )
     return SyncOutcome(report, warnings)
 

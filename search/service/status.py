@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from indexer.config import GitSource, identity_mismatch
+from indexer.embed_health import Outage, embedder_health
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
 from indexer.store import IndexReader, ScopeCounts, ServerMemory, describe_location, is_unfinished_copy
@@ -32,6 +33,7 @@ class EmbeddingState:
     model: str
     dims: int
     reindex_needed: tuple[str, ...] | None  # why the index's vectors do not match the config
+    outage: Outage | None = None  # the embedder failed: since when, why, when a sync tries again
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -39,6 +41,7 @@ class EmbeddingState:
             "model": self.model,
             "dims": self.dims,
             "reindex_needed": list(self.reindex_needed) if self.reindex_needed else None,
+            "outage": None if self.outage is None else self.outage.to_json(),
         }
 
 
@@ -75,9 +78,12 @@ def language_totals(per_source: Iterable[dict[str, int]]) -> dict[str, int]:
     return dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
 
 
-def status(service: NotesService, path: str | None) -> StatusReport:
+def status(service: NotesService, path: str | None, check: bool = False) -> StatusReport:
+    """`check`: read the whole index for damage now (else only a file changed since its last
+    good check is read)."""
     config = service.config
     with service.reading() as store:
+        store.check_integrity(full=check)
         target = service.resolve(path, store)
         meta = store.meta()
         totals = {s.source_id: s for s in store.source_stats()}
@@ -129,6 +135,7 @@ def status(service: NotesService, path: str | None) -> StatusReport:
             config.embedding.model,
             config.embedding.dims,
             tuple(mismatch) if mismatch else None,
+            embedder_health(config).recorded(config.embedding),
         ),
         # each source once, however many of its folders a collection spans
         languages=language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
