@@ -18,7 +18,6 @@ from indexer import neutral
 from indexer.configpaths import ConfigLocation  # where the config is found: import-light, for search.warm
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
-from indexer.redaction import PERCENT_ENCODED, describe_url, password_needs_encoding
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
 # Upper bounds keep every number within what the code below it can use (an index-sized int for a
@@ -561,6 +560,8 @@ def index_url(value: str) -> str | None:
                 f"expected a SQLite file path or a postgresql:// URL, got a {value.split(':', 1)[0]}:// URL"
             )
         return None
+    from indexer.redaction import PERCENT_ENCODED, describe_url, password_needs_encoding  # URLs only
+
     if password_needs_encoding(value):
         raise ValueError(f"the password in {describe_url(value)} must be {PERCENT_ENCODED}")
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -206,6 +205,8 @@ class EmbedderHealth:
                 for key, e in state.items()
             }
         )
+        import tempfile  # only when an outage is written: a no-op sync or a query imports less
+
         try:
             fd, tmp = tempfile.mkstemp(prefix=".embedder-outage-", dir=self.state_file.parent)
             try:

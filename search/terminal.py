@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from indexer.redaction import redact
 from indexer.safe_text import safe_for_terminal, safe_json
 
 
@@ -85,6 +84,8 @@ def safe_errors() -> Iterator[None]:
     except click.ClickException as exc:
         # rewritten in place (click types it Final): every subclass formats its line around
         # `message`, and the usage text a UsageError prints keeps its context
+        from indexer.redaction import redact  # on the error path only
+
         exc.message = safe_for_terminal(redact(exc.message))  # type: ignore[misc]
         raise
 
@@ -99,9 +100,13 @@ class SafeLogFormatter(logging.Formatter):
         self.secret_url = secret_url
 
     def formatMessage(self, record: logging.LogRecord) -> str:
+        from indexer.redaction import redact  # when a record is written, not at every start
+
         return safe_for_terminal(redact(super().formatMessage(record), self.secret_url))
 
     def formatException(self, ei: Any) -> str:
+        from indexer.redaction import redact
+
         return safe_for_terminal(redact(super().formatException(ei), self.secret_url), multiline=True)
 
     def formatStack(self, stack_info: str) -> str:

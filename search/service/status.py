@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from indexer.config import GitSource, identity_mismatch
-from indexer.embed_health import Outage, embedder_health
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
 from indexer.store import IndexReader, ScopeCounts, ServerMemory, describe_location, is_unfinished_copy
 
 if TYPE_CHECKING:
+    from indexer.embed_health import Outage
     from search.service import NotesService
 
 
@@ -81,6 +81,8 @@ def language_totals(per_source: Iterable[dict[str, int]]) -> dict[str, int]:
 def status(service: NotesService, path: str | None, check: bool = False) -> StatusReport:
     """`check`: read the whole index for damage now (else only a file changed since its last
     good check is read)."""
+    from indexer.embed_health import embedder_health  # status only: the query path imports less
+
     config = service.config
     with service.reading() as store:
         store.check_integrity(full=check)
