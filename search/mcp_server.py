@@ -55,8 +55,9 @@ CALL_TIMEOUT = 30.0
 SHUTDOWN_GRACE = 0.75
 SERVER_INSTRUCTIONS = """\
 Search the user's markdown notes. Cheapest first: `grep` for exact strings (hostnames, numbers,
-error codes); `collections`/`route` to learn where a topic lives; `search` (hybrid BM25 + vectors)
-for questions in any wording. Results carry `ref` = source:path:line: read more with `get`.
+error codes); `collections`/`route` to learn where a topic lives, `toc` for a source's files;
+`search` (hybrid BM25 + vectors) for questions in any wording. Results carry `ref` =
+source:path:line: read more with `get`.
 Without `path`, search covers all sources; pass a collection name, source id, folder or file to
 narrow it. `degraded: true` means the vector half did not run and `notice` says why."""
 
