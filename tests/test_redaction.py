@@ -5,7 +5,6 @@ needed: libpq fails on the URL (or the closed port) first and quotes what it rea
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,20 +18,15 @@ from mcp import ClientSession
 from indexer.redaction import describe_url, redact
 from search import cli as cli_module
 from tests.conftest import make_config
+from tests.embed_servers import free_port
 from tests.test_mcp import NOTES_SEARCH, over_stdio, refused
 
 # each with `%`, `@`, `:`, `/`, a space or non-ASCII; written into the URL raw or encoded
 PASSWORDS = ["s3cret%PW", "Zq9@Kx7w", "Zq9:Kx7w/Pt4", "Zq9 Kx7w", "Zqöü9%zz", "Zq9%Kx@7w:Ft/4 ü"]
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _urls(password: str) -> list[str]:
-    port = _closed_port()
+    port = free_port()
     return [
         f"postgresql://me:{password}@127.0.0.1:{port}/notes?connect_timeout=2",
         f"postgresql://me:{quote(password, safe='')}@127.0.0.1:{port}/notes?connect_timeout=2",

@@ -14,10 +14,11 @@ from indexer.config import Config, load_config
 from indexer.embedders import make_embedder
 from indexer.sync import ZERO_VECTORS_CHECKED_KEY, SyncReport, run_sync
 from search import cli as cli_module
-from tests.conftest import make_config, open_index
+from tests.conftest import open_index
 from tests.embed_servers import OllamaServer
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
+from tests.test_embed_health import http_config_path
 
 Sync = Callable[..., SyncReport]
 
@@ -62,18 +63,11 @@ def ollama() -> Iterator[OllamaServer]:
         yield server
 
 
-def http_config(tmp_path: Path, notes: Path, ollama: OllamaServer) -> Config:
-    path = make_config(tmp_path, notes)
-    text = path.read_text(encoding="utf-8").replace("model: fake:1", "model: fake-embed:latest")
-    path.write_text(text.replace("http://127.0.0.1:9", ollama.url), encoding="utf-8")
-    return load_config(path)
-
-
 @pytest.mark.sqlite_only("the embedder's reply is the subject; the store is the default one")
 def test_an_embedder_answering_zero_vectors_stores_nothing_and_leaves_the_chunks_pending(
     tmp_path: Path, notes: Path, ollama: OllamaServer
 ) -> None:
-    config = http_config(tmp_path, notes, ollama)
+    config = load_config(http_config_path(tmp_path, notes, ollama.url))
     ollama.zero_for = "starter"  # the sourdough note's chunk
     embedder = make_embedder(config.embedding)
     report = run_sync(config, embedder_factory=lambda: embedder)
