@@ -10,7 +10,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import HIT_FORMATS, NOTHING_FOUND, chosen_format, emit, format_option
-from search.cli.options import TakesText, text_option
+from search.cli.options import TakesText, completes, source_option, text_option
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, hyperlink, styled
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("refs", metavar="REF...", nargs=-1, required=True)
+@click.argument("refs", metavar="REF...", nargs=-1, required=True, shell_complete=completes("ref"))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: results (one entry per file), omitted, errors.")
 @format_option()
 @click.option(
@@ -128,7 +128,7 @@ def _print_hit(hit: GrepHit) -> None:
 @text_option(
     "--regexp", help="A pattern, as an option: repeatable (a line matching any is printed); for one beginning with '-'."
 )
-@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
+@source_option()
 @click.option("--path", metavar="P", help="A file, or a folder searched recursively; SOURCE:P names one source.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Match regardless of case.")
 @click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is literal text, not a regex.")
@@ -197,7 +197,7 @@ def grep(
 
 
 @click.command()
-@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")
+@source_option()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: results, one {source, file, text} per source.")
 @pass_context
 def toc(context: CliContext, source_ids: tuple[str, ...], as_json: bool) -> None:

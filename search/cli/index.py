@@ -14,6 +14,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option, server_memory_line
+from search.cli.options import source_option
 from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
@@ -94,7 +95,7 @@ def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
 
 
 @click.command()
-@click.option("--source", "source_ids", multiple=True, metavar="ID", help="Sync only this source (repeatable).")
+@source_option(help="Sync only this source (repeatable).")
 @click.option("--full", is_flag=True, help="Re-read and re-chunk every file (vectors of unchanged text are kept).")
 @click.option(
     "--retry-embedder",

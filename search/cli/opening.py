@@ -8,13 +8,14 @@ import sys
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.options import completes
 from search.terminal import echo
 
 FALLBACK_EDITOR = "vi"
 
 
 @click.command(name="open")
-@click.argument("target", metavar="REF|RANK")
+@click.argument("target", metavar="REF|RANK", shell_complete=completes("ref"))
 @pass_context
 def open_command(context: CliContext, target: str) -> None:
     """Open a note in $VISUAL or $EDITOR (else vi) at its line (`+N`, as vi, nano and emacs take it).

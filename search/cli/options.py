@@ -12,14 +12,35 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def completes(kind: str) -> Any:
+    """A `shell_complete` callback offering the config's source ids (`source`), the index's
+    collections (`collection`) or files (`ref`); search.cli.completion loads only at a Tab."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+        from search.cli.completion import complete as candidates
+
+        return candidates(kind, ctx, incomplete)
+
+    return complete
+
+
+def source_option(help: str = "Only this source (repeatable).") -> Callable[[F], F]:
+    """--source ID, repeatable, completing the config's source ids."""
+    return click.option(
+        "--source", "source_ids", multiple=True, metavar="ID", help=help, shell_complete=completes("source")
+    )
+
+
 def scope_options(func: F) -> F:
     """--source / --collection / --path, as `query` takes them (NotesService.scope_from_options)."""
     func = click.option("--path", "path", metavar="P", help="A file, or a folder searched recursively.")(func)
-    func = click.option("--collection", metavar="C", help="Only this collection (folder with _meta.yaml).")(func)
-    func = click.option("--source", "source_ids", multiple=True, metavar="ID", help="Only this source (repeatable).")(
-        func
-    )
-    return func
+    func = click.option(
+        "--collection",
+        metavar="C",
+        help="Only this collection (folder with _meta.yaml).",
+        shell_complete=completes("collection"),
+    )(func)
+    return source_option()(func)
 
 
 class Moment(click.ParamType[str]):
@@ -121,6 +142,8 @@ class TakesText(click.Command):
             raise
         given: tuple[str, ...] = ctx.params.pop(TEXT_OPTION, ())
         positional = ctx.params.get(self.text_param)
+        if ctx.resilient_parsing:  # shell completion: a half-typed line is no error
+            return rest
         metavar = self._metavar()
         if given and positional is not None:
             raise click.UsageError(f"{metavar} given twice: as an argument and with -e (give one)", ctx)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.options import completes
 from search.terminal import echo, echo_json
 
 
@@ -150,7 +151,7 @@ def list_sources(ctx: CliContext, as_json: bool) -> None:
 
 
 @source_group.command("remove")
-@click.argument("name")
+@click.argument("name", shell_complete=completes("source"))
 @click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
 @pass_context
 def remove_source(ctx: CliContext, name: str, as_json: bool) -> None:

@@ -313,6 +313,11 @@ class NotesService:
 
         return collections(self, prefix)
 
+    def indexed_refs(self, prefix: str, limit: int) -> list[str]:
+        from search.service.lookup import indexed_refs
+
+        return indexed_refs(self, prefix, limit)
+
     def route(self, question: str, k: int) -> RouteResponse:
         from search.service.lookup import route
 

@@ -136,6 +136,27 @@ def collections(service: NotesService, prefix: str | None) -> CollectionsView:
         return list_collections(store.collections(), prefix)
 
 
+def indexed_refs(service: NotesService, prefix: str, limit: int) -> list[str]:
+    """Indexed files whose `SOURCE:PATH` ref starts with `prefix`, and, for a prefix without a
+    source, those whose bare PATH does (as `show` takes both): at most `limit`, sorted. Before
+    the first sync: none."""
+    refs: list[str] = []
+    with service.reading_if_indexed() as store:
+        if store is None:
+            return []
+        source, colon, _ = prefix.partition(":")
+        for source_id in service.config.sources:
+            if colon and source_id != source:
+                continue
+            for rel in store.known_files(source_id):
+                ref = f"{source_id}:{rel}"
+                if ref.startswith(prefix):
+                    refs.append(ref)
+                elif not colon and rel.startswith(prefix):
+                    refs.append(rel)
+    return sorted(set(refs))[:limit]
+
+
 def route(service: NotesService, question: str, k: int) -> RouteResponse:
     """Rank the collections for a question (the embedder is asked as a search asks it)."""
     with service.reading() as store:
