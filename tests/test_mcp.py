@@ -279,17 +279,16 @@ def wait_for_port(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: 
     pytest.fail(f"server did not listen on {port} within {timeout} s:\n{log.read_text()}")
 
 
-@pytest.fixture(scope="module")
-def http_server(
-    tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer, module_db_url: str | None
-) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("http")
-    config = make_workspace(root, ollama, module_db_url)
+def start_http_server(config: Path, log: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`notes-search mcp --http` with the token on a free port, its output in `log`; the process
+    (the caller ends it) and its URL, once it listens."""
     port = free_port()
-    log = root / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(NOTES_SEARCH), "--config", str(config), "mcp", "--http", "--port", str(port), "--token", TOKEN],
+            [
+                *(str(NOTES_SEARCH), "--config", str(config), "mcp", "--http"),
+                *("--port", str(port), "--token", TOKEN, *options),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -297,7 +296,22 @@ def http_server(
         )
     try:
         wait_for_port(proc, port, log)
-        yield f"http://127.0.0.1:{port}/mcp"
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="module")
+def http_server(
+    tmp_path_factory: pytest.TempPathFactory, ollama: OllamaServer, module_db_url: str | None
+) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("http")
+    config = make_workspace(root, ollama, module_db_url)
+    proc, url = start_http_server(config, root / "server.log")
+    try:
+        yield url
     finally:
         proc.terminate()
         try:
@@ -483,29 +497,9 @@ def test_two_http_servers_on_two_hosts_query_one_postgres_index(
     urls: list[str] = []
     try:
         for config in (config_a, config_b):
-            port = free_port()
-            log = config.parent / "server.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    [
-                        str(NOTES_SEARCH),
-                        "--config",
-                        str(config),
-                        "mcp",
-                        "--http",
-                        "--port",
-                        str(port),
-                        "--token",
-                        TOKEN,
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=server_env(),
-                )
+            proc, url = start_http_server(config, config.parent / "server.log")
             servers.append(proc)
-            wait_for_port(proc, port, log)
-            urls.append(f"http://127.0.0.1:{port}/mcp")
+            urls.append(url)
 
         async def search_both(query: str) -> list[list[str]]:
             found = []

@@ -18,8 +18,8 @@ import pytest
 from mcp.types import CallToolResult
 
 from tests.conftest import wait_for
-from tests.embed_servers import OllamaServer, free_port
-from tests.test_mcp import NOTES_SEARCH, TOKEN, call, http_session, make_workspace, server_env, wait_for_port
+from tests.embed_servers import OllamaServer
+from tests.test_mcp import NOTES_SEARCH, call, http_session, make_workspace, server_env, start_http_server
 
 HANGS = 600.0  # the embedding server's delay: longer than any test, so a call on it never ends by itself
 EXITS_WITHIN = 10.0  # a generous bound for "the process ended" on a loaded machine; the promise is 1 s
@@ -70,22 +70,9 @@ def test_a_slow_call_blocks_no_other_client_meets_its_deadline_and_sigterm_ends_
     tmp_path: Path, slow_embedder: OllamaServer, server_process: list[subprocess.Popen[bytes]]
 ) -> None:
     config = make_workspace(tmp_path, slow_embedder)
-    port = free_port()
     log = tmp_path / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(str(NOTES_SEARCH), "--config", str(config), "mcp", "--http", "--port", str(port)),
-                *("--token", TOKEN, "--call-timeout", "3"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=server_env(),
-        )
+    proc, url = start_http_server(config, log, "--call-timeout", "3")
     server_process.append(proc)
-    wait_for_port(proc, port, log)
-    url = f"http://127.0.0.1:{port}/mcp"
     slow_embedder.delay = HANGS
     slow_embedder.requests.clear()
 
