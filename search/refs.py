@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from indexer.collections import is_utf8_name, nfc
@@ -309,14 +309,11 @@ def missing_file(config: Config, store: IndexReader | None, path: str) -> Source
     deleted = _deleted_but_indexed(config, store, path)
     if deleted:
         return SourceError(f"{', '.join(deleted)}: {DELETED_SINCE_SYNC}")
-    folders = []
-    for source_id in config.sources:
-        try:
-            rel = confine(config, source_id, path)
-        except PathOutsideSources:
-            continue
-        if rel and config.sources[source_id].selection.may_contain(rel) and has_path(config, store, source_id, rel):
-            folders.append(f"{source_id}:{rel}")
+    folders = [
+        f"{source_id}:{rel}"
+        for source_id, rel in _confined_in_each(config, path)
+        if config.sources[source_id].selection.may_contain(rel) and has_path(config, store, source_id, rel)
+    ]
     if folders:
         return SourceError(
             f"{path!r} is a folder, not a file ({', '.join(folders)}); search it with --path, or list it with toc"
@@ -369,19 +366,27 @@ def similar_files(
 DELETED_SINCE_SYNC = "no such file: deleted since the last sync (the next `notes-search sync` drops it from the index)"
 
 
-def _deleted_but_indexed(config: Config, store: IndexReader | None, path: str) -> list[str]:
-    """`source:path` of each workspace source whose index still has the file `path` that its
-    disk no longer has."""
-    if store is None:
-        return []
-    indexed = []
+def _confined_in_each(config: Config, path: str) -> Iterator[tuple[str, str]]:
+    """(source id, confined path) for each source that admits `path` as a path below its root."""
     for source_id in config.sources:
         try:
             rel = confine(config, source_id, path)
         except PathOutsideSources:
             continue
-        if rel and source_id in store.sources_with_file(nfc(rel)):
-            indexed.append((source_id, nfc(rel)))
+        if rel:
+            yield source_id, rel
+
+
+def _deleted_but_indexed(config: Config, store: IndexReader | None, path: str) -> list[str]:
+    """`source:path` of each workspace source whose index still has the file `path` that its
+    disk no longer has."""
+    if store is None:
+        return []
+    indexed = [
+        (source_id, nfc(rel))
+        for source_id, rel in _confined_in_each(config, path)
+        if source_id in store.sources_with_file(nfc(rel))
+    ]
     gone = deleted_from_disk(config, indexed)
     return [f"{source_id}:{rel}" for source_id, rel in indexed if (source_id, rel) in gone]
 
