@@ -161,3 +161,51 @@ def test_ctrl_c_on_a_query_the_warm_server_runs_and_on_the_server(
         server.delay = 0.0
     finally:
         interrupt(daemon, daemon_err)
+
+
+def test_ctrl_c_in_the_editor_belongs_to_the_editor(config_path: Path, tmp_path: Path) -> None:
+    """The terminal sends Ctrl-C to `open` and the editor alike (one process group): the editor
+    handles it (vim cancels a command with it), `open` must neither stop nor kill the editor,
+    and exits with the editor's code once it quits."""
+    synced(config_path, tmp_path)
+    started, release = tmp_path / "editor-started", tmp_path / "editor-may-quit"
+    editor = tmp_path / "editor.py"
+    editor.write_text(
+        "import signal, sys, time, pathlib\n"
+        "got = []\n"
+        "signal.signal(signal.SIGINT, lambda *_: got.append(1))  # as vim: Ctrl-C cancels, never quits\n"
+        f"pathlib.Path({str(started)!r}).write_text(' '.join(sys.argv[1:]))\n"
+        f"while not pathlib.Path({str(release)!r}).exists():\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(3 if got else 4)\n",
+        encoding="utf-8",
+    )
+    stderr = tmp_path / "open.err"
+    with stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from search.warm import main; main()",
+                "-c",
+                str(config_path),
+                "open",
+                "notes:travel/kazan.md:3",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "EDITOR": f"{sys.executable} {editor}", "XDG_RUNTIME_DIR": str(tmp_path / "run")},
+            stdin=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # its own process group, as a terminal's foreground job
+        )
+    try:
+        wait_for(started.exists, "the editor to start", timeout=30.0)
+        assert started.read_text().startswith("+3 ")
+        os.killpg(proc.pid, signal.SIGINT)
+        release.write_text("")
+        assert proc.wait(timeout=20) == 3, stderr.read_text()  # the editor saw Ctrl-C and quit on its own
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in stderr.read_text() and "Aborted" not in stderr.read_text()

@@ -45,14 +45,21 @@ def open_command(context: CliContext, target: str) -> None:
             f"notice: {opened.file} differs from the indexed version (rev {rev}): the hit's line may have moved",
             err=True,
         )
+    import signal
     import subprocess  # here, not at the top: `--help` imports every command module
 
     command = [*editor_command(), *([f"+{opened.line}"] if opened.line else []), str(opened.file)]
+    # Ctrl-C belongs to the editor (vim cancels with it), but the terminal sends it to this process
+    # too, which must not stop and take the editor down with it. A Python handler, unlike SIG_IGN,
+    # is the default again in the editor once it starts.
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
         done = subprocess.run(command, check=False)
     except OSError as exc:
         raise click.ClickException(f"cannot start the editor {command[0]!r}: {exc.strerror or exc}") from None
-    sys.exit(done.returncode)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    sys.exit(done.returncode if done.returncode >= 0 else 128 - done.returncode)  # killed by N: 128 + N, as a shell
 
 
 def editor_command() -> list[str]:
