@@ -696,15 +696,27 @@ def _bearer_matches(header: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-def _exit_soon() -> None:
+def _exit_soon(code: int = 0) -> None:
     """End the process SHUTDOWN_GRACE seconds from now, whatever still runs: a tool call on a
     worker thread cannot be interrupted, and must not keep the process (and its port) alive."""
     import os
     import threading
 
-    timer = threading.Timer(SHUTDOWN_GRACE, os._exit, (0,))
+    timer = threading.Timer(SHUTDOWN_GRACE, os._exit, (code,))
     timer.daemon = True
     timer.start()
+
+
+_stopped_by: list[int] = []  # the signal that stopped serving, if one did
+
+
+def _stop_requested(signum: int) -> None:
+    """SIGTERM ends the server with exit 0 (a supervisor stopping it); Ctrl-C as it ends every
+    command (`run` re-raises it once serving has stopped; 130 if a worker thread holds that up)."""
+    import signal
+
+    _stopped_by.append(signum)
+    _exit_soon(128 + signal.SIGINT if signum == signal.SIGINT else 0)
 
 
 def serve_stdio(server: "Server[Any]") -> None:
@@ -719,8 +731,8 @@ def serve_stdio(server: "Server[Any]") -> None:
 
             async def stop_on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        _exit_soon()
+                    async for signum in signals:
+                        _stop_requested(signum)
                         group.cancel_scope.cancel()
 
             group.start_soon(stop_on_signal)
@@ -737,12 +749,12 @@ def serve_http(server: "Server[Any]", host: str, port: int, token: str | None) -
     from search.terminal import echo
 
     class StopSoon(uvicorn.Server):
-        """SIGTERM/SIGINT: stop taking requests and end the process within SHUTDOWN_GRACE, with
-        exit 0 (uvicorn would wait for every open event stream, then raise the signal again:
-        `Aborted!` or death by SIGTERM; cancelling the streams instead logs a traceback each)."""
+        """SIGTERM/SIGINT: stop taking requests and end the process within SHUTDOWN_GRACE (see
+        `_stop_requested`; uvicorn would wait for every open event stream, then raise the signal
+        again: `Aborted!` or death by SIGTERM; cancelling the streams instead logs a traceback each)."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
-            _exit_soon()
+            _stop_requested(sig)
             self.should_exit = True
 
     app = HttpGuard(server.streamable_http_app(host=host), token)
@@ -762,10 +774,16 @@ def run(
 ) -> None:
     """Serve until stopped: stdio, or `http` = (host, port, token) as streamable HTTP. Once
     serving ends, the process ends within SHUTDOWN_GRACE even if a call still runs."""
+    import signal
+
     service.warm_up()
     server = build_server(service, call_timeout)
     if http is not None:
         serve_http(server, *http)
     else:
         serve_stdio(server)
+    if signal.SIGINT in _stopped_by:
+        from search.interrupt import interrupted
+
+        interrupted()
     _exit_soon()

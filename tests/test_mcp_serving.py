@@ -157,7 +157,9 @@ def test_stdio_server_busy_in_a_call_ends_on_a_signal(
     )
     wait_for(lambda: len(slow_embedder.embed_requests) > before, "the query embedding", timeout=60)
     proc.send_signal(signum)
-    assert proc.wait(timeout=EXITS_WITHIN) == 0
+    # SIGTERM: a clean stop, exit 0; Ctrl-C as it ends every command, the shell sees 130 (here
+    # exit 130 itself: the call busy on a worker thread holds up the way out through SIGINT)
+    assert proc.wait(timeout=EXITS_WITHIN) == (0 if signum == signal.SIGTERM else 130)
     err.close()
     stderr = (tmp_path / "server.err").read_text()
     assert "Traceback" not in stderr and "Aborted" not in stderr
