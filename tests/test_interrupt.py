@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import NOTES, wait_for, write
 from tests.embed_servers import OllamaServer
+from tests.test_degraded import write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "fake-embed:latest"
@@ -31,24 +32,7 @@ def server() -> Iterator[OllamaServer]:
 def config_path(tmp_path: Path, server: OllamaServer) -> Path:
     notes = tmp_path / "notes"
     write(notes, NOTES)
-    config = tmp_path / "notes-search.yaml"
-    config.write_text(
-        f"""\
-root: {tmp_path}
-embedding:
-  provider: ollama
-  model: {MODEL}
-  endpoint: {server.url}
-  dims: 64
-sources:
-  workspace:
-    notes:
-      root: {notes}
-      paths: ["**"]
-""",
-        encoding="utf-8",
-    )
-    return config
+    return write_config(tmp_path, notes, server.url)
 
 
 def start(config_path: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
