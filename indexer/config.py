@@ -509,6 +509,9 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
         raise c.fail("log", f"names the same file as `db:` ({db}); give the log a file of its own")
     embedding = _embedding(c.mapping(raw.get("embedding"), "embedding"), c)
     sources = _sources(c.mapping(raw.get("sources"), "sources"), root, c)
+    for key, path in (("db", None if db_url else db), ("log", log)):
+        if path is not None:
+            _outside_notes(path, key, sources, c)
     max_bytes = c.integer(raw.get("max_file_bytes", 5_000_000), "max_file_bytes", maximum=MAX_FILE_BYTES_LIMIT)
     search = _search(c.mapping(raw.get("search"), "search"), c)
     return Config(
@@ -529,6 +532,25 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _outside_notes(path: Path, key: str, sources: dict[str, Source], c: _Checker) -> None:
+    """The index and the log are ours, written on every sync: inside the notes a workspace source
+    indexes they would be files written into the user's folder (and a watcher would see each
+    write). A folder the source's `paths` leave out is not its notes."""
+    for source in sources.values():
+        if not isinstance(source, WorkspaceSource):
+            continue  # a git source is read from its mirror, which is ours
+        try:
+            folder = path.resolve().parent.relative_to(source.root.resolve()).as_posix()
+        except ValueError:
+            continue
+        if source.selection.may_contain("" if folder == "." else folder):
+            raise c.fail(
+                key,
+                f"{path} lies inside the notes of source {source.id!r} ({source.root}), and notes-search "
+                "never writes into your notes: put it outside that folder (or leave its folder out of `paths`)",
+            )
 
 
 def _same_file(first: Path, second: Path) -> bool:

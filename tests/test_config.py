@@ -70,7 +70,7 @@ def test_seed_a_config_means_ollama(tmp_path: Path) -> None:
 
 
 def test_defaults_are_the_local_model(tmp_path: Path) -> None:
-    config = parse_config("sources:\n  workspace:\n    n: {paths: ['**']}\n", "c.yaml", base=tmp_path)
+    config = parse_config("sources:\n  workspace:\n    n: {root: notes, paths: ['**']}\n", "c.yaml", base=tmp_path)
     emb = config.embedding
     assert (emb.provider, emb.model, emb.dims) == ("local", "multilingual-e5-small", 384)
     assert (emb.query_prefix, emb.passage_prefix) == ("query: ", "passage: ")
@@ -307,3 +307,37 @@ def test_init_refuses_a_source_id_the_config_would_refuse(
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--source-id'" in result.stderr and "source id must be" in result.stderr
     assert not (tmp_path / "notes-search.yaml").exists()
+
+
+@pytest.mark.parametrize("key", ["db", "log"])
+def test_the_index_or_log_inside_the_notes_a_source_indexes_is_refused(tmp_path: Path, key: str) -> None:
+    """Every sync writes them: inside a workspace source's notes they are writes into the user's
+    folder (and a watcher would see each one)."""
+    (tmp_path / "notes").mkdir()
+    text = f"{key}: notes/.cache/x.file\nsources:\n  workspace:\n    n: {{root: notes, paths: ['**']}}\n"
+    with pytest.raises(ConfigError, match=rf"c.yaml: {key}: .* lies inside the notes of source 'n'"):
+        parse_config(text, "c.yaml", base=tmp_path)
+
+
+def test_the_index_beside_notes_the_paths_leave_out_is_accepted(tmp_path: Path) -> None:
+    """A workspace rooted at the config's folder that indexes only `notes/**` does not hold db/."""
+    text = "sources:\n  workspace:\n    n: {paths: ['notes/**']}\n"
+    config = parse_config(text, "c.yaml", base=tmp_path)
+    assert config.db == tmp_path / "db" / "notes-index.sqlite"
+    with pytest.raises(ConfigError, match=r"c.yaml: db: .* lies inside the notes of source 'n'"):
+        parse_config(text.replace("notes/**", "**"), "c.yaml", base=tmp_path)
+
+
+def test_init_here_inside_the_notes_folder_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from search.cli import cli
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    monkeypatch.chdir(notes)
+    result = CliRunner().invoke(cli, ["init", "--here", "."])
+    assert result.exit_code == 1
+    assert "lies inside the notes of source 'notes'" in result.output
+    assert "without --here" in result.output
+    assert list(notes.iterdir()) == []

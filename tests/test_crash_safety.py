@@ -868,7 +868,9 @@ def test_kill_during_mirror_clone_leaves_no_temporary_clone(
 ) -> None:
     home = tmp_path / "home"
     config_path = write_config(home, server.url, git_url=upstream)
-    kill_at(config_path, "call@os:replace@1")  # the clone is complete, the rename not yet done
+    # the clone is complete, the rename not yet done (the first two renames are the integrity
+    # check's stamp: the new index checked, then marked as being synced)
+    kill_at(config_path, "call@os:replace@3")
     mirrors = home / "mirrors"
     assert [p.name for p in mirrors.iterdir() if p.name.endswith(".clone")], "the kill point missed the clone"
     rerun_and_compare(config_path, git_reference["db"])

@@ -749,9 +749,12 @@ def test_embedding_server_faults_leave_chunks_pending_then_heal(
     assert data["degraded"] is True and data["notice"] and data["results"]
     assert data["results"][0]["path"] == "devops/zalohovani.md"
     assert_one_line_error(cli(config_path, "query", "záloha", "--mode", "vec"), "embedd")
-    # healed: the next sync fills every vector and equals a clean index
+    # healed: the next tick inside the outage's back-off leaves the embedder alone, a retry now
+    # fills every vector and equals a clean index
     set_knobs(server, {"fail_next": 0, "delay": 0.0, "truncate": False, "wrong_dims": None, "drop_vectors": 0})
-    result = sync_ok(config_path)
+    sync_ok(config_path)
+    assert assert_consistent(load_config(config_path).db)["pending"] == counts["chunks"]
+    result = sync_ok(config_path, "--retry-embedder")
     assert result.stderr.strip() == ""
     counts = assert_consistent(load_config(config_path).db)
     assert counts["pending"] == 0

@@ -55,8 +55,9 @@ def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
     the index to ~/.local/share/notes-search/ (XDG_CONFIG_HOME / XDG_DATA_HOME honoured); --config,
     $NOTES_SEARCH_CONFIG or --here write that file instead, with the index beside it.
     """
-    from indexer.config import STARTER_CONFIG, literal_path
+    from indexer.config import STARTER_CONFIG, literal_path, parse_config
     from indexer.configpaths import DEFAULT_CONFIG_NAME, user_config_path, user_data_dir
+    from indexer.errors import ConfigError
 
     named = ctx.location if ctx.config_option or os.environ.get("NOTES_SEARCH_CONFIG") else None
     if named is not None:
@@ -79,6 +80,15 @@ def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
         source_id=json.dumps(source_id),
         notes_root=json.dumps(literal_path(str(relative))),
     )
+    try:  # a config every later command would reject (the index inside DIR) is never written
+        parse_config(text, str(target), base=target.parent)
+    except ConfigError as exc:
+        hint = (
+            ""
+            if root is not None
+            else "; write the config outside DIR, or run init without --here (index in the data folder)"
+        )
+        raise click.ClickException(f"{exc}{hint}") from None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "x", encoding="utf-8") as file:  # "x": never overwrite, even in a race
