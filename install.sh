@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-# The cron fallback poller (seed A): PATH in the crontab header, our line replaced, never duplicated.
+# The cron fallback poller (for machines without inotify or a watcher running): PATH in the crontab header, our line replaced, never duplicated.
 install_cron() {
   local cfg exe log_dir line table path_dirs
   exe="$PWD/.venv/bin/notes-search"
