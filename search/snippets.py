@@ -17,7 +17,7 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from search.fusion import _TOKEN, _fold, match_terms
@@ -320,30 +320,32 @@ def marked(terms: Sequence[Term], line: str) -> list[tuple[str, bool]]:
 def snippet_in_bytes(terms: Sequence[Term], text: str, start_line: int, match_line: int, max_bytes: int) -> str:
     """The snippet of a chunk's match line at most `max_bytes` long in UTF-8 (what an agent pays
     for: a Cyrillic line costs twice the bytes of a Latin one), the widest that fits."""
-    lines = chunk_lines(text)
-    index = min(max(match_line - start_line, 0), len(lines) - 1)
-    low, high = 1, max_bytes  # a character is at least one byte: max_bytes characters is the most that can fit
-    best = snippet(terms, lines, index, max_chars=low)
-    while low <= high:
-        middle = (low + high) // 2
-        candidate = snippet(terms, lines, index, max_chars=middle)
-        if len(candidate.encode("utf-8")) <= max_bytes:
-            best, low = candidate, middle + 1
-        else:
-            high = middle - 1
-    return best
+    lines, index = _match_index(text, start_line, match_line)
+    shortest = snippet(terms, lines, index, max_chars=1)
+    return _widest_in_bytes(lambda chars: snippet(terms, lines, index, max_chars=chars), max_bytes, shortest)
 
 
 def text_in_bytes(text: str, start_line: int, match_line: int, max_bytes: int) -> str:
     """`text_window` of a chunk's match line at most `max_bytes` long in UTF-8, the widest that
     fits (an agent pays per byte, and a Cyrillic line costs twice a Latin one)."""
+    lines, index = _match_index(text, start_line, match_line)
+    return _widest_in_bytes(lambda chars: text_window(lines, index, chars), max_bytes, "")
+
+
+def _match_index(text: str, start_line: int, match_line: int) -> tuple[list[str], int]:
+    """The chunk's lines and the index of its match line among them."""
     lines = chunk_lines(text)
-    index = min(max(match_line - start_line, 0), len(lines) - 1)
+    return lines, min(max(match_line - start_line, 0), len(lines) - 1)
+
+
+def _widest_in_bytes(render: Callable[[int], str], max_bytes: int, fallback: str) -> str:
+    """The longest `render(max_chars)` that fits `max_bytes` in UTF-8 (`fallback` when none does),
+    by bisection: a character is at least one byte, so max_bytes characters is the most that can fit."""
     low, high = 1, max_bytes
-    best = ""
+    best = fallback
     while low <= high:
         middle = (low + high) // 2
-        candidate = text_window(lines, index, middle)
+        candidate = render(middle)
         if len(candidate.encode("utf-8")) <= max_bytes:
             best, low = candidate, middle + 1
         else:
