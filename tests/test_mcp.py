@@ -313,12 +313,17 @@ def http_server(
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a server this test started: politely, then for good if it does not go."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @asynccontextmanager
@@ -519,12 +524,7 @@ def test_two_http_servers_on_two_hosts_query_one_postgres_index(
         assert after[0][0] == after[1][0] == "devops/vpn.md"
     finally:
         for proc in servers:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
 
 
 # ---- introduction and several files -----------------------------------------------------------
