@@ -98,7 +98,11 @@ class EmbedderHealth:
         """The outage remembered for this embedder (the latest of memory and file), or None."""
         key = _key(embedding)
         with self._lock:
-            known = [e for e in (self._memory.get(key), self._read().get(key)) if e is not None]
+            return self._latest(key, self._read())
+
+    def _latest(self, key: str, state: dict[str, Outage]) -> Outage | None:
+        """The later of this process's memory and the shared file's `state` (under the lock)."""
+        known = [e for e in (self._memory.get(key), state.get(key)) if e is not None]
         return max(known, key=lambda e: e.last, default=None)
 
     def outage(self, embedding: EmbeddingConfig) -> str | None:
@@ -128,11 +132,7 @@ class EmbedderHealth:
         now = self.clock()
         with self._lock:
             state = self._read()
-            before = max(
-                [e for e in (self._memory.get(key), state.get(key)) if e is not None],
-                key=lambda e: e.last,
-                default=None,
-            )
+            before = self._latest(key, state)
             since = before.since if before is not None else now
             failures = before.failures if before is not None else 0
             next_try = before.next_try if before is not None else None
