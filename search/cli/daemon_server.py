@@ -252,13 +252,15 @@ def _text(raw: io.RawIOBase | io.BytesIO, encoding: Any) -> io.TextIOWrapper:
 
 
 def _coalesce(chunks: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    merged: list[tuple[int, bytes]] = []
+    """Consecutive writes to one stream as one frame; joined once per run, not re-copied per
+    write (a `show` of a large file writes line by line)."""
+    runs: list[tuple[int, list[bytes]]] = []
     for stream, data in chunks:
-        if merged and merged[-1][0] == stream:
-            merged[-1] = (stream, merged[-1][1] + data)
+        if runs and runs[-1][0] == stream:
+            runs[-1][1].append(data)
         else:
-            merged.append((stream, data))
-    return merged
+            runs.append((stream, [data]))
+    return [(stream, b"".join(parts)) for stream, parts in runs]
 
 
 def run_call(request: dict[str, Any]) -> tuple[int, list[tuple[int, bytes]]]:
