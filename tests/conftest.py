@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 import pytest
-from click.testing import Result
+from click.testing import CliRunner, Result
 
 from indexer.config import Config, load_config
 from indexer.lock import open_index_lock
 from indexer.store import Store, open_store
 from indexer.sync import SyncReport, run_sync
+from search import cli as cli_module
 from tests.fakes import FakeEmbedder
 from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures
 
@@ -53,6 +54,19 @@ def assert_one_line_error(result: Result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
     return lines[0]
+
+
+def synced_cli(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """`notes-search --config CONFIG_PATH ARGS...` through the click CLI with the test embedder,
+    after a `sync` that must succeed: the `run` fixture of the end-to-end CLI tests."""
+    monkeypatch.setattr(cli_module, "make_embedder", lambda config: FakeEmbedder(config))
+    runner = CliRunner()
+
+    def invoke(*args: str) -> Result:
+        return runner.invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
+
+    assert invoke("sync").exit_code == 0
+    return invoke
 
 
 def write(root: Path, files: dict[str, str]) -> None:

@@ -14,25 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from search import cli as cli_module
 from search.cli.formats import HIT_FORMATS
-from tests.fakes import FakeEmbedder
+from tests.conftest import synced_cli
 
 Run = Callable[..., Result]
 
 
 @pytest.fixture
 def run(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    monkeypatch.setattr(cli_module, "make_embedder", lambda config: FakeEmbedder(config))
-    runner = CliRunner()
-
-    def invoke(*args: str) -> Result:
-        return runner.invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
-
-    assert invoke("sync").exit_code == 0
-    return invoke
+    return synced_cli(config_path, monkeypatch)
 
 
 @pytest.mark.parametrize("fmt", HIT_FORMATS)

@@ -16,14 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from search import cli as cli_module
 from search.cli import formats
-from tests.conftest import write
-from tests.fakes import FakeEmbedder
+from tests.conftest import synced_cli, write
 
 # what the terminal must never receive raw: C0 but TAB/LF, DEL, C1, bidi controls, separators
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -42,14 +40,7 @@ Run = Callable[..., Result]
 @pytest.fixture
 def run(config_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
     write(notes, EXTRA)
-    monkeypatch.setattr(cli_module, "make_embedder", lambda config: FakeEmbedder(config))
-    runner = CliRunner()
-
-    def invoke(*args: str) -> Result:
-        return runner.invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
-
-    assert invoke("sync").exit_code == 0
-    return invoke
+    return synced_cli(config_path, monkeypatch)
 
 
 def stdout_of(result: Result) -> str:
