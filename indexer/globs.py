@@ -14,7 +14,7 @@ MAX_GLOB_CHARS = 512
 MAX_GLOB_SEGMENTS = 32
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Segment:
     """One '/'-free piece of a glob, as a bit-parallel automaton: bit p of a state set means
     "the first p characters of the piece are matched". Each character of a name updates the
@@ -24,13 +24,17 @@ class _Segment:
     literal: str | None  # no wildcard: compared as a string
     stars: int  # bits of the positions holding `*`
     anys: int  # bits of the positions holding `?`
-    chars: tuple[tuple[str, int], ...]  # each literal character and the bits where it stands
+    chars: dict[str, int]  # each literal character and the bits where it stands
     accept: int  # the bit of "all of the piece matched"
+    # `*` then no wildcard (`*.md`, most pieces): a suffix test, no loop over the name's characters
+    suffix: str | None = None
 
     def matches(self, name: str) -> bool:
         if self.literal is not None:
             return name == self.literal
-        chars = dict(self.chars)
+        if self.suffix is not None:
+            return name.endswith(self.suffix)
+        chars = self.chars
         state = self._closed(1)
         for char in name:
             state = self._closed(((state & (self.anys | chars.get(char, 0))) << 1) | (state & self.stars))
@@ -46,9 +50,9 @@ class _Segment:
 
 def _segment(text: str) -> _Segment:
     if text == "**":
-        return _Segment(True, None, 0, 0, (), 0)
+        return _Segment(True, None, 0, 0, {}, 0)
     if "*" not in text and "?" not in text:
-        return _Segment(False, text, 0, 0, (), 0)
+        return _Segment(False, text, 0, 0, {}, 0)
     text = re.sub(r"\*+", "*", text)  # `a**b` inside a segment is `a*b`
     stars = anys = 0
     chars: dict[str, int] = {}
@@ -59,7 +63,8 @@ def _segment(text: str) -> _Segment:
             anys |= 1 << position
         else:
             chars[char] = chars.get(char, 0) | 1 << position
-    return _Segment(False, None, stars, anys, tuple(chars.items()), 1 << len(text))
+    suffix = text[1:] if text.startswith("*") and "*" not in text[1:] and "?" not in text else None
+    return _Segment(False, None, stars, anys, chars, 1 << len(text), suffix)
 
 
 def glob_problem(pattern: str) -> str | None:
