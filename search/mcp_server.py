@@ -156,7 +156,7 @@ class NotesTools:
                 )
             else:
                 kept["text"] = text_in_bytes(found.chunk_text, found.line, found.match_line, AGENT_TEXT_BYTES)
-            hits.append({"ref": f"{found.source}:{found.path}:{found.line}", **kept})
+            hits.append({"ref": hit["ref"], **kept})  # the ref first: what `get` takes
         data["results"] = hits
         if not data["results"] and not data["notice"]:
             other_mode = ", mode=lex for exact terms," if mode != "lex" else ""
@@ -243,7 +243,7 @@ class NotesTools:
         outcome = self.service.grep(
             pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS
         )
-        results = [{**hit.to_json(), "ref": f"{hit.source}:{hit.path}:{hit.line}"} for hit in outcome.hits]
+        results = [hit.to_json() for hit in outcome.hits]
         notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if outcome.truncated else []
         if outcome.unsearched:
             notices.append(f"not searched ({len(outcome.unsearched)}, see unsearched): {summary(outcome.unsearched)}")
