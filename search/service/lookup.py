@@ -26,14 +26,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class GrepOutcome:
     """At most `max_count` hits; `truncated` when there were more; what could not be searched.
-    `pattern` is the first of `patterns` (a line matches when any of them does)."""
+    A line matches when any of `patterns` does."""
 
-    pattern: str
+    patterns: tuple[str, ...]
     target: Target
     hits: list[GrepHit]
     truncated: bool
     unsearched: list[Unsearched] = field(default_factory=list)
-    patterns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ def grep(
     from search.service.locating import file_on_disk
 
     hits = [replace(hit, file=file_on_disk(service.config, hit.source, hit.path)) for hit in found[:max_count]]
-    return GrepOutcome(patterns[0], target, hits, len(found) > max_count, list(found.unsearched), patterns)
+    return GrepOutcome(patterns, target, hits, len(found) > max_count, list(found.unsearched))
 
 
 def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:
