@@ -538,11 +538,12 @@ def _outside_notes(path: Path, key: str, sources: dict[str, Source], c: _Checker
     """The index and the log are ours, written on every sync: inside the notes a workspace source
     indexes they would be files written into the user's folder (and a watcher would see each
     write). A folder the source's `paths` leave out is not its notes."""
+    parent = path.resolve().parent
     for source in sources.values():
         if not isinstance(source, WorkspaceSource):
             continue  # a git source is read from its mirror, which is ours
         try:
-            folder = path.resolve().parent.relative_to(source.root.resolve()).as_posix()
+            folder = parent.relative_to(source.root.resolve()).as_posix()
         except ValueError:
             continue
         if source.selection.may_contain("" if folder == "." else folder):
