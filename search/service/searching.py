@@ -104,11 +104,14 @@ def _without_deleted_files(
     index still has them until a sync or the watcher drops them); what was lost is searched
     for again, so the answer still holds k hits when the index has them."""
     deleted: set[tuple[str, str]] = set()
+    checked: set[tuple[str, str]] = set()  # a file is looked for on disk once, whatever the rounds
     wanted = k
     for _ in range(DELETED_ROUNDS):
         response = run(wanted)
         found = [(hit.source, hit.path) for hit in response.results]
-        deleted |= deleted_from_disk(service.config, [f for f in found if f not in deleted])
+        fresh = [f for f in found if f not in checked]
+        deleted |= deleted_from_disk(service.config, fresh)
+        checked.update(fresh)
         kept = [hit for hit, f in zip(response.results, found, strict=True) if f not in deleted]
         lost = len(response.results) - len(kept)
         response.results = kept[:k]
