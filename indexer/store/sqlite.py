@@ -758,11 +758,11 @@ class Store:
 
     def unembed(self, ids: Sequence[int]) -> None:
         """Drop the vectors of these chunks and make them pending again."""
+        rows = [(chunk_id,) for chunk_id in ids]
         with self.transaction():
-            for chunk_id in ids:
-                self.conn.execute("DELETE FROM vec_chunks WHERE rowid = ?", (chunk_id,))
-                self.conn.execute("DELETE FROM chunk_vectors WHERE id = ?", (chunk_id,))
-                self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE id = ?", (chunk_id,))
+            self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", rows)
+            self.conn.executemany("DELETE FROM chunk_vectors WHERE id = ?", rows)
+            self.conn.executemany("UPDATE chunks SET embedded_at = NULL WHERE id = ?", rows)
             self._vectors_changed = True
 
     # ---- search (reads) --------------------------------------------------------------------
