@@ -7,7 +7,11 @@ import contextlib
 import os
 import signal
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Iterator
 
 
 def interrupted() -> NoReturn:
@@ -20,3 +24,22 @@ def interrupted() -> NoReturn:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
     sys.exit(130)  # where SIGINT does not end a process
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[list[int]]:
+    """While inside, SIGTERM and SIGINT set `stop` (a foreground service's clean stop) instead
+    of ending the process; yields the signals received, so that after a Ctrl-C the service can
+    end with `interrupted()` once it has stopped."""
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -35,34 +35,24 @@ def serve(ctx: CliContext, idle_timeout: float | None) -> None:
     and `status`, which use this server when it runs (NOTES_SEARCH_NO_DAEMON=1: never)."""
     from search import warm
     from search.cli.daemon_server import WarmServer, warm_up
+    from search.interrupt import interrupted, stop_on_signals
 
     config_path = warm.config_file(ctx.config_option)
     service = ctx.service()  # the config is valid and the log file is configured
     server = WarmServer(config_path, idle_timeout=idle_timeout)
     server.bind()
     received: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-        server.stop.set()
-
     try:
         warm_up(service)
         os.chdir("/")  # each call runs in its client's folder; between calls hold none open
         echo(f"notes-search serve: {config_path} on {server.path}", err=True)
         log.info("serving %s on %s (idle timeout: %s)", config_path, server.path, idle_timeout)
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with stop_on_signals(server.stop) as received:
             server.serve_forever()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     finally:
         server.close()
     log.info("stopped: %s", server.stop_reason)
     if signal.SIGINT in received:  # Ctrl-C: stopped cleanly, ended as every command ends on it
-        from search.interrupt import interrupted
-
         interrupted()
     if server.upgraded:
         echo(f"notes-search serve: stopped: {server.stop_reason}; start it again to serve the new version", err=True)

@@ -61,23 +61,19 @@ def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: boo
         reconcile_every=reconcile_every,
         observer_factory=PollingObserver if polling else Observer,
     )
+    from search.interrupt import interrupted, stop_on_signals
+
     stderr = configure_log_file(service.config, create=True, also_stderr=True)
     stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        watcher.start()  # logs "watching <roots>"
-        while watcher.running and not stop.wait(1.0):
-            pass
+        with stop_on_signals(stop) as received:
+            try:
+                watcher.start()  # logs "watching <roots>"
+                while watcher.running and not stop.wait(1.0):
+                    pass
+            finally:
+                watcher.stop()
     finally:
-        watcher.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if stderr is not None:
             logging.getLogger(ROOT_LOGGER).removeHandler(stderr)
     s = watcher.stats
@@ -85,6 +81,4 @@ def watch(ctx: CliContext, debounce: float, reconcile_every: float, polling: boo
     if watcher.failure or not stop.is_set():
         raise click.ClickException(watcher.failure or "the watcher stopped unexpectedly")
     if signal.SIGINT in received:  # Ctrl-C: a clean stop, ended as every command ends on it (130)
-        from search.interrupt import interrupted
-
         interrupted()
