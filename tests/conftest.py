@@ -56,15 +56,21 @@ def assert_one_line_error(result: Result, *needles: str) -> str:
     return lines[0]
 
 
-def synced_cli(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    """`notes-search --config CONFIG_PATH ARGS...` through the click CLI with the test embedder,
-    after a `sync` that must succeed: the `run` fixture of the end-to-end CLI tests."""
+def cli_on(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """`notes-search --config CONFIG_PATH ARGS...` through the click CLI with the test embedder:
+    the `run` fixture of the end-to-end CLI tests."""
     monkeypatch.setattr(cli_module, "make_embedder", lambda config: FakeEmbedder(config))
     runner = CliRunner()
 
     def invoke(*args: str) -> Result:
         return runner.invoke(cli_module.cli, ["--config", str(config_path), *args], catch_exceptions=False)
 
+    return invoke
+
+
+def synced_cli(config_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """`cli_on`, after a `sync` that must succeed."""
+    invoke = cli_on(config_path, monkeypatch)
     assert invoke("sync").exit_code == 0
     return invoke
 

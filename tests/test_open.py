@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from indexer.config import load_config
 from indexer.errors import ConfigError
 from indexer.sync import run_sync
-from search import cli as cli_module
-from tests.conftest import FAKE_EMBEDDING, write
+from tests.conftest import FAKE_EMBEDDING, cli_on, write
 from tests.fakes import FakeEmbedder
 from tests.test_progress import child_env, run_on_terminal
 
@@ -81,13 +80,7 @@ def world(tmp_path: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def run(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Run:
-    monkeypatch.setattr(cli_module, "make_embedder", lambda config: FakeEmbedder(config))
-    runner = CliRunner()
-
-    def invoke(*args: str) -> Result:
-        return runner.invoke(cli_module.cli, ["--config", str(world["config"]), *args], catch_exceptions=False)
-
-    return invoke
+    return cli_on(world["config"], monkeypatch)
 
 
 def ok(result: Result) -> str:
