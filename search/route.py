@@ -193,8 +193,13 @@ def bm25_ranking(question: str, documents: Sequence[str]) -> list[tuple[int, flo
     return scores
 
 
+def _name_words(entry: CollectionRow) -> str:
+    """A collection's name as words: `devops/vpn-setup` reads as `devops vpn setup`."""
+    return entry.name.replace("/", " ").replace("-", " ")
+
+
 def lexical_text(entry: CollectionRow) -> str:
-    return " ".join([entry.name.replace("/", " ").replace("-", " "), entry.description, *entry.tags])
+    return " ".join([_name_words(entry), entry.description, *entry.tags])
 
 
 MATCH_FIELDS = ("name", "description", "tags")
@@ -204,7 +209,7 @@ def matched_words(question: str, entry: CollectionRow) -> dict[str, list[str]]:
     """The question's words found in the collection's name, description and tags, as the
     keyword half compares them (folded, stemmed): what a person checks a route against."""
     fields = {
-        "name": set(terms(entry.name.replace("/", " ").replace("-", " "))),
+        "name": set(terms(_name_words(entry))),
         "description": set(terms(entry.description)),
         "tags": set(terms(" ".join(entry.tags))),
     }
