@@ -1,4 +1,4 @@
-"""Run every benchmark and write bench/RESULTS.md (date, machine, tables).
+"""Run every benchmark, print its tables and keep them in the bench cache (date, machine, tables).
 
     .venv/bin/python -m bench.run_all [--quick] [--only NAME]... [--out PATH]
 
@@ -60,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     parser.add_argument("--only", choices=BENCHES, action="append", help="run only this benchmark (repeatable)")
-    parser.add_argument("--out", default=str(REPO / "bench" / "RESULTS.md"), help="results file")
+    # bench/RESULTS.md holds the curated current figures per area; a run's raw tables go here
+    parser.add_argument("--out", default=str(cache_root() / "last-run.md"), help="results file")
     args = parser.parse_args()
     started = time.perf_counter()
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
