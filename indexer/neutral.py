@@ -23,7 +23,7 @@ estimated from this index's own chunks once it has MIN_CHUNKS of them and re-est
 when its chunk count has grown REESTIMATE_GROWTH-fold since (or a new language appears);
 until then new vectors are neutralised with the frozen statistics, so every stored vector
 always belongs to one consistent space. A language with fewer chunks uses the defaults shipped
-for the model (indexer/data/<model>.json, made by bench/neutral_defaults.py from public text),
+for the model (indexer/data/<model>.json, made by tools/neutral_defaults.py from public text),
 or no correction when the model has none. A monolingual index has a single mean, its offset is
 zero and nothing changes. Chunks of unknown language are never moved.
 """

@@ -1,6 +1,6 @@
 """Make the per-model language statistics shipped in indexer/data/<model>.json.
 
-    .venv/bin/python -m bench.neutral_defaults [--out indexer/data/multilingual-e5-small.json]
+    .venv/bin/python -m tools.neutral_defaults [--out indexer/data/multilingual-e5-small.json]
 
 An index that has fewer than MIN_CHUNKS chunks of a language neutralises it with these means
 (indexer.neutral). They are the mean passage vectors of public text: the tldr pages
@@ -8,9 +8,9 @@ An index that has fewer than MIN_CHUNKS chunks of a language neutralises it with
 left out, and none of the pages that bench/tldr_mixed.py puts in its corpus (so the benchmark
 never sees its own pages through the defaults). Czech is the exception that matters: all 31
 Czech tldr pages are in the benchmark's reach, and the 14 used here are the ones whose example
-descriptions are its cs -> en questions; `python -m bench.xl_alignment` measures that leak by
-leaving each question's own page out of the mean (cs -> en recall@10 0.494 with the shipped
-mean, 0.530 without: it did not inflate the figure). Each page goes through the real chunker and
+descriptions are its cs -> en questions; leaving each question's own page out of the mean
+gave cs -> en recall@10 0.530 against 0.494 with the shipped mean, so the leak did not inflate
+the figure (bench/EVAL.md, "Cross-lingual search"). Each page goes through the real chunker and
 the local model with the passage prefix, exactly as sync embeds it; a chunk counts for the
 language `indexer.language.chunk_language` detects, as in an index. At most PAGES_PER_LANGUAGE
 pages per language, chosen by a hash of the command name. The output records the page and
@@ -24,10 +24,11 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-if __package__ in (None, ""):
+if __package__ in (None, ""):  # `python tools/neutral_defaults.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    __package__ = "bench"
+    __package__ = "tools"
 
 import numpy as np
 
@@ -81,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                     chunks[lang] = chunks.get(lang, 0) + 1
     finally:
         embedder.close()
-    data = {
+    data: dict[str, Any] = {
         "model": LOCAL_MODEL,
-        "source": "tldr-pages (en, cs, ru) outside the bench/tldr_mixed.py corpus; bench/neutral_defaults.py",
+        "source": "tldr-pages (en, cs, ru) outside the bench/tldr_mixed.py corpus; tools/neutral_defaults.py",
         "languages": {
             lang: {
                 "pages": pages_used[lang],
