@@ -4,13 +4,16 @@
 
 Each corpus folder (read-only, under `../shared/eval/corpora/` next to the repository) becomes
 one workspace source of a fresh index in a temporary folder, synced by `run_sync` with the
-local model. The run is timed in phases by wrapping, for the duration of the run only:
+local model. The run is timed in phases from the outside (nothing of the product is wrapped):
 
-- parse+chunk: `indexer.chunker.parse_markdown`;
-- embed: the model calls (vectors come from the cache in `bench/beir.py` when present; the
-  cache remembers what each vector cost when it was computed, reported as "uncached");
-- write: time inside `Store.transaction()` blocks (files, chunks, FTS triggers, vec0 rows);
-- other: the rest of the wall time (walking, stat, reading and hashing files, coverage).
+- files: the sync's files stage, from its start until its progress callback reports the embed
+  stage (walking, stat, reading and hashing files, parse+chunk, the write transactions);
+- parse+chunk: `indexer.chunker.parse_markdown` over every file, timed apart after the sync
+  (the share of the files stage that is ours rather than SQLite's or the file system's);
+- embed: the model calls, timed by the caching embedder the sync is given (vectors come from
+  the cache in `bench/beir.py` when present; the cache remembers what each vector cost when it
+  was computed, reported as "uncached");
+- other: the rest of the wall time (the embed stage's vector writes, statistics, TOC).
 
 Then a second `sync` over the unchanged folder is timed (the cron case), and the index size on
 disk is split by table with SQLite's `dbstat`.
@@ -23,8 +26,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -59,10 +61,10 @@ class CorpusRun:
     chunks: int
     source_bytes: int
     total_s: float
-    parse_s: float
+    files_s: float  # the sync's files stage: walk, read, hash, parse+chunk, write
+    parse_s: float  # parse+chunk of every file, timed apart
     embed_s: float  # model time in this run (0 when every vector came from the cache)
     embed_uncached_s: float  # what embedding every chunk cost when it was computed
-    write_s: float
     other_s: float
     noop_sync_s: float
     db_bytes: int
@@ -74,35 +76,27 @@ class CorpusRun:
         return self.total_s - self.embed_s + self.embed_uncached_s
 
 
-@contextmanager
-def phase_timers() -> Iterator[dict[str, float]]:
-    """Accumulate seconds spent in parse_markdown and inside write transactions."""
-    times = {"parse": 0.0, "write": 0.0}
-    parse, transaction = chunker.parse_markdown, Store.transaction
+class StageClock:
+    """A sync `progress` callback that notes when each stage first reports, passing every call on."""
 
-    def timed_parse(text: str, path: str) -> object:
+    def __init__(self, inner: Callable[[str, int, int], None]) -> None:
+        self.inner = inner
+        self.first: dict[str, float] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        self.first.setdefault(stage, time.perf_counter())
+        self.inner(stage, done, total)
+
+
+def parse_seconds(corpus: Path) -> float:
+    """parse+chunk of every markdown file of the corpus, the call a sync makes per file."""
+    total = 0.0
+    for path in sorted(corpus.rglob("*.md")):
+        text = path.read_text(encoding="utf-8", errors="replace")
         started = time.perf_counter()
-        try:
-            return parse(text, path)
-        finally:
-            times["parse"] += time.perf_counter() - started
-
-    @contextmanager
-    def timed_transaction(self: Store) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            with transaction(self):
-                yield
-        finally:
-            times["write"] += time.perf_counter() - started
-
-    chunker.parse_markdown = timed_parse  # type: ignore[assignment]
-    Store.transaction = timed_transaction  # type: ignore[method-assign]
-    try:
-        yield times
-    finally:
-        chunker.parse_markdown = parse  # type: ignore[assignment]
-        Store.transaction = transaction  # type: ignore[method-assign]
+        chunker.parse_markdown(text, path.relative_to(corpus).as_posix())
+        total += time.perf_counter() - started
+    return total
 
 
 TABLE_GROUPS = (  # first matching name prefix wins
@@ -143,10 +137,11 @@ def index_corpus(
     config = load_config(write_config(workdir, corpus, embedding_yaml, SOURCE_ID))
     get_embedder = (embedder_factory or cached_local_factory())(config)
     log(f"{corpus.name}: syncing")
-    with phase_timers() as times:
-        started = time.perf_counter()
-        report = run_sync(config, embedder_factory=get_embedder, progress=embed_progress(corpus.name, log))
-        total = time.perf_counter() - started
+    clock = StageClock(embed_progress(corpus.name, log))
+    started = time.perf_counter()
+    report = run_sync(config, embedder_factory=get_embedder, progress=clock)
+    ended = time.perf_counter()
+    total, files_s = ended - started, clock.first.get("embed", ended) - started
     if report.pending:
         raise RuntimeError(f"{corpus.name}: {report.pending} chunks left without vectors: {report.embed_notice}")
     embedder = get_embedder()
@@ -173,11 +168,11 @@ def index_corpus(
         chunks=counts["chunks"],
         source_bytes=sum(p.stat().st_size for p in corpus.rglob("*.md")),
         total_s=total,
-        parse_s=times["parse"],
+        files_s=files_s,
+        parse_s=parse_seconds(corpus),
         embed_s=embed_s,
         embed_uncached_s=uncached_s,
-        write_s=times["write"],
-        other_s=total - times["parse"] - times["write"] - embed_s,
+        other_s=total - files_s - embed_s,
         noop_sync_s=noop_s,
         db_bytes=db_bytes,
         by_table=size_by_table(config.db),
@@ -195,10 +190,10 @@ def report_tables(runs: Sequence[CorpusRun]) -> str:
             "files",
             "chunks",
             "source MiB",
-            "parse+chunk s",
+            "files stage s",
+            "of it parse+chunk s",
             "embed s (uncached)",
             "chunks/s embed",
-            "write s",
             "other s",
             "full index s",
             "no-op sync ms",
@@ -209,10 +204,10 @@ def report_tables(runs: Sequence[CorpusRun]) -> str:
                 r.files,
                 r.chunks,
                 mib(r.source_bytes),
+                f"{r.files_s:.1f}",
                 f"{r.parse_s:.1f}",
                 f"{r.embed_uncached_s:.0f}",
                 f"{r.chunks / r.embed_uncached_s:.1f}" if r.embed_uncached_s else "-",
-                f"{r.write_s:.1f}",
                 f"{r.other_s:.1f}",
                 f"{r.full_index_s:.0f}",
                 f"{r.noop_sync_s * 1000:.0f}",
