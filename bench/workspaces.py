@@ -16,7 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from bench.corpus_real import DENSE_CORPUS, Corpus
-from bench.corpus_text import DIMS, GEN_VERSION, SEED, clustered_vectors, note_mtime, note_path, note_text
+from bench.corpus_text import (
+    DIMS,
+    GEN_VERSION,
+    SEED,
+    check_generator,
+    clustered_vectors,
+    note_mtime,
+    note_path,
+    note_text,
+)
 from bench.machine import cache_root, code_key
 
 SOURCE_ID = "notes"
@@ -91,6 +100,8 @@ def generate_notes(
     of every note written."""
     from indexer.chunker import parse_markdown
 
+    if text_of is note_text or text_of == DENSE_CORPUS.note_text:
+        check_generator()
     total_chunks = 0
     i = 0
     while (files is None or i < files) and (chunks is None or total_chunks < chunks):
