@@ -67,7 +67,7 @@ from bench.workspaces import LAYOUTS, SOURCE_ID, Workspace, store_built_workspac
 
 K = 8
 SCOPE_1PC = "1% (--path area-07)"
-# the (mode, scope) pairs the latency table times, in this order (bench.pg_split splits the same)
+# the (mode, scope) pairs the latency table times, in this order
 PLAN = [
     ("hybrid", "all"),
     ("hybrid", SCOPE_1PC),

@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # `python bench/crosslingual.py`
     __package__ = "bench"
 
 from bench.beir import BeirRun, BeirSet, cached_local_factory, load_set, read_jsonl, run_beir
-from bench.bench_langid import eval_root
+from bench.machine import eval_root
 from bench.report import eprint, header, machine_table, md_table
 from bench.tldr_mixed import build_with_meta
 from search.evaluate import mean

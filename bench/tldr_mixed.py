@@ -92,36 +92,6 @@ def code_query(line: str) -> str:
     return " ".join(line.replace("{{", "").replace("}}", "").split())
 
 
-def command_shape(line: str) -> str:
-    """A command line with its placeholders emptied: translations word the placeholders only."""
-    return re.sub(r"\{\{.*?\}\}", "{{}}", line)
-
-
-def parallel_descriptions(source: str, target: str, root: Path = TLDR_ROOT) -> list[tuple[str, str, str]]:
-    """(command, description in `source`, the same description in `target`), as questions, for
-    the commands the benchmark (build_with_meta) never uses, so data learned from them cannot
-    leak into it: neither page, nor any other language's page of the command, is in the set.
-    A pair counts only when both pages list the same number of examples and the example's
-    command lines agree once placeholders are emptied (an outdated translation is left out)."""
-    data, _ = build_with_meta(root)
-    used = {doc.split("-", 1)[1] for doc in data.corpus}
-    first, second = read_pages(source, root), read_pages(target, root)
-    pairs = []
-    for name in sorted(first):
-        if name in used or name not in second:
-            continue
-        a, b = first[name], second[name]
-        if len(a.descriptions) != len(b.descriptions) or len(a.command_lines) != len(b.command_lines):
-            continue
-        for i, (one, other) in enumerate(zip(a.descriptions, b.descriptions, strict=True)):
-            if i >= len(a.command_lines) or command_shape(a.command_lines[i]) != command_shape(b.command_lines[i]):
-                continue
-            left, right = question(one, name), question(other, name)
-            if len(left.split()) >= 2 and len(right.split()) >= 2:
-                pairs.append((name, left, right))
-    return pairs
-
-
 def build(root: Path = TLDR_ROOT) -> BeirSet:
     """The set as BEIR data; query metadata lives in `query_meta` (see `build_with_meta`)."""
     return build_with_meta(root)[0]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from indexer.langid_tables import Tables
 
 UNKNOWN = "unknown"
-# ISO 639-1 codes the detector is trusted with (measured in bench/bench_langid.py); any other
+# ISO 639-1 codes the detector is trusted with (measured, bench/EVAL.md); any other
 # language it recognises is reported as UNKNOWN, never as the nearest supported one.
 SUPPORTED_LANGUAGES: tuple[str, ...] = ("cs", "en", "ru", "sk", "de", "uk")
 
@@ -176,7 +176,7 @@ CANDIDATE_LANGUAGES = SUPPORTED_LANGUAGES + OTHER_LANGUAGES
 MIN_WORDS = 2
 MIN_LETTERS = 8
 # The winner's probability among the candidate languages; below it the text is ambiguous
-# (measured in bench/bench_langid.py, see bench/EVAL.md).
+# (measured, bench/EVAL.md "Language identification").
 MIN_CONFIDENCE = 0.4
 # Slovak wins over Czech only by more than this factor when no letter only Slovak has is there.
 CZECH_TIE = 0.5

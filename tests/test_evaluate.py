@@ -1,4 +1,4 @@
-"""Metrics against hand-computed cases, `notes-search eval` end to end, the BEIR runner on a toy set."""
+"""Metrics against hand-computed cases, and `notes-search eval` end to end."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from bench.beir import CachingEmbedder, doc_filename, load_set, run_beir, score_queries
 from indexer.config import EmbeddingConfig
 from indexer.errors import NotesSearchError
 from search import cli as cli_module
@@ -26,11 +24,8 @@ from search.evaluate import (
     recall_at_rank,
     reciprocal_rank,
 )
-from tests.conftest import FAKE_EMBEDDING
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
-
-TOY = Path(__file__).parent / "data" / "beir_toy"
 
 # ---- metrics ---------------------------------------------------------------------------------
 
@@ -240,97 +235,6 @@ def test_eval_reports_a_mode_it_cannot_run(run, embedders: Embedders, tmp_path: 
     human = run("eval", str(file), "--mode", "vec", "--mode", "hybrid").stdout
     assert "vec     unavailable: embedding server" in human and "note: hybrid: degraded:" in human
     assert "lex " not in human
-
-
-# ---- the BEIR runner on the toy set ------------------------------------------------------------
-
-
-def test_toy_set_loads_with_crlf_qrels() -> None:
-    data = load_set(TOY)
-    assert len(data.corpus) == 20
-    assert data.qrels["q1"] == {"d01": 2, "d02": 1}  # no stray "\r" in ids or scores
-    assert "q9" not in data.queries and "q10" in data.queries
-    assert doc_filename("d01") == "d01.md" and doc_filename("doc/18 b").endswith(".md")
-    assert "/" not in doc_filename("doc/18 b")
-
-
-def test_score_queries_averages_over_judged_queries() -> None:
-    data = load_set(TOY)
-    rankings = {"q1": ["d02", "d01"], "q2": ["d03"], "q3": ["x", "d07"]}  # the rest retrieved nothing
-    per_query, means = score_queries(data, rankings)
-    assert set(per_query) == {"q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"}  # not q9 (unjudged), not q10 (rel 0)
-    idcg = 2 + 1 / math.log2(3)
-    assert per_query["q1"]["ndcg@10"] == pytest.approx((1 + 2 / math.log2(3)) / idcg)
-    assert per_query["q2"]["recall@100"] == 0.5
-    assert per_query["q3"]["mrr@10"] == 0.5
-    assert means["recall@100"] == pytest.approx((1 + 0.5 + 1) / 8)
-
-
-def test_beir_runner_on_toy_set(tmp_path: Path) -> None:
-    data = load_set(TOY)
-    made: list[FakeEmbedder] = []
-
-    def factory(config):  # type: ignore[no-untyped-def]
-        made.append(FakeEmbedder(config.embedding))
-        return lambda: made[0]
-
-    run = run_beir(data, tmp_path, embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory)
-    assert (run.docs, run.queries) == (20, 9)
-    assert run.chunks == 20
-    scores = {s.mode: s for s in run.scores}
-    assert set(scores) == {"lex", "vec", "hybrid"}
-    for s in scores.values():
-        assert s.queries == 8 and 0.0 <= s.ndcg_at_10 <= 1.0
-    assert scores["vec"].recall_at_100 == 1.0  # KNN ranks all 20 documents
-    assert scores["lex"].recall_at_100 == 7.5 / 8  # d04 shares no word with q2: BM25 never returns it
-    assert scores["lex"].mrr_at_10 == 1.0  # every toy query shares rare words with its first document
-    assert run.per_query["lex"]["q8"]["ndcg@10"] == 1.0  # the doc behind a hashed file name maps back
-
-
-def test_caching_embedder_reuses_vectors(tmp_path: Path) -> None:
-    inner = FakeEmbedder(dims=16)
-    cache = tmp_path / "vectors.sqlite"
-    first = CachingEmbedder(inner, cache)
-    vectors = first.embed_passages(["alpha beta", "gamma", "alpha beta"])
-    query = first.embed_query("alpha beta")
-    assert inner.texts_embedded == 2 + 1  # a text repeated in one batch is embedded once
-    first.close()
-    again = CachingEmbedder(FakeEmbedder(dims=16), cache)
-    assert np.allclose(again.embed_passages(["gamma", "alpha beta"]), vectors[[1, 0]])
-    assert np.allclose(again.embed_query("alpha beta"), query)
-    assert (again.hits, again.misses) == (3, 0) and again.inner.texts_embedded == 0  # type: ignore[attr-defined]
-    assert again.cached_cost >= 0.0
-    again.close()
-
-
-def test_corpus_benchmark_times_phases_and_sizes_the_index(notes: Path, tmp_path: Path) -> None:
-    from bench.beir import LazyEmbedder
-    from bench.corpora import index_corpus
-
-    cache = tmp_path / "vectors.sqlite"
-    factory = lambda config: LazyEmbedder(lambda: CachingEmbedder(FakeEmbedder(config.embedding), cache))  # noqa: E731
-    first = index_corpus(
-        notes, tmp_path / "a", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None
-    )
-    assert (first.files, first.skipped, first.chunks) == (4, 0, 4)  # small sections merge: one chunk a note
-    assert first.parse_s > 0 and first.write_s > 0 and first.embed_s > 0
-    assert first.total_s >= first.parse_s + first.write_s + first.embed_s
-    assert {"FTS5", "vec0", "chunks", "files", "indexes"} <= set(first.by_table)
-    assert first.db_bytes >= sum(first.by_table.values()) > 0
-    again = index_corpus(
-        notes, tmp_path / "b", embedding_yaml=FAKE_EMBEDDING, embedder_factory=factory, log=lambda m: None
-    )
-    assert again.embed_s == 0.0 and again.embed_uncached_s == pytest.approx(first.embed_s)  # served by the cache
-
-
-def test_run_all_runs_every_benchmark() -> None:
-    """The one command of the Measured-quality issue: latency, sync, MCP and quality benchmarks."""
-    from bench.run_all import BENCHES, module
-
-    assert BENCHES[:2] == ["foundation", "search"]
-    assert {"git", "mcp"} <= set(BENCHES) and BENCHES[-4:] == ["beir", "crosslingual", "exact_ids", "corpora"]
-    assert module("beir") == "bench.beir" and module("git") == "bench.bench_git"
-    assert module("crosslingual") == "bench.crosslingual" and module("exact_ids") == "bench.exact_ids"
 
 
 def test_question_files_are_read_like_the_config(tmp_path: Path) -> None:
