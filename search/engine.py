@@ -36,7 +36,6 @@ MIN_DEPTH = 50  # candidates taken from each half before fusion
 # how deep the halves are searched again when --per-file or --min-similarity left fewer than k
 # hits: vec0's limit on k
 MAX_DEPTH = 4096
-MATCHED = ("keyword", "meaning", "both")
 
 
 def _matched(by_keyword: bool, by_meaning: bool) -> str:

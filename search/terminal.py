@@ -5,7 +5,6 @@ file names) never reaches the terminal as a control character. See indexer.safe_
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -88,26 +87,3 @@ def safe_errors() -> Iterator[None]:
 
         exc.message = safe_for_terminal(redact(exc.message))  # type: ignore[misc]
         raise
-
-
-class SafeLogFormatter(logging.Formatter):
-    """Log lines for a terminal (watch) and the log file (read with `tail -f`): a record stays
-    one line whatever the file names hold, so a name cannot forge a record; a traceback keeps
-    its lines. Passwords are masked (the index URL's `secret_url` in any form, and any URL's)."""
-
-    def __init__(self, fmt: str, secret_url: str | None = None) -> None:
-        super().__init__(fmt)
-        self.secret_url = secret_url
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        from indexer.redaction import redact  # when a record is written, not at every start
-
-        return safe_for_terminal(redact(super().formatMessage(record), self.secret_url))
-
-    def formatException(self, ei: Any) -> str:
-        from indexer.redaction import redact
-
-        return safe_for_terminal(redact(super().formatException(ei), self.secret_url), multiline=True)
-
-    def formatStack(self, stack_info: str) -> str:
-        return safe_for_terminal(super().formatStack(stack_info), multiline=True)

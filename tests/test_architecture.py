@@ -165,6 +165,50 @@ def test_the_service_and_the_domain_import_no_front_end() -> None:
     assert violations(iter(files), allowed) == []
 
 
+def module_file(module: str) -> str | None:
+    """The repository file that importing `module` runs ('/'-separated), or None when it is not
+    ours (a library) or not a module (`from pkg.mod import name` names a class or function)."""
+    parts = module.split(".")
+    for candidate in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+        if (REPO / candidate).is_file():
+            return candidate
+    return None
+
+
+def reached_from(start: str) -> dict[str, list[str]]:
+    """Every module a file reaches through any chain of imports (module level or inside
+    functions, and the packages each import runs first), each with one chain that reaches it."""
+    chains: dict[str, list[str]] = {}
+    todo = [(start, [start])]
+    seen = {start}
+    while todo:
+        file, chain = todo.pop()
+        for imp in imports_of(REPO / file):
+            parts = imp.module.split(".")
+            for n in range(1, len(parts) + 1):  # `import a.b.c` runs a/__init__ and a/b/__init__ too
+                name = ".".join(parts[:n])
+                chains.setdefault(name, [*chain, name])
+                target = module_file(name)
+                if target is not None and target not in seen:
+                    seen.add(target)
+                    todo.append((target, [*chain, name]))
+    return chains
+
+
+def test_no_chain_of_imports_leads_the_domain_to_a_front_end() -> None:
+    """A direct-import rule is easy to pass by a detour (domain -> a helper -> click): every
+    domain and service module is followed through all its imports, however indirect."""
+    domain = [f"search/{name}.py" for name in SEARCH_DOMAIN if (REPO / "search" / f"{name}.py").exists()]
+    starts = [path.relative_to(REPO).as_posix() for path in (*python_files("indexer"), *python_files("search/service"))]
+    found = [
+        f"{start} reaches {' -> '.join(chain)}"
+        for start in [*starts, *domain]
+        for module, chain in reached_from(start).items()
+        if _is(module, "search.cli", "search.mcp_server", "search.terminal", *FRONT_END_LIBRARIES)
+    ]
+    assert found == []
+
+
 # ---- comments ----------------------------------------------------------------------------------
 
 

@@ -35,7 +35,7 @@ from indexer.config import EmbeddingConfig, load_config
 from indexer.safe_text import safe_for_terminal, safe_json
 from indexer.toc import toc_path
 from search import cli as cli_module
-from search.terminal import SafeLogFormatter
+from search.logfile import SafeLogFormatter
 from tests.conftest import FAKE_EMBEDDING, assert_one_line_error
 from tests.fakes import FakeEmbedder
 

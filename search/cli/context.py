@@ -45,8 +45,9 @@ class CliContext:
         if self._service is None:
             from search.logfile import configure_log_file
             from search.service import NotesService
+            from search.terminal import echo
 
-            configure_log_file(self.config, create=self.writes)
+            configure_log_file(self.config, create=self.writes, warn=lambda line: echo(line, err=True))
             self._service = NotesService(self.config, _make_embedder, check_remote=check_remote)
         return self._service
 
