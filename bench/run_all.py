@@ -35,6 +35,7 @@ QUALITY = (
     "crosslingual",
     "exact_ids",
     "corpora",
+    "mixed_notes",
 )  # bench/NAME.py: same convention, run after the latency benchmarks
 
 
