@@ -10,6 +10,7 @@ from here: `from indexer.store import open_store, SearchScope`.
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer.store.core import content_hash, utc_now
 from indexer.store.protocol import IndexReader, IndexWriter
 from indexer.store.rows import (
     ChunkRow,
@@ -37,7 +38,7 @@ from indexer.store.schema import (
     Migration,
     is_unfinished_copy,
 )
-from indexer.store.sqlite import Store, content_hash, utc_now, vec_extension_path
+from indexer.store.sqlite import Store, vec_extension_path
 
 if TYPE_CHECKING:  # mypy proves both stores implement both protocols, signatures included
     from indexer.store.postgres import PostgresStore

@@ -14,10 +14,17 @@ ClassT = TypeVar("ClassT", bound=type)
 def wrap_public_methods(
     cls: ClassT, wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, skip: Collection[str]
 ) -> ClassT:
-    """Replace each public plain method of `cls` (not those in `skip`: context managers map their
-    own statements, since a wrapper around the call would not see what runs on entering)."""
-    for name, member in list(vars(cls).items()):
-        if name.startswith("_") or name in skip or not inspect.isfunction(member):
-            continue
-        setattr(cls, name, wrap(member))
+    """Replace each public plain method of `cls`, its own or inherited from a shared base (not
+    those in `skip`: context managers map their own statements, since a wrapper around the call
+    would not see what runs on entering). The wrapped copies are set on `cls`: a base shared by
+    several backends keeps its plain methods, each backend maps them its own way."""
+    seen: set[str] = set()
+    for klass in cls.__mro__[:-1]:  # not `object`
+        for name, member in list(vars(klass).items()):
+            if name in seen:
+                continue
+            seen.add(name)
+            if name.startswith("_") or name in skip or not inspect.isfunction(member):
+                continue
+            setattr(cls, name, wrap(member))
     return cls

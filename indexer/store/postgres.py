@@ -49,32 +49,20 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format, TransactionStatus
 
 from indexer.errors import StoreError
-from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.model import FileVersion, ParsedDocument
 from indexer.redaction import PERCENT_ENCODED, describe_url, password_needs_encoding, redact
+from indexer.store.core import POSTGRES, StoreCore, content_hash, no_nul, utc_now
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
-    FILE_ROW_COLUMNS,
-    FRONT_MATTER_PROBLEMS_SQL,
     ChunkRow,
-    ChunkText,
-    CollectionRow,
-    FileProblem,
-    FileRow,
-    LanguageBackfill,
-    PendingChunk,
     RankedChunk,
-    ScopeCounts,
     SearchScope,
     ServerMemory,
-    SourceState,
-    SourceStats,
     VectorMatrix,
     VectorPage,
-    file_row,
     tag_key,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY, file_tag_keys
-from indexer.store.sqlite import content_hash, utc_now
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -1123,8 +1111,11 @@ def discard_pool() -> None:
 
 
 @_storage_errors_mapped
-class PostgresStore:
+class PostgresStore(StoreCore):
     """A connection to the index database with the schema applied."""
+
+    dialect = POSTGRES
+    conn: psycopg.Connection[Any]
 
     def __init__(self, conn: psycopg.Connection[Any], url: str, readonly: bool) -> None:
         self.conn = conn
@@ -1341,27 +1332,6 @@ class PostgresStore:
 
     # ---- meta and embedding identity ------------------------------------------------------
 
-    def meta(self) -> dict[str, str]:
-        return {str(key): str(value) for key, value in self.conn.execute("SELECT key, value FROM meta")}
-
-    def _set_meta(self, values: dict[str, str]) -> None:
-        for key, value in values.items():
-            self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def write_meta(self, values: dict[str, str]) -> None:
-        self._set_meta(values)
-
-    def set_meta(self, values: dict[str, str]) -> None:
-        with self.transaction():
-            self._set_meta(values)
-
-    def delete_meta(self, keys: Iterable[str]) -> None:
-        with self.transaction():
-            self.conn.execute("DELETE FROM meta WHERE key = ANY(%s)", (list(keys),))
-
     def has_vector_table(self) -> bool:
         # once there, the table stays (reset_vectors replaces it within one transaction)
         if not self._has_vectors:
@@ -1398,39 +1368,10 @@ class PostgresStore:
 
     # ---- sources ---------------------------------------------------------------------------
 
-    def ensure_source(self, source_id: str, kind: str) -> None:
-        row = self.conn.execute("SELECT kind FROM sources WHERE source_id = %s", (source_id,)).fetchone()
-        if row is None:
-            with self.transaction():
-                self.conn.execute(
-                    "INSERT INTO sources(source_id, kind) VALUES (%s, %s) ON CONFLICT DO NOTHING", (source_id, kind)
-                )
-        elif row[0] != kind:
-            with self.transaction():
-                self._delete_source_rows(source_id)
-                self.conn.execute("INSERT INTO sources(source_id, kind) VALUES (%s, %s)", (source_id, kind))
+    def _scope_condition(self, scope: SearchScope, alias: str) -> tuple[str, dict[str, object]]:
+        return scope_condition(scope, alias)
 
-    def source_ids(self) -> list[str]:
-        return [r[0] for r in self.conn.execute("SELECT source_id FROM sources ORDER BY source_id")]
-
-    def source_state(self, source_id: str) -> SourceState:
-        row = self.conn.execute(
-            "SELECT indexed_rev, last_sync_at FROM sources WHERE source_id = %s", (source_id,)
-        ).fetchone()
-        return SourceState(row[0], row[1]) if row else SourceState(None, None)
-
-    def mark_synced(self, source_id: str, *, indexed_rev: str | None = None, error: str | None = None) -> None:
-        with self.transaction():
-            if indexed_rev is None:
-                self.conn.execute(
-                    "UPDATE sources SET last_sync_at = %s, last_error = %s WHERE source_id = %s",
-                    (utc_now(), error, source_id),
-                )
-            else:
-                self.conn.execute(
-                    "UPDATE sources SET indexed_rev = %s, last_sync_at = %s, last_error = %s WHERE source_id = %s",
-                    (indexed_rev, utc_now(), error, source_id),
-                )
+    def _after_sync(self) -> None:
         self._merge_pending_lexical_entries()
 
     def _merge_pending_lexical_entries(self) -> None:
@@ -1443,20 +1384,6 @@ class PostgresStore:
             self.conn.execute(f"SELECT {merges}")
         except (pg_errors.InsufficientPrivilege, pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as exc:
             log.debug("pending lexical index entries left to autovacuum: %s", _first_lines(exc, self.url))
-
-    def errored_sources(self) -> set[str]:
-        return {r[0] for r in self.conn.execute("SELECT source_id FROM sources WHERE last_error IS NOT NULL")}
-
-    def set_source_error(self, source_id: str, error: str | None) -> None:
-        with self.transaction():
-            self.conn.execute(
-                "UPDATE sources SET last_error = %s WHERE source_id = %s AND last_error IS DISTINCT FROM %s",
-                (error, source_id, error),
-            )
-
-    def remove_source(self, source_id: str) -> None:
-        with self.transaction():
-            self._delete_source_rows(source_id)
 
     def _delete_source_rows(self, source_id: str) -> None:
         # the lexical rows first, in one statement: the cascade would delete them one by one
@@ -1472,16 +1399,6 @@ class PostgresStore:
         self.conn.execute("DELETE FROM sources WHERE source_id = %s", (source_id,))
 
     # ---- files and chunks ------------------------------------------------------------------
-
-    def known_files(self, source_id: str, under: str | None = None) -> dict[str, KnownFile]:
-        sql = "SELECT path, sha256, size, mtime FROM files WHERE source_id = %(source_id)s"
-        params: dict[str, object] = {"source_id": source_id}
-        if under:
-            where, scope_params = scope_condition(SearchScope(path=under), "files")
-            sql += f" AND {where}"
-            params.update(scope_params)
-        rows = self.conn.execute(sql, params)
-        return {path: KnownFile(sha256=sha, size=int(size), mtime=mtime) for path, sha, size, mtime in rows}
 
     def delete_file(self, source_id: str, path: str) -> None:
         """Remove a file with its chunks, their lexical rows and vectors. Inside a transaction."""
@@ -1508,19 +1425,6 @@ class PostgresStore:
         row = sent.fetchone()
         if row is not None and row[0]:
             self._vectors_changed = True
-
-    def touch_file(self, source_id: str, path: str, size: int, mtime: float) -> None:
-        self.conn.execute(
-            "UPDATE files SET size = %s, mtime = %s WHERE source_id = %s AND path = %s", (size, mtime, source_id, path)
-        )
-
-    def write_file(
-        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
-    ) -> int:
-        """Replace a file's chunks; reuse stored vectors (and languages) for unchanged text.
-        Returns the chunks left pending. Inside a transaction; for a rename write the new path
-        first, then delete the old one."""
-        return self.write_files(source_id, [(file, doc)], language_of)
 
     def write_files(
         self,
@@ -1738,54 +1642,7 @@ class PostgresStore:
 
     # ---- collections -----------------------------------------------------------------------
 
-    def replace_collections(self, source_id: str, collections: Iterable[CollectionRow]) -> None:
-        self.conn.execute("DELETE FROM collections WHERE source_id = %s", (source_id,))
-        for row in collections:
-            self.conn.execute(
-                """INSERT INTO collections(source_id, name, folder, description, tags) VALUES (%s, %s, %s, %s, %s)
-                   ON CONFLICT DO NOTHING""",
-                (
-                    source_id,
-                    _text(row.name),
-                    _text(row.folder),
-                    _text(row.description),
-                    json.dumps(list(row.tags), ensure_ascii=False),
-                ),
-            )
-
-    def collection_rows(self, source_id: str) -> list[CollectionRow]:
-        rows = self.conn.execute(
-            "SELECT name, folder, description, tags FROM collections WHERE source_id = %s", (source_id,)
-        )
-        found = sorted((name, folder, desc, tuple(json.loads(tags))) for name, folder, desc, tags in rows)
-        return [CollectionRow(source_id, name, folder, desc, tags) for name, folder, desc, tags in found]
-
-    def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
-        self.conn.execute(
-            "UPDATE files SET collection = %s WHERE source_id = %s AND path = %s AND collection IS DISTINCT FROM %s",
-            (_opt_text(collection), source_id, _text(path), _opt_text(collection)),
-        )
-
-    def collections(self) -> list[CollectionRow]:
-        rows = self.conn.execute(
-            """SELECT k.source_id, k.name, k.folder, k.description, k.tags,
-                      (SELECT COUNT(*) FROM files f WHERE f.source_id = k.source_id AND f.collection = k.name)
-               FROM collections k ORDER BY k.name, k.source_id"""
-        )
-        return [
-            CollectionRow(source_id, name, folder, description, tuple(json.loads(tags)), int(files))
-            for source_id, name, folder, description, tags, files in rows
-        ]
-
     # ---- embeddings ------------------------------------------------------------------------
-
-    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
-        rows = self.conn.execute(
-            f"""SELECT c.id, c.content_hash, {EMBED_TEXT_SQL} FROM chunks c
-                WHERE c.embedded_at IS NULL AND c.id > %s ORDER BY c.id LIMIT %s""",
-            (after_id, limit),
-        )
-        return [PendingChunk(int(chunk_id), digest, text) for chunk_id, digest, text in rows]
 
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
         """Attach vectors to chunks that still exist and are still pending. Returns how many."""
@@ -2517,10 +2374,6 @@ class PostgresStore:
         hits.sort(key=lambda hit: (hit.score, hit.chunk_id))
         return hits
 
-    def vectors_generation(self) -> str:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_generation'").fetchone()
-        return str(row[0]) if row else ""
-
     def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
         import numpy as np
 
@@ -2536,12 +2389,6 @@ class PostgresStore:
             return VectorPage([], [], np.empty((0, 0), np.float32))
         matrix = np.frombuffer(b"".join(_vector_bytes(bytes(r[2])) for r in rows), dtype=np.float32)
         return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix.reshape(len(rows), -1).copy())
-
-    def vector_language_counts(self) -> dict[str, int]:
-        rows = self.conn.execute(
-            "SELECT COALESCE(language, 'unknown'), COUNT(*) FROM chunks WHERE embedded_at IS NOT NULL GROUP BY 1"
-        )
-        return {str(lang): int(count) for lang, count in rows}
 
     def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
         """Replace stored vectors in place. Inside a transaction."""
@@ -2586,27 +2433,7 @@ class PostgresStore:
         )
         return {int(r[0]): ChunkRow(int(r[0]), *r[1:]) for r in rows}
 
-    def count_pending_all(self) -> int:
-        return int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL"))
-
-    def count_pending(self, scope: SearchScope) -> int:
-        where, params = scope_condition(scope, "c")
-        return int(self._one(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params))
-
     # ---- languages -------------------------------------------------------------------------
-
-    def language_backfill(self) -> LanguageBackfill | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = %s", (LANGUAGE_BACKFILL_KEY,)).fetchone()
-        if row is None:
-            return None
-        upto, _, after = str(row[0]).partition(":")
-        return LanguageBackfill(int(upto), int(after or 0))
-
-    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[ChunkText]:
-        rows = self.conn.execute(
-            "SELECT id, text FROM chunks WHERE id > %s AND id <= %s ORDER BY id LIMIT %s", (after_id, upto_id, limit)
-        )
-        return [ChunkText(int(chunk_id), str(text)) for chunk_id, text in rows]
 
     def store_backfilled_languages(self, languages: Sequence[tuple[int, str]], upto_id: int, done_upto: int) -> None:
         with self.transaction():
@@ -2622,18 +2449,6 @@ class PostgresStore:
             else:
                 self._set_meta({LANGUAGE_BACKFILL_KEY: f"{upto_id}:{done_upto}"})
 
-    def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
-        where, params = scope_condition(scope or SearchScope(), "c")
-        rows = self.conn.execute(
-            f"""SELECT c.source_id, c.language, COUNT(*) AS n FROM chunks c WHERE {where}
-                GROUP BY c.source_id, c.language ORDER BY c.source_id, n DESC, c.language""",
-            params,
-        )
-        out: dict[str, dict[str, int]] = {}
-        for source_id, language, count in rows:
-            out.setdefault(str(source_id), {})[str(language)] = int(count)
-        return out
-
     def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
         if ids is None:
             rows = self.conn.execute("SELECT id, language FROM chunks")
@@ -2642,25 +2457,6 @@ class PostgresStore:
         return {int(chunk_id): str(language) for chunk_id, language in rows}
 
     # ---- status and checks -----------------------------------------------------------------
-
-    def source_stats(self) -> list[SourceStats]:
-        rows = self.conn.execute(
-            """SELECT s.source_id, s.kind, s.indexed_rev, s.last_sync_at, s.last_error,
-                      (SELECT COUNT(*) FROM files f WHERE f.source_id = s.source_id),
-                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id),
-                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id AND c.embedded_at IS NULL)
-               FROM sources s ORDER BY s.source_id"""
-        )
-        return [SourceStats(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), int(r[7])) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        return {
-            "files": int(self._one("SELECT COUNT(*) FROM files")),
-            "chunks": int(self._one("SELECT COUNT(*) FROM chunks")),
-            "chunks_fts": int(self._one("SELECT COUNT(*) FROM chunks_fts")),
-            "pending": int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL")),
-            "vectors": int(self._one("SELECT COUNT(*) FROM chunk_vectors")) if self.has_vector_table() else 0,
-        }
 
     def server_memory(self) -> ServerMemory:
         row = self.conn.execute(
@@ -2672,51 +2468,6 @@ class PostgresStore:
         ).fetchone()
         assert row is not None  # a query of constants always answers
         return ServerMemory(int(row[0]), int(row[1]))
-
-    def file_rows(self, source_id: str | None = None) -> list[FileRow]:
-        sql = f"SELECT {FILE_ROW_COLUMNS} FROM files"
-        params: tuple[object, ...] = ()
-        if source_id is not None:
-            sql += " WHERE source_id = %s"
-            params = (source_id,)
-        sql += " ORDER BY source_id, path"
-        return [file_row(values) for values in self.conn.execute(sql, params)]
-
-    def front_matter_problems(self, source_id: str) -> list[FileProblem]:
-        sql = FRONT_MATTER_PROBLEMS_SQL.replace("?", "%s")
-        return [FileProblem(*row) for row in self.conn.execute(sql, (source_id,))]
-
-    def sources_with_file(self, path: str) -> list[str]:
-        rows = self.conn.execute("SELECT source_id FROM files WHERE path = %s ORDER BY source_id", (path,))
-        return [r[0] for r in rows]
-
-    def sources_with_path(self, path: str) -> list[str]:
-        folder = path.strip("/")
-        rows = self.conn.execute(
-            """SELECT DISTINCT source_id FROM files
-               WHERE path = %(path)s OR (path >= %(lo)s AND path < %(hi)s) ORDER BY source_id""",
-            {"path": folder, "lo": folder + "/", "hi": folder + "0"},
-        )
-        return [r[0] for r in rows]
-
-    def scope_stats(self, scope: SearchScope) -> dict[str, ScopeCounts]:
-        where, params = scope_condition(scope, "x")
-        files: dict[str, int] = {}
-        for source_id, count in self.conn.execute(
-            f"SELECT x.source_id, COUNT(*) FROM files x WHERE {where} GROUP BY x.source_id", params
-        ):
-            files[source_id] = int(count)
-        chunks: dict[str, tuple[int, int]] = {}
-        for source_id, count, pending in self.conn.execute(
-            f"""SELECT x.source_id, COUNT(*), COUNT(*) FILTER (WHERE x.embedded_at IS NULL) FROM chunks x
-                WHERE {where} GROUP BY x.source_id""",
-            params,
-        ):
-            chunks[source_id] = (int(count), int(pending or 0))
-        return {
-            source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
-            for source_id in {**files, **chunks}
-        }
 
 
 # chunks per statement of a batch: the server writes one piece while the next is folded
@@ -2894,13 +2645,8 @@ def _stored_tag_keys(tags: object) -> list[str]:
     return list(dict.fromkeys(_text(key) for key in file_tag_keys(tags)))
 
 
-def _text(value: str) -> str:
-    """PostgreSQL text holds no NUL character (SQLite's does): it is stored as U+FFFD."""
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
-
-
-def _opt_text(value: str | None) -> str | None:
-    return None if value is None else _text(value)
+_text = no_nul
+_opt_text = POSTGRES.opt_text
 
 
 __all__ = ["PG_MIGRATIONS", "PG_SCHEMA_VERSION", "PostgresStore", "describe", "forget_phrase_counts", "is_postgres_url"]

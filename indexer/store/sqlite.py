@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
-import hashlib
 import importlib.util
 import json
 import logging
@@ -22,37 +21,25 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import apsw
 
 from indexer.errors import StoreError
-from indexer.model import FileVersion, KnownFile, ParsedDocument
+from indexer.model import FileVersion, ParsedDocument
 from indexer.store import integrity
+from indexer.store.core import SQLITE, StoreCore, content_hash, utc_now
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.rows import (
-    FILE_ROW_COLUMNS,
-    FRONT_MATTER_PROBLEMS_SQL,
     ChunkRow,
-    ChunkText,
-    CollectionRow,
-    FileProblem,
-    FileRow,
-    LanguageBackfill,
-    PendingChunk,
     RankedChunk,
-    ScopeCounts,
     SearchScope,
-    SourceState,
-    SourceStats,
     VectorMatrix,
     VectorPage,
-    file_row,
     tag_key,
 )
-from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, file_tag_keys, set_meta
+from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, file_tag_keys
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -113,17 +100,6 @@ def storage_error(path: Path, exc: apsw.Error, reading: bool = False) -> StoreEr
     else:
         problem = str(exc)
     return StoreError(f"index {path}: {problem}")
-
-
-EMBED_TEXT_SQL = "c.breadcrumb || char(10) || char(10) || c.text"
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def content_hash(embed_text: str) -> str:
-    return hashlib.sha256(embed_text.encode("utf-8")).hexdigest()
 
 
 def scope_condition(scope: SearchScope, alias: str = "c", lead: str = "tag") -> tuple[str, dict[str, object]]:
@@ -247,8 +223,11 @@ def _storage_errors_mapped(cls: StoreT) -> StoreT:
 
 
 @_storage_errors_mapped
-class Store:
+class Store(StoreCore):
     """A connection to the index file with the schema applied and sqlite-vec loaded."""
+
+    dialect = SQLITE
+    conn: apsw.Connection
 
     reading = False  # opened read-only: a permission error then names the folder's -shm/-wal
 
@@ -422,24 +401,6 @@ class Store:
 
     # ---- meta and embedding identity ------------------------------------------------------
 
-    def meta(self) -> dict[str, str]:
-        return {str(key): str(value) for key, value in self.conn.execute("SELECT key, value FROM meta")}
-
-    def _set_meta(self, values: dict[str, str]) -> None:
-        set_meta(self.conn, values)
-
-    def write_meta(self, values: dict[str, str]) -> None:
-        """`set_meta` for a caller already inside `transaction()`."""
-        self._set_meta(values)
-
-    def set_meta(self, values: dict[str, str]) -> None:
-        with self.transaction():
-            self._set_meta(values)
-
-    def delete_meta(self, keys: Iterable[str]) -> None:
-        with self.transaction():
-            self.conn.executemany("DELETE FROM meta WHERE key = ?", [(key,) for key in keys])
-
     def has_vector_table(self) -> bool:
         row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_chunks'").fetchone()
         return row is not None
@@ -462,74 +423,12 @@ class Store:
 
     # ---- sources ---------------------------------------------------------------------------
 
-    def ensure_source(self, source_id: str, kind: str) -> None:
-        row = self.conn.execute("SELECT kind FROM sources WHERE source_id = ?", (source_id,)).fetchone()
-        if row is None:
-            with self.transaction():
-                self.conn.execute("INSERT INTO sources(source_id, kind) VALUES (?, ?)", (source_id, kind))
-        elif row[0] != kind:
-            # same id, other kind: the old rows describe something else entirely
-            with self.transaction():
-                self._delete_source_rows(source_id)
-                self.conn.execute("INSERT INTO sources(source_id, kind) VALUES (?, ?)", (source_id, kind))
-
-    def source_ids(self) -> list[str]:
-        return [r[0] for r in self.conn.execute("SELECT source_id FROM sources ORDER BY source_id")]
-
-    def source_state(self, source_id: str) -> SourceState:
-        row = self.conn.execute(
-            "SELECT indexed_rev, last_sync_at FROM sources WHERE source_id = ?", (source_id,)
-        ).fetchone()
-        return SourceState(row[0], row[1]) if row else SourceState(None, None)
-
-    def mark_synced(self, source_id: str, *, indexed_rev: str | None = None, error: str | None = None) -> None:
-        with self.transaction():
-            self._mark_synced(source_id, indexed_rev=indexed_rev, error=error)
-
-    def _mark_synced(self, source_id: str, *, indexed_rev: str | None, error: str | None) -> None:
-        if indexed_rev is None:
-            self.conn.execute(
-                "UPDATE sources SET last_sync_at = ?, last_error = ? WHERE source_id = ?",
-                (utc_now(), error, source_id),
-            )
-        else:
-            self.conn.execute(
-                "UPDATE sources SET indexed_rev = ?, last_sync_at = ?, last_error = ? WHERE source_id = ?",
-                (indexed_rev, utc_now(), error, source_id),
-            )
-
-    def errored_sources(self) -> set[str]:
-        return {r[0] for r in self.conn.execute("SELECT source_id FROM sources WHERE last_error IS NOT NULL")}
-
-    def set_source_error(self, source_id: str, error: str | None) -> None:
-        """Record (or clear) a source's last error; writes only when it differs."""
-        with self.transaction():
-            self.conn.execute(
-                "UPDATE sources SET last_error = ? WHERE source_id = ? AND last_error IS NOT ?",
-                (error, source_id, error),
-            )
-
-    def remove_source(self, source_id: str) -> None:
-        with self.transaction():
-            self._delete_source_rows(source_id)
-
     def _delete_source_rows(self, source_id: str) -> None:
         self._delete_vectors("SELECT id FROM chunks WHERE source_id = ?", (source_id,))
         self.conn.execute("DELETE FROM files WHERE source_id = ?", (source_id,))
         self.conn.execute("DELETE FROM sources WHERE source_id = ?", (source_id,))
 
     # ---- files and chunks (writes) ---------------------------------------------------------
-
-    def known_files(self, source_id: str, under: str | None = None) -> dict[str, KnownFile]:
-        """What the index holds of a source, or only of one file or folder (`under`)."""
-        sql = "SELECT path, sha256, size, mtime FROM files WHERE source_id = :source_id"
-        params: dict[str, object] = {"source_id": source_id}
-        if under:
-            where, scope_params = scope_condition(SearchScope(path=under), "files")
-            sql += f" AND {where}"
-            params.update(scope_params)
-        rows = self.conn.execute(sql, params)
-        return {path: KnownFile(sha256=sha, size=size, mtime=mtime) for path, sha, size, mtime in rows}
 
     def _delete_vectors(self, id_query: str, params: Sequence[object]) -> None:
         """Delete by rowid one at a time: vec0 answers `rowid IN (subquery)` with a scan of every
@@ -564,24 +463,6 @@ class Store:
         """Remove a file, its chunks (cascade + FTS triggers) and, explicitly, its vectors."""
         self._delete_vectors("SELECT id FROM chunks WHERE source_id = ? AND path = ?", (source_id, path))
         self.conn.execute("DELETE FROM files WHERE source_id = ? AND path = ?", (source_id, path))
-
-    def touch_file(self, source_id: str, path: str, size: int, mtime: float) -> None:
-        self.conn.execute(
-            "UPDATE files SET size = ?, mtime = ? WHERE source_id = ? AND path = ?", (size, mtime, source_id, path)
-        )
-
-    def write_file(
-        self, source_id: str, file: FileVersion, doc: ParsedDocument, language_of: Callable[[str], str] | None = None
-    ) -> int:
-        """Replace a file's chunks; reuse stored vectors for unchanged text. Returns chunks left pending.
-
-        Call inside `transaction()`. Vectors are looked up by content hash across the whole index
-        before anything is deleted, so for a rename callers write the new path first and delete
-        the old one after: moved text is never embedded again. `language_of(chunk text)` names a
-        chunk's language; a language already detected for the same text is reused instead
-        (without it every chunk is 'unknown').
-        """
-        return self.write_files(source_id, [(file, doc)], language_of)
 
     def _write_one(
         self,
@@ -691,54 +572,7 @@ class Store:
 
     # ---- collections -----------------------------------------------------------------------
 
-    def replace_collections(self, source_id: str, collections: Iterable[CollectionRow]) -> None:
-        """Store a source's collections (their `source_id` and `files` are not read: the rows
-        belong to `source_id`, and files are counted when read). The first of two rows with one
-        name wins. Call inside `transaction()`."""
-        self.conn.execute("DELETE FROM collections WHERE source_id = ?", (source_id,))
-        for row in collections:
-            self.conn.execute(
-                "INSERT OR IGNORE INTO collections(source_id, name, folder, description, tags) VALUES (?, ?, ?, ?, ?)",
-                (source_id, row.name, row.folder, row.description, json.dumps(list(row.tags), ensure_ascii=False)),
-            )
-
-    def collection_rows(self, source_id: str) -> list[CollectionRow]:
-        """A source's collections as declared (files=0), by name, folder, description and tags:
-        what the sync compares against the `_meta.yaml` files it finds."""
-        rows = self.conn.execute(
-            "SELECT name, folder, description, tags FROM collections WHERE source_id = ?", (source_id,)
-        )
-        found = sorted((name, folder, desc, tuple(json.loads(tags))) for name, folder, desc, tags in rows)
-        return [CollectionRow(source_id, name, folder, desc, tags) for name, folder, desc, tags in found]
-
-    def set_file_collection(self, source_id: str, path: str, collection: str | None) -> None:
-        self.conn.execute(
-            "UPDATE files SET collection = ? WHERE source_id = ? AND path = ? AND collection IS NOT ?",
-            (collection, source_id, path, collection),
-        )
-
-    def collections(self) -> list[CollectionRow]:
-        """Every collection of every source with its indexed file count, by name, then source."""
-        rows = self.conn.execute(
-            """SELECT k.source_id, k.name, k.folder, k.description, k.tags,
-                      (SELECT COUNT(*) FROM files f WHERE f.source_id = k.source_id AND f.collection = k.name)
-               FROM collections k ORDER BY k.name, k.source_id"""
-        )
-        return [
-            CollectionRow(source_id, name, folder, description, tuple(json.loads(tags)), int(files))
-            for source_id, name, folder, description, tags, files in rows
-        ]
-
     # ---- embeddings ------------------------------------------------------------------------
-
-    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
-        """Chunks waiting for a vector after `after_id`, oldest first."""
-        rows = self.conn.execute(
-            f"""SELECT c.id, c.content_hash, {EMBED_TEXT_SQL} FROM chunks c
-                WHERE c.embedded_at IS NULL AND c.id > ? ORDER BY c.id LIMIT ?""",
-            (after_id, limit),
-        )
-        return [PendingChunk(*row) for row in rows]
 
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
         """Attach vectors to chunks that still exist and are still pending. Returns how many."""
@@ -838,12 +672,6 @@ class Store:
                           AND rowid IN (SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL)"""
         return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params) if r[1] is not None]
 
-    def vectors_generation(self) -> str:
-        """Changes whenever a committed transaction added or removed vectors: a copy of them
-        (search.resident) is current while this value is unchanged."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'vectors_generation'").fetchone()
-        return str(row[0]) if row else ""
-
     def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
         """One page of stored vectors after `after_id`, by id, with their chunks' languages."""
         import numpy as np
@@ -857,14 +685,6 @@ class Store:
             return VectorPage([], [], np.empty((0, 0), np.float32))
         matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32).reshape(len(rows), -1)  # type: ignore[arg-type]
         return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix)  # type: ignore[arg-type]
-
-    def vector_language_counts(self) -> dict[str, int]:
-        """Chunks that have a vector, per chunk language ("unknown" when undetected)."""
-        rows = self.conn.execute(
-            """SELECT COALESCE(language, 'unknown'), COUNT(*) FROM chunks
-               WHERE embedded_at IS NOT NULL GROUP BY 1"""
-        )
-        return {str(lang): int(count) for lang, count in rows}
 
     def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
         """Replace stored vectors in place (both copies). Call inside `transaction()`."""
@@ -904,32 +724,7 @@ class Store:
         )
         return {r[0]: ChunkRow(*r) for r in rows}
 
-    def count_pending_all(self) -> int:
-        """Chunks of the whole index waiting for a vector."""
-        return int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL"))
-
-    def count_pending(self, scope: SearchScope) -> int:
-        """Chunks inside `scope` waiting for a vector (a search says what it could not rank)."""
-        where, params = self._scope_condition(scope, "c")
-        return int(self._one(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params))
-
     # ---- languages ---------------------------------------------------------------------------
-
-    def language_backfill(self) -> LanguageBackfill | None:
-        """How far the detection of old chunks' languages got, or None when every chunk's
-        language was detected when it was written."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (LANGUAGE_BACKFILL_KEY,)).fetchone()
-        if row is None:
-            return None
-        upto, _, after = str(row[0]).partition(":")
-        return LanguageBackfill(int(upto), int(after or 0))
-
-    def chunks_for_language_backfill(self, after_id: int, upto_id: int, limit: int) -> list[ChunkText]:
-        """Chunks older than the language column, after `after_id`, by id."""
-        rows = self.conn.execute(
-            "SELECT id, text FROM chunks WHERE id > ? AND id <= ? ORDER BY id LIMIT ?", (after_id, upto_id, limit)
-        )
-        return [ChunkText(int(chunk_id), str(text)) for chunk_id, text in rows]
 
     def store_backfilled_languages(self, languages: Sequence[tuple[int, str]], upto_id: int, done_upto: int) -> None:
         """Set detected languages of old chunks and record the progress (`done_upto` = last id
@@ -944,20 +739,6 @@ class Store:
                 self.conn.execute("DELETE FROM meta WHERE key = ?", (LANGUAGE_BACKFILL_KEY,))
             else:
                 self._set_meta({LANGUAGE_BACKFILL_KEY: f"{upto_id}:{done_upto}"})
-
-    def language_counts(self, scope: SearchScope | None = None) -> dict[str, dict[str, int]]:
-        """Chunks per language for each source (inside `scope`, if given): {source: {language: n}},
-        languages by count, largest first."""
-        where, params = self._scope_condition(scope or SearchScope(), "c")
-        rows = self.conn.execute(
-            f"""SELECT c.source_id, c.language, COUNT(*) AS n FROM chunks c WHERE {where}
-                GROUP BY c.source_id, c.language ORDER BY c.source_id, n DESC, c.language""",
-            params,
-        )
-        out: dict[str, dict[str, int]] = {}
-        for source_id, language, count in rows:
-            out.setdefault(str(source_id), {})[str(language)] = int(count)
-        return out
 
     def chunk_languages(self, ids: Iterable[int] | None = None) -> dict[int, str]:
         """Chunk id -> language, for `ids` or for every chunk."""
@@ -977,78 +758,6 @@ class Store:
 
     # ---- status and checks -----------------------------------------------------------------
 
-    def source_stats(self) -> list[SourceStats]:
-        """Every source with its counts, by id."""
-        rows = self.conn.execute(
-            """SELECT s.source_id, s.kind, s.indexed_rev, s.last_sync_at, s.last_error,
-                      (SELECT COUNT(*) FROM files f WHERE f.source_id = s.source_id),
-                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id),
-                      (SELECT COUNT(*) FROM chunks c WHERE c.source_id = s.source_id AND c.embedded_at IS NULL)
-               FROM sources s ORDER BY s.source_id"""
-        )
-        return [SourceStats(*r) for r in rows]
-
     def server_memory(self) -> None:
         """None: this process reads the file itself, through the operating system's page cache."""
         return None
-
-    def counts(self) -> dict[str, int]:
-        """Diagnostic row counts (files, chunks, chunks_fts, pending, vectors): what benchmarks
-        report and idempotence tests compare. Keys, not a row type: a backend reports what it has."""
-        return {
-            "files": int(self._one("SELECT COUNT(*) FROM files")),
-            "chunks": int(self._one("SELECT COUNT(*) FROM chunks")),
-            "chunks_fts": int(self._one("SELECT COUNT(*) FROM chunks_fts")),
-            "pending": int(self._one("SELECT COUNT(*) FROM chunks WHERE embedded_at IS NULL")),
-            "vectors": int(self._one("SELECT COUNT(*) FROM vec_chunks")) if self.has_vector_table() else 0,
-        }
-
-    def file_rows(self, source_id: str | None = None) -> list[FileRow]:
-        """The indexed files (of one source), by source and path."""
-        sql = f"SELECT {FILE_ROW_COLUMNS} FROM files"
-        params: tuple[object, ...] = ()
-        if source_id is not None:
-            sql += " WHERE source_id = ?"
-            params = (source_id,)
-        sql += " ORDER BY source_id, path"
-        return [file_row(values) for values in self.conn.execute(sql, params)]
-
-    def front_matter_problems(self, source_id: str) -> list[FileProblem]:
-        """The files of a source whose front matter could not be taken as written, by path."""
-        return [FileProblem(*row) for row in self.conn.execute(FRONT_MATTER_PROBLEMS_SQL, (source_id,))]
-
-    def sources_with_file(self, path: str) -> list[str]:
-        """Ids of the sources whose index holds `path` (a bare PATH names every one of them)."""
-        rows = self.conn.execute("SELECT source_id FROM files WHERE path = ? ORDER BY source_id", (path,))
-        return [r[0] for r in rows]
-
-    def sources_with_path(self, path: str) -> list[str]:
-        """Ids of the sources whose index holds `path` as a file or as a folder with files below it."""
-        folder = path.strip("/")
-        rows = self.conn.execute(
-            """SELECT DISTINCT source_id FROM files
-               WHERE path = :path OR (path >= :lo AND path < :hi) ORDER BY source_id""",
-            {"path": folder, "lo": folder + "/", "hi": folder + "0"},  # '0' sorts right after '/'
-        )
-        return [r[0] for r in rows]
-
-    def scope_stats(self, scope: SearchScope) -> dict[str, ScopeCounts]:
-        """Files, chunks and chunks waiting for a vector inside `scope`, per source with any
-        (status of a path), in source order of the files, then of the chunks."""
-        where, params = self._scope_condition(scope, "x")
-        files: dict[str, int] = {}
-        for source_id, count in self.conn.execute(
-            f"SELECT x.source_id, COUNT(*) FROM files x WHERE {where} GROUP BY x.source_id", params
-        ):
-            files[source_id] = int(count)
-        chunks: dict[str, tuple[int, int]] = {}
-        for source_id, count, pending in self.conn.execute(
-            f"""SELECT x.source_id, COUNT(*), SUM(x.embedded_at IS NULL) FROM chunks x
-                WHERE {where} GROUP BY x.source_id""",
-            params,
-        ):
-            chunks[source_id] = (int(count), int(pending or 0))
-        return {
-            source_id: ScopeCounts(files.get(source_id, 0), *chunks.get(source_id, (0, 0)))
-            for source_id in {**files, **chunks}
-        }
