@@ -351,9 +351,11 @@ def run_beir(
     log: Log = lambda message: None,
     db: str = "db/index.sqlite",
     embed: bool = True,
+    prepare: Callable[[Config], None] | None = None,
 ) -> BeirRun:
     """Index `data` in `workdir` (or in the index `db` names) through run_sync, then score every
-    mode; `embed=False` indexes the text only (enough for `lex`)."""
+    mode; `embed=False` indexes the text only (enough for `lex`); `prepare` runs between the sync
+    and the queries (what a server's maintenance would have done by then)."""
     factory_for = embedder_factory or cached_local_factory()
     docs = workdir / "docs"
     by_path = write_workspace(data, docs)
@@ -363,6 +365,8 @@ def run_beir(
     synced = run_sync(config, embedder_factory=get_embedder if embed else None, progress=embed_progress(data.name, log))
     if synced.pending and embed:
         raise RuntimeError(f"{data.name}: {synced.pending} chunks left without vectors: {synced.embed_notice}")
+    if prepare is not None:
+        prepare(config)
     store = open_store(config.index_location, readonly=True)
     try:
         chunks = store.counts()["chunks"]

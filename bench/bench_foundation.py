@@ -27,7 +27,14 @@ if __package__ in (None, ""):  # `python bench/bench_foundation.py`
 from bench.corpus_text import DIMS, chunk_texts, clustered_vectors, queries
 from bench.machine import CLI, PYTHON, REPO, child_env, run_process, run_timed
 from bench.report import Stats, arg_parser, eprint, md_table, ms, report, verdict
-from bench.workspaces import SOURCE_ID, fake_embedder_factory, notes_corpus, synced_workspace, write_config
+from bench.workspaces import (
+    SOURCE_ID,
+    TimedEmbedder,
+    fake_embedder_factory,
+    notes_corpus,
+    synced_workspace,
+    write_config,
+)
 
 NOOP_TARGET_S = 0.3
 WRITE_TARGET_CPS = 4000.0
@@ -350,7 +357,6 @@ def _child_memory(corpus_root: str, workdir: str, only_baseline: bool) -> dict[s
     from indexer.config import load_config
     from indexer.store import Store
     from indexer.sync import run_sync
-    from tests.fakes import FakeEmbedder  # noqa: F401
 
     work = Path(workdir)
     cfg = write_config(
@@ -360,19 +366,7 @@ def _child_memory(corpus_root: str, workdir: str, only_baseline: bool) -> dict[s
     if only_baseline:
         Store.open(config.db).close()
         return {"maxrss_kb": _peak_rss_kb()}
-    factory = fake_embedder_factory(config)
-    embedder = factory()
-    embed_time = [0.0]
-    inner = embedder.embed_batch
-
-    def timed_batch(texts, *, is_query):
-        t = time.perf_counter()
-        try:
-            return inner(texts, is_query=is_query)
-        finally:
-            embed_time[0] += time.perf_counter() - t
-
-    embedder.embed_batch = timed_batch  # type: ignore[method-assign]
+    embedder = TimedEmbedder(config.embedding)  # the config's dims (384) win
     t = time.perf_counter()
     report = run_sync(config, embedder_factory=lambda: embedder)
     seconds = time.perf_counter() - t
@@ -383,7 +377,7 @@ def _child_memory(corpus_root: str, workdir: str, only_baseline: bool) -> dict[s
     return {
         "maxrss_kb": _peak_rss_kb(),
         "seconds": seconds,
-        "embed_seconds": embed_time[0],
+        "embed_seconds": embedder.seconds,
         "counts": counts,
         "pending": report.pending,
         "db_bytes": size,

@@ -24,16 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes, when run as a script
 
 from bench.report import arg_parser, report
+from bench.workspaces import TimedEmbedder
 from indexer.config import load_config
 from indexer.store import Store
 from indexer.sync import SyncReport, run_sync
-from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
 
 T0 = 1_600_000_000
@@ -43,19 +42,6 @@ WORDS = (
     "docker compose sourdough starter flour water kvas borsch pelmeni train kazan kremlin bouldering "
     "film developer lego motor sensor bathroom tiles budget invoice"
 ).split()
-
-
-class TimedEmbedder(FakeEmbedder):
-    """FakeEmbedder that adds up the time spent embedding, so it can be subtracted."""
-
-    seconds = 0.0
-
-    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
-        started = time.perf_counter()
-        try:
-            return super().embed_batch(texts, is_query=is_query)
-        finally:
-            self.seconds += time.perf_counter() - started
 
 
 def note(rng: random.Random, number: int, version: int) -> bytes:

