@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,8 +67,8 @@ QUERIES = [
 class BusyLoops:
     """Two processes spinning in Python: the 'parallel CPU load' of the targets. In this session
     (`own_session=False`: they share the scheduler's per-session group with the measured process,
-    the harshest case) or each in a session of its own, as another program in another terminal
-    runs (Linux's autogroup then shares the CPUs between sessions first)."""
+    the harshest case) or together in a session of their own, as another program started in
+    another terminal runs (Linux's autogroup then shares the CPUs between the sessions first)."""
 
     def __init__(self, count: int = 2, *, own_session: bool = False) -> None:
         self.count = count
@@ -74,19 +76,21 @@ class BusyLoops:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> BusyLoops:
-        self.procs = [
-            subprocess.Popen([PYTHON, "-c", "while True: pass"], start_new_session=self.own_session)
-            for _ in range(self.count)
-        ]
-        if self.own_session:
-            for proc in self.procs:
-                _same_autogroup_priority(proc.pid)
+        if self.own_session:  # one process forks the others: all of them in its new session
+            forks = f"import os\nfor _ in range({self.count - 1}):\n    if os.fork() == 0:\n        break\n"
+            self.procs = [subprocess.Popen([PYTHON, "-c", forks + "while True: pass"], start_new_session=True)]
+            _same_autogroup_priority(self.procs[0].pid)
+        else:
+            self.procs = [subprocess.Popen([PYTHON, "-c", "while True: pass"]) for _ in range(self.count)]
         time.sleep(0.5)  # let the scheduler see them
         return self
 
     def __exit__(self, *exc: object) -> None:
         for proc in self.procs:
-            proc.kill()
+            if self.own_session:
+                os.killpg(proc.pid, signal.SIGKILL)  # the forked loops too
+            else:
+                proc.kill()
             proc.wait()
 
 
@@ -183,7 +187,7 @@ def bench_query_embedding(quick: bool) -> str:
         [
             "### Query embedding, idle and beside two busy loops (median of one query's embedding;"
             f" {len(samples[(plans[0][0], 'idle')])} per cell, alternated; load with the loops {loads[0]} → {loads[-1]})\n",
-            "Loops here: in the measured process's session; loops apart: each in a session of its own.\n",
+            "Loops here: in the measured process's session; loops apart: both in one session of their own.\n",
             md_table(
                 [
                     "engine set up",

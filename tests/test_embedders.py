@@ -465,3 +465,44 @@ def test_the_users_openmp_settings_win() -> None:
         "C getenv b'ACTIVE' b'1'",
         "child ['OMP_WAIT_POLICY=ACTIVE', 'OMP_NUM_THREADS=1']",
     ]
+
+
+# what OpenMP would run the next parallel step on, read from the engine's runtime on the calling
+# thread after each call
+_COUNT_PROBE = """
+from indexer import embedders
+from indexer.config import EmbeddingConfig
+
+embedder = embedders.make_embedder(EmbeddingConfig())
+runtime = embedders._e5()._lib
+seen = []
+for call in (
+    lambda: embedder.embed_query("how to restore the database"),
+    lambda: embedder.embed_passages(["one passage", "another passage"]),
+    lambda: embedder.embed_query("jak obnovit zálohu databáze"),
+    lambda: embedder.embed_query(" ".join(["a long query about backups"] * 20)),
+    lambda: embedder.embed_passages([" ".join(["a long passage about backups"] * 20)]),
+):
+    call()
+    seen.append(runtime.omp_get_max_threads())
+print(embedders._local_max_threads, seen)
+"""
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("threads", ["", "2"])
+def test_a_short_text_runs_on_one_thread_and_the_rest_on_all(threads: str) -> None:
+    """A query is too small to split between threads (on a busy machine every split step waits for
+    the slowest thread); batches and long texts keep the loaded count; a user's OMP_NUM_THREADS
+    alone decides."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    env = {**clean, "PYTHONPATH": str(REPO), **({"OMP_NUM_THREADS": threads} if threads else {})}
+    proc = subprocess.run([sys.executable, "-c", _COUNT_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded, seen = proc.stdout.split(" ", 1)
+    every = int(threads) if threads else max(1, min(len(os.sched_getaffinity(0)), embedders.MAX_LOCAL_THREADS))
+    assert int(loaded) == every
+    if threads:  # the user's setting, for every text
+        assert seen.strip() == str([every] * 5)
+    else:
+        assert seen.strip() == str([1, every, 1, every, every])
