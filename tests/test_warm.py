@@ -209,6 +209,29 @@ def test_a_running_server_answers_exactly_as_the_process_would(harness: Harness)
     assert harness.run("query", "5432").heavy == []  # the warm client loads none of NOT_ON_THE_WARM_PATH
 
 
+def test_calls_reuse_the_config_until_it_is_edited(harness: Harness, indexed: Config) -> None:
+    """The server reads its config once per version of the file, not once per call, and a call
+    after an edit answers from the edited config, exactly as the process would."""
+    harness.start()
+
+    def reads() -> int:
+        return indexed.log.read_text(encoding="utf-8").count(f"read the config {harness.config_path} ")
+
+    assert reads() == 1  # the server's own start
+    before = harness.run("status", "--json")
+    assert before.path == "warm" and harness.run("query", "5432").path == "warm"
+    assert reads() == 1  # neither call read or parsed it again
+    text = harness.config_path.read_text(encoding="utf-8")
+    harness.config_path.write_text(text.replace("    notes:\n", "    jottings:\n"), encoding="utf-8")
+    after, in_process = harness.both("status", "--json")
+    same(after, in_process)
+    assert "jottings" in after.stdout and "jottings" not in before.stdout
+    assert reads() == 2
+    harness.config_path.write_text(text, encoding="utf-8")  # and back: read again, answered as before
+    assert harness.run("status", "--json").stdout == before.stdout
+    assert reads() == 3
+
+
 def test_the_environment_and_the_working_folder_are_the_callers(harness: Harness, notes: Path) -> None:
     harness.start()
     # a path relative to the caller's folder, and NO_COLOR / COLUMNS as the caller has them

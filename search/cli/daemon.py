@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from search.cli.context import CliContext, pass_context
+from search.cli.context import CliContext, keep_services, pass_context
 from search.terminal import echo
 
 log = logging.getLogger("notes_search.serve")
@@ -38,6 +38,7 @@ def serve(ctx: CliContext, idle_timeout: float | None) -> None:
     from search.interrupt import interrupted, stop_on_signals
 
     config_path = warm.config_file(ctx.config_option)
+    keep_services()  # the calls reuse this config and service (the model, the router, the vectors)
     service = ctx.service()  # the config is valid and the log file is configured
     server = WarmServer(config_path, idle_timeout=idle_timeout)
     server.bind()
