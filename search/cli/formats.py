@@ -11,7 +11,6 @@ multi-line fields (a hit's text, a file) keep their line breaks.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
@@ -21,7 +20,6 @@ from typing import Any, TypeVar
 import click
 
 from indexer.safe_text import safe_for_terminal
-from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json, echo_json_line, file_url
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -169,6 +167,8 @@ def render_files(records: Iterable[Mapping[str, Any]]) -> str:
 def render_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     """A header and one row per record; cells quoted by the csv module (newlines stay inside
     quoted cells), `\\n` line ends."""
+    import csv  # only this format needs it: every query imports this module
+
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -322,6 +322,8 @@ def status_md(data: Mapping[str, Any]) -> str:
         "",
     ]
     if data.get("unfinished_copy"):
+        from search.service.status import UNFINISHED_COPY_ADVICE  # the rest of status: not on a query's path
+
         lines += [
             f"Unfinished copy: a migrate into this index stopped before it was verified; {UNFINISHED_COPY_ADVICE}",
             "",
