@@ -29,6 +29,10 @@ class SourceError(NotesSearchError):
     """A source cannot be read (missing folder, unreachable remote, corrupt mirror)."""
 
 
+class FileNotAtRevision(SourceError):
+    """A git source holds no such file at the revision asked for (a reader may suggest another)."""
+
+
 class PathOutsideSources(NotesSearchError):
     """A path argument points outside every configured source."""
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from indexer.collections import is_utf8_name, nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
-from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
+from indexer.errors import FileNotAtRevision, NotesSearchError, PathOutsideSources, SourceError
 from indexer.filetext import looks_binary
 from indexer.store import IndexReader
 
@@ -206,10 +206,8 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
         rev = indexed_rev(store, source)
         try:
             data = _read_blob(source, rev, rel)
-        except SourceError as exc:
-            if f"{rel} not found at {rev}" in str(exc):
-                raise SourceError(f"{exc}{did_you_mean(config, store, rel, [source_id])}") from None
-            raise
+        except FileNotAtRevision as exc:
+            raise SourceError(f"{exc}{did_you_mean(config, store, rel, [source_id])}") from None
         if len(data) > config.max_file_bytes:
             raise SourceError(f"{where}: too large ({len(data)} bytes > {config.max_file_bytes})")
         return _decode(data, where)

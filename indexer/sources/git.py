@@ -72,7 +72,7 @@ from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
 
 from indexer.collections import is_utf8_name
 from indexer.config import GitSource
-from indexer.errors import SourceError
+from indexer.errors import FileNotAtRevision, SourceError
 from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer
 from indexer.gitenv import git_environment
 from indexer.globs import FileSelection
@@ -853,7 +853,7 @@ def read_blob(source: GitSource, rev: str, path: str) -> bytes:
         try:
             entry = commit.tree[path]
         except KeyError:
-            raise _error(source, "read", f"{path} not found at {rev}") from None
+            raise FileNotAtRevision(_message(source, "read", f"{path} not found at {rev}")) from None
         if entry.filemode not in _BLOB_MODES:
             raise _error(source, "read", f"{path} at {rev} is not a regular file")
         blob = repo.get(entry.id)
