@@ -238,11 +238,7 @@ class NotesTools:
     def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
         from search.grep import summary
 
-        with self.service.reading_if_indexed() as store:
-            target = self.service.resolve(path, store)
-        outcome = self.service.grep(
-            pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS
-        )
+        outcome = self.service.grep(pattern, path=path, ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS)
         results = [hit.to_json() for hit in outcome.hits]
         notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if outcome.truncated else []
         if outcome.unsearched:

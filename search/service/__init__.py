@@ -296,12 +296,20 @@ class NotesService:
     # ---- lookup -------------------------------------------------------------------------------
 
     def grep(
-        self, pattern: str | Sequence[str], *, target: Target, ignore_case: bool, fixed: bool, max_count: int
+        self,
+        pattern: str | Sequence[str],
+        *,
+        target: Target | None = None,
+        path: str | None = None,
+        ignore_case: bool,
+        fixed: bool,
+        max_count: int,
     ) -> GrepOutcome:
-        """Lines matching `pattern`, or any of several patterns (as `rg -e A -e B`)."""
+        """Lines matching `pattern`, or any of several patterns (as `rg -e A -e B`), in `target`,
+        or else in what `path` names (resolved as `resolve` does; None: everything)."""
         from search.service.lookup import grep
 
-        return grep(self, pattern, target=target, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
+        return grep(self, pattern, target=target, path=path, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
 
     def toc(self, source_ids: tuple[str, ...]) -> list[TocFile]:
         from search.service.lookup import toc

@@ -70,7 +70,8 @@ def grep(
     service: NotesService,
     pattern: str | Sequence[str],
     *,
-    target: Target,
+    target: Target | None,
+    path: str | None,
     ignore_case: bool,
     fixed: bool,
     max_count: int,
@@ -79,10 +80,12 @@ def grep(
     from search.grep import grep as run_grep
 
     patterns = (pattern,) if isinstance(pattern, str) else tuple(pattern)
-    if not patterns or not all(patterns):
-        raise NotesSearchError("empty pattern")
     found = GrepResult()
     with service.reading_if_indexed() as store:
+        if target is None:  # resolved in the grep's own connection: the index opens once
+            target = service.resolve(path, store)
+        if not patterns or not all(patterns):
+            raise NotesSearchError("empty pattern")
         # everything: one call over every source (those that cannot be searched are listed)
         places: list[tuple[tuple[str, ...], str | None]] = [((), None)]
         if not target.is_all:
