@@ -16,8 +16,8 @@ import pytest
 from indexer.config import Config
 from indexer.errors import StoreError
 from indexer.store import IndexReader, SearchScope, Store, open_store
-from indexer.store import postgres as pg_module
 from indexer.store.postgres import PostgresStore
+from indexer.store.postgres import connection as pg_connection
 from indexer.sync import SyncReport, run_sync
 from search import overlap
 from search.engine import search
@@ -122,8 +122,8 @@ def test_a_sibling_reads_the_snapshot_it_was_opened_in(pg_url: str) -> None:
             assert seen["counts"] == before
             assert seen["pid"] != reader.conn.info.backend_pid
         assert reader.counts()["files"] == 2
-        pooled = pg_module._pool.get((pg_url, True), [])
-        assert all(conn.info.transaction_status == pg_module.TransactionStatus.IDLE for conn in pooled)
+        pooled = pg_connection._pool.get((pg_url, True), [])
+        assert all(conn.info.transaction_status == pg_connection.TransactionStatus.IDLE for conn in pooled)
     finally:
         reader.close()
         writer.close()
@@ -205,7 +205,7 @@ def test_overlapped_searches_match_searches_one_after_the_other(
     halves = [t for t in threading.enumerate() if t.name.startswith("search-half")]
     assert 0 < len(halves) <= overlap.WORKERS
     if isinstance(reader, PostgresStore):
-        assert len(pg_module._pool.get((reader.url, True), [])) <= pg_module.POOL_SIZE
+        assert len(pg_connection._pool.get((reader.url, True), [])) <= pg_connection.POOL_SIZE
 
 
 def test_a_busy_pool_starts_nothing() -> None:
@@ -396,10 +396,10 @@ def test_a_sibling_the_server_refuses_leaves_the_vector_half_to_the_store(
         refused.append(threading.current_thread().name)
         raise StoreError("index x: cannot connect: sorry, too many clients already")
 
-    monkeypatch.setattr(pg_module, "_live_connection", refuse)
+    monkeypatch.setattr(pg_connection, "_live_connection", refuse)
     assert run() == expected
     assert refused and all(name.startswith("search-half") for name in refused)
-    assert reader.conn.info.transaction_status == pg_module.TransactionStatus.IDLE  # type: ignore[attr-defined]
+    assert reader.conn.info.transaction_status == pg_connection.TransactionStatus.IDLE  # type: ignore[attr-defined]
 
 
 def test_a_search_after_the_interpreter_began_to_exit_runs_its_halves_in_turn(tmp_path: Path) -> None:
@@ -508,8 +508,8 @@ def test_an_exact_search_beside_a_short_prefix_list_is_dropped_with_what_it_rais
     monkeypatch.setattr(PostgresStore, "fts_search", failing_apart)
     assert _paths(reader, config, query) == expected
     assert failed == ['"db 01 lan"']
-    pooled = pg_module._pool.get((reader.url, True), [])
-    assert pooled and all(conn.info.transaction_status == pg_module.TransactionStatus.IDLE for conn in pooled)
+    pooled = pg_connection._pool.get((reader.url, True), [])
+    assert pooled and all(conn.info.transaction_status == pg_connection.TransactionStatus.IDLE for conn in pooled)
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -540,7 +540,7 @@ def test_a_sibling_the_server_refuses_leaves_the_exact_search_to_the_store(
         refused.append(threading.current_thread().name)
         raise StoreError("index x: cannot connect: sorry, too many clients already")
 
-    monkeypatch.setattr(pg_module, "_live_connection", refuse)
+    monkeypatch.setattr(pg_connection, "_live_connection", refuse)
     assert _paths(crowded, config, CROWDED_IDENTIFIER)[0] == EXACT_NOTE
     assert refused and all(name.startswith("search-half") for name in refused)
 
@@ -559,5 +559,5 @@ def test_when_the_prefix_search_fails_its_error_surfaces_not_the_exact_searchs(
     with pytest.raises(StoreError, match=r"\(prefix\)"):
         _paths(crowded, config, CROWDED_IDENTIFIER)
     assert isinstance(crowded, PostgresStore)
-    pooled = pg_module._pool.get((crowded.url, True), [])
-    assert pooled and all(conn.info.transaction_status == pg_module.TransactionStatus.IDLE for conn in pooled)
+    pooled = pg_connection._pool.get((crowded.url, True), [])
+    assert pooled and all(conn.info.transaction_status == pg_connection.TransactionStatus.IDLE for conn in pooled)

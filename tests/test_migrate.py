@@ -240,9 +240,9 @@ def test_a_target_that_is_no_index_location_is_a_usage_error(
 def test_cli_copies_into_postgres(
     config_path: Path, config: Config, do_sync: Sync, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import indexer.store.postgres
+    from indexer.store.postgres import vectors as pg_vectors
 
-    monkeypatch.setattr(indexer.store.postgres, "HNSW_MIN_VECTORS", 1)  # as a large index: built after the copy
+    monkeypatch.setattr(pg_vectors, "HNSW_MIN_VECTORS", 1)  # as a large index: built after the copy
     do_sync()
     result = run_cli(config_path, "migrate", "--to", pg_url)
     assert result.exit_code == 0, result.output

@@ -21,8 +21,13 @@ from click.testing import CliRunner
 from indexer.config import ConfigError, parse_config
 from indexer.errors import StoreError
 from indexer.store import SearchScope, Store
-from indexer.store import postgres as pg_module
 from indexer.store.postgres import PostgresStore, describe
+from indexer.store.postgres import connection as pg_connection
+from indexer.store.postgres import keyword as pg_keyword
+from indexer.store.postgres import schema as pg_schema
+from indexer.store.postgres import store as pg_store
+from indexer.store.postgres import tsvector as pg_tsvector
+from indexer.store.postgres import vectors as pg_vectors
 from search import cli as cli_module
 from tests.conftest import assert_one_line_error, make_config
 from tests.fakes import FakeEmbedder
@@ -141,10 +146,10 @@ def test_impact_tiers_settle_the_unscoped_top_as_fts5_does(
     other way), and most queries never score every match."""
     sqlite, postgres = word_stores
     expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in COMMON_QUERIES for k in (5, 20)}
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
-    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", False)
     sent = _statements(postgres, monkeypatch)
     settled = 0
     for (match, limit), scanned in expected.items():
@@ -172,10 +177,10 @@ def test_impact_tiers_settle_a_large_folders_top_for_one_phrase_as_fts5_does(
     one_phrase = ['"backu"*', '"server"', '"server restore"', '"kernel"*', '"replica"', '"zaloha"*', '"поезд"*']
     queries = one_phrase + [m for m in COMMON_QUERIES if m not in one_phrase]
     expected = {(m, k): postgres.fts_search(m, k, scope) for m in queries for k in (5, 20)}
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
-    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", False)
     sent = _statements(postgres, monkeypatch)
     settled = 0
     for (match, limit), scored in expected.items():
@@ -212,8 +217,8 @@ def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(
         (wide, '"backu"*', "each tested"),
     ]
     seen = set()
-    for ids_max in (pg_module.SCOPE_IDS_MAX, 10):
-        monkeypatch.setattr(pg_module, "SCOPE_IDS_MAX", ids_max)
+    for ids_max in (pg_keyword.SCOPE_IDS_MAX, 10):
+        monkeypatch.setattr(pg_keyword, "SCOPE_IDS_MAX", ids_max)
         for scope, match, way in cases:
             expected = sqlite.fts_search(match, 20, scope)
             found = postgres.fts_search(match, 20, scope)
@@ -239,7 +244,7 @@ def test_a_small_folder_tests_a_common_match_on_its_own_rows(
         with store.transaction():
             store.write_file("s", *doc("rare/r.md", ["kernel quorum server", "quorum backup", "server server"]))
     _analyzed(postgres)
-    monkeypatch.setattr(pg_module, "FOLDER_LEAD_MIN_ROWS", 1)  # the rule, on an index this small
+    monkeypatch.setattr(pg_keyword, "FOLDER_LEAD_MIN_ROWS", 1)  # the rule, on an index this small
     sent = _statements(postgres, monkeypatch)
     folder = SearchScope(path="rare")
     for match, rows_lead in (('"server"', True), ('"server"* OR "kernel"', True), ('"quorum"', False)):
@@ -264,7 +269,7 @@ def test_a_folder_scope_is_one_more_condition_of_the_document_index_scan(
     matches as FTS5 does; neighbours that share a prefix of the name ("notes0", "note") stay
     out, odd names (quotes, backslashes, spaces, accents) work, and a path too long for a
     lexeme is read as before (its folder, short enough, by its lexeme)."""
-    long_folder = "x" * (pg_module.MAX_LEXEME_BYTES - 3)
+    long_folder = "x" * (pg_tsvector.MAX_LEXEME_BYTES - 3)
     rng = random.Random(3)
     files = {}
     for folder in [*FOLDERS, long_folder]:
@@ -282,7 +287,7 @@ def test_a_folder_scope_is_one_more_condition_of_the_document_index_scan(
                     store.write_file(source, *doc(path, texts))
         sqlite, postgres = pair
         fts_integrity_check(postgres)  # each row's scope lexemes are its file's folders and path
-        monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)  # the large index's ways of counting
+        monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)  # the large index's ways of counting
         scopes = [SearchScope(path=folder) for folder in FOLDERS]
         scopes += [SearchScope(path="notes/", source_ids=("t",)), SearchScope(path="notes/deep/n1.md")]
         scopes += [SearchScope(path="nowhere"), SearchScope(path=long_folder), SearchScope(path=f"{long_folder}/n1.md")]
@@ -333,8 +338,8 @@ def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
         queries = ('"backu"*', '"backup"*', '"backu"* OR "word1"')
         exact = {match: store.fts_search(match, 3, SearchScope()) for match in queries}
         assert store.chunk_rows([exact['"backu"*'][0].chunk_id]).popitem()[1].path == "stems.md"
-        monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-        monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+        monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+        monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
         sent = _statements(store, monkeypatch)
         for match in queries:
             sent.clear()
@@ -364,11 +369,11 @@ def test_a_prefix_that_begins_one_lexeme_is_looked_up_as_that_lexeme(
     scopes = (SearchScope(), SearchScope(path="notes"), SearchScope(source_ids=("s",)))
     cases = list(itertools.product(matches, (2, 5, 13, 34), scopes))
     scanned = {case: postgres.fts_search(case[0], case[1], case[2]) for case in cases}  # and each phrase counted
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: the counts kept
-    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
-    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # tier passes that settling passes follow
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # no estimates: the counts kept
+    monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_keyword, "EVERY_PHRASE_MAX", 1)  # tier passes that settling passes follow
     sent = _statements(postgres, monkeypatch)
     exact = re.compile(r"'(alpha30|a\|alpha30|prod)'(?!:\*)")
     executed = estimated = ""
@@ -473,14 +478,14 @@ def test_the_server_writes_a_piece_while_the_next_one_is_folded(pg_url: str, mon
     connection sees before anything commits, show that the server ran its statement."""
     import time
 
-    monkeypatch.setattr(pg_module, "PIECE_CHUNKS", 4)
+    monkeypatch.setattr(pg_store, "PIECE_CHUNKS", 4)
     text = " ".join(f"word{n}" for n in range(40_000))
     files = [doc(f"n{n}.md", [text]) for n in range(8)]
     store = PostgresStore.open(pg_url)
     store.ensure_source("s", "workspace")
     watcher = psycopg.connect(pg_url, autocommit=True)
     ids_drawn: list[int] = []
-    folded = pg_module._folded
+    folded = pg_store._folded
 
     def folding(piece: Any, lexemes: set[str]) -> Any:
         if piece[0][0].path == "n4.md":  # the second piece: the first one was sent
@@ -494,7 +499,7 @@ def test_the_server_writes_a_piece_while_the_next_one_is_folded(pg_url: str, mon
                 time.sleep(0.01)
         return folded(piece, lexemes)
 
-    monkeypatch.setattr(pg_module, "_folded", folding)
+    monkeypatch.setattr(pg_store, "_folded", folding)
     try:
         assert store.write_files("s", files) == 8
         assert ids_drawn, "the server had not begun the first piece's statement when the second was folded"
@@ -510,12 +515,12 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
     with store.transaction():  # the index as the previous schema left it
         store.conn.execute("DROP TABLE lexemes")
         store.conn.execute("ALTER TABLE chunks_fts DROP COLUMN words_listed")
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
         store.conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("lexemes")),))
     store.close()
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         fts_integrity_check(store)  # every lexeme of every row
         assert store.fts_search('"restar"*', 10, SearchScope())
         assert "restar* = restart" in " ".join(store.keyword_trace)
@@ -531,7 +536,7 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
 def test_a_prefix_is_bounded_above_by_the_least_string_past_its_words() -> None:
     phrases = [(["ab"], True), (["x", "a\ud7ff"], True), (["z\U0010ffff"], True), (["no"], False), (["ab"], True)]
     phrases += [(["it's"], True), (["ba\\"], True)]  # spelled with escapes in a tsquery: not looked up
-    assert pg_module._prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
+    assert pg_keyword._prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
 
 
 # words of falling frequency (the n-th about 1/n as common as the first), so phrases weigh
@@ -581,11 +586,11 @@ def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
     expected = {
         (m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 3, 5, 8, 13, 21, 34)
     }
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
-    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
-    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_keyword, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
     sent = _statements(postgres, monkeypatch)
     bounded = by_sets = 0
     for (match, limit), scanned in expected.items():
@@ -599,8 +604,8 @@ def test_a_top_the_tiers_leave_open_is_settled_by_phrase_sets_as_fts5_ranks_it(
             by_sets += any(step.startswith("settle at tier") for step in postgres.keyword_trace)
     assert bounded >= len(expected) // 2
     assert by_sets >= len(expected) // 4
-    reaching = pg_module._phrase_sets_reaching
-    monkeypatch.setattr(pg_module, "_phrase_sets_reaching", lambda parts, floor: reaching(parts, floor * 1.5))
+    reaching = pg_keyword._phrase_sets_reaching
+    monkeypatch.setattr(pg_keyword, "_phrase_sets_reaching", lambda parts, floor: reaching(parts, floor * 1.5))
     assert any(postgres.fts_search(m, k, SearchScope()) != hits for (m, k), hits in expected.items())
 
 
@@ -616,13 +621,15 @@ def _settles_under(
     answers, without the scan of every match, while the planner's row estimates are
     `misjudging(estimated, store, where, params)`; each top stays the scan's."""
     expected = {(m, k): postgres.fts_search(m, k, SearchScope()) for m in SUBSET_QUERIES for k in (2, 5, 13, 34)}
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
-    monkeypatch.setattr(pg_module, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
-    estimated = PostgresStore._estimated_rows
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # no estimates: each phrase counted
+    monkeypatch.setattr(pg_keyword, "EVERY_PHRASE_MAX", 1)  # the first pass takes the top tier alone
+    estimated = pg_keyword.KeywordSearch._estimated_rows
     monkeypatch.setattr(
-        PostgresStore, "_estimated_rows", lambda store, where, params: misjudging(estimated, store, where, params)
+        pg_keyword.KeywordSearch,
+        "_estimated_rows",
+        lambda store, where, params: misjudging(estimated, store, where, params),
     )
     sent = _statements(postgres, monkeypatch)
     settled = 0
@@ -665,12 +672,12 @@ def test_a_tiers_candidates_are_counted_not_taken_from_the_planner(
     scan: a deep tier of common prefixes) and leaves the top to the scan."""
 
     def misjudging(estimated: Any, store: PostgresStore, where: str, params: dict[str, object]) -> float:
-        return pg_module.COUNTED_MAX_ESTIMATE if "f.impacts" in where else estimated(store, where, params)
+        return pg_keyword.COUNTED_MAX_ESTIMATE if "f.impacts" in where else estimated(store, where, params)
 
     assert _settles_under(zipf_stores[1], monkeypatch, misjudging, "settle at tier") >= 3
 
     def beyond(estimated: Any, store: PostgresStore, where: str, params: dict[str, object]) -> float:
-        return pg_module.COUNTED_MAX_ESTIMATE + 1 if "f.impacts" in where else estimated(store, where, params)
+        return pg_keyword.COUNTED_MAX_ESTIMATE + 1 if "f.impacts" in where else estimated(store, where, params)
 
     assert _settles_under(zipf_stores[1], monkeypatch, beyond, "settle at tier") == 0
 
@@ -686,14 +693,14 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
         postgres.write_file("s", *doc("rare/r.md", ["a quokka met a numbat", "quokka quokka backup"]))
     with sqlite.transaction():
         sqlite.write_file("s", *doc("rare/r.md", ["a quokka met a numbat", "quokka quokka backup"]))
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLED_ROWS", 100)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 5)
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLED_ROWS", 100)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 5)
     for match in COMMON_QUERIES:
         first = postgres.fts_search(match, 10, SearchScope())
-        postgres._phrase_hits.clear()  # estimated again, from the same sample
-        postgres._phrase_samples.clear()
+        postgres.keyword._phrase_hits.clear()  # estimated again, from the same sample
+        postgres.keyword._phrase_samples.clear()
         assert postgres.fts_search(match, 10, SearchScope()) == first
         expected = {hit.chunk_id for hit in sqlite.fts_search(match, 10, SearchScope())}
         assert len(expected & {hit.chunk_id for hit in first}) >= 5, match
@@ -704,8 +711,8 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
         assert [hit.score for hit in found] == pytest.approx([hit.score for hit in expected], rel=1e-5)
     # scoped, a lone phrase keeps the sample's estimate (its idf scales every score alike): the
     # order is FTS5's, even for a phrase the sample never met
-    postgres._phrase_hits.clear()
-    postgres._phrase_samples.clear()
+    postgres.keyword._phrase_hits.clear()
+    postgres.keyword._phrase_samples.clear()
     for match in ('"quokka"', '"backup"', '"server restore"'):
         for scope in (SearchScope(path="rare"), SearchScope(path="notes")):
             expected = sqlite.fts_search(match, 10, scope)
@@ -737,10 +744,10 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     statistics are fresh comes with the index's totals, in the search's first statement."""
     _, postgres = word_stores
     _analyzed(postgres)
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
-    monkeypatch.setattr(pg_module, "SAMPLED_ROWS", 200)
-    monkeypatch.setattr(pg_module, "CONJUNCTION_SAMPLED_ROWS", 100)
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "SAMPLED_ROWS", 200)
+    monkeypatch.setattr(pg_keyword, "CONJUNCTION_SAMPLED_ROWS", 100)
     sent = _statements(postgres, monkeypatch)
     postgres.fts_search('"server" OR "kernel" OR "backu"* OR "index" OR "query"', 10, SearchScope())
     assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
@@ -752,15 +759,15 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     assert len(samples) == 1 and samples[0]["percent"] == 100.0 * 100 / int(
         postgres._one("SELECT sum(rows) FROM fts_stats")
     )
-    assert "'replica'" in postgres._phrase_hits and "'restore'" in postgres._phrase_hits
+    assert "'replica'" in postgres.keyword._phrase_hits and "'restore'" in postgres.keyword._phrase_hits
     for word in ("server", "kernel", "záloha"):
-        phrase = pg_module._phrase_tsquery([pg_module.fold_tokens(word)[0]], False)
-        if phrase in postgres._phrase_hits:
-            assert postgres._phrase_hits[phrase] == _exact_hits(postgres, phrase), word
-    assert postgres._phrase_hits["'server'"] == _exact_hits(postgres, "'server'")
+        phrase = pg_keyword._phrase_tsquery([pg_tsvector.fold_tokens(word)[0]], False)
+        if phrase in postgres.keyword._phrase_hits:
+            assert postgres.keyword._phrase_hits[phrase] == _exact_hits(postgres, phrase), word
+    assert postgres.keyword._phrase_hits["'server'"] == _exact_hits(postgres, "'server'")
     each = [_exact_hits(postgres, f"'{word}'") for word in ("backup", "backups")]
-    assert max(each) <= postgres._phrase_hits["'backu':*"] <= sum(each)
-    assert abs(postgres._phrase_hits["'backu':*"] - _exact_hits(postgres, "'backu':*")) <= 0.1 * sum(each)
+    assert max(each) <= postgres.keyword._phrase_hits["'backu':*"] <= sum(each)
+    assert abs(postgres.keyword._phrase_hits["'backu':*"] - _exact_hits(postgres, "'backu':*")) <= 0.1 * sum(each)
     sent.clear()
     postgres.fts_search('"server restore" OR "kernel"', 10, SearchScope())
     samples = [params for sql, params in sent if "TABLESAMPLE" in str(sql)]
@@ -778,25 +785,25 @@ def test_a_fresh_store_ranks_as_a_warm_one_with_frequencies_from_the_statistics(
     hold the exact counts (every row analyzed) the answer is the one of counting every phrase."""
     _, postgres = word_stores
     _analyzed(postgres)
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
     first = {m: postgres.fts_search(m, 10, SearchScope()) for m in COMMON_QUERIES}
-    pg_module.forget_phrase_counts()
+    pg_keyword.forget_phrase_counts()
     assert {m: postgres.fts_search(m, 10, SearchScope()) for m in COMMON_QUERIES} == first
     for m in COMMON_QUERIES:  # warm
         assert postgres.fts_search(m, 10, SearchScope()) == first[m]
-    pg_module.discard_pool()
+    pg_connection.discard_pool()
     again = PostgresStore.open(postgres.url, readonly=True)
     try:
         assert {m: again.fts_search(m, 10, SearchScope()) for m in COMMON_QUERIES} == first
     finally:
         again.close()
-    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", False)
-    monkeypatch.setattr(pg_module, "SAMPLE_MIN_HITS", 10**9)  # every phrase counted
-    pg_module.forget_phrase_counts()
+    monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", False)
+    monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # every phrase counted
+    pg_keyword.forget_phrase_counts()
     exact = postgres.fts_search('"server" OR "kernel"', 10, SearchScope())
-    pg_module.forget_phrase_counts()
-    monkeypatch.setattr(pg_module, "LEXEME_STATISTICS", True)
+    pg_keyword.forget_phrase_counts()
+    monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", True)
     assert postgres.fts_search('"server" OR "kernel"', 10, SearchScope()) == exact
 
 
@@ -807,8 +814,8 @@ def test_rows_written_since_the_statistics_send_a_phrase_back_to_the_sample(
     STATS_DRIFT_SHARE is sampled, as without the statistics; analyzed again, it is not."""
     _, postgres = word_stores
     _analyzed(postgres)
-    monkeypatch.setattr(pg_module, "TIERED_MIN_ROWS", 1)
-    monkeypatch.setattr(pg_module, "FULL_SCAN_MAX_MATCHES", 0)
+    monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
+    monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
     kernel = _exact_hits(postgres, "'kernel'")
     with postgres.transaction():
         postgres.write_files("s", [doc(f"more/m{n}.md", ["kernel " * 3]) for n in range(kernel // 2)])
@@ -819,10 +826,10 @@ def test_rows_written_since_the_statistics_send_a_phrase_back_to_the_sample(
     assert any("TABLESAMPLE" in str(sql) for sql, _ in sent)
     _analyzed(postgres)
     sent.clear()
-    pg_module.forget_phrase_counts()
+    pg_keyword.forget_phrase_counts()
     postgres.fts_search('"kernel"', 10, SearchScope())
     assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
-    assert postgres._phrase_hits["'kernel'"] == _exact_hits(postgres, "'kernel'") > kernel
+    assert postgres.keyword._phrase_hits["'kernel'"] == _exact_hits(postgres, "'kernel'") > kernel
 
 
 def test_the_lexical_rows_are_analyzed_after_a_percent_of_them_changed(pg_url: str) -> None:
@@ -830,13 +837,13 @@ def test_the_lexical_rows_are_analyzed_after_a_percent_of_them_changed(pg_url: s
     lexical rows after LEXICAL_ANALYZE_SHARE of them changed, on an index made by the previous
     schema too (migrated)."""
     store = PostgresStore.open(pg_url)
-    option = f"autovacuum_analyze_scale_factor={pg_module.LEXICAL_ANALYZE_SHARE}"
+    option = f"autovacuum_analyze_scale_factor={pg_schema.LEXICAL_ANALYZE_SHARE}"
     reloptions = "SELECT reloptions FROM pg_class WHERE oid = 'chunks_fts'::regclass"
     try:
         assert option in (store._one(reloptions) or [])
         with store.transaction():  # the index as the previous schema left it
             store.conn.execute("ALTER TABLE chunks_fts RESET (autovacuum_analyze_scale_factor)")
-            steps = [step.name for step in pg_module.PG_MIGRATIONS]
+            steps = [step.name for step in pg_schema.PG_MIGRATIONS]
             store.conn.execute(
                 "UPDATE meta SET value = %s WHERE key = 'schema_version'",
                 (str(steps.index("lexical_statistics_follow_writes")),),
@@ -845,7 +852,7 @@ def test_the_lexical_rows_are_analyzed_after_a_percent_of_them_changed(pg_url: s
         store.close()
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         assert option in (store._one(reloptions) or [])
     finally:
         store.close()
@@ -870,7 +877,7 @@ def test_lexical_rows_written_before_impact_tiers_get_them_on_migration(pg_url: 
     store.close()
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         fts_integrity_check(store)  # every row's impacts as written today
         assert store._one("SELECT count(*) FROM chunks_fts WHERE impacts <> ''::tsvector") > 0
         with pytest.raises(psycopg.errors.NotNullViolation):  # no default: refused, not hidden
@@ -888,10 +895,10 @@ def test_the_written_scope_lexemes_are_those_the_migration_computes(pg_url: str,
         python, sql, first = store.conn.execute(
             "SELECT %s::tsvector::text, path_scopes(%s)::text, %s::tsvector @@ %s::tsquery",
             (
-                pg_module.scope_tsvector(path),
+                pg_tsvector.scope_tsvector(path),
                 path,
-                pg_module.scope_tsvector(path),
-                pg_module._lexeme(path.split("/")[0]),
+                pg_tsvector.scope_tsvector(path),
+                pg_tsvector._lexeme(path.split("/")[0]),
             ),
         ).fetchone()
         assert python == sql and first  # the top folder (or the file) is always a lexeme
@@ -912,14 +919,14 @@ def test_lexical_rows_written_before_scope_lexemes_get_them_on_migration(pg_url:
         store.conn.execute("ALTER TABLE chunks_fts DROP COLUMN scope")
         store.conn.execute("DROP FUNCTION path_scopes(text)")
         store.conn.execute("CREATE INDEX idx_chunks_fts_document ON chunks_fts USING gin(document)")
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
         store.conn.execute(
             "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("lexical_scopes")),)
         )
     store.close()
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         fts_integrity_check(store)  # every row's folders
         columns = store._one(
             """SELECT array_agg(a.attname::text ORDER BY k.n) FROM pg_index i
@@ -943,22 +950,24 @@ def _impact_words_by_definition(document: bytes, length: int) -> set[str]:
     definition: a lexeme's tf is its kept positions plus its breadcrumb ones (A) again; a
     prefix of at least SHARED_PREFIX_MIN characters held by several lexemes sums theirs; each
     takes the label of the highest tier its saturation reaches."""
-    norm = pg_module.BM25_K1 * (1 - pg_module.BM25_B + pg_module.BM25_B * length / pg_module.IMPACT_REFERENCE_LENGTH)
-    longest = pg_module.MAX_LEXEME_BYTES // 4 - 2
+    norm = pg_tsvector.BM25_K1 * (
+        1 - pg_tsvector.BM25_B + pg_tsvector.BM25_B * length / pg_tsvector.IMPACT_REFERENCE_LENGTH
+    )
+    longest = pg_tsvector.MAX_LEXEME_BYTES // 4 - 2
 
     def label(tf: int) -> str | None:
-        saturation = tf * (pg_module.BM25_K1 + 1) / (tf + norm)
-        reached = [n for n, floor in enumerate(pg_module.IMPACT_TIERS) if saturation >= floor]
-        return pg_module.IMPACT_LABELS[reached[0]] if reached else None
+        saturation = tf * (pg_tsvector.BM25_K1 + 1) / (tf + norm)
+        reached = [n for n, floor in enumerate(pg_tsvector.IMPACT_TIERS) if saturation >= floor]
+        return pg_tsvector.IMPACT_LABELS[reached[0]] if reached else None
 
     frequencies = {
-        token: len(kept) + sum(weight == pg_module.WEIGHT_A for _, weight in kept)
+        token: len(kept) + sum(weight == pg_tsvector.WEIGHT_A for _, weight in kept)
         for token, kept in decode_tsvector(document).items()
     }
     words = {f"{label(tf)}|{token}" for token, tf in frequencies.items() if label(tf) and len(token) <= longest}
     prefixes: dict[str, list[str]] = {}
     for token in frequencies:
-        for n in range(pg_module.SHARED_PREFIX_MIN, min(len(token), longest) + 1):
+        for n in range(pg_tsvector.SHARED_PREFIX_MIN, min(len(token), longest) + 1):
             prefixes.setdefault(token[:n], []).append(token)
     for prefix, holders in prefixes.items():
         tf = sum(frequencies[token] for token in holders)
@@ -974,7 +983,7 @@ def test_impact_tiers_are_their_definition_on_random_texts() -> None:
     for _ in range(300):
         breadcrumb = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 6)))
         text = " ".join(rng.choice(vocabulary) for _ in range(rng.choice([1, 5, 40, 400])))
-        document, length, impacts = pg_module.lexical_row(breadcrumb, text)
+        document, length, impacts = pg_tsvector.lexical_row(breadcrumb, text)
         assert all(not positions for positions in decode_tsvector(impacts).values())
         assert set(decode_tsvector(impacts)) == _impact_words_by_definition(document, length), (breadcrumb, text)
 
@@ -983,19 +992,19 @@ def _text_literal(breadcrumb: str, text: str) -> str:
     """A chunk's tsvector in the text form, from its tokens by the definition: breadcrumb
     positions from 1 weighted A, text positions after one empty one, each lexeme's first
     MAX_POSITIONS_PER_LEXEME; the server's text input caps and merges positions itself."""
-    head, body = pg_module.fold_tokens(breadcrumb), pg_module.fold_tokens(text)
+    head, body = pg_tsvector.fold_tokens(breadcrumb), pg_tsvector.fold_tokens(text)
     places: dict[str, list[str]] = {}
     for position, token in enumerate(head, 1):
-        places.setdefault(token, []).append(f"{min(position, pg_module.MAX_POSITION)}A")
+        places.setdefault(token, []).append(f"{min(position, pg_tsvector.MAX_POSITION)}A")
     for position, token in enumerate(body, len(head) + 2):
-        places.setdefault(token, []).append(str(min(position, pg_module.MAX_POSITION)))
+        places.setdefault(token, []).append(str(min(position, pg_tsvector.MAX_POSITION)))
     return " ".join(
         "'"
         + token.replace("\\", "\\\\").replace("'", "''")
         + "':"
-        + ",".join(kept[: pg_module.MAX_POSITIONS_PER_LEXEME])
+        + ",".join(kept[: pg_tsvector.MAX_POSITIONS_PER_LEXEME])
         for token, kept in places.items()
-        if len(token.encode()) <= pg_module.MAX_LEXEME_BYTES
+        if len(token.encode()) <= pg_tsvector.MAX_LEXEME_BYTES
     )
 
 
@@ -1013,7 +1022,7 @@ def test_a_written_tsvector_is_the_one_the_server_makes_of_its_text(pg_url: str)
     store = PostgresStore.open(pg_url)
     try:
         for breadcrumb, text in cases:
-            document, _, _ = pg_module.lexical_row(breadcrumb, text)
+            document, _, _ = pg_tsvector.lexical_row(breadcrumb, text)
             sent, parsed = store.conn.execute(
                 "SELECT %s::text, %s::tsvector::text", (document, _text_literal(breadcrumb, text))
             ).fetchone()
@@ -1040,7 +1049,7 @@ def _vector_space(pg_url: str, monkeypatch: pytest.MonkeyPatch, dims: int, hnsw_
     `hnsw_from` vectors are stored."""
     from indexer.config import EmbeddingConfig
 
-    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", hnsw_from)
+    monkeypatch.setattr(pg_vectors, "HNSW_MIN_VECTORS", hnsw_from)
     store = PostgresStore.open(pg_url)
     store.reset_vectors(
         dims, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=dims).identity()
@@ -1266,13 +1275,13 @@ def test_a_pooled_connection_the_server_dropped_is_replaced(pg_url: str, pg_serv
 def _recorded_phrase_counts(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Every exact count of phrases the stores make from now on, each call's phrases in a list."""
     counted: list[list[str]] = []
-    count = PostgresStore._count_phrase_hits
+    count = pg_keyword.KeywordSearch._count_phrase_hits
 
     def counting(store: PostgresStore, phrases: Any) -> None:
         counted.append(list(phrases))
         count(store, phrases)
 
-    monkeypatch.setattr(PostgresStore, "_count_phrase_hits", counting)
+    monkeypatch.setattr(pg_keyword.KeywordSearch, "_count_phrase_hits", counting)
     return counted
 
 
@@ -1301,7 +1310,7 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
         writer.write_file("s", *doc("devops/more.md", ["backup backup of the server"]))
     changed = one_call('"server"* OR "backup"')
     assert len(counted) == 2
-    pg_module.discard_pool()
+    pg_connection.discard_pool()
     assert one_call('"server"* OR "backup"') == changed and len(counted) == 3
     writer.close()
 
@@ -1317,7 +1326,7 @@ def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
     try:
         first = store.fts_search('"server"* OR "backup"', 10, scope)
         assert first and store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 1
-        pg_module.forget_phrase_counts()
+        pg_keyword.forget_phrase_counts()
         assert store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 2
     finally:
         store.close()
@@ -1325,7 +1334,7 @@ def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
 
 def _pending_lexical_pages(store: PostgresStore) -> int:
     """The pages of the lexical indexes' pending lists (merged by the call that counts them)."""
-    merges = " + ".join(f"gin_clean_pending_list('{name}'::regclass)" for name in pg_module.LEXICAL_GIN_INDEXES)
+    merges = " + ".join(f"gin_clean_pending_list('{name}'::regclass)" for name in pg_schema.LEXICAL_GIN_INDEXES)
     return int(store.conn.execute(f"SELECT {merges}").fetchone()[0])
 
 
@@ -1368,7 +1377,7 @@ def test_a_sync_user_who_does_not_own_the_indexes_still_marks_the_source_synced(
         finally:
             writer.close()
     finally:
-        pg_module.discard_pool()
+        pg_connection.discard_pool()
         pg_server.admin.execute(f"DROP OWNED BY {role}")
         pg_server.admin.execute(f"DROP ROLE {role}")
 

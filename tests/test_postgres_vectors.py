@@ -15,8 +15,10 @@ import pytest
 
 from indexer.config import EmbeddingConfig
 from indexer.store import SearchScope
-from indexer.store import postgres as pg_module
 from indexer.store.postgres import PostgresStore
+from indexer.store.postgres import schema as pg_schema
+from indexer.store.postgres import tsvector as pg_tsvector
+from indexer.store.postgres import vectors as pg_vectors
 from tests.test_store import DIMS, fill
 
 
@@ -28,7 +30,7 @@ def _index_options(store: PostgresStore) -> list[str] | None:
 
 
 def _filled(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
-    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", 100)
+    monkeypatch.setattr(pg_vectors, "HNSW_MIN_VECTORS", 100)
     store = PostgresStore.open(pg_url)
     store.reset_vectors(
         DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
@@ -49,7 +51,7 @@ def _as_the_earlier_version_left_it(store: PostgresStore, old_path_index: bool =
         if old_path_index:
             store.conn.execute("DROP INDEX idx_chunks_path_ids")
             store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
         store.conn.execute(
             "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
         )
@@ -87,7 +89,7 @@ def test_a_new_hnsw_index_is_built_with_the_graph_parameters_of_its_size(
 
 
 def test_a_large_new_hnsw_index_gets_the_wide_graph(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors make a large index
+    monkeypatch.setattr(pg_vectors, "HNSW_WIDE_FROM", 300)  # 330 vectors make a large index
     store = _filled(pg_url, monkeypatch)
     try:
         assert _index_options(store) == ["ef_construction=128", "m=16"]
@@ -102,7 +104,7 @@ def test_a_small_index_that_has_grown_is_built_again_with_the_wide_graph_once(
     queries = np.random.default_rng(6).normal(size=(5, DIMS)).astype(np.float32)
     node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
     store.close()
-    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # the 330 vectors are past it now
+    monkeypatch.setattr(pg_vectors, "HNSW_WIDE_FROM", 300)  # the 330 vectors are past it now
     reader = PostgresStore.open(pg_url)  # searching never rebuilds
     try:
         reader.vec_search(queries[0], 10, SearchScope())
@@ -141,11 +143,11 @@ def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
     before = _unscoped_ids(store, queries)
     assert _index_options(store) == []
     store.close()
-    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)  # 330 vectors: a large index, the wide graph
+    monkeypatch.setattr(pg_vectors, "HNSW_WIDE_FROM", 300)  # 330 vectors: a large index, the wide graph
 
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         assert _index_options(store) == ["ef_construction=128", "m=16"]
         # one index, swapped in under the old name, nothing left over
         hnsw = "SELECT count(*) FROM pg_indexes WHERE tablename = 'chunk_vectors' AND indexdef LIKE '%hnsw%'"
@@ -154,7 +156,7 @@ def test_an_index_built_with_pgvector_defaults_is_rebuilt_on_migration(
         plan = "\n".join(
             str(row[0])
             for row in store.conn.execute(
-                f"EXPLAIN SELECT id FROM chunk_vectors ORDER BY {pg_module.hnsw_key(DIMS)} <=> %s::halfvec LIMIT 10",
+                f"EXPLAIN SELECT id FROM chunk_vectors ORDER BY {pg_vectors.hnsw_key(DIMS)} <=> %s::halfvec LIMIT 10",
                 (queries[0],),
             )
         )
@@ -177,9 +179,9 @@ def test_a_graph_of_the_float_vectors_is_rebuilt_over_their_half_precision_copie
         store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")
         store.conn.execute(
             "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
-            f" WITH ({', '.join(pg_module.hnsw_options(330))})"
+            f" WITH ({', '.join(pg_vectors.hnsw_options(330))})"
         )
-        steps = [step.name for step in pg_module.PG_MIGRATIONS]
+        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
         store.conn.execute(
             "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_half_precision")),)
         )
@@ -206,7 +208,7 @@ def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_
 ) -> None:
     store = PostgresStore.open(pg_url)
     with store.transaction():  # no vector table yet: nothing to rebuild, none built
-        pg_module._rebuild_vector_index(store)
+        pg_vectors._rebuild_vector_index(store)
     assert _index_options(store) is None
     store.close()
 
@@ -214,7 +216,7 @@ def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_
     try:
         node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
         with store.transaction():
-            pg_module._rebuild_vector_index(store)
+            pg_vectors._rebuild_vector_index(store)
         assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
     finally:
         store.close()
@@ -223,7 +225,7 @@ def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_
 def test_a_scoped_search_reads_the_scope_s_vectors_by_their_sorted_ids_exactly(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg_module, "HNSW_MIN_VECTORS", 100)
+    monkeypatch.setattr(pg_vectors, "HNSW_MIN_VECTORS", 100)
     store = PostgresStore.open(pg_url)
     try:
         store.reset_vectors(
@@ -265,7 +267,7 @@ def test_a_scope_s_chunk_ids_come_from_the_path_index_alone(pg_url: str, monkeyp
         store.conn.execute("VACUUM ANALYZE chunks")  # the visibility map an index-only scan reads
         for setting in ("enable_seqscan", "enable_bitmapscan"):  # a planner that would take any index it may
             store.conn.execute(f"SET {setting} = off")
-        where, params = pg_module.scope_condition(SearchScope(path="small"), "c")
+        where, params = pg_tsvector.scope_condition(SearchScope(path="small"), "c")
         plan = "\n".join(
             str(row[0]) for row in store.conn.execute(f"EXPLAIN SELECT c.id FROM chunks c WHERE {where}", params)
         )
@@ -277,7 +279,7 @@ def test_a_scope_s_chunk_ids_come_from_the_path_index_alone(pg_url: str, monkeyp
 def _a_large_index_as_the_earlier_version_left_it(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """330 vectors counted as a large index, with the earlier version's HNSW and path indexes:
     the next writer to open it rebuilds the graph and swaps both."""
-    monkeypatch.setattr(pg_module, "HNSW_WIDE_FROM", 300)
+    monkeypatch.setattr(pg_vectors, "HNSW_WIDE_FROM", 300)
     store = _filled(pg_url, monkeypatch)
     _as_the_earlier_version_left_it(store, old_path_index=True)
     store.close()
@@ -309,7 +311,7 @@ def test_the_rebuild_does_not_deadlock_with_a_writer_of_the_earlier_version(
         watcher.close()
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         assert _index_options(store) == ["ef_construction=128", "m=16"]
     finally:
         store.close()
@@ -356,7 +358,7 @@ def test_a_small_index_built_with_pgvector_defaults_keeps_its_graph_on_migration
     store.close()
     store = PostgresStore.open(pg_url)
     try:
-        assert store.meta()["schema_version"] == str(pg_module.PG_SCHEMA_VERSION)
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() != node
         assert "halfvec_cosine_ops" in store._one("SELECT pg_get_indexdef('idx_chunk_vectors_hnsw'::regclass)")
         assert _index_options(store) == ["ef_construction=64", "m=16"]

@@ -74,9 +74,9 @@ def test_given_vectors_go_with_their_chunks_and_no_stored_vector_is_reused(store
 def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import indexer.store.postgres as postgres_store
+    from indexer.store.postgres import vectors as pg_vectors
 
-    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 20)
+    monkeypatch.setattr(pg_vectors, "HNSW_MIN_VECTORS", 20)
     index = "SELECT to_regclass('idx_chunk_vectors_hnsw') IS NOT NULL"
     conn = store.conn  # type: ignore[attr-defined]
     with store.transaction():
@@ -111,9 +111,9 @@ def test_a_first_embedding_pass_cut_short_gets_its_hnsw_index_from_the_next_pass
 ) -> None:
     """A first sync killed after its last vectors were stored but before the held-back build
     leaves no chunk pending: the next sync's pass, with nothing to embed, builds the index."""
-    import indexer.store.postgres as postgres_store
+    from indexer.store.postgres import vectors as pg_vectors
 
-    monkeypatch.setattr(postgres_store, "HNSW_MIN_VECTORS", 20)
+    monkeypatch.setattr(pg_vectors, "HNSW_MIN_VECTORS", 20)
     index = "SELECT to_regclass('idx_chunk_vectors_hnsw') IS NOT NULL"
     conn = store.conn  # type: ignore[attr-defined]
     with store.transaction():

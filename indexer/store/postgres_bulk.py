@@ -20,19 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-# maintenance_work_mem for the build: a graph that fits in it is built several times faster
-# (pgvector warns when it does not). Per vector the graph holds its floats and about 1 KB of
-# links and header (m = 16: 32 neighbours on the ground layer); a quarter more for the rest
-GRAPH_BYTES_PER_VECTOR = 1024
-BUILD_MEMORY_MIN_MB = 1024
-BUILD_MEMORY_MAX_MB = 8192  # a server with less to give builds on disk, slower but the same index
-
-
-def build_memory(vectors: int, dims: int) -> str:
-    """maintenance_work_mem for building the HNSW index over `vectors` vectors of `dims`."""
-    need_mb = vectors * (dims * 4 + GRAPH_BYTES_PER_VECTOR) * 1.25 / 2**20
-    return f"{int(min(max(need_mb, BUILD_MEMORY_MIN_MB), BUILD_MEMORY_MAX_MB))}MB"
-
 
 @contextmanager
 def vector_index_deferred(store: Any) -> Iterator[None]:
@@ -42,7 +29,7 @@ def vector_index_deferred(store: Any) -> Iterator[None]:
     if postgres is None or not isinstance(store, postgres.PostgresStore):
         yield
         return
-    with store.vector_index_deferred(build_memory):
+    with store.vector_index_deferred():
         yield
 
 
@@ -55,5 +42,5 @@ def vector_index_held_back(store: Any) -> Iterator[None]:
     if postgres is None or not isinstance(store, postgres.PostgresStore):
         yield
         return
-    with store.vector_index_held_back(build_memory):
+    with store.vector_index_held_back():
         yield
