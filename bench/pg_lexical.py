@@ -94,7 +94,7 @@ def measure(
     datasets: Sequence[str], query_limit: int | None, data_root: Path = EVAL_ROOT, large: bool = False
 ) -> list[tuple[str, int, float, float]]:
     """(set, queries, SQLite nDCG@10, PostgreSQL nDCG@10) per available set."""
-    from indexer.store.postgres import TIERED_MIN_ROWS
+    from indexer.store.postgres.keyword import TIERED_MIN_ROWS
 
     rows = []
     with pg_server() as admin:
