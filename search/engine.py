@@ -16,6 +16,7 @@ from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
 from search.fusion import Fused, exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import QueryTerm, build_exact_query, query_terms
+from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
@@ -71,7 +72,7 @@ class Hit:
             data["text"] = chunk
         if not explain:
             data.pop("explain")
-        data["ref"] = f"{self.source}:{self.path}:{self.line}"  # what `show` / MCP `get` take
+        data["ref"] = str(Ref(self.source, self.path, self.line))  # what `show` / MCP `get` take
         return data
 
 

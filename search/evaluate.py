@@ -31,6 +31,7 @@ from indexer.config import Config, load_yaml, read_user_file
 from indexer.errors import NotesSearchError
 from indexer.store import IndexReader
 from search.engine import Hit, search
+from search.refs import Ref
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
@@ -257,7 +258,7 @@ class EvalReport:
 
 
 def _where(hit: Hit) -> str:
-    return f"{hit.source}:{hit.path}:{hit.line}"
+    return str(Ref(hit.source, hit.path, hit.line))
 
 
 def _miss_json(outcome: Outcome) -> dict[str, object]:

@@ -34,7 +34,7 @@ from indexer.gitenv import git_environment
 from indexer.globs import FileSelection, literal_folder
 from indexer.sources import workspace
 from indexer.store import IndexReader
-from search.refs import confine, indexed_rev
+from search.refs import Ref, confine, indexed_rev
 
 GREP_TIMEOUT = 60.0  # seconds per rg / git process; a runaway backtracking pattern must end
 MAX_TEXT_CHARS = 1000  # a matching line longer than this is cut (minified or generated files)
@@ -56,7 +56,7 @@ class GrepHit:
     file: str | None = None  # the file on disk for an editor (search.service.locating); None: only in the mirror
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "ref": f"{self.source}:{self.path}:{self.line}"}
+        return {**dataclasses.asdict(self), "ref": str(Ref(self.source, self.path, self.line))}
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Unsearched:
         return dataclasses.asdict(self)
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.path} ({self.reason})" if self.path else f"{self.source} ({self.reason})"
+        return f"{Ref(self.source, self.path)} ({self.reason})" if self.path else f"{self.source} ({self.reason})"
 
 
 class GrepResult(list[GrepHit]):

@@ -209,11 +209,13 @@ class NotesTools:
         many = self.service.read_many(refs, max_lines=max_lines, max_bytes=max_bytes)
         if not many.views and many.failed:  # nothing read: the reasons are the answer
             raise NotesSearchError("; ".join(item.error for item in many.failed))
+        from search.refs import Ref
+
         notices = []
         for view in many.views:
             if view.truncated and view.range is not None:
                 notices.append(
-                    f"{view.source_id}:{view.path} cut at line {view.range.end} of {view.range.total}; "
+                    f"{Ref(view.source_id, view.path)} cut at line {view.range.end} of {view.range.total}; "
                     f"get it with from_line={view.range.end + 1} for more"
                 )
         if many.omitted:
@@ -296,11 +298,13 @@ def _whole_lines(text: str, budget: int) -> str:
 def _file_json(view: "FileView", next_from_line: int | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One file of `get`: a window of lines, and where the rest starts when there is more
     (`extra` goes before `rev` and `text`, where a one-file answer has its notice)."""
+    from search.refs import Ref
+
     assert view.range is not None  # get always returns a window
     return {
         "source": view.source_id,
         "path": view.path,
-        "ref": f"{view.source_id}:{view.path}:{view.range.start}",
+        "ref": str(Ref(view.source_id, view.path, view.range.start)),
         "from_line": view.range.start,
         "to_line": view.range.end,
         "total_lines": view.range.total,

@@ -34,6 +34,14 @@ class Ref:
     line: int | None = None
     count: int | None = None
 
+    def __str__(self) -> str:
+        """The ref as every front end prints it and `parse_ref` reads it back: `source:path:line`
+        for a hit, `source:path` for a file."""
+        text = self.path if self.source_id is None else f"{self.source_id}:{self.path}"
+        if self.line is not None:
+            text += f":{self.line}" if self.count is None else f":{self.line}:{self.count}"
+        return text
+
 
 def split_source(text: str, source_ids: Collection[str]) -> tuple[str | None, str]:
     """Split a leading `SOURCE:`; the token counts only when it is a configured id, since
@@ -84,14 +92,14 @@ def _check_relative(path: str, shown: str) -> None:
 
 def _normalise(source_id: str, path: str) -> str:
     """Lexically resolve '.', '..' and empty segments; '' means the source root itself."""
-    _check_relative(path, f"{source_id}:{path}")
+    _check_relative(path, str(Ref(source_id, path)))
     parts: list[str] = []
     for part in path.split("/"):
         if part in ("", "."):
             continue
         if part == "..":
             if not parts:
-                raise PathOutsideSources(f"{source_id}:{path}: '..' leads outside the source root")
+                raise PathOutsideSources(f"{Ref(source_id, path)}: '..' leads outside the source root")
             parts.pop()
         else:
             parts.append(part)
@@ -137,7 +145,7 @@ def _real_inside(source: WorkspaceSource, rel: str) -> str:
     target = os.path.realpath(_disk_path(real_root, rel)) if rel else real_root
     if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
         raise PathOutsideSources(
-            f"{source.id}:{rel}: resolves outside the source root {source.root} (a symlink?); refused"
+            f"{Ref(source.id, rel)}: resolves outside the source root {source.root} (a symlink?); refused"
         )
     return target
 
@@ -193,9 +201,9 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
     """A file's text: workspace files from disk (confined), mirror files at the indexed rev."""
     source = config.source(source_id)
     rel = confine(config, source_id, path)
-    where = f"{source_id}:{rel}"
+    where = str(Ref(source_id, rel))
     if not rel:
-        raise SourceError(f"{source_id}:{path}: names the source root, not a file")
+        raise SourceError(f"{Ref(source_id, path)}: names the source root, not a file")
     if not _in_scope(source, rel):
         if source.selection.may_contain(rel) and _is_folder(config, store, source, rel):
             raise SourceError(f"{where}: is a folder, not a file (search it with --path, or list it with toc)")
@@ -308,7 +316,7 @@ def missing_file(config: Config, store: IndexReader | None, path: str) -> Source
     if deleted:
         return SourceError(f"{', '.join(deleted)}: {DELETED_SINCE_SYNC}")
     folders = [
-        f"{source_id}:{rel}"
+        str(Ref(source_id, rel))
         for source_id, rel in _confined_in_each(config, path)
         if config.sources[source_id].selection.may_contain(rel) and has_path(config, store, source_id, rel)
     ]
@@ -351,7 +359,7 @@ def similar_files(
     for source_id in source_ids if source_ids is not None else config.sources:
         for rel in sorted(store.known_files(source_id)):
             name = rel.rsplit("/", 1)[-1].casefold()
-            by_name.setdefault(name, []).append(f"{source_id}:{rel}")
+            by_name.setdefault(name, []).append(str(Ref(source_id, rel)))
     same = [ref for name, refs in by_name.items() if wanted in (name, os.path.splitext(name)[0]) for ref in refs]
     if same:
         return same
@@ -386,7 +394,7 @@ def _deleted_but_indexed(config: Config, store: IndexReader | None, path: str) -
         if source_id in store.sources_with_file(nfc(rel))
     ]
     gone = deleted_from_disk(config, indexed)
-    return [f"{source_id}:{rel}" for source_id, rel in indexed if (source_id, rel) in gone]
+    return [str(Ref(source_id, rel)) for source_id, rel in indexed if (source_id, rel) in gone]
 
 
 def sources_having(config: Config, store: IndexReader | None, path: str) -> list[str]:

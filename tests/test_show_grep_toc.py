@@ -209,6 +209,15 @@ def test_parse_ref_forms() -> None:
             parse_ref(bad, ids)
 
 
+def test_a_ref_spells_back_what_parse_ref_reads() -> None:
+    """Every front end prints refs through `Ref`, so what it prints is what `show` takes back."""
+    ids = {"notes", "wiki"}
+    for text in ("a.md", "notes:dir/a.md", "notes:dir/a.md:12", "wiki:a.md:12:5", "a:b.md:4", "notes:12"):
+        assert str(parse_ref(text, ids)) == text
+    assert str(Ref("notes", "dir/a.md", 7)) == "notes:dir/a.md:7"
+    assert str(Ref("notes", "dir/a.md")) == "notes:dir/a.md"
+
+
 def test_confine_normalises_and_refuses_escapes(config: Config, notes: Path, tmp_path: Path) -> None:
     assert confine(config, "notes", "./devops//x/../postgres.md") == "devops/postgres.md"
     assert confine(config, "notes", "") == ""

@@ -11,6 +11,7 @@ import click
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import HIT_FORMATS, NOTHING_FOUND, chosen_format, emit, format_option
 from search.cli.options import TakesText, completes, source_option, text_option
+from search.refs import Ref
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, hyperlink, styled
 
@@ -120,7 +121,7 @@ def _warn_unsearched(unsearched: list[Unsearched]) -> None:
 
 def _print_hit(hit: GrepHit) -> None:
     """`source:path:line: text`, the ref a link to the file on a terminal."""
-    echo(hyperlink(styled(f"{hit.source}:{hit.path}:{hit.line}:", fg="magenta"), hit.file), f" {hit.text}")
+    echo(hyperlink(styled(f"{Ref(hit.source, hit.path, hit.line)}:", fg="magenta"), hit.file), f" {hit.text}")
 
 
 @click.command(cls=TakesText, text_param="pattern", several=True)

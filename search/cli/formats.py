@@ -147,7 +147,9 @@ def _table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 
 
 def ref_of(record: Mapping[str, Any]) -> str:
-    return str(record.get("ref") or f"{record['source']}:{record['path']}")
+    from search.refs import Ref
+
+    return str(record.get("ref") or Ref(record["source"], record["path"]))
 
 
 def md_ref(record: Mapping[str, Any], *, in_table: bool = False) -> str:
@@ -160,7 +162,9 @@ def render_files(records: Iterable[Mapping[str, Any]]) -> str:
     """Unique files in the records' order (rank order for query hits): the absolute path of a
     hit's `file` (what an editor or `xargs` takes; `show` and `open` take it too), else
     `source:path` (a git source without checkout)."""
-    seen = dict.fromkeys(record.get("file") or f"{record['source']}:{record['path']}" for record in records)
+    from search.refs import Ref
+
+    seen = dict.fromkeys(record.get("file") or str(Ref(record["source"], record["path"])) for record in records)
     return "".join(one_line(name) + "\n" for name in seen)
 
 
@@ -210,9 +214,11 @@ def query_md(data: Mapping[str, Any], full: bool = False) -> str:
 def query_lines(data: Mapping[str, Any]) -> str:
     """Per hit `source:path:match_line` (what `show` and `open` take), a tab, the breadcrumb, a
     tab, the snippet on one line (at most LINE_SNIPPET_CHARS)."""
+    from search.refs import Ref
+
     lines = []
     for hit in data["results"]:
-        ref = f"{hit['source']}:{hit['path']}:{hit['match_line']}"
+        ref = str(Ref(hit["source"], hit["path"], hit["match_line"]))
         snippet = " ".join(str(hit.get("snippet") or "").split())[:LINE_SNIPPET_CHARS]
         lines.append(f"{_field(ref)}\t{_field(hit['breadcrumb'])}\t{_field(snippet)}\n")
     return "".join(lines)
@@ -251,13 +257,17 @@ def grep_csv(data: Mapping[str, Any]) -> str:
 
 
 def show_records(data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [{"ref": f"{view['source']}:{view['path']}:{view['start_line']}", **view} for view in data["results"]]
+    from search.refs import Ref
+
+    return [{"ref": str(Ref(view["source"], view["path"], view["start_line"])), **view} for view in data["results"]]
 
 
 def show_md(data: Mapping[str, Any]) -> str:
+    from search.refs import Ref
+
     lines: list[str] = []
     for view in data["results"]:
-        where = f"{view['source']}:{view['path']}"
+        where = str(Ref(view["source"], view["path"]))
         span = f"lines {view['start_line']}–{view['end_line']}"
         lines += [f"## {md_code(where)} ({span})", ""]
         if view.get("rev"):

@@ -11,6 +11,7 @@ from search.cli.context import CliContext, pass_context
 from search.cli.formats import HIT_FORMATS, NOTHING_FOUND, chosen_format, emit, format_option, query_md
 from search.cli.options import NumberRange, TakesText, filter_options, scope_options, text_option
 from search.engine import MODES
+from search.refs import Ref
 from search.snippets import marked, snippet_terms
 from search.terminal import Safe, echo, echo_json, hyperlink, styled
 
@@ -118,7 +119,9 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
         by_file.setdefault((hit.source, hit.path), []).append((rank, hit))
     for (source, path), hits in by_file.items():
         for rank, hit in hits:
-            ref = Safe(styled(f"{source}:{path}:", fg="magenta", bold=True) + styled(str(hit.match_line), fg="green"))
+            ref = Safe(
+                styled(f"{Ref(source, path)}:", fg="magenta", bold=True) + styled(str(hit.match_line), fg="green")
+            )
             echo(
                 hyperlink(ref, hit.file),
                 "  ",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from indexer.config import GitSource, Source, WorkspaceSource
 from indexer.errors import SourceError
+from search.refs import Ref
 
 if TYPE_CHECKING:
     from indexer.config import Config
@@ -55,7 +56,7 @@ def ref_of_file(config: Config, text: str) -> str:
             continue
         rel = os.path.relpath(os.path.normpath(path), os.path.abspath(folder))
         if rel not in (".", "..") and not rel.startswith("../") and source.selection.admits(rel):
-            return f"{source_id}:{rel}{line}"
+            return f"{Ref(source_id, rel)}{line}"
     return text
 
 
@@ -134,7 +135,7 @@ def remember_hits(config: Config, query: str, hits: Sequence[Hit]) -> None:
     folder = config.db.parent
     if not folder.is_dir():
         return
-    data = {"query": query, "refs": [f"{hit.source}:{hit.path}:{hit.match_line}" for hit in hits]}
+    data = {"query": query, "refs": [str(Ref(hit.source, hit.path, hit.match_line)) for hit in hits]}
     import threading
 
     # one writer per process and thread (the warm server answers calls on threads); renamed into place

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from indexer.collections import nfc
 from indexer.errors import NotesSearchError
 from indexer.store import SearchScope
+from search.refs import Ref
 from search.route import CollectionsView as CollectionsView  # re-exported: what `collections` returns
 from search.route import list_collections
 from search.service.scope import Place, Target, narrow_to_prefix, scope_label
@@ -151,7 +152,7 @@ def indexed_refs(service: NotesService, prefix: str, limit: int) -> list[str]:
             if colon and source_id != source:
                 continue
             for rel in store.known_files(source_id):
-                ref = f"{source_id}:{rel}"
+                ref = str(Ref(source_id, rel))
                 if ref.startswith(prefix):
                     refs.append(ref)
                 elif not colon and rel.startswith(prefix):

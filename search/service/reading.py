@@ -100,7 +100,7 @@ def show(service: NotesService, ref: str) -> list[FileView]:
 
 def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -> FileView:
     """One file (its text exactly as read), or the requested line range of it."""
-    from search.refs import confine, indexed_rev, read_text
+    from search.refs import Ref, confine, indexed_rev, read_text
 
     text = read_text(config, store, source_id, ref.path)
     source = config.source(source_id)
@@ -110,7 +110,7 @@ def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -
         return FileView(source_id, rel, rev, None, text, len(text_lines(text)))
     lines = line_range(text, ref.line, ref.count)
     if ref.line > lines.total:
-        raise SourceError(f"{source_id}:{rel} has {lines.total} lines; line {ref.line} is past the end")
+        raise SourceError(f"{Ref(source_id, rel)} has {lines.total} lines; line {ref.line} is past the end")
     return FileView(source_id, rel, rev, lines, lines.text, lines.total)
 
 
@@ -131,7 +131,7 @@ def single_source(config: Config, store: IndexReader | None, ref: Ref) -> str:
 
 
 def get(service: NotesService, path: str, from_line: int | None, max_lines: int) -> LineWindow:
-    from search.refs import confine, indexed_rev, parse_ref, read_text
+    from search.refs import Ref, confine, indexed_rev, parse_ref, read_text
     from search.service.locating import ref_of_file
 
     config = service.config
@@ -147,7 +147,7 @@ def get(service: NotesService, path: str, from_line: int | None, max_lines: int)
         max_lines = min(max_lines, ref.count)
     window = line_range(text, start, max_lines)
     if window.total and start > window.total:
-        raise NotesSearchError(f"{source_id}:{rel}: from_line {start} is past the end ({window.total} lines)")
+        raise NotesSearchError(f"{Ref(source_id, rel)}: from_line {start} is past the end ({window.total} lines)")
     truncated = window.end < window.total
     view = FileView(source_id, rel, rev, window, "\n".join(window.lines), window.total)
     return LineWindow(
@@ -217,7 +217,7 @@ def read_many(
     """Every file the refs and globs name, in order, until the next would pass the cap (a first
     file alone larger than the cap is cut to it). A ref that cannot be read is listed in
     `failed` with its reason and the others are still read."""
-    from search.refs import parse_ref
+    from search.refs import Ref, parse_ref
     from search.service.locating import ref_of_file
 
     config = service.config
@@ -240,16 +240,16 @@ def read_many(
         for (source_id, _, _, _), (position, ref, globbed) in wanted.items():
             try:
                 if capped and globbed:  # what follows the cap is named, not read
-                    omitted.append(f"{source_id}:{ref.path}")
+                    omitted.append(str(Ref(source_id, ref.path)))
                     continue
                 # a ref typed by hand is read even past the cap: one that names no file is an
                 # error to report, not a file left out
                 view = _with_range(_view(config, store, source_id, ref))
             except NotesSearchError as exc:
-                failed.append((position, Unread(f"{source_id}:{ref.path}", str(exc))))
+                failed.append((position, Unread(str(Ref(source_id, ref.path)), str(exc))))
                 continue
             if capped:
-                omitted.append(f"{source_id}:{ref.path}")
+                omitted.append(str(Ref(source_id, ref.path)))
                 continue
             lines, size = _size(view)
             if used_lines + lines <= max_lines and used_bytes + size <= max_bytes:
@@ -258,7 +258,7 @@ def read_many(
             else:
                 capped = True
                 if views:
-                    omitted.append(f"{view.source_id}:{view.path}")
+                    omitted.append(str(Ref(view.source_id, view.path)))
                 else:  # one file alone is larger than the cap: its head, and where the rest starts
                     views.append(_cut(view, max_lines, max_bytes))
                     used_lines, used_bytes = _size(views[0])

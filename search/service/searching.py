@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from search.engine import SearchResponse
 from search.engine import search as engine_search
-from search.refs import deleted_from_disk
+from search.refs import Ref, deleted_from_disk
 from search.service.indexing import CatchUpChoice, catch_up, catch_up_unscoped
 from search.service.locating import with_files
 from search.service.scope import check_scope_exists, unmatched_tags, with_filters
@@ -78,7 +78,7 @@ def search(
 
         response, deleted = _without_deleted_files(service, run, k)
         if deleted:
-            shown = ", ".join(f"{source_id}:{path}" for source_id, path in sorted(deleted)[:DELETED_SHOWN])
+            shown = ", ".join(str(Ref(source_id, path)) for source_id, path in sorted(deleted)[:DELETED_SHOWN])
             more = f" and {len(deleted) - DELETED_SHOWN} more" if len(deleted) > DELETED_SHOWN else ""
             lag.append(
                 f"left out {len(deleted)} file{'s' if len(deleted) > 1 else ''} deleted since the last sync: "
