@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +19,7 @@ from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
+    from indexer.store import FileProblem
     from indexer.sync import Progress, SyncReport
     from search.service.status import StatusReport
 
@@ -285,39 +286,39 @@ def _print_status(report: StatusReport) -> None:
         echo(f"{emb.outage.describe()} (`notes-search sync --retry-embedder` tries now)")
     echo(f"languages: {_languages_line(report.languages)}")
     for s in report.sources:
-        name = s["id"] + (f":{s['path']}" if s.get("path") else "")
+        name = s.id + (f":{s.path}" if s.path else "")
         echo(
-            f"{name:<20} {s['kind']:<9} {s['files']:>6} files {s['chunks']:>7} chunks "
-            f"{s['pending']:>6} pending  last sync {s['last_sync_at'] or 'never'}"
+            f"{name:<20} {s.kind:<9} {s.counts.files:>6} files {s.counts.chunks:>7} chunks "
+            f"{s.counts.pending:>6} pending  last sync {s.last_sync_at or 'never'}"
         )
-        echo(f"    languages: {_languages_line(s['languages'])}")
-        lag = s.get("lag") or {}
-        if s["kind"] == "git":
-            rev = (s["indexed_rev"] or "none")[:12]
+        echo(f"    languages: {_languages_line(s.languages)}")
+        lag = s.lag
+        if s.kind == "git":
+            rev = (s.indexed_rev or "none")[:12]
             remote = (lag.get("remote_head") or lag.get("mirror_head") or "?")[:12]
             echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
             if lag.get("remote_error"):
                 echo(f"    remote: {lag['remote_error']}")
             if lag.get("mirror_damaged"):
                 echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
-        if s.get("incomplete") and not report.unfinished_copy:
+        if s.incomplete and not report.unfinished_copy:
             what = "still running" if running is not None else "did not finish"
             echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
         if lag.get("unreadable"):
             echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
-        _print_front_matter_problems(s.get("front_matter_problems") or [])
+        _print_front_matter_problems(s.front_matter_problems)
         if lag.get("lags"):
             echo("    lags: the index is behind; run `notes-search sync`")
-        if s.get("error"):
-            echo(f"    error: {s['error']}")
+        if s.error:
+            echo(f"    error: {s.error}")
         elif lag.get("error"):
             echo(f"    cannot check: {lag['error']}")
 
 
-def _print_front_matter_problems(problems: list[dict[str, str]]) -> None:
+def _print_front_matter_problems(problems: Sequence[FileProblem]) -> None:
     """Until the notes are mended: their tags and dates were read line by line, maybe not all."""
     for problem in problems[:MAX_PROBLEMS_SHOWN]:
-        echo(f"    front matter: {problem['path']}: {problem['problem']}")
+        echo(f"    front matter: {problem.path}: {problem.problem}")
     if len(problems) > MAX_PROBLEMS_SHOWN:
         echo(f"    front matter: {len(problems) - MAX_PROBLEMS_SHOWN} more notes (`status --json` lists them all)")
 

@@ -9,11 +9,20 @@ from typing import TYPE_CHECKING, Any
 from indexer.config import GitSource, identity_mismatch
 from indexer.errors import NotesSearchError
 from indexer.lock import running_sync
-from indexer.store import IndexReader, ScopeCounts, ServerMemory, describe_location, is_unfinished_copy
+from indexer.store import (
+    FileProblem,
+    IndexReader,
+    ScopeCounts,
+    ServerMemory,
+    SourceStats,
+    describe_location,
+    is_unfinished_copy,
+)
 
 if TYPE_CHECKING:
     from indexer.embed_health import Outage
     from search.service import NotesService
+    from search.service.scope import Place
 
 
 # what a person or agent does about an index that `migrate` left half-written
@@ -46,13 +55,48 @@ class EmbeddingState:
 
 
 @dataclass(frozen=True)
+class SourceStatus:
+    """One place of a source in `status`: its counts (inside the place when one was named), last
+    sync, languages, front-matter problems and how far the index lags it."""
+
+    id: str
+    kind: str
+    path: str | None  # the folder or file asked about; None: the whole source
+    indexed_rev: str | None
+    last_sync_at: str | None
+    error: str | None  # why the last sync of the source failed
+    counts: ScopeCounts
+    incomplete: bool  # files written but no whole sync finished: a first sync was killed (or runs)
+    languages: dict[str, int]
+    front_matter_problems: tuple[FileProblem, ...]
+    # `indexer.freshness`'s answer ("lags", and the heads or changed paths), or why it could not
+    # be told ({"lags": None, "error": ...})
+    lag: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "path": self.path,
+            "indexed_rev": self.indexed_rev,
+            "last_sync_at": self.last_sync_at,
+            "error": self.error,
+            **self.counts.to_json(),
+            "incomplete": self.incomplete,
+            "languages": self.languages,
+            "front_matter_problems": [{"path": p.path, "problem": p.problem} for p in self.front_matter_problems],
+            "lag": self.lag,
+        }
+
+
+@dataclass(frozen=True)
 class StatusReport:
     scope: str
     db: str
     sync_running: SyncRunning | None
     embedding: EmbeddingState
     languages: dict[str, int]  # chunks per language over the sources shown, largest first
-    sources: tuple[dict[str, Any], ...]  # one per place: counts, last sync, languages, lag
+    sources: tuple[SourceStatus, ...]  # one per place
     unfinished_copy: bool = False  # a `migrate` into this index was stopped before it verified
     server_memory: ServerMemory | None = None  # a database server's buffer pool (PostgreSQL)
 
@@ -65,7 +109,7 @@ class StatusReport:
             "sync_running": None if self.sync_running is None else {"pid": self.sync_running.pid},
             "embedding": self.embedding.to_json(),
             "languages": self.languages,
-            "sources": list(self.sources),
+            "sources": [source.to_json() for source in self.sources],
         }
 
 
@@ -92,40 +136,17 @@ def status(service: NotesService, path: str | None, check: bool = False) -> Stat
         counts = store.scope_stats(target.scope) if path else {}
         languages = store.language_counts(target.scope if path else None)
         server_memory = store.server_memory()
-        sources = []
-        for place in target.places:
-            source_id = place.source_id
-            source = config.sources[source_id]
-            stats = totals.get(source_id)
-            entry: dict[str, Any] = {
-                "id": source_id,
-                "kind": source.kind,
-                "path": place.folder or None,
-                "indexed_rev": stats.indexed_rev if stats else None,
-                "last_sync_at": stats.last_sync_at if stats else None,
-                "error": stats.last_error if stats else None,
-            }
-            if path:
-                entry.update(counts.get(source_id, ScopeCounts()).to_json())
-            else:
-                entry.update(
-                    files=stats.files if stats else 0,
-                    chunks=stats.chunks if stats else 0,
-                    pending=stats.pending if stats else 0,
-                )
-            # files written but no whole sync finished: a first sync was killed (or still runs)
-            entry["incomplete"] = bool(stats and stats.files and stats.last_sync_at is None)
-            entry["languages"] = languages.get(source_id, {})
-            entry["front_matter_problems"] = [
-                {"path": p.path, "problem": p.problem}
-                for p in store.front_matter_problems(source_id)
-                if not place.folder or p.path == place.folder or p.path.startswith(place.folder.rstrip("/") + "/")
-            ]
-            try:
-                entry["lag"] = _lag(service, store, source_id, place.folder)
-            except NotesSearchError as exc:  # one unreadable source must not hide the others
-                entry["lag"] = {"lags": None, "error": str(exc)}
-            sources.append(entry)
+        sources = [
+            _source_status(
+                service,
+                store,
+                place,
+                totals.get(place.source_id),
+                counts.get(place.source_id, ScopeCounts()) if path else None,
+                languages.get(place.source_id, {}),
+            )
+            for place in target.places
+        ]
     mismatch = identity_mismatch(config.embedding, meta)
     running = running_sync(config)
     return StatusReport(
@@ -140,10 +161,45 @@ def status(service: NotesService, path: str | None, check: bool = False) -> Stat
             embedder_health(config).recorded(config.embedding),
         ),
         # each source once, however many of its folders a collection spans
-        languages=language_totals(languages.get(source_id, {}) for source_id in {e["id"]: None for e in sources}),
+        languages=language_totals(languages.get(source_id, {}) for source_id in {e.id: None for e in sources}),
         sources=tuple(sources),
         unfinished_copy=is_unfinished_copy(meta),
         server_memory=server_memory,
+    )
+
+
+def _source_status(
+    service: NotesService,
+    store: IndexReader,
+    place: Place,
+    stats: SourceStats | None,
+    counts: ScopeCounts | None,
+    languages: dict[str, int],
+) -> SourceStatus:
+    """`counts`: inside the place asked about; None: the whole source's, from its `stats`."""
+    source_id, folder = place.source_id, place.folder
+    if counts is None:
+        counts = ScopeCounts(stats.files, stats.chunks, stats.pending) if stats else ScopeCounts()
+    try:
+        lag = _lag(service, store, source_id, folder)
+    except NotesSearchError as exc:  # one unreadable source must not hide the others
+        lag = {"lags": None, "error": str(exc)}
+    return SourceStatus(
+        id=source_id,
+        kind=service.config.sources[source_id].kind,
+        path=folder or None,
+        indexed_rev=stats.indexed_rev if stats else None,
+        last_sync_at=stats.last_sync_at if stats else None,
+        error=stats.last_error if stats else None,
+        counts=counts,
+        incomplete=bool(stats and stats.files and stats.last_sync_at is None),
+        languages=languages,
+        front_matter_problems=tuple(
+            p
+            for p in store.front_matter_problems(source_id)
+            if not folder or p.path == folder or p.path.startswith(folder.rstrip("/") + "/")
+        ),
+        lag=lag,
     )
 
 
