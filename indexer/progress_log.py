@@ -10,6 +10,8 @@ import logging
 import time
 from collections.abc import Callable
 
+Progress = Callable[[str, int, int], None]  # (stage, done, total): what a sync reports as it goes
+
 # Seconds between two lines of one stage: often enough to see it move, rare enough to read.
 LOG_INTERVAL_S = 10.0
 

@@ -26,37 +26,25 @@ from indexer.config import (
     WorkspaceSource,
     identity_mismatch,
 )
-from indexer.embed_health import Outage, embedder_health
 from indexer.errors import (
-    EmbedderError,
-    EmbedderUnavailable,
     NotesSearchError,
     StoreError,
 )
 from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unlisted, Upsert
-from indexer.progress_log import ProgressLog
+from indexer.progress_log import Progress, ProgressLog
 from indexer.sources import workspace
-from indexer.store import CollectionRow, IndexWriter, VectorPage, integrity, is_postgres, open_store
+from indexer.store import CollectionRow, IndexWriter, integrity, is_postgres, open_store
 from indexer.store.postgres_bulk import vector_index_held_back
+from indexer.vectors import VectorWork
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from indexer.embedders import Embedder
 
 log = logging.getLogger("notes_search.sync")
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
-# set once every stored vector was checked for a zero length (see Syncer.repair_zero_vectors)
-ZERO_VECTORS_CHECKED_KEY = "zero_vectors_checked"
-STORED_MIN_NORM = 0.5  # stored vectors are unit length; a zero one is an embedder's failure
-RETRY_NOW = "`notes-search sync --retry-embedder` tries now"
-VECTOR_PAGE = 2000  # stored vectors read per page when the statistics are estimated from them
-HOLD_SECONDS = 20.0  # embedding a first sync may hold back unstored: what a kill can cost
-HOLD_BYTES = 64 << 20  # and the memory the held vectors may take
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 @dataclass
@@ -107,8 +95,9 @@ class SyncReport:
         return [s for s in self.sources if s.error]
 
 
-class Syncer:
-    """One sync run. Holds no state between runs: the database is the state."""
+class Syncer(VectorWork):
+    """One run of the indexer: a sync, a reindex or a catch-up. Holds no state between runs:
+    the database is the state."""
 
     def __init__(
         self,
@@ -126,8 +115,7 @@ class Syncer:
         self.progress = progress or ProgressLog(log)
         self.lock: IndexLock = lock or HeldIndexLock()
         self.walked: dict[str, int] = {}  # workspace source -> files after a whole walk
-        # try the embedder even while a remembered outage's back-off runs (`sync --full`,
-        # `--retry-embedder`, a reindex someone asked for)
+        # try the embedder even while a remembered outage's back-off runs (`--full`, `--retry-embedder`)
         self.retry_embedder = retry_embedder
 
     # ---- identity -------------------------------------------------------------------------
@@ -372,267 +360,93 @@ class Syncer:
             self.progress(stage, done, 0)
             yield change
 
-    # ---- embeddings -------------------------------------------------------------------------
+    # ---- the three operations ---------------------------------------------------------------
 
-    def embed_pending(self, report: SyncReport, deadline: float | None = None) -> None:
-        """Attach vectors to pending chunks. No factory: text only (a lexical search's catch-up).
-        A deadline marks a catch-up someone waits on: one attempt with short timeouts, in small
-        steps, and an embedder that failed such a call recently is left alone (embed_health)."""
-        total = self.store.count_pending_all()
-        if total == 0 or self.embedder_factory is None:
-            return
-        if not self.lock.claim_embedding():
-            # the other worker's pass pages by id, so it reaches the chunks committed meanwhile
-            report.embed_notice = f"another sync worker is attaching vectors; {total} chunks wait for it"
-            return
-        interactive = deadline is not None
-        health = embedder_health(self.config)
-        outage = health.outage(self.config.embedding) if interactive else None
-        if outage is not None:  # the search's own notice names the error
-            report.embed_notice = f"embedder not available; {total} chunks wait for vectors until it is back"
-            return
-        backoff = None if interactive or self.retry_embedder else health.sync_backoff(self.config.embedding)
-        if backoff is not None:  # a cron tick during an outage: no dead embedder's timeouts
-            report.embed_notice = f"{backoff.describe()}; {total} chunks wait for vectors ({RETRY_NOW})"
-            log.info("%s", report.embed_notice)
-            return
-        try:
-            embedder = self.embedder_factory()
-            if interactive:
-                embedder = embedder.interactive()
-        except NotesSearchError as exc:
-            report.embed_notice = f"embedder not available ({exc}); {total} chunks wait for vectors"
-            if not interactive:
-                health.failed(self.config.embedding, str(exc), by_sync=True)
-            log.warning("%s", report.embed_notice)
-            return
-        batch = min(self.config.embedding.batch, CATCH_UP_STEP) if interactive else self.config.embedding.batch * 4
-        space = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
-        held = self._hold_for_first_space(space, interactive)
-        after_id = 0
-        done = 0
-        self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
-        while True:
-            rows = self.store.pending_chunks(batch, after_id)
-            if not rows:
-                break
-            after_id = rows[-1].id
-            # identical texts (copied notes, boilerplate) are embedded once
-            unique: dict[str, int] = {}
-            for row in rows:
-                unique.setdefault(row.content_hash, len(unique))
-            texts = [""] * len(unique)
-            for row in rows:
-                texts[unique[row.content_hash]] = row.text
-            try:
-                vectors = embedder.embed_passages(
-                    texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
-                )
-            except EmbedderUnavailable as exc:
-                if held is not None:
-                    report.embedded += self._store_held(held, None)
-                failure = health.failed(self.config.embedding, str(exc), by_sync=not interactive)
-                report.embed_notice = (
-                    f"{exc}; {total - done} chunks stored without vectors (lexical only until {_next_try(failure)})"
-                )
-                log.warning("%s", report.embed_notice)
-                return
-            except EmbedderError as exc:
-                if held is not None:
-                    report.embedded += self._store_held(held, None)
-                report.embed_notice = f"{exc}; {total - done} chunks stored without vectors"
-                if not interactive:
-                    failure = health.failed(self.config.embedding, str(exc), by_sync=True, unreachable=False)
-                    report.embed_notice += f" until {_next_try(failure)}"
-                log.error("%s", report.embed_notice)
-                return
-            if done == 0:
-                health.succeeded(self.config.embedding)  # searches may use the embedder again
-            ids = [row.id for row in rows]
-            vectors = vectors[[unique[row.content_hash] for row in rows]]
-            if self.config.embedding.language_neutral:
-                languages = self.store.chunk_languages(ids)
-                page_languages = [languages.get(i, neutral.UNKNOWN) for i in ids]
-                if held is not None:
-                    held.add(ids, page_languages, vectors)
-                    if not held.within_bounds():  # too much work to lose on a kill: stored as before
-                        report.embedded += self._store_held(held, None)
-                        held = None
-                else:
-                    report.embedded += self.store.store_vectors(ids, space.neutralise(vectors, page_languages))
-            else:
-                report.embedded += self.store.store_vectors(ids, vectors)
-            done += len(rows)
-            self.progress("embed", done, total)
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-        if held is not None:
-            report.embedded += self._store_held(held, report)
-
-    def repair_zero_vectors(self) -> int:
-        """Once per index: chunks whose stored vector has no length (an embedder's zero answer
-        that an older version stored as a direction: such a chunk is never a vector hit, and
-        it did not count as pending) get their vector dropped, to be embedded again by this
-        run. Stored vectors are unit length, so anything far shorter is such a vector. Returns
-        how many; the meta flag makes every later sync skip the scan."""
-        if self.store.meta().get(ZERO_VECTORS_CHECKED_KEY) or not self.store.has_vector_table():
-            return 0
-        import numpy as np  # only for the one scan: the every-minute no-op sync does not load it
-
-        broken: list[int] = []
-        for page in self._vector_pages():
-            short = np.linalg.norm(page.matrix, axis=1) < STORED_MIN_NORM
-            broken.extend(page.ids[i] for i in np.flatnonzero(short))
-        if broken:
-            self.store.unembed(broken)
-            log.warning("%d chunks had a zero vector (stored by an older version): embedding them again", len(broken))
-        self.store.set_meta({ZERO_VECTORS_CHECKED_KEY: "1"})
-        return len(broken)
-
-    def _page_progress(self, before: int, rows: int, texts: int, total: int) -> Callable[[int], None]:
-        """Progress per model batch inside one page: the page's rows in proportion to its unique
-        texts embedded so far (a slow model takes minutes per page)."""
-        return lambda embedded: self.progress("embed", before + rows * embedded // texts, total)
-
-    def refresh_neutral_space(self) -> str | None:
-        """Re-estimate the language statistics when the bounded-drift rule says they are stale
-        (indexer.neutral) and move every stored vector into the new space, in one transaction,
-        without the model: stored vectors are restored to raw and neutralised again. Returns a
-        description of what changed, or None."""
-        if not self.config.embedding.language_neutral or not self.store.has_vector_table():
-            return None
-        if self.store.language_backfill() is not None:
-            return None  # languages still being detected: statistics would file chunks as unknown
-        stored = self.store.meta().get(neutral.STATS_KEY)
-        if not neutral.stored_needs_estimate(stored, self.store.vector_language_counts(), self.config.embedding.model):
-            return None
-        if not self.lock.claim_index():
-            return None  # other workers write vectors of the current space: a later run moves them
-        try:
-            return self._rewrite_neutral_space()
-        finally:
-            self.lock.release_index()
-
-    def _rewrite_neutral_space(self) -> str | None:
-        model = self.config.embedding.model
-        old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
-        if not neutral.needs_estimate(old, self.store.vector_language_counts(), model):
-            return None  # another worker re-estimated them before this one got the index
-        with self.store.transaction():  # one state: readers see the old space or the new one
-            new = _estimate_space(
-                (
-                    VectorPage(page.ids, page.languages, old.restore(page.matrix, page.languages))
-                    for page in self._vector_pages()
-                ),
-                model,
-            )
-            moved = neutral.moved_languages(old, new)  # a one-language index moves nothing
-            if moved:
-                for page in self._vector_pages():
-                    kept = [i for i, lang in enumerate(page.languages) if lang in moved]
-                    languages = [page.languages[i] for i in kept]
-                    self.store.rewrite_vectors(
-                        [page.ids[i] for i in kept],
-                        new.neutralise(old.restore(page.matrix[kept], languages), languages),
-                    )
-            summary = new.summary()
-            self.store.write_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
-        log.info("language statistics re-estimated: %s", summary)
-        return summary
-
-    def _hold_for_first_space(self, space: neutral.NeutralSpace, interactive: bool) -> _HeldVectors | None:
-        """Where a first sync keeps its vectors until the language statistics can be estimated
-        from all of them, or None. An index with no vector yet (a first sync, a rebuild) would
-        store them raw and then rewrite every vector of a known language into the new space at
-        the end of the run; held, each is stored once, already in it. Only without any stored
-        vector: the statistics are then those of exactly the held vectors."""
-        if interactive or not self.config.embedding.language_neutral or space.offsets():
-            return None
-        if self.store.vectors_by_language(0, 1).ids:
-            return None
-        return _HeldVectors()
-
-    def _store_held(self, held: _HeldVectors, report: SyncReport | None) -> int:
-        """Store the held vectors. With `report` (every pending chunk embedded), as the end of
-        the run would leave them: the statistics estimated from them (the same pages, sums and
-        rounding as `_rewrite_neutral_space`) and the vectors neutralised with them. Without it
-        (an embedder failure, too much held), raw, as any vector stored before an estimate.
-
-        The statistics are committed first, then the vectors in the pages they were embedded in
-        (a transaction each, as when not held): a kill in between leaves the statistics and some
-        of the vectors, all in their space, and the re-run neutralises the others with them (the
-        rule sees its counts met): the state this run would have reached."""
-        model = self.config.embedding.model
-        old = neutral.NeutralSpace.from_json(self.store.meta().get(neutral.STATS_KEY))
-        batches = held.batches
-        if report is None or self.store.language_backfill() is not None or not self.lock.claim_index():
-            return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
-        try:
-            # (a chunk another worker removed meanwhile is counted, and its vector not stored:
-            # the same as its removal right after the estimate, which the rule also ignores)
-            counts: dict[str, int] = {}
-            for batch in batches:
-                for lang in batch.languages:
-                    counts[lang] = counts.get(lang, 0) + 1
-            if self.store.vectors_by_language(0, 1).ids or not neutral.needs_estimate(old, counts, model):
-                return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
-            new = _estimate_space(held.pages(), model)
-            summary = new.summary()
-            self.store.set_meta({neutral.STATS_KEY: new.to_json(), neutral.SUMMARY_KEY: summary})
-            log.info("language statistics re-estimated: %s", summary)
-            report.neutral = summary
-            return sum(
-                self.store.store_vectors(batch.ids, new.neutralise(batch.matrix, batch.languages)) for batch in batches
-            )
-        finally:
-            self.lock.release_index()
-
-    def _vector_pages(self) -> Iterator[VectorPage]:
-        after_id = 0
-        while True:
-            vectors = self.store.vectors_by_language(after_id, VECTOR_PAGE)
-            if not vectors.ids:
-                return
-            after_id = vectors.ids[-1]
-            yield vectors
-
-    # ---- the run ----------------------------------------------------------------------------
-
-    def run(
-        self, source_ids: list[str] | None, full: bool, path: str | None = None, embed_budget: float | None = None
-    ) -> SyncReport:
+    def sync(self, source_ids: list[str] | None, *, full: bool) -> SyncReport:
+        """Bring whole sources up to date (None: every configured one, and a source no longer
+        configured leaves the index): the cron job, a hook, `sync`, the watcher's reconcile."""
         started = time.monotonic()
-        report = SyncReport()
-        if embed_budget is not None and (
-            identity_mismatch(self.config.embedding, self.store.meta()) or not self.store.has_vector_table()
-        ):
-            # a catch-up inside a query never starts a rebuild: that is sync's job
-            report.embed_notice = "index needs a full sync (embedding identity changed); catch-up skipped"
-            return report
         try:
-            report.rebuilt, stale_chunking = self.ensure_identity()
+            report, stale_chunking = self._begin()
         except IndexBusy:
             return SyncReport(locked=True)
-        if embed_budget is not None:
-            stale_chunking = set()  # a bounded catch-up never re-chunks a whole source
-        elif self.store.language_backfill() is not None and self.lock.claim_index():
+        self._backfill_languages()
+        self._index_sources(report, source_ids or list(self.config.sources), full, None, stale_chunking)
+        if not source_ids:
+            self._remove_unconfigured()
+        self._write_tocs(report, whole=True)
+        self._record_rechunked(report, stale_chunking, whole=True)
+        self._embed_whole(report)
+        report.coverage = workspace.coverage_report(self.config)
+        return self._finish(report, started)
+
+    def reindex(self, source_ids: list[str], path: str | None, *, full: bool) -> SyncReport:
+        """Re-read one file or folder of the sources now (`reindex PATH`, a watcher event); a
+        git source is brought to its head whole, as a tree diff has no notion of one path.
+        Without a path it is a sync of those sources."""
+        if path is None:
+            return self.sync(source_ids, full=full)
+        started = time.monotonic()
+        try:
+            report, stale_chunking = self._begin()
+        except IndexBusy:
+            return SyncReport(locked=True)
+        self._backfill_languages()
+        self._index_sources(report, source_ids or list(self.config.sources), full, path, stale_chunking)
+        # the TOC waits for the next whole sync: rebuilding a large source's costs more than the edit
+        self._write_tocs(report, whole=False)
+        self._record_rechunked(report, stale_chunking, whole=False)
+        self._embed_whole(report)
+        return self._finish(report, started)
+
+    def catch_up(self, source_ids: list[str], path: str | None, *, embed_budget: float) -> SyncReport:
+        """Index what changed on disk before a search: never a rebuild, never a re-chunking of
+        whole sources, and at most `embed_budget` seconds of embedding (the rest stays pending)."""
+        started = time.monotonic()
+        if identity_mismatch(self.config.embedding, self.store.meta()) or not self.store.has_vector_table():
+            return SyncReport(embed_notice="index needs a full sync (embedding identity changed); catch-up skipped")
+        try:
+            report, _ = self._begin()
+        except IndexBusy:
+            return SyncReport(locked=True)
+        self._index_sources(report, source_ids or list(self.config.sources), False, path, set())
+        self._write_tocs(report, whole=path is None)
+        self._record_walked_files()
+        self.embed_pending(report, started + embed_budget)  # someone waits: never a bulk index build
+        return self._finish(report, started)
+
+    # ---- the steps they share ---------------------------------------------------------------
+
+    def _begin(self) -> tuple[SyncReport, set[str]]:
+        """A report that says whether the vector space was rebuilt, and the sources to re-chunk."""
+        report = SyncReport()
+        report.rebuilt, stale_chunking = self.ensure_identity()
+        return report, stale_chunking
+
+    def _backfill_languages(self) -> None:
+        if self.store.language_backfill() is not None and self.lock.claim_index():
             try:
                 backfill_languages(self.store)
             finally:
                 self.lock.release_index()
-        selected = source_ids or list(self.config.sources)
+
+    def _index_sources(
+        self, report: SyncReport, source_ids: list[str], full: bool, path: str | None, rechunk: set[str]
+    ) -> None:
+        """Each source's changes into the index; a failing source is reported and recorded, and
+        the others go on."""
         errored = self.store.errored_sources()
-        for source_id in selected:
+        for source_id in source_ids:
             source: Source = self.config.source(source_id)
             self.store.ensure_source(source.id, source.kind)
-            rechunk = source.id in stale_chunking
+            again = source.id in rechunk
             try:
                 if isinstance(source, GitSource):
                     # a tree diff has no notion of one path: `reindex PATH --full` re-reads the
                     # path in workspace sources and brings git sources to their head as usual
-                    result = self.sync_git(source, (full and path is None) or rechunk)
+                    result = self.sync_git(source, (full and path is None) or again)
                 else:
-                    result = self.sync_workspace(source, full or rechunk, path)
+                    result = self.sync_workspace(source, full or again, path)
                 if source.id in errored:
                     self.store.set_source_error(source.id, None)  # recovered
             except NotesSearchError as exc:
@@ -640,117 +454,54 @@ class Syncer:
                 log.error("source %s: %s", source.id, exc)
                 self.store.set_source_error(source.id, str(exc))
             report.sources.append(result)
-        if not source_ids:
-            # after the configured sources: a source renamed in the config finds its vectors
-            # (by content hash) still there and re-embeds nothing
-            for stale in sorted(set(self.store.source_ids()) - set(self.config.sources)):
-                if not self.lock.claim_source(stale):
-                    continue  # a worker with an older config still syncs it: the next run removes it
-                log.info("source %s is no longer configured: removing it from the index", stale)
-                self.store.remove_source(stale)
-        # a scoped run (catch-up, watcher batch, reindex PATH) leaves the TOC to the next full
-        # sync: rebuilding a large source's TOC costs more than the edit itself
+
+    def _remove_unconfigured(self) -> None:
+        """After the configured sources: a source renamed in the config finds its vectors (by
+        content hash) still there and re-embeds nothing."""
+        for stale in sorted(set(self.store.source_ids()) - set(self.config.sources)):
+            if not self.lock.claim_source(stale):
+                continue  # a worker with an older config still syncs it: the next run removes it
+            log.info("source %s is no longer configured: removing it from the index", stale)
+            self.store.remove_source(stale)
+
+    def _write_tocs(self, report: SyncReport, *, whole: bool) -> None:
+        """The TOCs of the sources this run changed, when it looked at them whole."""
         changed_tocs = [
             s.source_id
             for s in report.sources
-            if not s.error and path is None and (s.changed or toc.needs_rewrite(self.config, s.source_id))
+            if not s.error and whole and (s.changed or toc.needs_rewrite(self.config, s.source_id))
         ]
         try:
             toc.write_tocs(self.config, self.store, changed_tocs)
         except OSError as exc:  # the TOC is a convenience: a sync never fails over it
             log.warning("cannot write a table of contents under %s: %s", self.config.toc_dir, exc)
-        # a path-scoped run re-chunked only that path of a workspace source (git ignores paths)
+
+    def _record_rechunked(self, report: SyncReport, stale_chunking: set[str], *, whole: bool) -> None:
+        """The chunker version of each source re-chunked whole (a path-scoped run re-chunked
+        only that path of a workspace source; git sources ignore paths)."""
         rechunked = {
             s.source_id
             for s in report.sources
-            if not s.error and s.source_id in stale_chunking and (path is None or s.kind == "git")
+            if not s.error and s.source_id in stale_chunking and (whole or s.kind == "git")
         }
         if rechunked:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
-        if embed_budget is None:
-            report.repaired_vectors = self.repair_zero_vectors()
+
+    def _embed_whole(self, report: SyncReport) -> None:
+        """The vector work of a sync or reindex: nobody waits on it, so it embeds every pending
+        chunk and keeps the vector space in order."""
+        report.repaired_vectors = self.repair_zero_vectors()
         self._record_walked_files()
-        deadline = None if embed_budget is None else started + embed_budget
-        if deadline is None:
-            with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk
-                self.embed_pending(report, deadline)
-        else:  # a catch-up someone waits on never builds it in bulk
-            self.embed_pending(report, deadline)
-        if embed_budget is None:  # a bounded catch-up never rewrites the whole vector space
-            report.neutral = self.refresh_neutral_space() or report.neutral
+        with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk
+            self.embed_pending(report, None)
+        report.neutral = self.refresh_neutral_space() or report.neutral
+
+    def _finish(self, report: SyncReport, started: float) -> SyncReport:
         report.pending = self.store.count_pending_all()
-        if path is None and embed_budget is None:
-            report.coverage = workspace.coverage_report(self.config)
         for line in report.coverage:
             log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
         return report
-
-
-def _next_try(failure: Outage) -> str:
-    if failure.next_try is None:
-        return "the next sync"
-    return f"the next sync after {time.strftime('%H:%M:%S', time.localtime(failure.next_try))} ({RETRY_NOW})"
-
-
-def _estimate_space(pages: Iterable[VectorPage], model: str) -> neutral.NeutralSpace:
-    """The statistics of raw vectors given in id order by pages of VECTOR_PAGE: per-language
-    sums in float64 page by page (the same pages give the same bits), then `neutral.estimate`,
-    read back through JSON, exactly what later syncs will read."""
-    import numpy as np
-
-    sums: dict[str, np.ndarray] = {}
-    counts: dict[str, int] = {}
-    for page in pages:
-        labels = np.array(page.languages, dtype=object)  # compared in one C loop per language
-        for lang in set(page.languages):
-            rows = labels == lang
-            sums[lang] = sums.get(lang, 0) + page.matrix[rows].sum(axis=0, dtype=np.float64)
-            counts[lang] = counts.get(lang, 0) + int(rows.sum())
-    new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
-    return neutral.NeutralSpace.from_json(new.to_json())
-
-
-@dataclass
-class _HeldVectors:
-    """Raw vectors a first sync embedded and has not stored yet, in id order, in the pages
-    they were embedded in (stored in those: one transaction each, as when not held)."""
-
-    batches: list[VectorPage] = field(default_factory=list)
-    nbytes: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    def add(self, ids: list[int], languages: list[str], vectors: np.ndarray) -> None:
-        import numpy as np
-
-        matrix = np.asarray(vectors, dtype=np.float32)  # what the store keeps of them
-        self.batches.append(VectorPage(ids, languages, matrix))
-        self.nbytes += matrix.nbytes
-
-    def within_bounds(self) -> bool:
-        return self.nbytes <= HOLD_BYTES and time.monotonic() - self.started <= HOLD_SECONDS
-
-    def pages(self) -> Iterator[VectorPage]:
-        """The held vectors cut as `Syncer._vector_pages` would read them once stored, one page
-        at a time: joining them all first would hold a second copy of every one (twice the bound)."""
-        import numpy as np
-
-        ids: list[int] = []
-        languages: list[str] = []
-        parts: list[np.ndarray] = []
-        for batch in self.batches:
-            at = 0
-            while at < len(batch.ids):
-                take = min(VECTOR_PAGE - len(ids), len(batch.ids) - at)
-                ids += batch.ids[at : at + take]
-                languages += batch.languages[at : at + take]
-                parts.append(batch.matrix[at : at + take])
-                at += take
-                if len(ids) == VECTOR_PAGE:
-                    yield VectorPage(ids, languages, np.concatenate(parts))
-                    ids, languages, parts = [], [], []
-        if ids:
-            yield VectorPage(ids, languages, np.concatenate(parts))
 
 
 class IndexBusy(Exception):
@@ -790,28 +541,67 @@ def run_sync(
     *,
     source_ids: list[str] | None = None,
     full: bool = False,
-    path: str | None = None,
     embedder_factory: Callable[[], Embedder] | None,
     progress: Progress | None = None,
     lock_timeout: float = 0.0,
-    embed_budget: float | None = None,
     retry_embedder: bool = False,
 ) -> SyncReport:
-    """Take the lock (held -> report.locked, nothing done), then sync.
+    """`Syncer.sync` under the lock (held -> report.locked, nothing done).
 
-    `path` limits workspace sources to one file or folder; `embed_budget` (seconds) bounds the
-    embedding work, leaving the rest pending, for catch-ups that must stay interactive;
-    without `embedder_factory` only text is indexed and every new chunk stays pending. An
+    Without `embedder_factory` only text is indexed and every new chunk stays pending. An
     embedder that failed recent syncs is tried again on a back-off schedule (embed_health),
     at once with `retry_embedder` or `full`.
     """
+    return _locked(
+        config,
+        source_ids,
+        lambda syncer, ids: syncer.sync(ids, full=full),
+        embedder_factory,
+        progress,
+        lock_timeout,
+        retry_embedder or full,
+    )
+
+
+def run_reindex(
+    config: Config,
+    *,
+    source_ids: list[str],
+    path: str | None,
+    full: bool = False,
+    embedder_factory: Callable[[], Embedder] | None,
+    progress: Progress | None = None,
+    lock_timeout: float = 0.0,
+) -> SyncReport:
+    """`Syncer.reindex` of one file or folder (None: the sources whole) under the lock."""
+    return _locked(
+        config,
+        source_ids,
+        lambda syncer, ids: syncer.reindex(ids or [], path, full=full),
+        embedder_factory,
+        progress,
+        lock_timeout,
+        full,
+    )
+
+
+def _locked(
+    config: Config,
+    source_ids: list[str] | None,
+    operation: Callable[[Syncer, list[str] | None], SyncReport],
+    embedder_factory: Callable[[], Embedder] | None,
+    progress: Progress | None,
+    lock_timeout: float,
+    retry_embedder: bool,
+) -> SyncReport:
+    """Take the lock and the sources (on a shared server another worker may hold some: the
+    others are synced), open the store, run `operation`, log what it did."""
     for source_id in source_ids or []:
         config.source(source_id)  # unknown ids fail before any work
     lock = open_index_lock(config)
     if not lock.acquire(timeout=lock_timeout):
         return SyncReport(locked=True)
     try:
-        # on a shared server another worker may hold some sources: sync the others
         selected = source_ids or list(config.sources)
         busy = [sid for sid in selected if not lock.claim_source(sid, lock_timeout)]
         if busy and len(busy) == len(selected):
@@ -824,8 +614,7 @@ def run_sync(
         if sqlite_file is not None:
             integrity.writes_begin(sqlite_file)  # checked on open; a crash from here is found next time
         try:
-            syncer = Syncer(config, store, embedder_factory, progress, lock, retry_embedder=retry_embedder or full)
-            report = syncer.run(source_ids, full, path, embed_budget)
+            report = operation(Syncer(config, store, embedder_factory, progress, lock, retry_embedder), source_ids)
         finally:
             store.close()
         if sqlite_file is not None:
@@ -855,7 +644,6 @@ def _log_summary(report: SyncReport) -> None:
 
 
 CATCH_UP_BUDGET = 1.0  # seconds of embedding a search may spend on what changed on disk
-CATCH_UP_STEP = 8  # chunks per embedding request in a catch-up: the budget is checked between steps
 
 
 def catch_up(
@@ -878,8 +666,14 @@ def catch_up(
     if not workspace_ids or (not is_postgres(config.index_location) and not config.db.exists()):
         return None
     try:
-        report = run_sync(
-            config, source_ids=workspace_ids, path=path, embedder_factory=embedder_factory, embed_budget=CATCH_UP_BUDGET
+        report = _locked(
+            config,
+            workspace_ids,
+            lambda syncer, ids: syncer.catch_up(ids or [], path, embed_budget=CATCH_UP_BUDGET),
+            embedder_factory,
+            None,
+            0.0,
+            False,
         )
     except StoreError as exc:  # e.g. an index this user may read but not write: search what is there
         return f"the index could not be updated before this search ({exc}); results may lag the disk"

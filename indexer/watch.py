@@ -1,6 +1,6 @@
 """The watcher: filesystem events -> debounce -> scoped sync, so notes are searchable seconds after a save.
 
-An event is a trigger, not the truth: every changed path goes through `run_sync(path=...)`,
+An event is a trigger, not the truth: every changed path goes through `run_reindex(path=...)`,
 whose stat + sha256 comparison decides whether anything is re-chunked or re-embedded, so the
 burst of events one editor save produces (vim's `4913` probe, atomic renames) costs at most a
 hash. Events can be lost (inotify is blind on FUSE/sshfs/SMB and drops events when its queue
@@ -41,7 +41,7 @@ from indexer.config import Config, WorkspaceSource
 from indexer.embedders import Embedder
 from indexer.errors import ConfigError, NotesSearchError, SourceError
 from indexer.sources.workspace import relative_index_path
-from indexer.sync import SyncReport, run_sync
+from indexer.sync import SyncReport, run_reindex, run_sync
 
 log = logging.getLogger("notes_search.watch")
 
@@ -476,7 +476,7 @@ class Watcher:
         with self._work:
             for n, (source_id, rel) in enumerate(batch.targets):
                 try:
-                    report = run_sync(
+                    report = run_reindex(
                         self.config,
                         source_ids=[source_id],
                         path=rel or None,

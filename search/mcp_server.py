@@ -38,11 +38,6 @@ DEFAULT_PORT = 8765
 TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
 GREP_MAX_HITS = 200
-DETAILS = ("text", "snippet")
-# detail=snippet: 8 hits in about 3.5 KB on the wire (with `file`), Latin or Cyrillic notes alike
-AGENT_SNIPPET_BYTES = 120
-# detail=text: 8 hits in about 10 KB on the wire, Latin or Cyrillic notes alike
-AGENT_TEXT_BYTES = 900
 # what a hit leaves out for an agent: `text` holds the snippet's lines; with detail=snippet,
 # `ref` stands for source, path and line
 HIT_DROPS = {"text": ("snippet",), "snippet": ("source", "path", "line", "end_line", "text")}
@@ -94,8 +89,8 @@ def server_instructions(overview: "Overview") -> str:
 
 class NotesTools:
     """The tools' answers as MCP JSON, over one `NotesService`: both transports and the tests
-    share it. What only an agent is told (`ref` on every hit, the "nothing found" hint, the
-    grep limit) is worded here; the work is the service's."""
+    share it. The answers are the service's (the CLI's are the same); what is shaped here is
+    the JSON an agent reads: `ref` first on every hit, what it can do without left out."""
 
     def __init__(self, service: "NotesService") -> None:
         self.service = service
@@ -123,13 +118,12 @@ class NotesTools:
         min_similarity: float | None = None,
         detail: str = "text",
     ) -> dict[str, Any]:
-        """`detail`: "text" (each hit's chunk around its match line, AGENT_TEXT_BYTES) or "snippet"
-        (the same hits with a few lines only, for an agent that reads on with `get`)."""
+        """`detail`: "text" (each hit's chunk around its match line) or "snippet" (the same hits
+        with a few lines only, for an agent that reads on with `get`): `SearchOutcome.shortened`."""
         from search.service.scope import Filters
-        from search.snippets import snippet_in_bytes, snippet_terms, text_in_bytes
+        from search.service.searching import check_detail
 
-        if detail not in DETAILS:
-            raise NotesSearchError(f"unknown detail {detail!r} (use one of {', '.join(DETAILS)})")
+        check_detail(detail)
         filters = Filters((tags,) if isinstance(tags, str) else tuple(tags or ()), since, until)
         outcome = self.service.search(
             query,
@@ -142,25 +136,16 @@ class NotesTools:
             min_similarity=min_similarity,
         )
         data = outcome.response.to_json()
-        data["notice"] = outcome.notice
+        data["notice"] = outcome.notice or outcome.nothing_found
         data["scope"] = outcome.target.label
-        terms = snippet_terms(query)
         hits = []
         for hit, found in zip(data["results"], outcome.response.results, strict=True):  # type: ignore[call-overload]
             kept = {key: value for key, value in hit.items() if key not in HIT_DROPS[detail]}
             if kept.get("rev", "") is None:  # a workspace hit: only git hits have a revision
                 del kept["rev"]
-            if detail == "snippet":
-                kept["snippet"] = snippet_in_bytes(
-                    terms, found.chunk_text, found.line, found.match_line, AGENT_SNIPPET_BYTES
-                )
-            else:
-                kept["text"] = text_in_bytes(found.chunk_text, found.line, found.match_line, AGENT_TEXT_BYTES)
+            kept[detail] = outcome.shortened(found, detail)
             hits.append({"ref": hit["ref"], **kept})  # the ref first: what `get` takes
         data["results"] = hits
-        if not data["results"] and not data["notice"]:
-            other_mode = ", mode=lex for exact terms," if mode != "lex" else ""
-            data["notice"] = f"nothing found in {outcome.target.label}; try other words{other_mode} or grep"
         return data
 
     def status(self, path: str | None) -> dict[str, Any]:
@@ -169,24 +154,19 @@ class NotesTools:
     def reindex(self, path: str, full: bool) -> dict[str, Any]:
         from search.service.indexing import source_report_json
 
-        outcome = self.service.reindex(path, full=full, lock_wait=REINDEX_LOCK_WAIT, whole_sources=False)
+        outcome = self.service.reindex(path, full=full, lock_wait=REINDEX_LOCK_WAIT)
         if outcome.locked:
             raise NotesSearchError(
                 f"another sync is running (waited {REINDEX_LOCK_WAIT:g} s for its lock); try again shortly"
             )
-        reports = [run.report for run in outcome.runs]
+        report = outcome.report
         return {
             "scope": outcome.target.label,
             "full": full,
-            "sources": [
-                source_report_json(s, place=place, shape="reindex")
-                for run in outcome.runs
-                for place in run.places
-                for s in run.report.sources
-            ],
-            "embedded": sum(r.embedded for r in reports),
-            "pending": reports[-1].pending if reports else 0,
-            "seconds": round(sum(r.seconds for r in reports), 3),
+            "sources": [source_report_json(s, place=place, shape="reindex") for place, s in outcome.sources],
+            "embedded": report.embedded,
+            "pending": report.pending,
+            "seconds": report.seconds,
             "notice": "; ".join(outcome.notices) or None,
         }
 

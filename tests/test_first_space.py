@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer import neutral, sync
+from indexer import neutral, sync, vectors
 from indexer.config import Config, load_config
 from indexer.errors import EmbedderUnavailable
 from indexer.store import Store
@@ -65,7 +65,7 @@ def test_held_first_sync_equals_storing_raw_then_rewriting(
     tmp_path: Path, config: Config, notes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bilingual_notes(notes, NOTES_PER_LANGUAGE)
-    monkeypatch.setattr(sync, "VECTOR_PAGE", 7)  # several pages of sums and of vectors
+    monkeypatch.setattr(vectors, "VECTOR_PAGE", 7)  # several pages of sums and of vectors
     rewrites = CountingRewrites(monkeypatch)
     held = run_sync(config, embedder_factory=lambda: LanguageBiasedEmbedder(config.embedding))
     assert held.neutral is not None and "cs:index/" in held.neutral and "en:index/" in held.neutral
@@ -73,7 +73,7 @@ def test_held_first_sync_equals_storing_raw_then_rewriting(
     first = index_summary(config.db)
     (tmp_path / "second").mkdir()
     second = load_config(make_config(tmp_path / "second", notes))
-    monkeypatch.setattr(sync, "HOLD_BYTES", 0)  # nothing may be held: stored raw, rewritten at the end
+    monkeypatch.setattr(vectors, "HOLD_BYTES", 0)  # nothing may be held: stored raw, rewritten at the end
     stored_then_rewritten = run_sync(second, embedder_factory=lambda: LanguageBiasedEmbedder(second.embedding))
     assert rewrites.calls > 0
     assert stored_then_rewritten.neutral == held.neutral
@@ -193,7 +193,7 @@ def test_the_estimate_reads_the_held_vectors_without_a_second_copy_of_them() -> 
     import tracemalloc
 
     rng = np.random.default_rng(7)
-    held = sync._HeldVectors()
+    held = vectors.HeldVectors()
     for start in range(1, 9_001, 900):  # embedding pages that do not line up with VECTOR_PAGE
         ids = list(range(start, start + 900))
         held.add(ids, [("en", "cs", "unknown")[i % 3] for i in ids], rng.standard_normal((900, 96)).astype(np.float32))
@@ -201,18 +201,22 @@ def test_the_estimate_reads_the_held_vectors_without_a_second_copy_of_them() -> 
     languages = [lang for batch in held.batches for lang in batch.languages]
     matrix = np.concatenate([batch.matrix for batch in held.batches])
     expected = [
-        (ids[at : at + sync.VECTOR_PAGE], languages[at : at + sync.VECTOR_PAGE], matrix[at : at + sync.VECTOR_PAGE])
-        for at in range(0, len(ids), sync.VECTOR_PAGE)
+        (
+            ids[at : at + vectors.VECTOR_PAGE],
+            languages[at : at + vectors.VECTOR_PAGE],
+            matrix[at : at + vectors.VECTOR_PAGE],
+        )
+        for at in range(0, len(ids), vectors.VECTOR_PAGE)
     ]
     pages = [(page.ids, page.languages, page.matrix) for page in held.pages()]
     assert [p[:2] for p in pages] == [e[:2] for e in expected]
     assert all(np.array_equal(p[2], e[2]) for p, e in zip(pages, expected, strict=True))
-    reference = sync._estimate_space([sync.VectorPage(*e) for e in expected], MODEL).to_json()
+    reference = vectors.estimate_space([vectors.VectorPage(*e) for e in expected], MODEL).to_json()
     del pages, matrix, expected
 
     tracemalloc.start()
     try:
-        assert sync._estimate_space(held.pages(), MODEL).to_json() == reference
+        assert vectors.estimate_space(held.pages(), MODEL).to_json() == reference
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -28,7 +28,8 @@ from indexer.config import load_config
 from indexer.embedders import make_embedder
 from indexer.hosts import is_loopback_host as is_loopback
 from indexer.sync import run_sync
-from search.mcp_server import AGENT_SNIPPET_BYTES, AGENT_TEXT_BYTES, LOCAL_ORIGIN, TOKEN_ENV
+from search.mcp_server import LOCAL_ORIGIN, TOKEN_ENV
+from search.service.searching import AGENT_SNIPPET_BYTES, AGENT_TEXT_BYTES
 from tests.embed_servers import OllamaServer, free_port
 from tests.pg import both_backends
 

@@ -50,13 +50,13 @@ def test_reindex_takes_the_sources_that_admit_a_path_even_when_another_refuses_i
     service = service_for(two_sources)
     service.sync(None, full=False, progress=None)
     write(two_sources.parent / "b", {"shared/new.md": "# New\n\nwritten just now\n"})
-    outcome = service.reindex("shared", full=False, lock_wait=5.0, whole_sources=True)
+    outcome = service.reindex("shared", full=False, lock_wait=5.0)
     [run] = outcome.runs
     assert run.places == (Place("b", "shared"),)
     assert [(s.source_id, s.added) for s in run.report.sources] == [("b", 1)]
     assert outcome.target.label == "b:shared"
     with pytest.raises(NotesSearchError, match="resolves outside the source root"):
-        service.reindex("a:shared", full=False, lock_wait=5.0, whole_sources=True)
+        service.reindex("a:shared", full=False, lock_wait=5.0)
 
 
 def test_a_scoped_search_catches_up_every_place_of_its_target(two_sources: Path) -> None:

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from indexer.config import Config, load_config
 from indexer.embedders import make_embedder
-from indexer.sync import ZERO_VECTORS_CHECKED_KEY, SyncReport, run_sync
+from indexer.sync import SyncReport, run_sync
+from indexer.vectors import ZERO_VECTORS_CHECKED_KEY
 from search import cli as cli_module
 from tests.conftest import open_index
 from tests.embed_servers import OllamaServer

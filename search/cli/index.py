@@ -19,8 +19,9 @@ from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
+    from indexer.progress_log import Progress
     from indexer.store import FileProblem
-    from indexer.sync import Progress, SyncReport
+    from indexer.sync import SyncReport
     from search.service.status import StatusReport
 
 MAX_SKIPS_SHOWN = 20  # per source; a folder of attachments must not flood the terminal
@@ -217,18 +218,16 @@ def _print_sync_summary(report: SyncReport) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @pass_context
 def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
-    """Re-index one file or folder now: [SOURCE:]PATH ('.' for a whole source)."""
+    """Re-index one file or folder now: [SOURCE:]PATH ('.' for every source whole), a source
+    id or a collection."""
     import search.cli as package  # looked up now: tests replace stderr_is_terminal there
     from search.service.indexing import sync_report_json
 
     with _progress(package.stderr_is_terminal() and not as_json) as progress:
-        outcome = ctx.service().reindex(
-            path, full=full, lock_wait=REINDEX_LOCK_WAIT, whole_sources=True, progress=progress
-        )
+        outcome = ctx.service().reindex(path, full=full, lock_wait=REINDEX_LOCK_WAIT, progress=progress)
     if outcome.locked:
         raise click.ClickException(f"another sync held the lock for {REINDEX_LOCK_WAIT:g} s; try again")
-    [run] = outcome.runs  # one run over every source that has the path, as one sync
-    report = run.report
+    report = outcome.report
     if as_json:
         echo_json(sync_report_json(report))
     else:

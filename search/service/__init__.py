@@ -21,11 +21,12 @@ from indexer.store import IndexReader, index_exists, is_postgres, open_store
 
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
+    from indexer.progress_log import Progress
     from search.engine import Hit
     from search.evaluate import EvalReport
     from search.resident import ResidentVectors
     from search.route import Router, RouteResponse
-    from search.service.indexing import Progress, ReindexOutcome, SyncOutcome
+    from search.service.indexing import ReindexOutcome, SyncOutcome
     from search.service.locating import Opened
     from search.service.lookup import CollectionsView, GrepOutcome, TocFile
     from search.service.overview import Overview
@@ -209,12 +210,12 @@ class NotesService:
             self, source_ids, full=full, progress=progress, on_warning=on_warning, retry_embedder=retry_embedder
         )
 
-    def reindex(
-        self, path: str, *, full: bool, lock_wait: float, whole_sources: bool, progress: Progress | None = None
-    ) -> ReindexOutcome:
+    def reindex(self, path: str, *, full: bool, lock_wait: float, progress: Progress | None = None) -> ReindexOutcome:
+        """Re-index one place (a source id, collection or [SOURCE:]PATH) now, waiting up to
+        `lock_wait` seconds for a running sync."""
         from search.service.indexing import reindex
 
-        return reindex(self, path, full=full, lock_wait=lock_wait, whole_sources=whole_sources, progress=progress)
+        return reindex(self, path, full=full, lock_wait=lock_wait, progress=progress)
 
     def catch_up(self, target: Target, *, embed: bool) -> list[str]:
         from search.service.indexing import catch_up

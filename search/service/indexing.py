@@ -8,19 +8,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from indexer.collections import nfc
 from indexer.config import WALKED_FILES_KEY, Config, GitSource, WorkspaceSource, selection_warnings
 from indexer.errors import NotesSearchError
-from indexer.store import IndexReader, SearchScope
-from search.service.scope import Place, Target, confined_places, scope_label
+from indexer.progress_log import Progress
+from indexer.store import IndexReader
+from search.service.scope import Place, Target
 
 if TYPE_CHECKING:  # indexer.sync loads the chunker and the drivers: imported by the functions that run it
     from indexer.sync import SourceReport, SyncReport
     from search.service import NotesService
 
 log = logging.getLogger("notes_search")
-
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def source_report_json(
@@ -96,7 +94,7 @@ class SyncOutcome:
 
 @dataclass(frozen=True)
 class ReindexRun:
-    """One run of the indexer over some places (one lock, one embedding pass)."""
+    """One run of the indexer over the places of one folder (one lock, one embedding pass)."""
 
     places: tuple[Place, ...]
     report: SyncReport
@@ -114,6 +112,39 @@ class ReindexOutcome:
     @property
     def failed(self) -> bool:
         return any(run.report.failed for run in self.runs)
+
+    @property
+    def report(self) -> SyncReport:
+        """The runs as one report, as one sync over all the places would give it."""
+        return merged_reports([run.report for run in self.runs])
+
+    @property
+    def sources(self) -> list[tuple[Place, SourceReport]]:
+        """Each source's part of the runs, with the place of it that was re-scanned."""
+        return [(Place(s.source_id, run.places[0].folder), s) for run in self.runs for s in run.report.sources]
+
+
+def merged_reports(reports: Sequence[SyncReport]) -> SyncReport:
+    """Several runs' reports as one: the sources of each, the work summed, what holds at the end
+    (pending) from the last."""
+    from indexer.sync import SyncReport
+
+    if len(reports) == 1:
+        return reports[0]
+    notices = [r.embed_notice for r in reports if r.embed_notice]
+    return SyncReport(
+        locked=any(r.locked for r in reports),
+        sources=[s for r in reports for s in r.sources],
+        embedded=sum(r.embedded for r in reports),
+        repaired_vectors=sum(r.repaired_vectors for r in reports),
+        pending=reports[-1].pending if reports else 0,
+        embed_notice="; ".join(dict.fromkeys(notices)) or None,
+        rebuilt=next((r.rebuilt for r in reports if r.rebuilt), None),
+        busy=[sid for r in reports for sid in r.busy],
+        neutral=next((r.neutral for r in reversed(reports) if r.neutral), None),
+        coverage=[line for r in reports for line in r.coverage],
+        seconds=round(sum(r.seconds for r in reports), 3),
+    )
 
 
 def sync(
@@ -151,42 +182,26 @@ def reindex(
     *,
     full: bool,
     lock_wait: float,
-    whole_sources: bool,
     progress: Progress | None = None,
 ) -> ReindexOutcome:
-    """Re-index one place now. `whole_sources` (the CLI's `reindex PATH`): PATH is
-    [SOURCE:]PATH, '.' is every source whole, and one run covers every source that has the
-    path, as one sync would. Otherwise (the MCP tool) PATH may also be a collection or a source
-    id, "everything" is refused, and each place is one run."""
-    from indexer.sync import run_sync
-    from search.refs import excluded_file, split_source
+    """Re-index one place now: PATH is a source id, a collection, or [SOURCE:]PATH (a bare path
+    in every source that has it; '.' every source whole), as `status` and `search` read it;
+    nothing named (everything) is refused, as that is a sync. The places of one folder are one
+    run, as one sync over them would be; a collection's folders are a run each."""
+    from indexer.sync import run_reindex
+    from search.refs import excluded_file
 
     config = service.config
     with service.reading_if_indexed() as store:
-        if whole_sources:
-            source_id, rest = split_source(path, config.sources)
-            candidates = [source_id] if source_id else list(config.sources)
-            found, rel, refused = confined_places(config, candidates, rest, store)  # '.' and '' mean the whole source
-            if not found:
-                if refused is not None:
-                    raise refused
-                raise NotesSearchError(f"{path!r}: no such file or folder in any source (on disk or in the index)")
-            places = tuple(Place(sid, rel) for sid in found)
-            scope = SearchScope(source_ids=tuple(found), path=nfc(rel) or None)
-            target = Target(scope, scope_label(scope), places)
-            groups: list[tuple[Place, ...]] = [places]
-        else:
-            target = service.resolve(path, store)
-            if target.is_all:
-                raise NotesSearchError(
-                    "reindex needs a path, a collection or a source id (a full sync is `notes-search sync`)"
-                )
-            places = target.places
-            groups = [(place,) for place in places]
+        target = service.resolve(path, store)
+    if target.is_all:
+        raise NotesSearchError("reindex needs a path, a collection or a source id (a full sync is `notes-search sync`)")
+    groups: dict[str, list[Place]] = {}
+    for place in target.places:
+        groups.setdefault(place.folder, []).append(place)
     runs: list[ReindexRun] = []
-    for group in groups:
-        folder = group[0].folder
-        report = run_sync(
+    for folder, group in groups.items():
+        report = run_reindex(
             config,
             source_ids=[p.source_id for p in group],
             path=folder or None,
@@ -197,14 +212,13 @@ def reindex(
         )
         if report.locked:
             return ReindexOutcome(target, tuple(runs), True)
-        if whole_sources:
-            for s in report.sources:  # the walk never sees an excluded file: say why nothing happened
-                if folder and not s.error and excluded_file(config, s.source_id, folder):
-                    s.skipped += 1
-                    s.skips.append((folder, "excluded by the config (paths/include/exclude)"))
-        runs.append(ReindexRun(group, report))
+        for s in report.sources:  # the walk never sees an excluded file: say why nothing happened
+            if folder and not s.error and excluded_file(config, s.source_id, folder):
+                s.skipped += 1
+                s.skips.append((folder, "excluded by the config (paths/include/exclude)"))
+        runs.append(ReindexRun(tuple(group), report))
     notices = [run.report.embed_notice for run in runs if run.report.embed_notice]
-    if any(isinstance(config.sources[p.source_id], GitSource) for p in places):
+    if any(isinstance(config.sources[p.source_id], GitSource) for p in target.places):
         notices.append("git sources are re-synced whole (fetch + tree diff); a path only narrows workspace scans")
     return ReindexOutcome(target, tuple(runs), False, tuple(notices))
 

@@ -149,7 +149,7 @@ def resolve_path(config: Config, store: IndexReader | None, path: str | None) ->
         if refused is not None:
             raise refused
         where = f"source {source_id}" if source_id else "any source (" + ", ".join(config.sources) + ")"
-        raise SourceError(f"{text!r}: no such file, folder, collection or source in {where}")
+        raise SourceError(f"{text!r}: no such file or folder, collection or source in {where}")
     key = nfc(rel)  # index paths are NFC
     label = f"{found[0]}:{key}" if len(found) == 1 else key
     return Target(

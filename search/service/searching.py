@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from search.engine import SearchResponse
+from indexer.errors import NotesSearchError
+from search.engine import Hit, SearchResponse
 from search.engine import search as engine_search
 from search.refs import Ref, deleted_from_disk
 from search.service.indexing import CatchUpChoice, catch_up, catch_up_unscoped
 from search.service.locating import with_files
 from search.service.scope import check_scope_exists, unmatched_tags, with_filters
+from search.snippets import Term, snippet_in_bytes, snippet_terms, text_in_bytes
 
 if TYPE_CHECKING:
     from search.service import NotesService
@@ -31,6 +34,40 @@ class SearchOutcome:
     def notice(self) -> str | None:
         """The engine's notice and the catch-up notices as one line."""
         return "; ".join(n for n in (self.response.notice, *self.notices) if n) or None
+
+    @property
+    def nothing_found(self) -> str | None:
+        """What to try next when nothing was found and no notice says why."""
+        if self.response.results or self.notice:
+            return None
+        other_mode = ", mode=lex for exact terms," if self.response.mode != "lex" else ""
+        return f"nothing found in {self.target.label}; try other words{other_mode} or grep"
+
+    @functools.cached_property
+    def _terms(self) -> list[Term]:
+        return snippet_terms(self.response.query)
+
+    def shortened(self, hit: Hit, detail: str) -> str:
+        """A hit's text for a reader who pays for every byte and reads on with `get`: "snippet"
+        a few lines around its match (AGENT_SNIPPET_BYTES), "text" its chunk around its match
+        line (AGENT_TEXT_BYTES)."""
+        check_detail(detail)
+        if detail == "snippet":
+            return snippet_in_bytes(self._terms, hit.chunk_text, hit.line, hit.match_line, AGENT_SNIPPET_BYTES)
+        return text_in_bytes(hit.chunk_text, hit.line, hit.match_line, AGENT_TEXT_BYTES)
+
+
+DETAILS = ("text", "snippet")  # how much of each hit `SearchOutcome.shortened` keeps
+# snippet: 8 hits in about 3.5 KB on an agent's wire (with `file`), Latin or Cyrillic notes alike
+AGENT_SNIPPET_BYTES = 120
+# text: 8 hits in about 10 KB on an agent's wire, Latin or Cyrillic notes alike
+AGENT_TEXT_BYTES = 900
+
+
+def check_detail(detail: str) -> None:
+    """Refuse an unknown `detail` before the search runs."""
+    if detail not in DETAILS:
+        raise NotesSearchError(f"unknown detail {detail!r} (use one of {', '.join(DETAILS)})")
 
 
 def search(
