@@ -36,7 +36,10 @@ FRONT_END_LIBRARIES = ("click", "mcp", "starlette", "uvicorn")
 # the launcher edge: `notes-search mcp` starts the MCP server, nothing else in the CLI knows it
 CLI_TO_MCP_LAUNCHER = "search/cli/serve.py"
 # domain modules of search/: front-end free (the service and both front ends build on them)
-SEARCH_DOMAIN = ("engine", "fusion", "querybuild", "resident", "grep", "refs", "words", "route", "evaluate", "logfile")
+SEARCH_DOMAIN = (
+    *("engine", "fusion", "querybuild", "exact", "snippets", "overlap", "resident", "grep", "refs", "words"),
+    *("route", "evaluate", "logfile", "interrupt"),
+)
 # search/terminal.py is the front ends' output layer (escaping, click.echo/style), not domain:
 # it may import click, and the service and the domain do not import it for output
 TERMINAL = "search/terminal.py"
