@@ -109,7 +109,7 @@ class ExpectedLocation:
         return hit.line <= self.end and hit.end_line >= self.start
 
     def __str__(self) -> str:
-        text = f"{self.source}:{self.path}" if self.source else self.path
+        text = str(Ref(self.source or None, self.path))
         if self.start is not None:
             text += f":{self.start}" if self.start == self.end else f":{self.start}-{self.end}"
         return text

@@ -76,9 +76,9 @@ def show(
     for view in many.views:
         if view.truncated and view.range is not None:
             echo(
-                f"notice: {view.source_id}:{view.path} cut at line {view.range.end} of {view.range.total} "
+                f"notice: {Ref(view.source_id, view.path)} cut at line {view.range.end} of {view.range.total} "
                 f"(--max-lines {max_lines}, --max-bytes {max_bytes}); "
-                f"the rest: show {view.source_id}:{view.path}:{view.range.end + 1}",
+                f"the rest: show {Ref(view.source_id, view.path, view.range.end + 1)}",
                 err=True,
             )
     if many.omitted and fmt != "files":
@@ -104,7 +104,7 @@ def _print_views(views: list[FileView], *, headers: bool) -> None:
         if headers:
             if i:
                 echo()
-            echo(f"==> {view.source_id}:{view.path} <==")
+            echo(f"==> {Ref(view.source_id, view.path)} <==")
         # its lines stay lines; a CR inside one cannot overwrite it
         echo(view.text, nl=not view.text.endswith("\n"), multiline=True)
 

@@ -9,6 +9,7 @@ import click
 
 from search.cli.context import CliContext, pass_context
 from search.cli.options import completes
+from search.refs import Ref
 from search.terminal import echo
 
 FALLBACK_EDITOR = "vi"
@@ -36,7 +37,7 @@ def open_command(context: CliContext, target: str) -> None:
     rev = (opened.rev or "")[:12]
     if opened.copy:
         echo(
-            f"notice: {opened.source_id}:{opened.path}: a read-only copy of the indexed version (rev {rev}; "
+            f"notice: {Ref(opened.source_id, opened.path)}: a read-only copy of the indexed version (rev {rev}; "
             f"source {opened.source_id} has no checkout: in the config): {opened.file}",
             err=True,
         )

@@ -117,7 +117,7 @@ def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -
 def single_source(config: Config, store: IndexReader | None, ref: Ref) -> str:
     """The one source a ref reads from: its `SOURCE:`, else the only source that has the path
     (an error when none or several have it)."""
-    from search.refs import missing_file, sources_having
+    from search.refs import Ref, missing_file, sources_having
 
     if ref.source_id is not None:
         return ref.source_id
@@ -125,7 +125,7 @@ def single_source(config: Config, store: IndexReader | None, ref: Ref) -> str:
     if not having:
         raise missing_file(config, store, ref.path)
     if len(having) > 1:
-        choices = ", ".join(f"{sid}:{ref.path}" for sid in having)
+        choices = ", ".join(str(Ref(sid, ref.path)) for sid in having)
         raise NotesSearchError(f"{ref.path!r} exists in several sources; name one: {choices}")
     return having[0]
 

@@ -17,7 +17,7 @@ from indexer.collections import nfc
 from indexer.config import Config
 from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
 from indexer.store import IndexReader, SearchScope, tag_key
-from search.refs import confine, confine_in, has_path, split_source
+from search.refs import Ref, confine, confine_in, has_path, split_source
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def resolve_path(config: Config, store: IndexReader | None, path: str | None) ->
         where = f"source {source_id}" if source_id else "any source (" + ", ".join(config.sources) + ")"
         raise SourceError(f"{text!r}: no such file or folder, collection or source in {where}")
     key = nfc(rel)  # index paths are NFC
-    label = f"{found[0]}:{key}" if len(found) == 1 else key
+    label = str(Ref(found[0], key)) if len(found) == 1 else key
     return Target(
         SearchScope(source_ids=tuple(found), path=key or None), label, tuple(Place(sid, rel) for sid in found)
     )
@@ -181,7 +181,7 @@ def resolve_options(config: Config, source_ids: tuple[str, ...], collection: str
 
 def scope_label(scope: SearchScope) -> str:
     if scope.path:
-        return f"{scope.source_ids[0]}:{scope.path}" if len(scope.source_ids) == 1 else scope.path
+        return str(Ref(scope.source_ids[0], scope.path)) if len(scope.source_ids) == 1 else scope.path
     if scope.collection is not None:
         return f"collection {scope.collection}"
     if scope.source_ids:
