@@ -246,7 +246,6 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
     from indexer.config import EmbeddingConfig
     from indexer.model import FileVersion
     from indexer.store import content_hash, open_store
-    from indexer.store.postgres_bulk import vector_index_held_back
     from indexer.sync import WRITE_BATCH_FILES
 
     docs: list[tuple[FileVersion, Any]] = []
@@ -285,7 +284,7 @@ def sync_writes(socket_dir: str, chunks: int, corpus: Corpus = DENSE_CORPUS) -> 
                     store.write_files(SOURCE_ID, docs[start : start + WRITE_BATCH_FILES])
             files_done = time.perf_counter()
             after, stored = 0, 0
-            with vector_index_held_back(store):  # as the sync's embedding pass
+            with store.bulk_load():  # as the sync's embedding pass
                 while pending := store.pending_chunks(page, after):
                     after = pending[-1].id
                     stored += store.store_vectors([p.id for p in pending], vectors[stored : stored + len(pending)])

@@ -26,6 +26,7 @@ from pathlib import Path
 from bench.beir import DATASETS, EVAL_ROOT, BeirSet, cached_local_factory, doc_markdown, load_set, run_beir
 from bench.report import eprint
 from indexer.config import Config
+from indexer.redaction import is_postgres_url
 
 TARGET = 0.03  # the PostgreSQL store's keyword ranking should stay this close to FTS5's bm25
 
@@ -69,7 +70,7 @@ def analyze(config: Config) -> None:
     import psycopg
 
     location = str(config.index_location)
-    if location.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(location):
         with psycopg.connect(location, autocommit=True) as conn:
             conn.execute("ANALYZE")
 

@@ -18,6 +18,7 @@ from indexer import neutral
 from indexer.configpaths import ConfigLocation  # where the config is found: import-light, for search.warm
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
+from indexer.redaction import is_postgres_url
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
 # Upper bounds keep every number within what the code below it can use (an index-sized int for a
@@ -528,7 +529,6 @@ def parse_config(text: str, file: str = "<config>", base: Path | None = None) ->
 
 
 DEFAULT_DB = "db/notes-index.sqlite"
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -577,7 +577,7 @@ def index_url(value: str) -> str | None:
     says what is wrong. Checked before any connection, so a typo is one clear line, not a
     failure in the middle of a sync; and any other `scheme://` is refused, since read as a path
     a typo'd or foreign URL would quietly build a SQLite index in a folder named after it."""
-    if not value.startswith(POSTGRES_SCHEMES):
+    if not is_postgres_url(value):
         if _URL_SCHEME.match(value):
             raise ValueError(
                 f"expected a SQLite file path or a postgresql:// URL, got a {value.split(':', 1)[0]}:// URL"

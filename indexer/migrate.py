@@ -30,7 +30,6 @@ from indexer.store import (
     content_hash,
     is_unfinished_copy,
 )
-from indexer.store.postgres_bulk import vector_index_deferred
 
 FILES_PER_TRANSACTION = 200
 CHUNK_PAGE = 2000
@@ -83,7 +82,7 @@ def migrate(
             raise StoreError(f"the index holds vectors but records no embedding dimensions ({dims!r})")
         target.reset_vectors(int(dims), {})
     target.set_meta({key: value for key, value in meta.items() if key not in LOCAL_META | {LANGUAGE_BACKFILL_KEY}})
-    with vector_index_deferred(target):
+    with target.bulk_load(whole_space=True):
         vectors = _copy_files(source, target, stats, report)
     _copy_source_states(target, stats)
     copied = verify(source, target, vectors)

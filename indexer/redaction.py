@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 MASK = "***"
 PERCENT_ENCODED = "percent-encoded (% @ / ? # and spaces as %25 %40 %2F %3F %23 %20)"
 # pieces of a password shorter than this are left alone: masking every "a" in a message would
@@ -26,6 +27,11 @@ _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*):[^\s'\"]*@
 # key=value connection strings and URL parameters: password=... (quoted or not)
 _PARAMS_START = re.compile(r"\?[A-Za-z_]+=")
 _PASSWORD_PARAM = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]+)")
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether an index location is a PostgreSQL URL (anything else is a SQLite file path)."""
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
 
 def _userinfo_end(rest: str) -> int:

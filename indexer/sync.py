@@ -35,7 +35,6 @@ from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unl
 from indexer.progress_log import Progress, ProgressLog
 from indexer.sources import workspace
 from indexer.store import CollectionRow, IndexWriter, integrity, is_postgres, open_store
-from indexer.store.postgres_bulk import vector_index_held_back
 from indexer.vectors import VectorWork
 
 if TYPE_CHECKING:
@@ -492,7 +491,7 @@ class Syncer(VectorWork):
         chunk and keeps the vector space in order."""
         report.repaired_vectors = self.repair_zero_vectors()
         self._record_walked_files()
-        with vector_index_held_back(self.store):  # a first sync builds a server's vector index once, in bulk
+        with self.store.bulk_load():  # a first sync builds a server's vector index once, in bulk
             self.embed_pending(report, None)
         report.neutral = self.refresh_neutral_space() or report.neutral
 

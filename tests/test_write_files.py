@@ -10,7 +10,6 @@ import pytest
 
 from indexer.model import FileVersion, ParsedDocument
 from indexer.store import CollectionRow, SearchScope, Store, content_hash
-from indexer.store.postgres_bulk import vector_index_held_back
 from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
 from tests.test_store import DIMS, doc, store  # noqa: F401 - `store` is the two-backend fixture
 
@@ -82,7 +81,7 @@ def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
     with store.transaction():
         store.write_files("s", [doc(f"n{i}.md", [f"note {i}", f"more {i}"]) for i in range(30)])
     rng = np.random.default_rng(4)
-    with vector_index_held_back(store):
+    with store.bulk_load():
         after = 0
         while pending := store.pending_chunks(10, after):
             after = pending[-1].id
@@ -97,7 +96,7 @@ def test_a_first_embedding_pass_builds_the_hnsw_index_once_after_it(
     # with the index there, a later pass keeps it and keeps it up
     with store.transaction():
         store.write_files("s", [doc(f"m{i}.md", [f"later {i}"]) for i in range(25)])
-    with vector_index_held_back(store):
+    with store.bulk_load():
         pending = store.pending_chunks(100)
         store.store_vectors([p.id for p in pending], _unit(rng, len(pending)))
         assert conn.execute(index).fetchone()[0]
@@ -119,13 +118,13 @@ def test_a_first_embedding_pass_cut_short_gets_its_hnsw_index_from_the_next_pass
     with store.transaction():
         store.write_files("s", [doc(f"n{i}.md", [f"note {i}"]) for i in range(30)])
     rng = np.random.default_rng(5)
-    with pytest.raises(KeyboardInterrupt), vector_index_held_back(store):
+    with pytest.raises(KeyboardInterrupt), store.bulk_load():
         pending = store.pending_chunks(100)
         store.store_vectors([p.id for p in pending], _unit(rng, len(pending)))
         raise KeyboardInterrupt  # the run stops before the build
     assert not conn.execute(index).fetchone()[0]
     assert store.pending_chunks(100) == []
-    with vector_index_held_back(store):
+    with store.bulk_load():
         pass  # nothing to embed
     assert conn.execute(index).fetchone()[0]
 

@@ -10,6 +10,7 @@ from here: `from indexer.store import open_store, SearchScope`.
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer.redaction import is_postgres_url
 from indexer.store.core import content_hash, utc_now
 from indexer.store.protocol import IndexReader, IndexWriter
 from indexer.store.rows import (
@@ -50,11 +51,9 @@ if TYPE_CHECKING:  # mypy proves both stores implement both protocols, signature
         return store
 
 
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-
 def is_postgres(location: Path | str) -> bool:
-    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+    """Whether the index lives on a PostgreSQL server (`indexer.redaction.is_postgres_url`)."""
+    return is_postgres_url(location)
 
 
 def open_store(location: Path | str, *, readonly: bool = False) -> IndexWriter:

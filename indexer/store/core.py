@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,7 @@ from indexer.store.rows import (
     PendingChunk,
     ScopeCounts,
     SearchScope,
+    ServerMemory,
     SourceState,
     SourceStats,
     file_row,
@@ -108,6 +110,23 @@ class StoreCore:
 
     def _delete_source_rows(self, source_id: str) -> None:
         raise NotImplementedError
+
+    # ---- optional capabilities: what a backend without them answers --------------------------
+
+    def sibling(self) -> Callable[[], AbstractContextManager[Any]] | None:
+        """None: no second connection can share this reader's snapshot (SQLite's WAL read
+        snapshot belongs to its connection, which runs one statement at a time: a search's
+        halves share this reader, one after the other)."""
+        return None
+
+    def server_memory(self) -> ServerMemory | None:
+        """None: this process reads the index itself (the operating system's page cache is its
+        buffer pool)."""
+        return None
+
+    def bulk_load(self, *, whole_space: bool = False) -> AbstractContextManager[None]:
+        """Nothing to hold back: every vector is indexed as it is stored."""
+        return nullcontext()
 
     def _run(self, sql: str, params: Sequence[object] | dict[str, object] = ()) -> Any:
         """A shared statement (SQLite's parameter style) run in the backend's."""

@@ -5,6 +5,11 @@ backend can implement it.
 collections and routing); `IndexWriter` adds what the sync orchestrator needs. `Store` (the
 SQLite backend) satisfies both structurally; nothing here names SQLite, except where noted.
 
+Optional capabilities are declared here, never discovered by a caller testing a backend's class:
+`sibling()` and `server_memory()` answer None where a backend has none, `bulk_load()` is a
+block that changes nothing where there is no index upkeep to hold back (SQLite). The shared
+defaults are in `indexer.store.core`.
+
 Contracts every backend keeps, because callers rely on them:
 - Reads outside `snapshot()` each see the latest committed state; inside it, one state.
 - Every write method runs in `transaction()`: those documented "inside a transaction" must be
@@ -188,6 +193,13 @@ class IndexWriter(IndexReader, Protocol):
 
     def transaction(self) -> AbstractContextManager[None]:
         """All writes inside commit together or not at all; not re-entrant."""
+        ...
+
+    def bulk_load(self, *, whole_space: bool = False) -> AbstractContextManager[None]:
+        """The block stores many vectors: a backend that keeps an approximate index up vector by
+        vector (PostgreSQL's HNSW) may hold that upkeep back and build the index once after it;
+        on SQLite nothing changes. `whole_space`: the block fills a space anew (a copy), so an
+        index already there may be dropped first. Called outside a transaction."""
         ...
 
     def set_meta(self, values: dict[str, str]) -> None:

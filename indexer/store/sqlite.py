@@ -391,11 +391,6 @@ class Store(StoreCore):
         finally:
             _map_storage_errors(Store._execute)(self, "COMMIT")
 
-    def sibling(self) -> None:
-        """A WAL read snapshot belongs to one connection, and one apsw connection runs one
-        statement at a time: a search's halves share this reader, one after the other."""
-        return None
-
     def _execute(self, sql: str) -> None:
         self.conn.execute(sql)
 
@@ -755,9 +750,3 @@ class Store(StoreCore):
             for chunk_id, language in self.conn.execute(f"SELECT id, language FROM chunks WHERE id IN ({marks})", part):
                 found[int(chunk_id)] = str(language)
         return found
-
-    # ---- status and checks -----------------------------------------------------------------
-
-    def server_memory(self) -> None:
-        """None: this process reads the file itself, through the operating system's page cache."""
-        return None

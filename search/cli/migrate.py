@@ -36,21 +36,16 @@ def migrate(ctx: CliContext, target: str, force: bool) -> None:
     Point the config's `db:` at the target afterwards; the SQLite file is left as it was.
     """
     import search.cli as package
+    from indexer.redaction import describe_url, is_postgres_url
     from search.cli.index import _progress
-    from search.service.migrating import is_server_url, migrate_index
+    from search.service.migrating import migrate_index
 
     with _progress(package.stderr_is_terminal()) as progress:  # bars for a person at a terminal
         report = migrate_index(ctx.config, target, force=force, progress=progress)
-    shown = target if not is_server_url(target) else _without_password(target)
+    shown = describe_url(target) if is_postgres_url(target) else target  # no password on screen
     if report.replaced_unfinished:
         echo(f"replaced the unfinished copy an earlier migrate left in {shown}")
     echo(
         f"copied {report.sources} sources, {report.files} files, {report.chunks} chunks, {report.vectors} vectors"
         f" ({report.pending} pending) to {shown}; counts verified"
     )
-
-
-def _without_password(url: str) -> str:
-    from indexer.redaction import describe_url
-
-    return describe_url(url)

@@ -14,11 +14,7 @@ from indexer.config import Config
 from indexer.errors import NotesSearchError
 from indexer.lock import FileIndexLock, IndexLock, postgres_dsn
 from indexer.migrate import MigrationReport, Progress, migrate
-from indexer.store import IndexWriter, Store, open_store
-
-
-def is_server_url(target: str) -> bool:
-    return target.startswith(("postgresql://", "postgres://"))
+from indexer.store import IndexWriter, Store, is_postgres, open_store
 
 
 def migrate_index(config: Config, target: str, *, force: bool, progress: Progress | None = None) -> MigrationReport:
@@ -27,7 +23,7 @@ def migrate_index(config: Config, target: str, *, force: bool, progress: Progres
         raise NotesSearchError("the configured index is already on a server; migrate copies a SQLite index")
     if not config.db.is_file():
         raise NotesSearchError(f"no index at {config.db}: run `notes-search sync` first")
-    if not is_server_url(target) and Path(target).resolve() == config.db.resolve():
+    if not is_postgres(target) and Path(target).resolve() == config.db.resolve():
         raise NotesSearchError("the target is the index itself")
     source_lock = FileIndexLock(config.lock_path)
     if not source_lock.acquire():
@@ -55,7 +51,7 @@ def migrate_index(config: Config, target: str, *, force: bool, progress: Progres
 
 def _target(target: str) -> tuple[IndexLock, Callable[[], IndexWriter]]:
     """The target's lock and how to open it."""
-    if is_server_url(target):
+    if is_postgres(target):
         from indexer.store.postgres_lock import AdvisoryIndexLock
 
         return AdvisoryIndexLock(target), lambda: open_store(target)

@@ -7,7 +7,7 @@ import logging
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -294,25 +294,38 @@ class PgVectors(StoreCore):
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE id = ANY(%s)", ([int(i) for i in ids],))
             self._vectors_changed = True
 
+    def bulk_load(self, *, whole_space: bool = False) -> AbstractContextManager[None]:
+        """The HNSW index built once after the block's vectors are in, instead of kept up vector
+        by vector (an HNSW insert costs a graph search each; a build links them all in one pass,
+        several times faster for a whole index), with memory for the whole graph.
+
+        The store builds the index itself once a space holds HNSW_MIN_VECTORS and keeps it up
+        from then on; during a bulk load that build is held back. `whole_space` (a copy filling
+        a space anew): an index already there is dropped first. Otherwise (a sync's embedding
+        pass) only a space without an index holds it back, and only while at least
+        HNSW_MIN_VECTORS chunks wait. Meanwhile unscoped vector searches scan every vector
+        (exact, slower); a run killed meanwhile leaves the space without the index until the
+        next sync's embedding pass (which builds it, even with nothing to embed), or a copy's
+        rerun with `--force` starts the space again."""
+        return self._index_deferred() if whole_space else self._index_held_back()
+
     @contextmanager
-    def vector_index_deferred(self) -> Iterator[None]:
+    def _index_deferred(self) -> Iterator[None]:
         """Drop the HNSW index and build none while the block stores vectors, then build it
-        once (at HNSW_MIN_VECTORS, with `build_memory(vectors, dims)` as maintenance_work_mem):
-        one bulk build links the graph several times faster than an insert per vector. A failed
-        block leaves the index to the next store_vectors."""
+        once (at HNSW_MIN_VECTORS). A failed block leaves the index to the next store_vectors."""
         with self.transaction():
             self.conn.execute("DROP INDEX IF EXISTS idx_chunk_vectors_hnsw")
         with self._bulk_load():
             yield
 
     @contextmanager
-    def vector_index_held_back(self) -> Iterator[None]:
+    def _index_held_back(self) -> Iterator[None]:
         """While the block attaches vectors to at least HNSW_MIN_VECTORS pending chunks of a
         space that has no HNSW index yet (a first sync, a new embedding space), build none midway
-        and keep none up: build it once after the block, as `vector_index_deferred` does. An
-        index already there is kept and kept up. With fewer waiting, a space that holds enough
-        vectors but no index (a run stopped between its last vectors and its build: nothing is
-        pending, so no store_vectors would ever build it) gets it before the block."""
+        and keep none up: build it once after the block, as `_index_deferred` does. An index
+        already there is kept and kept up. With fewer waiting, a space that holds enough vectors
+        but no index (a run stopped between its last vectors and its build: nothing is pending,
+        so no store_vectors would ever build it) gets it before the block."""
         if not self.has_vector_table() or not self._one("SELECT to_regclass('idx_chunk_vectors_hnsw') IS NULL"):
             yield
             return
