@@ -14,7 +14,7 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
-from search.fusion import Fused, exact_value_terms, match_terms, rrf, term_coverage
+from search.fusion import Fused, covered_terms, exact_value_terms, match_terms, rrf, term_coverage
 from search.querybuild import QueryTerm, build_exact_query, query_terms
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
@@ -44,7 +44,7 @@ def _matched(by_keyword: bool, by_meaning: bool) -> str:
 
 
 RARE_EXACT_HITS = 3  # at most this many keyword hits hold a language-less term that decides the fusion
-COVERAGE_HITS = 5  # keyword hits whose term coverage weighs the keyword half in mixed languages
+COVERAGE_HITS = 5  # keyword hits whose notes' term coverage weighs the keyword half in mixed languages
 
 
 @dataclass
@@ -90,6 +90,11 @@ class SearchResponse:
     vector_space: str | None = None
     keyword_blind: int = 0
     keyword_weight: float = 1.0
+    # the share of the query's terms the keyword half's best note holds, when candidates in other
+    # languages made it weigh the keyword half (None: it did not)
+    keyword_coverage: float | None = None
+    exact_value: bool = False  # a rare language-less term kept the fusion plain (found_exact_value)
+    rrf_k: int = 60  # the fusion's constant: a list's rank r adds weight / (rrf_k + r)
 
     def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
         data: dict[str, object] = {
@@ -105,6 +110,9 @@ class SearchResponse:
                 "vector_space": self.vector_space,
                 "keyword_blind": self.keyword_blind,
                 "keyword_weight": self.keyword_weight,
+                "keyword_coverage": self.keyword_coverage,
+                "exact_value": self.exact_value,
+                "rrf_k": self.rrf_k,
             }
         return data
 
@@ -166,6 +174,30 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
     return False
 
 
+def keyword_coverage(
+    terms: list[tuple[tuple[str, ...], bool]], lexical_ids: list[int], texts: dict[int, str], files: dict[int, object]
+) -> float:
+    """How much of the query the keyword half answers in the query's language: the largest share
+    of its terms one note holds, among the notes of the best COVERAGE_HITS keyword hits, over all
+    of that note's keyword hits. A note may hold `obnova` in one section and `zálohy` in another:
+    no chunk of it covers the query, the note does."""
+    if not terms:
+        return 0.0
+    chunks_of: dict[object, list[int]] = {}
+    for cid in lexical_ids:
+        if cid in files and cid in texts:
+            chunks_of.setdefault(files[cid], []).append(cid)
+    best = 0
+    for note in dict.fromkeys(files[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in files and cid in texts):
+        missing = set(range(len(terms)))
+        for cid in chunks_of[note]:
+            missing -= covered_terms(terms, texts[cid], missing)
+            if not missing:
+                return 1.0  # no note can cover more
+        best = max(best, len(terms) - len(missing))
+    return best / len(terms)
+
+
 def search(
     store: IndexReader,
     config: Config,
@@ -189,7 +221,7 @@ def search(
         raise NotesSearchError(f"per_file must be at least 1, got {per_file}")
     if min_similarity is not None and not -1.0 <= min_similarity <= 1.0:
         raise NotesSearchError(f"min_similarity is a cosine similarity from -1 to 1, got {min_similarity}")
-    response = SearchResponse(query=query, mode=mode)
+    response = SearchResponse(query=query, mode=mode, rrf_k=config.search.rrf_k)
     notices: list[str] = []  # why the vector half could not (fully) run: degraded
     info: list[str] = []  # everything else worth saying
     depth = max(MIN_DEPTH, 3 * k)
@@ -248,12 +280,12 @@ def search(
                 knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
                 keyword_ids = {cid for cid, _ in lexical}
                 languages = read_apart.languages_of(store, candidates - keyword_ids) if knows_language else {}
-                fused, blind = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
+                fused, blind, exact = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
                 chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
                 shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
                 if mode != "lex" and shown:  # --explain names each hit's language
                     languages.update(read_apart.languages_of(store, shown))
-                response.results = _hits(chosen, rows, lexical, vector, languages, blind, query)
+                response.results = _hits(chosen, rows, lexical, vector, languages, blind, exact, query)
                 exhausted = len(lexical) < depth and len(vector) < depth
                 if (
                     len(response.results) >= k
@@ -564,9 +596,10 @@ def _fuse(
     vector: list[RankedChunk],
     rows: dict[int, ChunkRow],
     languages: dict[int, str],
-) -> tuple[list[Fused], dict[int, tuple[str, ...]]]:
-    """Both halves fused (exact terms first among the chunks their prefixes matched), and the
-    candidates the keyword half could not see."""
+) -> tuple[list[Fused], dict[int, tuple[str, ...]], dict[int, int]]:
+    """Both halves fused (exact terms first among the chunks their prefixes matched), the
+    candidates the keyword half could not see, and how many identifier terms each chunk a
+    widened one matched holds as typed."""
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match) if match is not None else []
     texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
@@ -574,6 +607,7 @@ def _fuse(
     lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules, seen)
     top_lexical = [texts[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in texts]
     blind = {}
+    response.exact_value = False
     if mode == "hybrid":
         candidates = set(lexical_ids) | {cid for cid, _ in vector}
         blind = keyword_blind(response.query_language, set(lexical_ids), candidates, languages)
@@ -581,18 +615,18 @@ def _fuse(
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
         if found_exact_value(terms, top_lexical, every_lexical):
             blind = {}
+            response.exact_value = True
     response.keyword_blind = len(blind)
     weights = {}
     response.keyword_weight = 1.0
+    response.keyword_coverage = None
     if blind:
         # notes in other languages are in play: the keyword half answers from the query's
-        # language only, so it counts as much as its best hit covers the query's terms (not at
+        # language only, so it counts as much as its best note covers the query's terms (not at
         # all when it found nothing: then no candidate is scaled up for being out of its reach)
-        coverage = 0.0
-        for text in top_lexical:
-            coverage = max(coverage, term_coverage(terms, text))
-            if coverage == 1.0:  # no hit can cover more
-                break
+        files = {cid: (row.source_id, row.path) for cid, row in rows.items()}
+        coverage = keyword_coverage(terms, lexical_ids, texts, files)
+        response.keyword_coverage = coverage
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
     fused = rrf(
@@ -605,7 +639,7 @@ def _fuse(
     if rules:  # the vector half must not undo exact-first either
         by_id = {item.chunk_id: item for item in fused}
         fused = [by_id[cid] for cid in exact_first([item.chunk_id for item in fused], texts, rules, seen)]
-    return fused, blind
+    return fused, blind, {cid: exact for cid, (matched, exact) in seen.items() if matched}
 
 
 def _choose(
@@ -650,6 +684,7 @@ def _hits(
     vector: list[RankedChunk],
     languages: dict[int, str],
     blind: dict[int, tuple[str, ...]],
+    exact: dict[int, int],
     query: str,
 ) -> list[Hit]:
     """The chosen chunks as hits, each centred on the line where the query matches best."""
@@ -685,10 +720,21 @@ def _hits(
                     "rrf": round(item.score, 6),
                     "language": languages.get(item.chunk_id),
                     "keyword_blind": item.chunk_id in blind,
+                    # why the hit sits where it does: what each half added to `rrf`, the rank the
+                    # keyword half was taken to give a note it cannot read, and the identifier
+                    # terms held as typed (exact-first puts those ahead of prefix-only matches)
+                    "bm25_part": _part(item, "bm25"),
+                    "bm25_counted_rank": item.imputed.get("bm25"),
+                    "vec_part": _part(item, "vec"),
+                    "exact_terms": exact.get(item.chunk_id),
                 },
             )
         )
     return hits
+
+
+def _part(item: Fused, name: str) -> float | None:
+    return round(item.parts[name], 6) if name in item.parts else None
 
 
 def _embed_query(

@@ -19,6 +19,9 @@ class Fused:
     chunk_id: int
     score: float
     ranks: dict[str, int] = field(default_factory=dict)  # 1-based rank in each list that has the id
+    # what each list added to the score (--explain), and the rank a blind list was taken to give
+    parts: dict[str, float] = field(default_factory=dict)
+    imputed: dict[str, int] = field(default_factory=dict)
 
 
 def rrf(
@@ -40,24 +43,27 @@ def rrf(
     An id a list did rank is never blind to it. Without `blind` and `weights` this is plain
     RRF."""
     weight = {name: (weights or {}).get(name, 1.0) for name in rankings}
-    scores: dict[int, float] = {}
+    parts: dict[int, dict[str, float]] = {}
     ranks: dict[int, dict[str, int]] = {}
     for name, ids in rankings.items():
         for rank, chunk_id in enumerate(ids, 1):
             if name in ranks.get(chunk_id, {}):
                 continue  # a list naming an id twice counts it once, at its best rank
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight[name] / (k + rank)
+            parts.setdefault(chunk_id, {})[name] = weight[name] / (k + rank)
             ranks.setdefault(chunk_id, {})[name] = rank
+    imputed: dict[int, dict[str, int]] = {}
     for chunk_id, lists in (blind or {}).items():
-        if chunk_id not in scores:
+        if chunk_id not in parts:
             continue
-        imputed = BLIND_RANK_FACTOR * min(ranks[chunk_id].values())
-        for name in set(lists):
+        rank = BLIND_RANK_FACTOR * min(ranks[chunk_id].values())
+        for name in sorted(set(lists)):
             if name in rankings and name not in ranks[chunk_id]:
-                scores[chunk_id] += weight[name] / (k + imputed)
+                parts[chunk_id][name] = weight[name] / (k + rank)
+                imputed.setdefault(chunk_id, {})[name] = rank
+    scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
     order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
-    return [Fused(cid, scores[cid], ranks[cid]) for cid in order]
+    return [Fused(cid, scores[cid], ranks[cid], parts[cid], imputed.get(cid, {})) for cid in order]
 
 
 _TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
@@ -89,8 +95,12 @@ def match_terms(match: str) -> list[tuple[tuple[str, ...], bool]]:
 def term_coverage(terms: Sequence[tuple[tuple[str, ...], bool]], text: str) -> float:
     """The share of the query's terms that `text` contains (prefix terms as prefixes; a phrase
     counts when all its words are there). The keyword half's evidence for its best hit."""
-    if not terms:
-        return 0.0
+    return len(covered_terms(terms, text)) / len(terms) if terms else 0.0
+
+
+def covered_terms(terms: Sequence[tuple[tuple[str, ...], bool]], text: str, wanted: Collection[int] | None = None) -> set[int]:
+    """The positions in `terms` of the terms `text` contains, looking only for those in `wanted`
+    (all unless given): a note's sections are read one after another for what is still missing."""
     folded = _fold(text)
 
     def has(word: str, as_prefix: bool) -> bool:
@@ -107,11 +117,14 @@ def term_coverage(terms: Sequence[tuple[tuple[str, ...], bool]], text: str) -> f
             start = folded.find(word, start + 1)
         return False
 
-    found = 0
-    for words, prefix in terms:
+    found = set()
+    for i, (words, prefix) in enumerate(terms):
+        if wanted is not None and i not in wanted:
+            continue
         last = len(words) - 1
-        found += all(has(w, (prefix and i == last) or len(words) > 1) for i, w in enumerate(words))
-    return found / len(terms)
+        if all(has(w, (prefix and j == last) or len(words) > 1) for j, w in enumerate(words)):
+            found.add(i)
+    return found
 
 
 def exact_value_terms(terms: Sequence[tuple[tuple[str, ...], bool]]) -> list[tuple[tuple[str, ...], bool]]:

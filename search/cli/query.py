@@ -108,7 +108,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
         echo(
             f"query language {response.query_language}; vectors {response.vector_space}; "
             f"{response.keyword_blind} candidates in other languages scored without keywords; "
-            f"keyword weight {response.keyword_weight:g}"
+            f"keyword weight {response.keyword_weight:g}{_weight_reason(response)}"
         )
     if not response.results:
         echo("no results", err=True)
@@ -136,6 +136,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                     f"  similarity {'-' if e.get('similarity') is None else e['similarity']}  rrf {e['rrf']}"
                     f"  language {e.get('language') or '-'}{blind}"
                 )
+                echo(f"    why: {_why(response, e)}")
                 echo(f"    file {hit.file or f'(in the mirror at {hit.rev})'}")
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
                 if line:
@@ -145,3 +146,35 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                 else:
                     echo()
         echo()
+
+
+def _weight_reason(response: SearchResponse) -> str:
+    """Why the keyword half weighs what it does (the header of --explain)."""
+    if response.exact_value:
+        return " (a rare language-less term of the query was found: plain fusion)"
+    if response.keyword_coverage is not None:
+        return f" (its best note holds {response.keyword_coverage:.0%} of the query's terms; weight = share squared)"
+    return ""
+
+
+def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> str:
+    """A hit's fused score as the sum of what each half added: weight / (k + rank)."""
+    k = response.rrf_k
+    parts = []
+    if response.mode != "vec":
+        rank = e.get("bm25_rank") or e.get("bm25_counted_rank")
+        if rank is None or e.get("bm25_part") is None:
+            parts.append("keyword -")
+        else:
+            weight = response.keyword_weight if response.mode == "hybrid" else 1.0
+            counted = " (another language: counted at twice its meaning rank)" if e.get("bm25_rank") is None else ""
+            parts.append(f"keyword {weight:g}/({k}+{rank}) = {e['bm25_part']:.4f}{counted}")
+    if response.mode != "lex":
+        if e.get("vec_rank") is None or e.get("vec_part") is None:
+            parts.append("meaning -")
+        else:
+            parts.append(f"meaning 1/({k}+{e['vec_rank']}) = {e['vec_part']:.4f}")
+    why = " + ".join(parts)
+    if e.get("exact_terms") is not None:
+        why += f"; holds {e['exact_terms']} identifier term(s) as typed: placed before prefix-only matches"
+    return why
