@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -175,7 +175,10 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
 
 
 def keyword_coverage(
-    terms: list[tuple[tuple[str, ...], bool]], lexical_ids: list[int], texts: dict[int, str], files: dict[int, object]
+    terms: list[tuple[tuple[str, ...], bool]],
+    lexical_ids: list[int],
+    texts: dict[int, str],
+    files: Mapping[int, object],
 ) -> float:
     """How much of the query the keyword half answers in the query's language: the largest share
     of its terms one note holds, among the notes of the best COVERAGE_HITS keyword hits, over all

@@ -98,7 +98,9 @@ def term_coverage(terms: Sequence[tuple[tuple[str, ...], bool]], text: str) -> f
     return len(covered_terms(terms, text)) / len(terms) if terms else 0.0
 
 
-def covered_terms(terms: Sequence[tuple[tuple[str, ...], bool]], text: str, wanted: Collection[int] | None = None) -> set[int]:
+def covered_terms(
+    terms: Sequence[tuple[tuple[str, ...], bool]], text: str, wanted: Collection[int] | None = None
+) -> set[int]:
     """The positions in `terms` of the terms `text` contains, looking only for those in `wanted`
     (all unless given): a note's sections are read one after another for what is still missing."""
     folded = _fold(text)

@@ -468,3 +468,27 @@ def test_sync_says_which_meta_file_it_could_not_take_as_written(run, notes: Path
     mended = run("sync")
     assert "_meta.yaml" not in mended.stderr
     assert json.loads(run("sync", "--json").stdout)["sources"][0]["collection_problems"] == []
+
+
+def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    question = "jak zálohovat databázi na serveru"
+    data = query_json(run, question, "--explain", "-k", "20")
+    assert data["explain"]["rrf_k"] == 60 and data["explain"]["exact_value"] is False
+    weight = data["explain"]["keyword_weight"]
+    assert weight == pytest.approx(data["explain"]["keyword_coverage"] ** 2, abs=1e-4)
+    hits = [hit["explain"] for hit in data["results"]]
+    for e in hits:  # the fused score is the sum of the halves' parts
+        assert e["rrf"] == pytest.approx((e["bm25_part"] or 0) + (e["vec_part"] or 0), abs=2e-6)
+        if e["bm25_rank"] is not None:
+            assert e["bm25_part"] == pytest.approx(weight / (60 + e["bm25_rank"]), abs=1e-6)
+    blind = [e for e in hits if e["keyword_blind"]]
+    assert blind, hits  # the English notes are in play
+    for e in blind:  # taken as ranked by the keyword half at twice the meaning rank
+        assert e["bm25_rank"] is None and e["bm25_counted_rank"] == 2 * e["vec_rank"]
+    text = run("query", question, "--explain", "-k", "20").output
+    assert text.count("\n    why: ") == len(hits)
+    assert f"keyword weight {weight:g} (its best note holds" in text
+    assert "(another language: counted at twice its meaning rank)" in text
+    lex = run("query", "zálohovat", "--mode", "lex", "--explain").output
+    assert "    why: keyword 1/(60+1) = 0.0164\n" in lex

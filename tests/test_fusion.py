@@ -21,7 +21,12 @@ QUERY = "obnova zálohy"
 # id: (path, breadcrumb, text, language)
 CHUNKS = {
     # one Czech note: the restore section says `obnova`, the set-up section `zálohy`
-    1: ("cs/restic.md", "Restic na NAS > Jak dostat data zpátky", "Obnova jednoho souboru: restic restore latest.", "cs"),
+    1: (
+        "cs/restic.md",
+        "Restic na NAS > Jak dostat data zpátky",
+        "Obnova jednoho souboru: restic restore latest.",
+        "cs",
+    ),
     2: ("cs/restic.md", "Restic na NAS", "Každou noc jdou zálohy na NAS, restic je šifruje.", "cs"),
     3: ("cs/disky.md", "Disky a SMART", "Nové disky testuji, než na ně pustím zálohy.", "cs"),
     # other languages, nothing to do with restoring a backup

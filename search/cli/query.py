@@ -35,7 +35,11 @@ if TYPE_CHECKING:
     help="Drop hits found by meaning alone whose cosine similarity to the query is below X "
     "(keyword hits stay: no effect with --mode lex).",
 )
-@click.option("--explain", is_flag=True, help="Show each hit's BM25 rank, vector rank and fused score.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Show each hit's BM25 rank, vector rank, fused score and what each half added to it.",
+)
 @click.option("--full", is_flag=True, help="Print each hit's whole chunk instead of its snippet (in JSON: as text).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query, mode, degraded, notice, results.")
 @format_option(HIT_FORMATS)
