@@ -26,6 +26,7 @@ from indexer.store.postgres import connection as pg_connection
 from indexer.store.postgres import keyword as pg_keyword
 from indexer.store.postgres import schema as pg_schema
 from indexer.store.postgres import store as pg_store
+from indexer.store.postgres import tsquery as pg_tsquery
 from indexer.store.postgres import tsvector as pg_tsvector
 from indexer.store.postgres import vectors as pg_vectors
 from search import cli as cli_module
@@ -536,7 +537,7 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
 def test_a_prefix_is_bounded_above_by_the_least_string_past_its_words() -> None:
     phrases = [(["ab"], True), (["x", "a\ud7ff"], True), (["z\U0010ffff"], True), (["no"], False), (["ab"], True)]
     phrases += [(["it's"], True), (["ba\\"], True)]  # spelled with escapes in a tsquery: not looked up
-    assert pg_keyword._prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
+    assert pg_tsquery._prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
 
 
 # words of falling frequency (the n-th about 1/n as common as the first), so phrases weigh
@@ -761,7 +762,7 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     )
     assert "'replica'" in postgres.keyword._phrase_hits and "'restore'" in postgres.keyword._phrase_hits
     for word in ("server", "kernel", "záloha"):
-        phrase = pg_keyword._phrase_tsquery([pg_tsvector.fold_tokens(word)[0]], False)
+        phrase = pg_tsquery._phrase_tsquery([pg_tsvector.fold_tokens(word)[0]], False)
         if phrase in postgres.keyword._phrase_hits:
             assert postgres.keyword._phrase_hits[phrase] == _exact_hits(postgres, phrase), word
     assert postgres.keyword._phrase_hits["'server'"] == _exact_hits(postgres, "'server'")

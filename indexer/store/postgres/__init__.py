@@ -12,9 +12,10 @@ has held (see schema.LEXEMES_SQL).
 
 The rooms: `connection` (the per-process pool, error wording, the URL as shown), `schema`
 (tables and named migrations), `tsvector` (text folded as SQLite's tokenizer folds it, and
-tsvectors sent in binary), `keyword` (`KeywordSearch`: FTS5's bm25 over tsvectors, with
-impact tiers, sampling and the counts it keeps), `vectors` (pgvector, the HNSW index and its
-bulk builds) and `store` (`PostgresStore`, on the shared `indexer.store.core`).
+tsvectors sent in binary), `tsquery` (a query's phrases as tsqueries), `keyword`
+(`KeywordSearch`: FTS5's bm25 over tsvectors, with impact tiers, sampling and the counts it
+keeps), `vectors` (pgvector, the HNSW index and its bulk builds) and `store` (`PostgresStore`,
+on the shared `indexer.store.core`).
 
 Readers never wait for writers (MVCC); `snapshot()` is a REPEATABLE READ read-only
 transaction. Connections are pooled per process, so a long-lived server pays no connection per

@@ -7,27 +7,29 @@ the lexical rows, scoped searches led by whichever side is smaller."""
 from __future__ import annotations
 
 import math
-import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from indexer.store.postgres.connection import learned, learned_everywhere
+from indexer.store.postgres.tsquery import (
+    _MATCH_PARAM,
+    _phrase_tsquery,
+    _prefix_ranges,
+    _single_lexeme,
+    _sole_lexeme_forms,
+    _with_lexemes,
+    impact_tsquery,
+    match_phrases,
+)
 from indexer.store.postgres.tsvector import (
-    _SURELY_INDEXABLE,
     BM25_B,
     BM25_K1,
     IMPACT_LABELS,
     IMPACT_REFERENCE_LENGTH,
     IMPACT_TIERS,
-    MAX_LEXEME_BYTES,
-    SHARED_PREFIX_MIN,
-    _indexable,
-    _lexeme,
-    fold_tokens,
     folder_scope,
     scope_condition,
 )
@@ -46,126 +48,67 @@ RANK_WEIGHTS = "{0.5, 0.5, 0.5, 1.0}"
 LEXICAL_VERSION_SQL = (
     "COALESCE(string_agg(fts_stats.source_id || ':' || fts_stats.xmin::text, ',' ORDER BY fts_stats.source_id), '')"
 )
-
-
-PHRASE_HITS_KEPT = 10_000
+PHRASE_HITS_KEPT = 10_000  # document frequencies kept per index: a long-lived server meets unbounded queries
 IMPACT_STEPS = 4  # tier passes (each IMPACT_STEP tiers deeper while too few chunks are found) before the full scan
 IMPACT_STEP = 3
 EVERY_PHRASE_MAX = 4  # queries of 2..4 phrases also take chunks holding all of them (see _tiered_search),
 EVERY_MAX_ROWS = 3_000  # all such chunks when the sample says they are at most this many
 
-# Below this many lexical rows every match is scored (cheap) with exact document frequencies;
-# above, a phrase's document frequency is estimated from a sample of about SAMPLED_ROWS rows
-# (counted exactly when the sample holds fewer than SAMPLE_MIN_HITS of its chunks: rare
-# phrases, whose idf weighs most, are cheap to count through the GIN index), and a query whose
-# phrases match fewer than FULL_SCAN_MAX_MATCHES chunks is scored whole.
+# Below TIERED_MIN_ROWS lexical rows every match is scored (cheap) with exact document
+# frequencies; above, a phrase's frequency is estimated from a sample of about SAMPLED_ROWS rows
+# (counted exactly when the sample holds fewer than SAMPLE_MIN_HITS of its chunks: rare phrases,
+# whose idf weighs most, are cheap to count), and a query whose phrases match fewer than
+# FULL_SCAN_MAX_MATCHES chunks is scored whole.
 TIERED_MIN_ROWS = 20_000
 SAMPLED_ROWS = 2_000
 SAMPLE_MIN_HITS = 20
 FULL_SCAN_MAX_MATCHES = 2_000
 
-# A one-word phrase (or prefix) whose lexemes the planner's statistics list among the column's
-# most common elements takes its document frequency from there: ANALYZE's sample (30,000 rows at
-# the default target) is 15x the keyword search's, its frequencies are read once per ANALYZE,
-# and the query needs no sample at all (at 100k chunks the sample was 3-7 ms of a fresh query).
-# A prefix's chunks are those holding any of its listed lexemes, taken as independent. Rows
-# written since that ANALYZE move a frequency by at most one each: while they exceed
-# STATS_DRIFT_SHARE of the phrase's estimate, the sample answers as before. LEXEME_STATISTICS off
-# leaves every phrase to the sample and the counts (exactness checks).
+# A one-word phrase (or prefix) whose lexemes the planner lists among the column's most common
+# elements takes its document frequency from there: ANALYZE's sample is 15x the keyword search's
+# and costs the query nothing (a prefix's chunks: those holding any of its listed lexemes, taken
+# as independent). While the rows written since that ANALYZE exceed STATS_DRIFT_SHARE of the
+# estimate, the sample answers instead. Off: every phrase to the sample and the counts.
 LEXEME_STATISTICS = True
 STATS_DRIFT_SHARE = 0.25
 
-# how many of a query's chunks hold every one of its phrases is estimated only to choose a pass
-# (EVERY_MAX_ROWS), never for a score: alone it takes a quarter of the sample (a subset of the
-# same pages: SYSTEM sampling keeps a page by a hash of its number under the share), 0.4 against
-# 2.6 ms at 100k chunks
+# how many chunks hold every phrase only chooses a pass (EVERY_MAX_ROWS), never a score: a
+# quarter of the sample (a subset of its pages) answers it, at a sixth of the cost
 CONJUNCTION_SAMPLED_ROWS = 500
 
-# The pass that settles a top whose floor is known (see _settling_pass) looks up at most this
-# many phrase sets (each one a GIN scan: 20 sets of three common prefixes cost about as much as
-# scoring every match), and only when the planner expects it to read under this share of every
-# match (scoring the rows it reads costs more than one scan's: at 100k chunks a settling pass
-# over ~44k of ~71k matches took longer than the scan)
+# A settling pass (see _settling_pass) looks up at most SETTLING_MAX_SETS phrase sets (each a
+# GIN scan: many sets of common prefixes cost what scoring every match does), and only when the
+# planner expects it to read under SETTLING_MAX_SHARE of every match (reading more scores slower
+# than the scan).
 SETTLING_MAX_SETS = 16
 SETTLING_MAX_SHARE = 0.4
 
 # A settling pass's candidate set is counted only while the planner expects at most the larger
-# of COUNTED_MAX_ESTIMATE rows and COUNTED_MAX_SHARE of the index's (it expects 20-350x too many
-# of an impact tsquery's prefix words, so most such counts are small); past it, its estimate
-# stands. Counting a deep tier of common prefixes builds the whole bitmap of their impact words:
-# on the dense 100k, 0.2-0.25 s a count and p90 0.7 s a query (the scan: 70 ms). The 50 bench
-# queries' unscoped keyword calls, summed, counting always -> gated: dense 100k 6.8 -> 2.0 s,
-# realistic 100k 1.17 -> 1.31 s, realistic 1M 7.11 -> 7.08 s (with 10,000 alone there: 10.8 s).
+# of COUNTED_MAX_ESTIMATE rows and COUNTED_MAX_SHARE of the index's (it expects far too many of
+# an impact tsquery's prefix words, so most such counts are small); past it, the estimate stands:
+# counting a deep tier of common prefixes builds the whole bitmap of their impact words.
 COUNTED_MAX_ESTIMATE = 10_000
 COUNTED_MAX_SHARE = 0.1
 
-# A scoped keyword search reads either the scope's rows, the match tested on each (~1.4 us a
-# row at 200k chunks, its ids sorted so that neighbours share one descent of the key), or the
-# matches through the document index, the scope testing each (2.5-8 us a match: their heap
-# pages are scattered and mostly outside shared buffers). The matches lead when the phrases'
-# summed document frequencies (at least the matches' count) are under SCOPE_MATCH_SHARE of the
-# scope's rows and every phrase is one word (a phrase of several words reads, and rechecks,
-# every chunk holding all of them: at 200k "10 5 122" had 98 matches but 80 us of reads per
-# match). A scope of more than SCOPE_IDS_MAX chunks is left to the planner's join (an array of
-# its ids would hide its size and cost memory).
+# A scoped keyword search reads either the scope's rows, testing the match on each (ids sorted:
+# neighbours share one descent of the key), or the matches through the document index, the scope
+# testing each (scattered heap pages: a few times dearer a row). The matches lead when the
+# phrases' summed document frequencies are under SCOPE_MATCH_SHARE of the scope's rows and every
+# phrase is one word (a phrase of several words reads and rechecks every chunk holding all of
+# them). A scope of more than SCOPE_IDS_MAX chunks is left to the planner's join (an array of its
+# ids would hide its size and cost memory).
 SCOPE_MATCH_SHARE = 0.5
 SCOPE_IDS_MAX = 100_000
 
 # A folder's matches come from one scan of the document index, which reads every posting of its
-# phrases over the whole index (and the folder lexeme's) before the folder narrows them; the
-# folder's own rows, each testing the match, cost about FOLDER_ROW_POSTINGS postings a row. At 1M
-# chunks, a folder of 10k (1 %): the scan took 0.2-0.4 us a posting (320k postings: 79 ms), the
-# rows 12-13 ms plus the ranking both do. The rows lead when the phrases' summed document
-# frequencies exceed FOLDER_ROW_POSTINGS times the folder's rows (the planner's estimate of its
-# lexeme), which is only asked once the postings reach FOLDER_ROW_POSTINGS * FOLDER_LEAD_MIN_ROWS;
-# then they also replace a phrase's tier passes, whose lowest tiers read nearly every posting
-# of the phrase too (a host name at 1M: 40-60 ms of passes).
+# phrases over the whole index before the folder narrows them; the folder's own rows, each
+# testing the match, cost about FOLDER_ROW_POSTINGS postings a row. The rows lead when the
+# phrases' summed document frequencies exceed FOLDER_ROW_POSTINGS times the folder's rows (the
+# planner's estimate of its lexeme), asked only once the postings reach FOLDER_ROW_POSTINGS *
+# FOLDER_LEAD_MIN_ROWS; then they also replace a phrase's tier passes, whose lowest tiers read
+# nearly every posting of the phrase too.
 FOLDER_ROW_POSTINGS = 5
 FOLDER_LEAD_MIN_ROWS = 1_000
-_MATCH_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
-
-
-def match_phrases(match: str) -> list[tuple[list[str], bool]]:
-    """The folded words of each phrase of the FTS5 expression of `search.querybuild`
-    (double-quoted phrases, each maybe followed by `*`, joined by OR) and whether its last word
-    is a prefix. Phrases with nothing to match are left out."""
-    phrases = []
-    for body, star in _MATCH_TERM.findall(match):
-        tokens = fold_tokens(body.replace('""', '"'), query=True)
-        if tokens and all(_indexable(token) for token in tokens):
-            phrases.append((tokens, bool(star)))
-    return phrases
-
-
-def _phrase_tsquery(tokens: list[str], prefix: bool) -> str:
-    words = [_lexeme(token) for token in tokens]
-    if prefix:
-        words[-1] += ":*"
-    return " <-> ".join(words)
-
-
-def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str | None:
-    """The chunks where some phrase has all its words (the last one maybe a prefix: through
-    one lexeme's tiers or the summed ones) in the first `tiers` impact tiers. A phrase occurs
-    at most as often as each of its words, so in a chunk outside, each phrase's saturation is
-    below those tiers (None: a word too long to have impact words, or a prefix too short)."""
-    items = []
-    for tokens, prefix in phrases:
-        if any(len(token) > _SURELY_INDEXABLE - 2 for token in tokens):
-            return None  # only the full scan finds it
-        words = []
-        for n, token in enumerate(tokens, 1):
-            labels = IMPACT_LABELS[:tiers]
-            if prefix and n == len(tokens):  # one lexeme holding it, or the sum of several
-                if len(token) < SHARED_PREFIX_MIN:
-                    return None
-                alternatives = [_lexeme(f"{label}|{token}") + ":*" for label in labels]
-                alternatives += [_lexeme(f"{label}>{token}") for label in labels]
-            else:
-                alternatives = [_lexeme(f"{label}|{token}") for label in labels]
-            words.append("(" + " | ".join(alternatives) + ")")
-        items.append(" & ".join(words))
-    return " | ".join(f"({item})" for item in items)
 
 
 @dataclass
@@ -791,49 +734,6 @@ def _phrase_sets_reaching(parts: Sequence[float], floor: float) -> list[tuple[in
     return sets if extend(0, (), 0.0) else None
 
 
-_SINGLE_LEXEME = re.compile(r"'((?:[^'\\]|''|\\.)*)'(:\*)?")
-_MATCH_PARAM = re.compile(r"q\d+|holding\d+|all|any|every|every_tiers|candidates")  # the tsqueries of a match
-
-
-def _prefix_ranges(phrases: Sequence[tuple[list[str], bool]]) -> list[tuple[str, str]]:
-    """Each distinct prefix of `phrases` (a phrase's last word) with the least string above
-    every string it begins (code point order, the lexemes' byte order under COLLATE "C"); a
-    prefix no string is above is left out, and so is one a tsquery would spell with escapes."""
-    ranges: dict[str, str] = {}
-    for tokens, prefix in phrases:
-        low = tokens[-1]
-        if not prefix or low in ranges or "'" in low or "\\" in low:
-            continue
-        after = ord(low[-1]) + 1
-        if 0xD800 <= after <= 0xDFFF:
-            after = 0xE000  # no text holds a surrogate
-        if after <= sys.maxunicode:
-            ranges[low] = low[:-1] + chr(after)
-    return list(ranges.items())
-
-
-def _sole_lexeme_forms(exact: Mapping[str, str]) -> dict[str, str]:
-    """The tsquery items (quoted, `:*`) of prefixes that stand for one lexeme in the documents
-    and the impact tiers (`label|prefix`), each with its lexeme's item. A prefix's impact words
-    name the lexemes of the chunk it begins: for these, that one."""
-    forms: dict[str, str] = {}
-    for prefix, lexeme in exact.items():
-        forms[_lexeme(prefix) + ":*"] = _lexeme(lexeme)
-        if len(lexeme.encode()) + 2 <= MAX_LEXEME_BYTES:
-            for label in IMPACT_LABELS:
-                forms[_lexeme(f"{label}|{prefix}") + ":*"] = _lexeme(f"{label}|{lexeme}")
-    return forms
-
-
-def _with_lexemes(tsquery: str, forms: Mapping[str, str]) -> str:
-    """`tsquery` with each item of `forms` replaced (an item is quoted whole: no other item
-    contains it, and the words of a match hold no quote)."""
-    for item, lexeme in forms.items():
-        if item in tsquery:
-            tsquery = tsquery.replace(item, lexeme)
-    return tsquery
-
-
 def _within(
     where: str, params: dict[str, object], within: tuple[str, dict[str, object]] | None
 ) -> tuple[str, dict[str, object]]:
@@ -841,15 +741,6 @@ def _within(
     if within is None:
         return where, params
     return f"({where}) AND {within[0]}", {**params, **within[1]}
-
-
-def _single_lexeme(tsquery: str) -> tuple[str, bool] | None:
-    """The lexeme of a one-word phrase's tsquery (see `_phrase_tsquery`) and whether it is a
-    prefix; None for a phrase of several words or a conjunction."""
-    found = _SINGLE_LEXEME.fullmatch(tsquery)
-    if found is None:
-        return None
-    return re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", found.group(1)), bool(found.group(2))
 
 
 def _idfs(found: Sequence[int], total_rows: int) -> list[float]:

@@ -23,6 +23,10 @@ MIGRATION_LOCK = 0x6E6F7465  # advisory lock id: two first syncs on several host
 # autovacuum analyzes the lexical rows after this share of them changed (PostgreSQL's default
 # is 0.1): the statistics above then follow the index within about a percent of its rows
 LEXICAL_ANALYZE_SHARE = 0.01
+# The lexical GIN indexes keep new entries in a pending list (fastupdate) until it outgrows
+# gin_pending_list_limit or autovacuum merges it, and every keyword search reads the whole list
+# once per index condition of each pass (a copy's leftover list doubled the median unscoped
+# search): the end of a sync merges it, in bulk as a flush would.
 LEXICAL_GIN_INDEXES = ("idx_chunks_fts_document", "idx_chunks_fts_impacts")
 
 
@@ -162,7 +166,7 @@ def _fill_file_tags(store: PostgresStore) -> None:
 
 # the tsvectors kept in the table's own pages, uncompressed, up to a page's worth: keyword search
 # reads each one once per phrase, and a compressed or out-of-line one is decompressed or fetched
-# every time (at 100k chunks, 13 % of them: ranking took 1.7x as long). Rows written from then on.
+# every time (ranking took far longer). Rows written from then on.
 LEXICAL_INLINE_SQL = """
     ALTER TABLE chunks_fts ALTER COLUMN document SET STORAGE MAIN;
     ALTER TABLE chunks_fts SET (toast_tuple_target = 8160);
@@ -207,8 +211,8 @@ def _write_impacts(store: PostgresStore) -> None:
     store.conn.execute("CREATE INDEX idx_chunks_fts_impacts ON chunks_fts USING gin(impacts)")
 
 
-# a scope's chunk ids from the path index alone (an index-only scan): at 1M chunks a 1 % folder's
-# ids came from 3,700 heap pages of chunks (their texts), now from about a hundred index pages
+# a scope's chunk ids from the path index alone (an index-only scan), not from the chunks' heap
+# pages, which hold their texts
 CHUNK_PATHS_COVERING_SQL = """
     CREATE INDEX IF NOT EXISTS idx_chunks_path_ids ON chunks(path) INCLUDE (id, source_id);
     DROP INDEX IF EXISTS idx_chunks_path;
@@ -218,8 +222,7 @@ CHUNK_PATHS_COVERING_SQL = """
 # each lexical row's folders (every ancestor of its file, and the file's own path) as lexemes
 # of a second column of the document index: a folder scope becomes one more condition of the
 # same index scan, which walks the folder's few entries and skips through the words' long
-# posting lists, instead of reading every row of the folder to test the match on it (at 1M
-# chunks, 10k rows of ~3 KB for a 1 % folder). A column of its own, not lexemes in `document`:
+# posting lists, instead of reading every row of the folder to test the match on it. A column of its own, not lexemes in `document`:
 # folders are the commonest "words" and would crowd real ones out of the planner's statistics
 # the keyword search reads its document frequencies from. A path longer than a lexeme can be
 # (MAX_LEXEME_BYTES) has no scope lexeme: its scopes are read as before. Writes send the lexemes
@@ -254,13 +257,12 @@ def _write_scopes(store: PostgresStore) -> None:
 # Every lexeme a lexical row has held, for keyword search to name the lexemes a query's prefix
 # stands for: GIN finds a prefix by collecting every matching entry's rows into a bitmap first,
 # an exact lexeme by walking its posting list, so a prefix that stands for one lexeme is looked
-# up as that lexeme (the dense 100k: `'sestave':*` 4.8 ms, `'sestaveni'` 2.0; three such
-# prefixes ANDed 9.6 ms against 1.7). Complete by construction: a write commits its rows'
+# up as that lexeme (a few times faster, more so for several ANDed). Complete by construction: a write commits its rows'
 # lexemes here before the rows themselves can commit (`_add_lexemes`); nothing is deleted, so a
 # lexeme no row holds any more only keeps its prefixes' lookup as it was. `words_listed` has no
 # default once filled: a writer of an earlier version, which knows nothing of `lexemes`, is
 # refused rather than leaving its words out of it (the step holds the lexical rows meanwhile:
-# keyword searches wait for it, 34 s at 1M chunks).
+# keyword searches wait for it, half a minute at a million chunks).
 LEXEMES_SQL = """
     CREATE TABLE IF NOT EXISTS lexemes (lexeme TEXT COLLATE "C" PRIMARY KEY);
     ALTER TABLE chunks_fts ADD COLUMN IF NOT EXISTS words_listed BOOLEAN NOT NULL DEFAULT TRUE;

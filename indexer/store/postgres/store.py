@@ -53,12 +53,6 @@ from indexer.store.schema import LANGUAGE_BACKFILL_KEY
 log = logging.getLogger("notes_search.store")
 
 
-# The lexical GIN indexes keep new entries in a pending list (fastupdate) until it outgrows
-# gin_pending_list_limit (4 MB by default) or autovacuum merges it, and every keyword search
-# reads the whole list once per index condition of each pass. At 100k chunks the list a copy
-# left behind (2 MB and 0.8 MB) doubled the median unscoped fts_search (51-62 against 33 ms, the
-# same queries and load). The end of a sync merges it, in bulk as a flush would, so the
-# searches between syncs read none of it.
 # what searches read, with their indexes and TOAST: the lexical rows, the vectors and their
 # HNSW graph, the chunks shown, the files and tags that scopes and filters test, the words
 # prefixes begin

@@ -37,14 +37,10 @@ HNSW_MIN_VECTORS = 10_000  # below this an exact scan answers unscoped KNN (see 
 
 # The HNSW graph: HNSW_M links per vector (pgvector's default), each linked in through a
 # candidate list of ef_construction. pgvector's default 64 leaves part of a large clustered index
-# badly linked: some vectors are never reached, however long the search's list (at the 1M
-# bench's topic density, 200k vectors of 100 topics: recall@10 0.975, worst query 0.7, the same at
-# ef_search 400 and 1000, and 27 of 2,000 vectors not found even as their own query); 128 found
-# every exact top 10 there (1 vector of 2,000 not found). On the realistic 1M bench recall@10
-# went from 0.936 (worst 0.7) to 0.996 (worst 0.9); m = 32 was no better and built 2x slower.
-# Below HNSW_WIDE_FROM vectors 64 already finds every exact top 10 (recall 1.000 at 100k) and
-# builds in half the time (20k vectors: 5.8-6.9 s against 9.9-19 s), which is most of a first
-# sync's store writes; an index built small is built again once it has grown past it.
+# unreachable however long the search's list, so from HNSW_WIDE_FROM vectors it is 128 (m = 32:
+# no better, built 2x slower); below, 64 already finds every exact top 10 and builds in half
+# the time (most of a first sync's store writes). An index built small is built again once it
+# has grown past HNSW_WIDE_FROM. Figures: bench/RESULTS.md, the store's tuning.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
 HNSW_EF_CONSTRUCTION_SMALL = 64
@@ -64,10 +60,9 @@ def hnsw_graph(reloptions: Sequence[str] | None) -> tuple[str, str]:
     return (f"m={listed.get('m', '16')}", f"ef_construction={listed.get('ef_construction', '64')}")
 
 
-# The graph holds half-precision copies of the vectors (`halfvec`), the table the floats: at 1M
-# chunks of 384 dimensions the index is 1.12 GB instead of 1.95, recall@10 0.986 against 0.984,
-# and hybrid search on a 4 GB buffer pool, which the keyword and vector halves share, 69 ms p50
-# instead of 111. The distances shown, and the order of the hits found, come from the floats.
+# The graph holds half-precision copies of the vectors (`halfvec`), the table the floats: the
+# index is nearly half the size at the same recall, which leaves the buffer pool (the keyword and
+# vector halves share it) room for both. The distances shown, and the hits' order, come from the floats.
 # pgvector indexes at most 4,000 dimensions of halfvec (2,000 of vector: text-embedding-3-large
 # has 3,072); a wider space is scanned exactly.
 HNSW_HALFVEC_MAX_DIMS = 4_000
@@ -105,10 +100,8 @@ def build_memory(vectors: int, dims: int) -> str:
 
 # HNSW candidate list: at least this, and four times k (pgvector's cap is 1000), growing with
 # the index from EF_GROWS_FROM vectors to the cap at EF_GROWS_TO. On clustered vectors a short
-# list can settle in the wrong cluster entirely (recall 0 for that query): at 300k chunks 64
-# gave recall@10 0.918, 200 gave 0.946, 400 gave 0.986, for ~2 ms more a query; at 1M chunks
-# (ef_construction 128) 100 gave 0.836 and 200 0.934 (a query at 0.0 each), 400 gave 0.994,
-# 1000 gave 0.996 (worst 0.9), all in 10-13 ms
+# list can settle in the wrong cluster entirely (recall 0 for that query); 400 costs a couple of
+# milliseconds more than 64 a query
 EF_SEARCH_MIN = 400
 EF_SEARCH_PER_RESULT = 4
 EF_SEARCH_MAX = 1000
@@ -448,8 +441,7 @@ class PgVectors(StoreCore):
             where, params = scope_condition(scope, "c")
             params.update(q=query, k=k)
             # the scope's ids first, sorted, then their vectors in one index scan over them (leaf
-            # pages read in turn, each heap page once) instead of a descent per chunk from a join:
-            # at 1M chunks a 1 % scope touched 9k buffers instead of 40k, in 0.7x the time
+            # pages read in turn, each heap page once) instead of a descent per chunk from a join
             rows = self.conn.execute(
                 f"""WITH scoped AS MATERIALIZED (
                         SELECT v.id, v.embedding <=> %(q)s AS distance FROM chunk_vectors v
