@@ -19,6 +19,7 @@ from indexer.configpaths import ConfigLocation  # where the config is found: imp
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
 from indexer.redaction import is_postgres_url
+from indexer.windows import WINDOWS_VERSION
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
 # Upper bounds keep every number within what the code below it can use (an index-sized int for a
@@ -31,6 +32,27 @@ MAX_TIMEOUT = 86_400.0
 MAX_KEEP_ALIVE = 10 * 365 * 86_400.0  # -1 (for ever) is the usual value; infinity is not JSON
 LOCAL_MODEL = "multilingual-e5-small"
 PROVIDERS = ("local", "ollama", "openai")
+MIN_MAX_TOKENS = 16  # a window must hold a breadcrumb and a few words
+MAX_MAX_TOKENS = 1 << 20
+# Tokens a model reads per input, by a part of its name (lowercase, without an Ollama tag or
+# an organisation): what a server reads of a longer text is cut off. Ollama reads at most its
+# context (num_ctx, 2048 unless a Modelfile sets more), whatever the model could read.
+KNOWN_WINDOWS = (
+    ("multilingual-e5", 512),
+    ("e5-", 512),
+    ("nomic-embed-text", 8192),
+    ("bge-m3", 8192),
+    ("bge-", 512),
+    ("mxbai-embed-large", 512),
+    ("snowflake-arctic-embed2", 8192),
+    ("snowflake-arctic-embed", 512),
+    ("all-minilm", 256),
+    ("gte-", 512),
+    ("text-embedding-3", 8191),
+    ("text-embedding-ada-002", 8191),
+)
+OLLAMA_DEFAULT_CONTEXT = 2048
+UNKNOWN_MODEL_WINDOW = 512  # the smallest window common embedding models have: nothing is cut
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,12 @@ class EmbeddingConfig:
     retry_budget_s: float = 60.0
     api_key_env: str = "OPENAI_API_KEY"
     language_neutral: bool = True  # store vectors with each language's offset removed (indexer.neutral)
+    max_tokens: int | None = None  # tokens the model reads per input; None: known_window()
+
+    @property
+    def window(self) -> int:
+        """Tokens the model reads per input (prefix and special tokens included)."""
+        return self.max_tokens if self.max_tokens is not None else known_window(self.provider, self.model)
 
     def identity(self) -> dict[str, str]:
         """What must match between the index and the config for vectors to be comparable."""
@@ -60,10 +88,22 @@ class EmbeddingConfig:
             "passage_prefix": self.passage_prefix,
             "normalized": "1",
             VECTOR_SPACE_KEY: neutral.definition(self.language_neutral),
+            WINDOW_KEY: f"{self.window} tokens, windows {WINDOWS_VERSION}",
         }
 
 
+def known_window(provider: str, model: str) -> int:
+    """The window of a known model (KNOWN_WINDOWS), Ollama's default context at most; else
+    UNKNOWN_MODEL_WINDOW."""
+    name = model.rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    window = next((tokens for part, tokens in KNOWN_WINDOWS if part in name), UNKNOWN_MODEL_WINDOW)
+    return min(window, OLLAMA_DEFAULT_CONTEXT) if provider == "ollama" else window
+
+
 VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's output
+# the model's window and how chunks are cut into windows (indexer.windows): a chunk's vector
+# depends on both
+WINDOW_KEY = "embedding_window"
 WALKED_FILES_KEY = "walked_files:"  # + a workspace source's id: its file count at its last whole walk
 
 
@@ -162,6 +202,7 @@ EMBEDDING_KEYS = {
     "retry_budget_s",
     "api_key_env",
     "language_neutral",
+    "max_tokens",
 }
 GIT_KEYS = {"url", "mirror", "branch", "checkout", "paths", "include", "exclude"}
 WORKSPACE_KEYS = {"root", "paths", "include", "exclude"}
@@ -332,6 +373,11 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     language_neutral = raw.get("language_neutral", True)
     if not isinstance(language_neutral, bool):
         raise c.fail("embedding.language_neutral", f"expected true or false, got {language_neutral!r}")
+    max_tokens = raw.get("max_tokens")
+    if max_tokens is not None:
+        max_tokens = c.integer(max_tokens, "embedding.max_tokens", minimum=MIN_MAX_TOKENS, maximum=MAX_MAX_TOKENS)
+        if local and max_tokens > 512:
+            raise c.fail("embedding.max_tokens", f"{LOCAL_MODEL} reads at most 512 tokens, got {max_tokens}")
     return EmbeddingConfig(
         provider=provider,
         model=model,
@@ -346,6 +392,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         retry_budget_s=c.number(raw.get("retry_budget_s", 60.0), "embedding.retry_budget_s"),
         api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
         language_neutral=language_neutral,
+        max_tokens=max_tokens,
     )
 
 

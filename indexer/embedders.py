@@ -20,6 +20,7 @@ from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
 from indexer.hosts import is_loopback_host
 from indexer.redaction import describe_url
+from indexer.windows import estimate_tokens, windows
 
 if TYPE_CHECKING:
     import requests
@@ -53,6 +54,30 @@ class Embedder(ABC):
             if on_batch is not None:
                 on_batch(start + len(batch))
         return out
+
+    def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """One vector per chunk from its embed text ("breadcrumb\\n\\ntext"): a text longer than
+        the model reads is embedded as windows (`indexer.windows`) whose vectors are averaged,
+        so every line reaches the chunk's vector. `on_batch(n)`: about n texts done."""
+        parts: list[str] = []
+        owners: list[int] = []
+        for index, text in enumerate(texts):
+            breadcrumb, _, body = text.partition("\n\n")
+            pieces = windows(breadcrumb, body, self.token_count, self.config.window)
+            parts.extend(pieces)
+            owners.extend([index] * len(pieces))
+        if len(parts) == len(texts):
+            return self.embed_passages(texts, on_batch)
+        report = None if on_batch is None else (lambda done: on_batch(len(texts) * done // len(parts)))
+        vectors = self.embed_passages(parts, report)
+        pooled = np.zeros((len(texts), self.dims), dtype=np.float64)
+        np.add.at(pooled, np.asarray(owners), vectors)
+        return self._checked(pooled, len(texts))
+
+    def token_count(self, text: str) -> int:
+        """Tokens the model reads for `text` as a passage (prefix and special tokens included):
+        a conservative estimate, as the tokenizer runs on the server."""
+        return estimate_tokens(self.config.passage_prefix + text)
 
     def embed_query(self, text: str) -> np.ndarray:
         vector: np.ndarray = self._checked(self.embed_batch([text], is_query=True), 1)[0]
@@ -210,6 +235,11 @@ class LocalEmbedder(Embedder):
             _use_threads(model, texts, is_query)
             vectors: np.ndarray = model.encode(texts, is_query)
         return vectors
+
+    def token_count(self, text: str) -> int:
+        """Exact: the engine's own tokenizer."""
+        with _local_lock:
+            return int(_e5().token_count(text))
 
 
 # --- HTTP embedders -------------------------------------------------------------------------

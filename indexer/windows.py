@@ -1,0 +1,154 @@
+"""A chunk's embedded text cut into windows the embedding model reads whole.
+
+A chunk is the lexical unit (its words are searched together), sized by characters; the model
+reads a fixed number of its own tokens (multilingual-e5-small: 512) and an HTTP server drops
+the rest. Czech and Russian prose and code run at 2.5-3 characters per token, so about half of
+real notes' chunks are longer than that. Each window is the chunk's breadcrumb followed by a
+run of whole lines (a line longer than a window is cut between words), counted in the
+embedder's tokens with its passage prefix; consecutive windows repeat the last lines (up to
+WINDOW_OVERLAP tokens, or one paragraph of up to a quarter window), so text at a window's edge
+is read with its context in the next.
+
+Token counts come from the embedder (`Embedder.token_count`): exact for the local engine, a
+conservative per-script estimate (`estimate_tokens`) for HTTP servers, whose tokenizers are
+not at hand.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+# how chunks are cut into windows: part of the index identity (a change re-embeds every chunk)
+WINDOWS_VERSION = "1"
+# tokens of whole lines a window repeats from the one before: about one line of prose
+WINDOW_OVERLAP = 48
+# the breadcrumb is dropped from the windows of a chunk when it would take more than this
+# share of a window (a tiny declared window): the text is what must reach the vector
+MAX_BREADCRUMB_SHARE = 0.5
+
+TokenCount = Callable[[str], int]
+
+# Tokens per character by kind of character, fitted on multilingual-e5-small's tokenizer over
+# the public corpora (Czech, Russian and English notes, tldr pages; 2,168 chunks): a text's
+# tokens are about the sum over its characters. ESTIMATE_MARGIN covers the worst chunk seen
+# (1.33 times the fit), so an estimated window is not longer than the model reads.
+_RATES = {
+    "space": 0.022,
+    "ascii_letter": 0.294,
+    "other_latin": 0.435,
+    "cyrillic": 0.268,
+    "digit": 0.574,
+    "punct": 0.877,
+    "other": 1.0,  # CJK, emoji, other scripts: a token each, at most
+}
+ESTIMATE_MARGIN = 1.35
+ESTIMATE_OVERHEAD = 2  # the model's start and end tokens
+
+
+@cache
+def _char_rate(ch: str) -> float:
+    if ch.isspace():
+        return _RATES["space"]
+    if ch.isascii():
+        if ch.isalpha():
+            return _RATES["ascii_letter"]
+        return _RATES["digit"] if ch.isdigit() else _RATES["punct"]
+    if ch.isalpha():
+        name = unicodedata.name(ch, "")
+        if name.startswith("LATIN"):
+            return _RATES["other_latin"]
+        if name.startswith("CYRILLIC"):
+            return _RATES["cyrillic"]
+        return _RATES["other"]
+    if ch.isdigit():
+        return _RATES["digit"]
+    return _RATES["punct"] if unicodedata.category(ch)[0] in "PS" else _RATES["other"]
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token count of `text` for a tokenizer we cannot run (an HTTP server's)."""
+    return ESTIMATE_OVERHEAD + int(ESTIMATE_MARGIN * sum(_char_rate(ch) for ch in text)) + 1
+
+
+@dataclass(frozen=True)
+class _Unit:
+    text: str
+    tokens: int  # counted alone, without the prefix and the model's own tokens
+
+
+def windows(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> list[str]:
+    """The embed texts of one chunk: `[breadcrumb + text]` when the model reads it whole, else
+    overlapping windows that together hold every line of `text`, each within `max_tokens`
+    (`count` counts a passage as the model feeds it: prefix and special tokens included)."""
+    whole = f"{breadcrumb}\n\n{text}"
+    if count(whole) <= max_tokens:
+        return [whole]
+    # a line counted alone pays the prefix and special tokens, and joined to others one token
+    # for its line break
+    overhead = count("") - 1
+    head = f"{breadcrumb}\n\n"
+    if count(head) > max_tokens * MAX_BREADCRUMB_SHARE:
+        head = ""
+    budget = max(max_tokens - count(head), 1)
+    units = _units(text, count, overhead, budget)
+    out: list[str] = []
+    start = 0
+    while start < len(units):
+        end, used = start, 0
+        while end < len(units) and (end == start or used + units[end].tokens <= budget):
+            used += units[end].tokens
+            end += 1
+        out.append(head + "\n".join(unit.text for unit in units[start:end]))
+        if end == len(units):
+            break
+        # the next window starts with the last whole lines of this one: up to WINDOW_OVERLAP
+        # tokens of them, or the last line alone when it is a paragraph of up to a quarter window
+        following, repeated = end, 0
+        while following - 1 > start and (
+            repeated + units[following - 1].tokens <= WINDOW_OVERLAP
+            or (following == end and units[following - 1].tokens <= budget // 4)
+        ):
+            following -= 1
+            repeated += units[following].tokens
+        start = following
+    return out
+
+
+def _units(text: str, count: TokenCount, overhead: int, budget: int) -> list[_Unit]:
+    """Lines with their token counts; a line over `budget` is cut between words (or anywhere,
+    if it has no spaces) into pieces that fit. A line's count alone is at least its share of
+    the whole text's, so packing by these counts never overfills a window."""
+    units: list[_Unit] = []
+    for line in text.split("\n"):
+        tokens = max(count(line) - overhead, 0)
+        if tokens <= budget:
+            units.append(_Unit(line, tokens))
+        else:
+            units.extend(_cut_line(line, tokens, count, overhead, budget))
+    return units
+
+
+def _cut_line(line: str, tokens: int, count: TokenCount, overhead: int, budget: int) -> list[_Unit]:
+    # characters per piece from this line's own characters per token, shrunk until the piece's
+    # exact count fits
+    size = max(int(len(line) * budget / max(tokens, 1) * 0.9), 1)
+    pieces: list[_Unit] = []
+    rest = line
+    while rest:
+        width = size
+        while True:
+            piece = rest[:width]
+            if width < len(rest):
+                space = piece.rfind(" ")
+                if space > width // 2:
+                    piece = piece[: space + 1]
+            piece_tokens = max(count(piece) - overhead, 0)
+            if piece_tokens <= budget or len(piece) == 1:
+                break
+            width = max(len(piece) * 3 // 4, 1)
+        pieces.append(_Unit(piece, piece_tokens))
+        rest = rest[len(piece) :]
+    return pieces

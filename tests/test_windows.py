@@ -1,0 +1,128 @@
+"""Windows: every line of a chunk reaches its vector, each window within the model's tokens."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.chunker import parse_markdown
+from indexer.config import EmbeddingConfig, identity_mismatch, known_window, load_config
+from indexer.embedders import LocalEmbedder
+from indexer.windows import estimate_tokens, windows
+from tests.fakes import FakeEmbedder, hash_vector
+
+CZECH = (
+    "Zálohování databáze PostgreSQL se dělá příkazem pg_dump, který vypíše obsah databáze do souboru; "
+    "obnova ze zálohy pak proběhne přes psql nebo pg_restore podle formátu výpisu."
+)
+RUSSIAN = (
+    "Резервное копирование базы данных PostgreSQL выполняется командой pg_dump, которая записывает "
+    "содержимое базы в файл; восстановление из копии делается через psql или pg_restore."
+)
+
+
+def words(text: str) -> int:
+    """A test tokenizer: a token per word, two for the prefix and the model's own tokens."""
+    return len(text.split()) + 2
+
+
+def assert_windows_hold_the_chunk(pieces: list[str], breadcrumb: str, text: str, max_tokens: int) -> None:
+    assert len(pieces) > 1
+    for piece in pieces:
+        assert piece.startswith(f"{breadcrumb}\n\n")
+    bodies = [piece.removeprefix(f"{breadcrumb}\n\n") for piece in pieces]
+    for line in text.split("\n"):
+        assert any(line in body for body in bodies), line
+    # consecutive windows share whole lines: a sentence cut at an edge is read whole in the next
+    for before, after in itertools.pairwise(bodies):
+        assert before.split("\n")[-1] in after.split("\n")
+
+
+@pytest.mark.parametrize("sentence", [CZECH, RUSSIAN], ids=["czech", "russian"])
+def test_prose_is_cut_into_windows_the_model_reads_whole(sentence: str) -> None:
+    text = "\n".join(f"{i}. {sentence}" for i in range(40))
+    pieces = windows("Zálohy > PostgreSQL", text, estimate_tokens, 512)
+    assert all(estimate_tokens(piece) <= 512 for piece in pieces)
+    assert_windows_hold_the_chunk(pieces, "Zálohy > PostgreSQL", text, 512)
+
+
+def test_a_code_only_chunk_larger_than_the_window_gets_several_windows() -> None:
+    code = (
+        "```bash\n" + "\n".join(f"rsync -a --delete /srv/data{i}/ backup:/srv/data{i}/" for i in range(300)) + "\n```"
+    )
+    pieces = windows("Backup", code, words, 100)
+    assert all(words(piece) <= 100 for piece in pieces)
+    assert_windows_hold_the_chunk(pieces, "Backup", code, 100)
+
+
+def test_a_line_longer_than_the_window_is_cut_between_words_and_kept_whole() -> None:
+    line = " ".join(f"word{i}" for i in range(1000))
+    pieces = windows("Long", line, words, 64)
+    assert all(words(piece) <= 64 for piece in pieces)
+    assert "".join(piece.removeprefix("Long\n\n") for piece in pieces) == line
+    blob = "A" * 5000  # no space to cut at: cut anywhere, nothing lost
+    cut = windows("Blob", blob, estimate_tokens, 128)
+    assert all(estimate_tokens(piece) <= 128 for piece in cut)
+    assert "".join(piece.removeprefix("Blob\n\n") for piece in cut) == blob
+
+
+def test_a_chunk_the_model_reads_whole_is_one_window_and_a_huge_breadcrumb_gives_way() -> None:
+    assert windows("Title > Section", "short text", words, 512) == ["Title > Section\n\nshort text"]
+    crumb = " > ".join(f"heading{i}" for i in range(40))
+    pieces = windows(crumb, "\n".join(f"line {i} of text" for i in range(60)), words, 60)
+    assert len(pieces) > 1 and not any(crumb in piece for piece in pieces)
+    assert all(words(piece) <= 60 for piece in pieces)
+
+
+def test_an_oversized_chunk_gets_the_average_of_its_windows_and_a_short_one_is_unchanged() -> None:
+    embedder = FakeEmbedder(
+        EmbeddingConfig(provider="ollama", model="fake:1", endpoint="http://x", dims=64, max_tokens=40)
+    )
+    long_text = "Notes > Backup\n\n" + "\n".join(f"step {i}: copy volume{i} to the tape library" for i in range(30))
+    pieces = windows("Notes > Backup", long_text.split("\n\n", 1)[1], embedder.token_count, 40)
+    assert len(pieces) > 2
+    vectors = embedder.embed_chunks([long_text, "Notes\n\nshort"])
+    mean = np.mean([hash_vector(piece, 64) for piece in pieces], axis=0)
+    assert np.allclose(vectors[0], mean / np.linalg.norm(mean), atol=1e-6)
+    assert np.allclose(vectors[1], hash_vector("Notes\n\nshort", 64), atol=1e-6)
+    assert embedder.texts_embedded == len(pieces) + 1
+
+
+def test_the_window_defaults_to_the_models_and_ollama_reads_its_context_at_most(tmp_path: Path) -> None:
+    assert EmbeddingConfig().window == 512
+    assert known_window("openai", "text-embedding-3-small") == 8191
+    assert known_window("ollama", "nomic-embed-text:v1.5") == 2048
+    assert known_window("openai", "nomic-embed-text-v1.5") == 8192
+    assert known_window("ollama", "bge-m3:567m") == 2048
+    assert known_window("openai", "intfloat/multilingual-e5-large") == 512
+    assert known_window("ollama", "someones-embedder:1b") == 512
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "embedding:\n  provider: ollama\n  model: bge-m3:567m\n  endpoint: http://127.0.0.1:9\n"
+        "  dims: 1024\n  max_tokens: 8192\nsources: {}\n",
+        encoding="utf-8",
+    )
+    assert load_config(config).embedding.window == 8192
+
+
+def test_the_window_is_part_of_the_index_identity() -> None:
+    meta = EmbeddingConfig().identity()
+    assert identity_mismatch(EmbeddingConfig(), meta) == []
+    assert identity_mismatch(EmbeddingConfig(max_tokens=256), meta)
+    older = {key: value for key, value in meta.items() if key != "embedding_window"}
+    assert identity_mismatch(EmbeddingConfig(), older)  # an index cut without windows is rebuilt
+
+
+@pytest.mark.model
+def test_the_local_engines_exact_count_keeps_real_czech_notes_within_its_window() -> None:
+    local = LocalEmbedder(EmbeddingConfig())
+    text = "\n\n".join(f"{CZECH} `pg_dump -Fc db{i} > db{i}.dump`" for i in range(12))
+    chunk = parse_markdown(f"# Zálohy\n\n{text}\n", "zalohy.md").chunks[0]
+    assert local.token_count(chunk.embed_text) > 512
+    pieces = windows(chunk.breadcrumb, chunk.text, local.token_count, 512)
+    assert len(pieces) > 1
+    assert all(local.token_count(piece) <= 512 for piece in pieces)
+    assert_windows_hold_the_chunk(pieces, chunk.breadcrumb, chunk.text, 512)
