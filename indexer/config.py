@@ -76,7 +76,8 @@ class EmbeddingConfig:
 
     @property
     def window(self) -> int:
-        """Tokens the model reads per input (prefix and special tokens included)."""
+        """Tokens the model reads per input (prefix and special tokens included); the local
+        engine reads longer texts too, in windows of this size."""
         return self.max_tokens if self.max_tokens is not None else known_window(self.provider, self.model)
 
     def identity(self) -> dict[str, str]:
@@ -88,7 +89,9 @@ class EmbeddingConfig:
             "passage_prefix": self.passage_prefix,
             "normalized": "1",
             VECTOR_SPACE_KEY: neutral.definition(self.language_neutral),
-            WINDOW_KEY: f"{self.window} tokens, windows {WINDOWS_VERSION}",
+            WINDOW_KEY: ENGINE_WINDOWS
+            if self.provider == "local"
+            else f"{self.window} tokens, windows {WINDOWS_VERSION}",
         }
 
 
@@ -104,6 +107,13 @@ VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's
 # the model's window and how chunks are cut into windows (indexer.windows): a chunk's vector
 # depends on both
 WINDOW_KEY = "embedding_window"
+# The local engine reads a long text whole, as 512-token windows whose mean it returns: what every
+# index written before the key existed holds, so such an index keeps its vectors
+ENGINE_WINDOWS = "512 tokens, pooled by the engine"
+UNRECORDED: dict[str, tuple[str, ...]] = {
+    VECTOR_SPACE_KEY: (neutral.definition(False), neutral.definition(True)),
+    WINDOW_KEY: (ENGINE_WINDOWS,),
+}
 WALKED_FILES_KEY = "walked_files:"  # + a workspace source's id: its file count at its last whole walk
 
 
@@ -111,13 +121,24 @@ def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str
     """Human descriptions of every identity key where the index and the config disagree.
 
     An index written before the vector space was recorded holds raw vectors and no language
-    statistics, which is also a valid neutral space (no offsets yet): it is adopted as it is
-    (sync records the key) rather than re-embedded."""
+    statistics, which is also a valid neutral space (no offsets yet), and one written before
+    the window was recorded holds the local engine's vectors: each is adopted as it is (sync
+    records the key) rather than re-embedded."""
     return [
         f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
         for key, value in config.identity().items()
-        if meta.get(key) != value and not (key == VECTOR_SPACE_KEY and key not in meta)
+        if meta.get(key) != value and not (key not in meta and value in UNRECORDED.get(key, ()))
     ]
+
+
+def unrecorded_identity(config: EmbeddingConfig, meta: dict[str, str]) -> dict[str, str]:
+    """The identity keys an older index never recorded and whose value it holds anyway: what
+    sync records instead of re-embedding."""
+    return {
+        key: value
+        for key, value in config.identity().items()
+        if key not in meta and (key == VECTOR_SPACE_KEY or value in UNRECORDED.get(key, ()))
+    }
 
 
 DEFAULT_RRF_K = 60
@@ -376,8 +397,8 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     max_tokens = raw.get("max_tokens")
     if max_tokens is not None:
         max_tokens = c.integer(max_tokens, "embedding.max_tokens", minimum=MIN_MAX_TOKENS, maximum=MAX_MAX_TOKENS)
-        if local and max_tokens > 512:
-            raise c.fail("embedding.max_tokens", f"{LOCAL_MODEL} reads at most 512 tokens, got {max_tokens}")
+        if local:
+            raise c.fail("embedding.max_tokens", "the local engine reads every token of a text (in 512-token windows)")
     return EmbeddingConfig(
         provider=provider,
         model=model,

@@ -25,6 +25,7 @@ from indexer.config import (
     Source,
     WorkspaceSource,
     identity_mismatch,
+    unrecorded_identity,
 )
 from indexer.errors import (
     NotesSearchError,
@@ -153,14 +154,12 @@ class Syncer(VectorWork):
 
     def _adopt_unrecorded_space(self, meta: dict[str, str]) -> dict[str, str]:
         """An index written before the vector space was recorded holds raw vectors and no
-        statistics: a valid space of either kind. Record it instead of re-embedding."""
-        if VECTOR_SPACE_KEY in meta:
-            return {}
-        return {
-            VECTOR_SPACE_KEY: self.config.embedding.identity()[VECTOR_SPACE_KEY],
-            neutral.STATS_KEY: "",
-            neutral.SUMMARY_KEY: "",
-        }
+        statistics: a valid space of either kind; one written before the window was recorded
+        holds the local engine's vectors. Record them instead of re-embedding."""
+        adopted = unrecorded_identity(self.config.embedding, meta)
+        if VECTOR_SPACE_KEY in adopted:
+            adopted.update({neutral.STATS_KEY: "", neutral.SUMMARY_KEY: ""})
+        return adopted
 
     # ---- applying changes -----------------------------------------------------------------
 

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from indexer import config as config_module
 from indexer.chunker import parse_markdown
-from indexer.config import EmbeddingConfig, identity_mismatch, known_window, load_config
+from indexer.config import ENGINE_WINDOWS, Config, EmbeddingConfig, identity_mismatch, known_window, load_config
 from indexer.embedders import LocalEmbedder
+from indexer.errors import ConfigError
+from indexer.store import SearchScope
+from indexer.sync import run_sync
 from indexer.windows import estimate_tokens, windows
+from tests.conftest import make_config, open_index
 from tests.fakes import FakeEmbedder, hash_vector
+from tests.pg import both_backends
 
 CZECH = (
     "Zálohování databáze PostgreSQL se dělá příkazem pg_dump, který vypíše obsah databáze do souboru; "
@@ -77,7 +84,7 @@ def test_a_chunk_the_model_reads_whole_is_one_window_and_a_huge_breadcrumb_gives
     assert all(words(piece) <= 60 for piece in pieces)
 
 
-def test_an_oversized_chunk_gets_the_average_of_its_windows_and_a_short_one_is_unchanged() -> None:
+def test_an_oversized_chunk_gets_the_token_weighted_average_of_its_windows_and_a_short_one_is_unchanged() -> None:
     embedder = FakeEmbedder(
         EmbeddingConfig(provider="ollama", model="fake:1", endpoint="http://x", dims=64, max_tokens=40)
     )
@@ -85,7 +92,7 @@ def test_an_oversized_chunk_gets_the_average_of_its_windows_and_a_short_one_is_u
     pieces = windows("Notes > Backup", long_text.split("\n\n", 1)[1], embedder.token_count, 40)
     assert len(pieces) > 2
     vectors = embedder.embed_chunks([long_text, "Notes\n\nshort"])
-    mean = np.mean([hash_vector(piece, 64) for piece in pieces], axis=0)
+    mean = sum(embedder.token_count(piece) * hash_vector(piece, 64) for piece in pieces)
     assert np.allclose(vectors[0], mean / np.linalg.norm(mean), atol=1e-6)
     assert np.allclose(vectors[1], hash_vector("Notes\n\nshort", 64), atol=1e-6)
     assert embedder.texts_embedded == len(pieces) + 1
@@ -108,12 +115,52 @@ def test_the_window_defaults_to_the_models_and_ollama_reads_its_context_at_most(
     assert load_config(config).embedding.window == 8192
 
 
-def test_the_window_is_part_of_the_index_identity() -> None:
-    meta = EmbeddingConfig().identity()
-    assert identity_mismatch(EmbeddingConfig(), meta) == []
-    assert identity_mismatch(EmbeddingConfig(max_tokens=256), meta)
+def test_the_window_is_part_of_the_index_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = EmbeddingConfig(provider="ollama", model="nomic-embed-text:v1.5", endpoint="http://x", dims=768)
+    meta = server.identity()
+    assert identity_mismatch(server, meta) == []
+    assert identity_mismatch(dataclasses.replace(server, max_tokens=8192), meta)
+    monkeypatch.setattr(config_module, "WINDOWS_VERSION", "next")
+    assert identity_mismatch(server, meta)  # another way of cutting windows: rebuilt
+    # an index from before windows: a server cut its chunks, so it is rebuilt; the local
+    # engine's vectors are what it still gives, so they are kept
     older = {key: value for key, value in meta.items() if key != "embedding_window"}
-    assert identity_mismatch(EmbeddingConfig(), older)  # an index cut without windows is rebuilt
+    assert identity_mismatch(server, older)
+    local = EmbeddingConfig().identity()
+    assert identity_mismatch(EmbeddingConfig(), {k: v for k, v in local.items() if k != "embedding_window"}) == []
+
+
+def test_an_index_from_before_windows_keeps_the_local_engines_vectors(
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder
+) -> None:
+    config = load_config(make_config(tmp_path, notes))
+    config = dataclasses.replace(config, embedding=EmbeddingConfig())
+    run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    store = open_index(config)
+    try:
+        store.delete_meta(["embedding_window"])
+    finally:
+        store.close()
+    report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    assert report.rebuilt is None and report.embedded == 0
+    store = open_index(config)
+    try:
+        assert store.meta()["embedding_window"] == ENGINE_WINDOWS
+    finally:
+        store.close()
+
+
+def test_the_local_engine_takes_no_window_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("embedding:\n  max_tokens: 256\nsources: {}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="max_tokens: the local engine reads every token"):
+        load_config(config)
+    config.write_text(
+        "embedding:\n  endpoint: http://127.0.0.1:9\n  model: m:1\n  dims: 8\n  max_tokens: 4\nsources: {}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="max_tokens: expected an integer from 16"):
+        load_config(config)
 
 
 @pytest.mark.model
@@ -126,3 +173,61 @@ def test_the_local_engines_exact_count_keeps_real_czech_notes_within_its_window(
     assert len(pieces) > 1
     assert all(local.token_count(piece) <= 512 for piece in pieces)
     assert_windows_hold_the_chunk(pieces, chunk.breadcrumb, chunk.text, 512)
+
+
+def windowed_config(tmp_path: Path, notes: Path, db_url: str | None, max_tokens: int) -> Config:
+    """The test embedder with a declared window, storing its vectors as it gives them."""
+    path = make_config(tmp_path, notes, db=db_url)
+    text = path.read_text(encoding="utf-8").replace(
+        "  dims: 64\n", f"  dims: 64\n  max_tokens: {max_tokens}\n  language_neutral: false\n"
+    )
+    path.write_text(text, encoding="utf-8")
+    return load_config(path)
+
+
+class TruncatingEmbedder(FakeEmbedder):
+    """An HTTP server's model: what lies beyond its window (estimated here) is cut off."""
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        kept = []
+        for text in texts:
+            while estimate_tokens(text) > self.config.window:
+                text = text[: len(text) * 9 // 10]
+            kept.append(text)
+        return super().embed_batch(kept, is_query=is_query)
+
+
+@both_backends
+def test_a_code_block_longer_than_the_window_reaches_its_vector_and_its_hit_keeps_its_span(
+    tmp_path: Path, notes: Path, db_url: str | None
+) -> None:
+    commands = "\n".join(f"rsync -a /srv/share{i}/ /mnt/backup/share{i}/" for i in range(14))
+    note = f"# Restore\n\nHow the shares come back.\n\n```bash\n{commands}\nzfs rollback tank/home@nightly\n```\n"
+    (notes / "restore.md").write_text(note, encoding="utf-8")
+    config = windowed_config(tmp_path, notes, db_url, 128)
+    embedder = TruncatingEmbedder(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+    store = open_index(config)
+    try:
+        [chunk] = [row for row in store.chunk_rows(range(1, 1000)).values() if row.path == "restore.md"]
+        assert (chunk.start_line, chunk.end_line) == (1, note.count("\n"))  # the block's true span
+        assert store.counts()["pending"] == 0
+        pieces = windows(chunk.breadcrumb, chunk.text, embedder.token_count, 128)
+        assert len(pieces) > 2 and "zfs rollback" in pieces[-1]
+        # the stored vector is the average of every window's: the line the server would have
+        # cut off is in it
+        [stored] = [v for i, v in zip(*store.all_vectors(), strict=True) if i == chunk.id]
+        mean = sum(embedder.token_count(piece) * hash_vector(piece, 64) for piece in pieces)
+        assert np.allclose(stored, mean / np.linalg.norm(mean), atol=1e-5)
+        # the server alone reads the first window's worth: the tail is lost
+        assert "zfs rollback" not in pieces[0]
+        truncated = embedder.embed_passages([f"{chunk.breadcrumb}\n\n{chunk.text}"])[0]
+        assert not np.allclose(stored, truncated, atol=1e-3)
+        hits = store.vec_search(stored, 1, SearchScope())
+        assert hits[0].chunk_id == chunk.id
+    finally:
+        store.close()
+    # another window is another vector space: the index is rebuilt, honestly said
+    wider = windowed_config(tmp_path, notes, db_url, 256)
+    report = run_sync(wider, embedder_factory=lambda: FakeEmbedder(wider.embedding))
+    assert report.rebuilt is not None and "embedding_window" in report.rebuilt
