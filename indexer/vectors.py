@@ -98,9 +98,7 @@ class VectorWork:
             for row in rows:
                 texts[unique[row.content_hash]] = row.text
             try:
-                vectors = embedder.embed_chunks(
-                    texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
-                )
+                vectors = embedder.embed_chunks(texts, on_batch=self._page_progress(done, len(rows), len(texts), total))
             except EmbedderUnavailable as exc:
                 if held is not None:
                     report.embedded += self._store_held(held, None)
