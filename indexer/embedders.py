@@ -58,8 +58,9 @@ class Embedder(ABC):
     def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
         """One vector per chunk from its embed text ("breadcrumb\\n\\ntext"). A server reads only
         the first `window` tokens of a text, so a longer one is embedded as windows
-        (`indexer.windows`) whose vectors are averaged, each weighted by its tokens: every
-        line reaches the chunk's vector. `on_batch(n)`: about n texts done."""
+        (`indexer.windows`) whose vectors are averaged: every line reaches the chunk's vector.
+        (Weighted by their tokens, a short last window counts less, and lines of a chunk's
+        tail found it less often: bench/EVAL.md.) `on_batch(n)`: about n texts done."""
         parts: list[str] = []
         owners: list[int] = []
         for index, text in enumerate(texts):
@@ -71,9 +72,8 @@ class Embedder(ABC):
             return self.embed_passages(texts, on_batch)
         report = None if on_batch is None else (lambda done: on_batch(len(texts) * done // len(parts)))
         vectors = self.embed_passages(parts, report)
-        weights = np.array([self.token_count(part) for part in parts], dtype=np.float64)
         pooled = np.zeros((len(texts), self.dims), dtype=np.float64)
-        np.add.at(pooled, np.asarray(owners), vectors * weights[:, None])
+        np.add.at(pooled, np.asarray(owners), vectors)
         return self._checked(pooled, len(texts))
 
     def token_count(self, text: str) -> int:
@@ -239,10 +239,10 @@ class LocalEmbedder(Embedder):
         return vectors
 
     def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-        """The engine reads a long text whole, as 512-token windows whose mean it returns. Cut
-        into windows of its own, each with the breadcrumb, a chunk found by a line of its tail
-        ranked no better and by a line of its head worse (known-item queries on the public
-        Russian and Czech notes, bench/EVAL.md): the text goes in whole."""
+        """The engine reads a long text whole, as 512-token windows whose mean it returns: the
+        text goes in whole. Averaged windows of our own (the breadcrumb in each) ranked long
+        chunks lower on known-item queries over the public Russian and Czech notes
+        (bench/EVAL.md, "Chunks longer than the model reads")."""
         return self.embed_passages(texts, on_batch)
 
     def token_count(self, text: str) -> int:
