@@ -88,7 +88,7 @@ class KeptServices:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: tuple[str, str, tuple[tuple[str, str], ...]] | None = None
+        self._key: tuple[str, str, str, tuple[tuple[str, str], ...]] | None = None
         self._config: Config | None = None
         self._services: dict[bool, NotesService] = {}
         self.reads = 0  # how often a config was read and parsed: once per edit, not per call
@@ -100,7 +100,8 @@ class KeptServices:
             return load_located_config(location)  # the one-line "no config found" error
         path = Path(location.path)
         text = read_user_file(path, "config")
-        key = (str(path), text, _environment_named_in(text))
+        # the path as given (the config carries it) and resolved (a relative one means the caller's folder)
+        key = (str(path), str(path.resolve()), text, _environment_named_in(text))
         with self._lock:
             if key == self._key and self._config is not None:
                 return self._config
