@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from indexer.config import Config, EmbeddingConfig, GitSource, load_config
 from indexer.freshness import git_freshness
 from indexer.store import SearchScope, Store
-from indexer.sync import SyncReport, run_sync
+from indexer.sync import SyncReport, run_reindex, run_sync
 from search import cli as cli_module
 from search.cli.context import CliContext
 from search.mcp_server import NotesTools
@@ -582,7 +582,10 @@ def test_a_path_scoped_full_run_does_not_rebuild_git_sources(tmp_path: Path, ups
     write(folder, {"a.md": note("A", "a")})
     index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}}, {"ws": {"root": str(folder), "paths": ["**"]}})
     index.sync()
-    report = index.sync(path="a.md", full=True)
+    sources = list(index.config.sources)
+    report = run_reindex(
+        index.config, source_ids=sources, path="a.md", full=True, embedder_factory=lambda: index.embedder
+    )
     by_id = {s.source_id: s for s in report.sources}
     assert by_id["notes"].updated == 0 and by_id["ws"].updated == 1
     assert index.sync(full=True).sources[0].updated == 5  # an unscoped --full still rebuilds
