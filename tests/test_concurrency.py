@@ -42,6 +42,7 @@ from indexer.config import Config, load_config
 from indexer.embedders import Embedder, make_embedder
 from indexer.errors import ReindexNeeded
 from indexer.store import Store
+from indexer.windows import estimate_tokens, windows
 from search import cli as cli_module
 from search.engine import search
 from tests.conftest import write_tree
@@ -135,8 +136,11 @@ class Space:
             distance = (hit.get("explain") or {}).get("distance")
             if distance is None:
                 continue
-            text = self.embed_texts[(hit["source"], hit["path"], hit["line"])]
-            p = space_vector(emb.model, emb.passage_prefix + text, emb.dims)
+            # a chunk longer than the model's window is the mean of its windows' vectors
+            breadcrumb, _, body = self.embed_texts[(hit["source"], hit["path"], hit["line"])].partition("\n\n")
+            pieces = windows(breadcrumb, body, lambda text: estimate_tokens(emb.passage_prefix + text), emb.window)
+            p = np.mean([space_vector(emb.model, emb.passage_prefix + piece, emb.dims) for piece in pieces], axis=0)
+            p /= np.linalg.norm(p)
             expected = 1.0 - float(np.dot(q, p))
             assert abs(distance - expected) < 2e-3, (
                 f"{hit['path']}:{hit['line']}: distance {distance} is not the {emb.model} distance {expected:.4f}: "
