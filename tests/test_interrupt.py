@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,19 @@ from tests.test_degraded import write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "fake-embed:latest"
+
+
+@pytest.fixture(autouse=True)
+def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short $XDG_RUNTIME_DIR of the test's own, for the children a test starts: a `serve`
+    socket below tmp_path (longer under a pytest-xdist worker's folder) can pass the 107 bytes
+    a socket path may have."""
+    folder = Path(tempfile.mkdtemp(prefix="ns-int-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -37,13 +52,13 @@ def config_path(tmp_path: Path, server: OllamaServer) -> Path:
 
 def start(config_path: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
     """The installed entry point's code (the warm path first), as `notes-search -c CONFIG ARGS`
-    runs it; a `serve` of this test has its socket under tmp_path."""
+    runs it; a `serve` of this test has its socket in the test's runtime_dir."""
     stderr = tmp_path / f"{args[0]}-{len(list(tmp_path.glob('*.err')))}.err"
     with stderr.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", "from search.warm import main; main()", "-c", str(config_path), *args],
             cwd=ROOT,
-            env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run"), "NOTES_SEARCH_NO_DAEMON": ""},
+            env={**os.environ, "NOTES_SEARCH_NO_DAEMON": ""},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -177,7 +192,7 @@ def test_ctrl_c_in_the_editor_belongs_to_the_editor(config_path: Path, tmp_path:
                 "notes:travel/kazan.md:3",
             ],
             cwd=ROOT,
-            env={**os.environ, "EDITOR": f"{sys.executable} {editor}", "XDG_RUNTIME_DIR": str(tmp_path / "run")},
+            env={**os.environ, "EDITOR": f"{sys.executable} {editor}"},
             stdin=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,  # its own process group, as a terminal's foreground job
