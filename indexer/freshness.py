@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from dataclasses import dataclass
 
 from indexer.config import GitSource, WorkspaceSource
 from indexer.errors import SourceError
@@ -23,6 +23,74 @@ from indexer.store import IndexReader
 LAG_LIST = 20  # changed paths named in a status answer
 
 
+@dataclass(frozen=True)
+class GitLag:
+    """A git source: the indexed rev against the mirror's head and, when the remote was asked,
+    the remote's. It lags when the remote's head (else the mirror's) is another commit."""
+
+    indexed_rev: str | None
+    mirror_head: str | None
+    remote_head: str | None
+    remote_error: str | None  # why the remote did not answer
+    mirror_damaged: str | None  # why the next sync clones the mirror again (once the remote answers)
+
+    @property
+    def lags(self) -> bool | None:
+        """None: neither head is known."""
+        head = self.remote_head or self.mirror_head
+        return None if head is None else head != self.indexed_rev
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": "git",
+            "indexed_rev": self.indexed_rev,
+            "mirror_head": self.mirror_head,
+            "remote_head": self.remote_head,
+            "remote_error": self.remote_error,
+            "mirror_damaged": self.mirror_damaged,
+            "lags": self.lags,
+        }
+
+
+@dataclass(frozen=True)
+class WorkspaceLag:
+    """A workspace source, or a file or folder inside it: how many files were added or edited
+    and how many are gone since the last sync, the first LAG_LIST of their paths, and what cannot
+    be read now (folders with a trailing '/'), whose indexed copies are kept."""
+
+    changed: int
+    deleted: int
+    paths: tuple[str, ...]
+    unreadable: tuple[str, ...]
+
+    @property
+    def lags(self) -> bool:
+        return bool(self.changed or self.deleted)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "lags": self.lags,
+            "changed": self.changed,
+            "deleted": self.deleted,
+            "paths": list(self.paths),
+            "unreadable": list(self.unreadable),
+        }
+
+
+@dataclass(frozen=True)
+class LagUnknown:
+    """Whether the index lags could not be told: one unreadable source must not hide the others."""
+
+    error: str
+    lags: None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"lags": None, "error": self.error}
+
+
+Lag = GitLag | WorkspaceLag | LagUnknown
+
+
 def _silent_logger() -> logging.Logger:
     """A logger that drops everything: the scan logs unindexable files, and a status check must
     not repeat that in the sync log. Built per call and never registered with `logging`, so
@@ -32,7 +100,7 @@ def _silent_logger() -> logging.Logger:
     return silent
 
 
-def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) -> dict[str, Any]:
+def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) -> GitLag:
     """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head."""
     remote_head = remote_error = None
     if check_remote:
@@ -45,28 +113,16 @@ def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) 
         mirror = git_source.mirror_head(source)
     except SourceError:  # a mirror without the configured branch: the next sync fetches it
         mirror = None
-    head = remote_head or mirror
     # raises SourceError, as sync does, when something not ours sits at the mirror path
     damage = git_source.mirror_damage(source)
     if damage is None and indexed_rev is not None and not source.mirror.exists() and not source.mirror.is_symlink():
         damage = f"the mirror {source.mirror} is missing"  # show and grep fail until sync clones it
-    return {
-        "kind": source.kind,
-        "indexed_rev": indexed_rev,
-        "mirror_head": mirror,
-        "remote_head": remote_head,
-        "remote_error": remote_error,
-        # a damaged mirror is cloned again by the next sync (once the remote answers)
-        "mirror_damaged": damage,
-        "lags": None if head is None else head != indexed_rev,
-    }
+    return GitLag(indexed_rev, mirror, remote_head, remote_error, damage)
 
 
-def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str, max_file_bytes: int) -> dict[str, Any]:
-    """A workspace source, or the file or folder `place` inside it: {"lags", "changed", "deleted",
-    "paths", "unreadable"} (counts of files added or edited and of files gone; the first LAG_LIST
-    paths; folders (with a trailing '/') and files that cannot be read now, whose indexed copies
-    are kept). Touches (same content, new mtime) and files that are never indexable do not count."""
+def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str, max_file_bytes: int) -> WorkspaceLag:
+    """A workspace source, or the file or folder `place` inside it. Touches (same content, new
+    mtime) and files that are never indexable do not count."""
     scanned = dataclasses.replace(source, selection=source.selection.within(place)) if place else source
     changed: list[str] = []
     deleted: list[str] = []
@@ -81,10 +137,4 @@ def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str,
             unreadable.append(f"{change.path}/" if change.path else "./")
         elif isinstance(change, Skipped) and change.reason.startswith("unreadable"):
             unreadable.append(change.path)
-    return {
-        "lags": bool(changed or deleted),
-        "changed": len(changed),
-        "deleted": len(deleted),
-        "paths": (changed + deleted)[:LAG_LIST],
-        "unreadable": unreadable[:LAG_LIST],
-    }
+    return WorkspaceLag(len(changed), len(deleted), tuple((changed + deleted)[:LAG_LIST]), tuple(unreadable[:LAG_LIST]))

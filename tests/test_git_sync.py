@@ -457,7 +457,7 @@ def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, An
     config = index.config
     with closing(open_index(config, readonly=True)) as store:
         state = {
-            sid: git_freshness(src, store, check_remote=check_remote)
+            sid: git_freshness(src, store, check_remote=check_remote).to_json()
             for sid, src in config.sources.items()
             if isinstance(src, GitSource)
         }

@@ -544,7 +544,8 @@ def test_nfc_and_nfd_twins_status_settles_after_one_sync(tmp_path: Path, db_url:
     assert (second.sources[0].added, second.sources[0].updated, second.sources[0].deleted) == (0, 0, 0)
     store = open_index(config, readonly=True)
     try:
-        fresh = workspace_freshness(config.sources["notes"], store, "", config.max_file_bytes)  # type: ignore[arg-type]
+        lag = workspace_freshness(config.sources["notes"], store, "", config.max_file_bytes)  # type: ignore[arg-type]
     finally:
         store.close()
+    fresh = lag.to_json()
     assert fresh["lags"] is False, fresh

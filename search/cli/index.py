@@ -19,6 +19,7 @@ from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
+    from indexer.freshness import GitLag
     from indexer.progress_log import Progress
     from indexer.store import FileProblem
     from indexer.sync import SyncReport
@@ -268,6 +269,8 @@ def status(
 
 
 def _print_status(report: StatusReport) -> None:
+    from indexer.freshness import GitLag, LagUnknown, WorkspaceLag  # loaded by the status just read
+
     echo(f"index: {report.db}")
     running = report.sync_running
     if running is not None:
@@ -293,25 +296,30 @@ def _print_status(report: StatusReport) -> None:
         echo(f"    languages: {_languages_line(s.languages)}")
         lag = s.lag
         if s.kind == "git":
-            rev = (s.indexed_rev or "none")[:12]
-            remote = (lag.get("remote_head") or lag.get("mirror_head") or "?")[:12]
-            echo(f"    indexed rev {rev}, {'remote' if lag.get('remote_head') else 'mirror'} head {remote}")
-            if lag.get("remote_error"):
-                echo(f"    remote: {lag['remote_error']}")
-            if lag.get("mirror_damaged"):
-                echo(f"    mirror damaged ({lag['mirror_damaged']}): `notes-search sync` clones it again")
+            _print_heads(s.indexed_rev, lag if isinstance(lag, GitLag) else None)
         if s.incomplete and not report.unfinished_copy:
             what = "still running" if running is not None else "did not finish"
             echo(f"    incomplete: the first sync {what}; files are missing until `notes-search sync` completes")
-        if lag.get("unreadable"):
-            echo(f"    cannot read: {', '.join(lag['unreadable'])} (indexed copies kept until readable)")
+        if isinstance(lag, WorkspaceLag) and lag.unreadable:
+            echo(f"    cannot read: {', '.join(lag.unreadable)} (indexed copies kept until readable)")
         _print_front_matter_problems(s.front_matter_problems)
-        if lag.get("lags"):
+        if lag.lags:
             echo("    lags: the index is behind; run `notes-search sync`")
         if s.error:
             echo(f"    error: {s.error}")
-        elif lag.get("error"):
-            echo(f"    cannot check: {lag['error']}")
+        elif isinstance(lag, LagUnknown) and lag.error:
+            echo(f"    cannot check: {lag.error}")
+
+
+def _print_heads(indexed_rev: str | None, lag: GitLag | None) -> None:
+    """The indexed rev beside the head it is held against (None: the heads could not be told)."""
+    remote = lag.remote_head if lag else None
+    head = (remote or (lag.mirror_head if lag else None) or "?")[:12]
+    echo(f"    indexed rev {(indexed_rev or 'none')[:12]}, {'remote' if remote else 'mirror'} head {head}")
+    if lag and lag.remote_error:
+        echo(f"    remote: {lag.remote_error}")
+    if lag and lag.mirror_damaged:
+        echo(f"    mirror damaged ({lag.mirror_damaged}): `notes-search sync` clones it again")
 
 
 def _print_front_matter_problems(problems: Sequence[FileProblem]) -> None:

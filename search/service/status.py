@@ -21,6 +21,7 @@ from indexer.store import (
 
 if TYPE_CHECKING:
     from indexer.embed_health import Outage
+    from indexer.freshness import Lag
     from search.service import NotesService
     from search.service.scope import Place
 
@@ -69,9 +70,7 @@ class SourceStatus:
     incomplete: bool  # files written but no whole sync finished: a first sync was killed (or runs)
     languages: dict[str, int]
     front_matter_problems: tuple[FileProblem, ...]
-    # `indexer.freshness`'s answer ("lags", and the heads or changed paths), or why it could not
-    # be told ({"lags": None, "error": ...})
-    lag: dict[str, Any]
+    lag: Lag  # behind the remote or mirror (git) or the disk (workspace), or why it cannot be told
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,7 +84,7 @@ class SourceStatus:
             "incomplete": self.incomplete,
             "languages": self.languages,
             "front_matter_problems": [{"path": p.path, "problem": p.problem} for p in self.front_matter_problems],
-            "lag": self.lag,
+            "lag": self.lag.to_json(),
         }
 
 
@@ -180,10 +179,13 @@ def _source_status(
     source_id, folder = place.source_id, place.folder
     if counts is None:
         counts = ScopeCounts(stats.files, stats.chunks, stats.pending) if stats else ScopeCounts()
+    from indexer.freshness import LagUnknown
+
+    lag: Lag
     try:
         lag = _lag(service, store, source_id, folder)
     except NotesSearchError as exc:  # one unreadable source must not hide the others
-        lag = {"lags": None, "error": str(exc)}
+        lag = LagUnknown(str(exc))
     return SourceStatus(
         id=source_id,
         kind=service.config.sources[source_id].kind,
@@ -203,7 +205,7 @@ def _source_status(
     )
 
 
-def _lag(service: NotesService, store: IndexReader, source_id: str, place: str) -> dict[str, Any]:
+def _lag(service: NotesService, store: IndexReader, source_id: str, place: str) -> Lag:
     """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
     or from git (the indexed rev vs the mirror head, and the remote's when `check_remote`)."""
     from indexer.freshness import git_freshness, workspace_freshness  # keeps pygit2 out of other commands
