@@ -37,7 +37,6 @@ log = logging.getLogger("notes_search.mcp")
 DEFAULT_PORT = 8765
 TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
-GREP_MAX_HITS = 200
 # what a hit leaves out for an agent: `text` holds the snippet's lines; with detail=snippet,
 # `ref` stands for source, path and line
 HIT_DROPS = {"text": ("snippet",), "snippet": ("source", "path", "line", "end_line", "text")}
@@ -187,17 +186,12 @@ class NotesTools:
         if not refs:
             raise NotesSearchError("path: an empty list names no file")
         many = self.service.read_many(refs, max_lines=max_lines, max_bytes=max_bytes)
-        if not many.views and many.failed:  # nothing read: the reasons are the answer
+        if many.nothing_read:
             raise NotesSearchError("; ".join(item.error for item in many.failed))
-        from search.refs import Ref
-
-        notices = []
-        for view in many.views:
-            if view.truncated and view.range is not None:
-                notices.append(
-                    f"{Ref(view.source_id, view.path)} cut at line {view.range.end} of {view.range.total}; "
-                    f"get it with from_line={view.range.end + 1} for more"
-                )
+        notices = [
+            f"{cut.ref} cut at line {cut.end} of {cut.total}; get it with from_line={cut.rest.line} for more"
+            for cut in many.cut_short
+        ]
         if many.omitted:
             notices.append(
                 f"left out {len(many.omitted)} files past the cap ({many.max_lines} lines / {many.max_bytes} bytes "
@@ -210,9 +204,7 @@ class NotesTools:
             "lines": many.lines,
             "bytes": many.bytes,
             "notice": "; ".join(notices) or None,
-            "files": [
-                _file_json(view, view.range.end + 1 if view.truncated and view.range else None) for view in many.views
-            ],
+            "files": [_file_json(view, view.next_line) for view in many.views],
             "omitted": many.omitted,
             "errors": [item.to_json() for item in many.failed],
         }
@@ -220,9 +212,9 @@ class NotesTools:
     def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
         from search.grep import summary
 
-        outcome = self.service.grep(pattern, path=path, ignore_case=ignore_case, fixed=fixed, max_count=GREP_MAX_HITS)
+        outcome = self.service.grep(pattern, path=path, ignore_case=ignore_case, fixed=fixed)
         results = [hit.to_json() for hit in outcome.hits]
-        notices = [f"stopped at {GREP_MAX_HITS} lines; narrow the path or the pattern"] if outcome.truncated else []
+        notices = [f"stopped at {outcome.max_count} lines; narrow the path or the pattern"] if outcome.truncated else []
         if outcome.unsearched:
             notices.append(f"not searched ({len(outcome.unsearched)}, see unsearched): {summary(outcome.unsearched)}")
         return {
@@ -244,14 +236,9 @@ class NotesTools:
 
     def toc(self, source: str | None, max_bytes: int = TOC_MAX_BYTES) -> dict[str, Any]:
         """Each source's table of contents, whole lines up to `max_bytes` in all."""
-        left = max_bytes
-        tocs, cut = [], []
-        for toc in self.service.toc((source,) if source else ()):
-            text = _whole_lines(toc.text, left)
-            left -= len(text.encode())
-            tocs.append({"source": toc.source_id, "truncated": text != toc.text, "text": text})
-            if text != toc.text:
-                cut.append(toc.source_id)
+        found = self.service.toc((source,) if source else (), max_bytes=max_bytes)
+        tocs = [{"source": toc.source_id, "truncated": toc.truncated, "text": toc.text} for toc in found]
+        cut = [toc.source_id for toc in found if toc.truncated]
         notice = None
         if cut:
             notice = (
@@ -260,19 +247,6 @@ class NotesTools:
                 + "a larger max_bytes, or search with path=FOLDER"
             )
         return {"count": len(tocs), "notice": notice, "tocs": tocs}
-
-
-def _whole_lines(text: str, budget: int) -> str:
-    """The longest run of `text`'s first lines within `budget` UTF-8 bytes."""
-    if len(text.encode()) <= budget:
-        return text
-    kept: list[str] = []
-    for line in text.splitlines(keepends=True):
-        budget -= len(line.encode())
-        if budget < 0:
-            break
-        kept.append(line)
-    return "".join(kept)
 
 
 def _file_json(view: "FileView", next_from_line: int | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -472,8 +472,8 @@ def test_get_counts_lines_as_show_and_grep_do(config_path: Path, do_sync: Callab
 def test_grep_is_truncated_only_when_more_lines_exist(
     config_path: Path, do_sync: Callable[..., object], notes: Path
 ) -> None:
-    from search.mcp_server import GREP_MAX_HITS, NotesTools
-    from search.service import NotesService
+    from search.mcp_server import NotesTools
+    from search.service import GREP_MAX_HITS, NotesService
 
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS)), encoding="utf-8")
     do_sync()

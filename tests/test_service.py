@@ -81,6 +81,22 @@ def test_a_scoped_search_catches_up_every_place_of_its_target(two_sources: Path)
     assert sorted(hit.source for hit in dot.response.results) == ["a", "b"] and dot.catch_up is None
 
 
+def test_a_toc_byte_cap_is_shared_by_the_sources_in_order_and_the_files_stay_whole(two_sources: Path) -> None:
+    """The cap an agent's `toc` asks for is the service's rule: one budget over the sources in
+    order, each text cut at a whole line; the file on disk is refreshed whole either way."""
+    service = service_for(two_sources)
+    service.sync(None, full=False, progress=None)
+    whole = service.toc(())
+    first = len(whole[0].text.encode())
+    capped = service.toc((), max_bytes=first + 40)
+    assert [(t.source_id, t.truncated) for t in capped] == [("a", False), ("b", True)]
+    assert capped[0].text == whole[0].text
+    assert whole[1].text.startswith(capped[1].text) and capped[1].text.endswith("\n")
+    assert 0 < len(capped[1].text.encode()) <= 40
+    assert [t.file.read_text(encoding="utf-8") for t in capped] == [t.text for t in whole]
+    assert [t.text for t in service.toc((), max_bytes=None)] == [t.text for t in whole]
+
+
 def test_a_source_prefix_narrows_and_must_agree_with_the_sources_given() -> None:
     sources = {"notes": None, "other": None}
     assert narrow_to_prefix("other:devops", (), sources) == (("other",), "devops")

@@ -12,6 +12,7 @@ from search.cli.context import CliContext, pass_context
 from search.cli.formats import HIT_FORMATS, NOTHING_FOUND, chosen_format, emit, format_option
 from search.cli.options import TakesText, completes, source_option, text_option
 from search.refs import Ref
+from search.service import GREP_MAX_HITS
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 from search.terminal import echo, echo_json, hyperlink, styled
 
@@ -73,14 +74,12 @@ def show(
             echo(name)
     else:
         emit("show", fmt, many.to_json())
-    for view in many.views:
-        if view.truncated and view.range is not None:
-            echo(
-                f"notice: {Ref(view.source_id, view.path)} cut at line {view.range.end} of {view.range.total} "
-                f"(--max-lines {max_lines}, --max-bytes {max_bytes}); "
-                f"the rest: show {Ref(view.source_id, view.path, view.range.end + 1)}",
-                err=True,
-            )
+    for cut in many.cut_short:
+        echo(
+            f"notice: {cut.ref} cut at line {cut.end} of {cut.total} "
+            f"(--max-lines {max_lines}, --max-bytes {max_bytes}); the rest: show {cut.rest}",
+            err=True,
+        )
     if many.omitted and fmt != "files":
         shown = ", ".join(many.omitted[:OMITTED_SHOWN])
         more = f" and {len(many.omitted) - OMITTED_SHOWN} more" if len(many.omitted) > OMITTED_SHOWN else ""
@@ -135,7 +134,7 @@ def _print_hit(hit: GrepHit) -> None:
 @click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is literal text, not a regex.")
 @click.option(
     "--max-count",
-    default=200,
+    default=GREP_MAX_HITS,
     show_default=True,
     type=click.IntRange(1, 100_000),
     help="Stop after this many matching lines in total.",

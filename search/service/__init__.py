@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from search.service.sources import Selection, SourceAdded, SourceRemoved
     from search.service.status import StatusReport
 
+GREP_MAX_HITS = 200  # lines a grep shows unless asked for more: a screenful to scan, a page for an agent
+
 # Every command builds the service, so each operation's module is imported when the operation
 # runs: the cron no-op `sync` loads no search engine, a lexical `query` no indexer, and only
 # the commands that need them pay for numpy and requests (embedder, resident vectors).
@@ -304,18 +306,21 @@ class NotesService:
         path: str | None = None,
         ignore_case: bool,
         fixed: bool,
-        max_count: int,
+        max_count: int = GREP_MAX_HITS,
     ) -> GrepOutcome:
         """Lines matching `pattern`, or any of several patterns (as `rg -e A -e B`), in `target`,
-        or else in what `path` names (resolved as `resolve` does; None: everything)."""
+        or else in what `path` names (resolved as `resolve` does; None: everything); the first
+        `max_count` of them."""
         from search.service.lookup import grep
 
         return grep(self, pattern, target=target, path=path, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
 
-    def toc(self, source_ids: tuple[str, ...]) -> list[TocFile]:
+    def toc(self, source_ids: tuple[str, ...], *, max_bytes: int | None = None) -> list[TocFile]:
+        """Each source's table of contents (all sources when none is named), its file refreshed;
+        the texts cut at whole lines to `max_bytes` in all (None: whole)."""
         from search.service.lookup import toc
 
-        return toc(self, source_ids)
+        return toc(self, source_ids, max_bytes=max_bytes)
 
     def collections(self, prefix: str | None) -> CollectionsView:
         from search.service.lookup import collections

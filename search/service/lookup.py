@@ -33,17 +33,20 @@ class GrepOutcome:
     target: Target
     hits: list[GrepHit]
     truncated: bool
+    max_count: int
     unsearched: list[Unsearched] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class TocFile:
-    """One source's table of contents, and why its file could not be refreshed (if so)."""
+    """One source's table of contents, and why its file could not be refreshed (if so).
+    `truncated`: `text` holds only its first lines, as the byte cap of the call allowed."""
 
     source_id: str
     file: Path
     text: str
     write_error: str | None = None
+    truncated: bool = False
 
 
 def grep_target(config: Config, source_ids: Sequence[str], path: str | None) -> Target:
@@ -111,11 +114,13 @@ def grep(
     from search.service.locating import file_on_disk
 
     hits = [replace(hit, file=file_on_disk(service.config, hit.source, hit.path)) for hit in found[:max_count]]
-    return GrepOutcome(patterns, target, hits, len(found) > max_count, list(found.unsearched))
+    return GrepOutcome(patterns, target, hits, len(found) > max_count, max_count, list(found.unsearched))
 
 
-def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:
-    """Render each source's table of contents from the index and refresh its file."""
+def toc(service: NotesService, source_ids: tuple[str, ...], *, max_bytes: int | None = None) -> list[TocFile]:
+    """Render each source's table of contents from the index and refresh its file (whole). The
+    texts returned share `max_bytes` UTF-8 bytes in source order, each cut at a whole line: a
+    table of contents is an overview for a reader who pays for every byte (None: no cap)."""
     from indexer.toc import render_toc, toc_path, write_toc
 
     config = service.config
@@ -123,6 +128,7 @@ def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:
     with service.reading() as store:
         tocs = [(source_id, render_toc(source_id, store.file_rows(source_id))) for source_id in selected]
     results = []
+    left = max_bytes
     for source_id, text in tocs:
         path = toc_path(config, source_id)
         error = None
@@ -130,8 +136,24 @@ def toc(service: NotesService, source_ids: tuple[str, ...]) -> list[TocFile]:
             write_toc(path, text)
         except OSError as exc:
             error = str(exc.strerror or exc)
-        results.append(TocFile(source_id, path, text, error))
+        shown = text if left is None else _whole_lines(text, left)
+        if left is not None:
+            left -= len(shown.encode())
+        results.append(TocFile(source_id, path, shown, error, truncated=shown != text))
     return results
+
+
+def _whole_lines(text: str, budget: int) -> str:
+    """The longest run of `text`'s first lines within `budget` UTF-8 bytes."""
+    if len(text.encode()) <= budget:
+        return text
+    kept: list[str] = []
+    for line in text.splitlines(keepends=True):
+        budget -= len(line.encode())
+        if budget < 0:
+            break
+        kept.append(line)
+    return "".join(kept)
 
 
 def collections(service: NotesService, prefix: str | None) -> CollectionsView:

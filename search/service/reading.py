@@ -61,6 +61,11 @@ class FileView:
     total_lines: int
     truncated: bool = False  # cut short by the size cap of several files at once
 
+    @property
+    def next_line(self) -> int | None:
+        """Where the rest of a file that the cap cut short starts; None: nothing was cut."""
+        return self.range.end + 1 if self.truncated and self.range is not None else None
+
     def to_json(self) -> dict[str, object]:
         """The JSON shape of `show`."""
         return {
@@ -179,6 +184,20 @@ class Unread:
 
 
 @dataclass(frozen=True)
+class CutShort:
+    """A file of several that the cap cut short: its lines up to `end` of `total` were read."""
+
+    ref: Ref  # source:path
+    end: int
+    total: int
+
+    @property
+    def rest(self) -> Ref:
+        """Where the rest starts (source:path:line)."""
+        return replace(self.ref, line=self.end + 1)
+
+
+@dataclass(frozen=True)
 class ManyViews:
     """What `read_many` read (in the order asked, each file once), what the cap left out (the
     files after the one that reached it, not read), and what could not be read."""
@@ -190,6 +209,23 @@ class ManyViews:
     max_bytes: int
     lines: int = 0  # lines and bytes of the views, in all
     bytes: int = 0
+
+    @property
+    def cut_short(self) -> list[CutShort]:
+        """The files the cap cut short (a first file alone larger than the cap), each with where
+        its rest starts: what a front end tells the reader to ask for next."""
+        from search.refs import Ref
+
+        return [
+            CutShort(Ref(view.source_id, view.path), view.range.end, view.range.total)
+            for view in self.views
+            if view.truncated and view.range is not None
+        ]
+
+    @property
+    def nothing_read(self) -> bool:
+        """Every ref failed: their reasons are the whole answer."""
+        return not self.views and bool(self.failed)
 
     def to_json(self) -> dict[str, object]:
         """`show --json`: the files, and (empty lists when none) what was left out or failed."""
