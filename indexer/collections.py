@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from indexer.config import load_yaml
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection
 from indexer.model import CollectionProblem
+from indexer.useryaml import InvalidYaml, load_yaml
 
 META_FILE = "_meta.yaml"
 
@@ -243,7 +241,7 @@ def _read_meta(path: str) -> tuple[dict[str, Any], str | None]:
     try:
         with open(path, encoding="utf-8-sig") as f:
             raw = load_yaml(f.read(), path)  # the config's safe loader: duplicate keys are errors too
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError, RecursionError) as exc:
+    except (OSError, UnicodeDecodeError, InvalidYaml, ConfigError, RecursionError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return {}, f"malformed, the collection takes the folder's name: {problem}"
     if raw is None:

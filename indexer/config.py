@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from indexer import neutral
 from indexer.configpaths import ConfigLocation  # where the config is found: import-light, for search.warm
 from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
 from indexer.redaction import is_postgres_url
+from indexer.useryaml import InvalidYaml, load_yaml
 from indexer.windows import WINDOWS_VERSION
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
@@ -237,8 +236,7 @@ class _Checker:
         self.file = file
 
     def fail(self, key: str, problem: str) -> ConfigError:
-        where = f"{self.file}: {key}: " if key else f"{self.file}: "
-        return ConfigError(where + problem)
+        return ConfigError.at(self.file, key, problem)
 
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
         if value is None:
@@ -511,58 +509,15 @@ def _check_url(url: str, key: str, c: _Checker) -> None:
         raise c.fail(key, f"not a valid URL: no host ({url!r})")
 
 
-def _check_duplicate_keys(node: yaml.Node, key: str, c: _Checker, seen_nodes: set[int]) -> None:
-    """A key written twice is an error naming it and both (1-based) lines: PyYAML keeps the last
-    one silently, so a second `db:` far down the file would win unnoticed."""
-    if id(node) in seen_nodes:  # an alias: its node was checked where the anchor is
-        return
-    seen_nodes.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        first_line: dict[tuple[str, str], int] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` entries may be overridden on purpose
-            name = f"{key}.{key_node.value}" if key else key_node.value
-            line = key_node.start_mark.line + 1
-            identity = (key_node.tag, key_node.value)
-            if identity in first_line:
-                raise c.fail(name, f"duplicate key (lines {first_line[identity]} and {line})")
-            first_line[identity] = line
-            _check_duplicate_keys(value_node, name, c, seen_nodes)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _check_duplicate_keys(item, f"{key}[{index}]", c, seen_nodes)
-
-
-def _load_yaml(text: str, c: _Checker) -> Any:
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_duplicate_keys(node, "", c, set())
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def load_yaml(text: str, file: str) -> Any:
-    """Other YAML the user writes (`_meta.yaml`) parsed like the config: safe, and a key written
-    twice is a ConfigError naming `file`, the key and both lines instead of a silent last-wins.
-    Syntax errors stay yaml.YAMLError (RecursionError when nested too deeply)."""
-    return _load_yaml(text, _Checker(file))
-
-
 def parse_config(text: str, file: str = "<config>", base: Path | None = None) -> Config:
     c = _Checker(file)
     try:
-        raw = _load_yaml(text, c)
+        raw = load_yaml(text, file)
     except RecursionError:
         raise c.fail("", "invalid YAML: nested too deeply") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    except InvalidYaml as exc:
+        where = f" (line {exc.line}, column {exc.column})" if exc.line is not None else ""
+        problem = exc.problem or str(exc).splitlines()[0]
         raise c.fail("", f"invalid YAML{where}: {problem}") from None
     raw = c.mapping(raw, "")
     c.known(raw, TOP_KEYS, "")

@@ -1,5 +1,7 @@
 """Domain errors. The CLI maps every subclass of NotesSearchError to a one-line message and exit 1."""
 
+from __future__ import annotations
+
 
 class NotesSearchError(Exception):
     """Base class for errors a user should see as one clear line."""
@@ -7,6 +9,11 @@ class NotesSearchError(Exception):
 
 class ConfigError(NotesSearchError):
     """The config file is missing, malformed, or has an invalid key or value."""
+
+    @classmethod
+    def at(cls, file: str, key: str, problem: str) -> ConfigError:
+        """`file: key.path: problem`, or `file: problem` for the file as a whole (no key)."""
+        return cls(f"{file}: {key}: {problem}" if key else f"{file}: {problem}")
 
 
 class StoreError(NotesSearchError):

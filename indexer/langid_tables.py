@@ -20,13 +20,14 @@ import contextlib
 import hashlib
 import json
 import mmap
-import os
 import re
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from indexer.cachefolder import cache_folder, write_atomically
 
 if TYPE_CHECKING:
     import numpy
@@ -64,13 +65,6 @@ class Tables:
     output: NDArray[numpy.int64]
     table: NDArray[numpy.float32]
     nextmove: NDArray[numpy.uint32]
-
-
-def cache_folder() -> Path:
-    """notes-search's cache folder: `$XDG_CACHE_HOME/notes-search`, else `~/.cache/notes-search`."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "notes-search"
 
 
 def _model_file() -> Path:
@@ -114,7 +108,7 @@ def _model_digest(model: Path, folder: Path) -> str:
         known = {}
     known[signature] = digest
     with contextlib.suppress(OSError):  # a racing writer may drop this entry: it is only computed again
-        _write_atomically(index, json.dumps(known).encode())
+        write_atomically(index, json.dumps(known).encode())
     return digest
 
 
@@ -183,22 +177,6 @@ def _serialise(tables: Tables) -> bytes:
     return bytes(parts)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def _mapped(path: Path) -> Tables | None:
     """The tables in `path` mapped into memory, or None when the file is missing or not a
     whole, intact file of this layout."""
@@ -246,7 +224,7 @@ def load_tables(languages: tuple[str, ...]) -> Tables:
         return tables
     tables = tables_from_library(languages)
     try:
-        _write_atomically(path, _serialise(tables))
+        write_atomically(path, _serialise(tables))
     except OSError:
         return tables
     return _mapped(path) or tables

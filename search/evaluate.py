@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
-from indexer.config import Config, load_yaml, read_user_file
+from indexer.config import Config, read_user_file
 from indexer.errors import NotesSearchError
 from indexer.store import IndexReader
+from indexer.useryaml import InvalidYaml, load_yaml
 from search.engine import Hit, search
 from search.refs import Ref
 
@@ -159,10 +158,9 @@ def _raw_items(file: Path) -> list[tuple[str, object]]:
         data = load_yaml(content, str(file))
     except RecursionError:
         raise NotesSearchError(f"{file}: invalid YAML: nested too deeply") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise NotesSearchError(f"{file}{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except InvalidYaml as exc:
+        where = f":{exc.line}" if exc.line is not None else ""
+        raise NotesSearchError(f"{file}{where}: invalid YAML: {exc.problem or exc}") from None
     if data is None:
         return []
     if not isinstance(data, list):

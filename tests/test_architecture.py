@@ -286,6 +286,7 @@ def test_a_lexical_query_loads_no_heavy_module(synced: Config, tmp_path: Path, b
     assert synced.path is not None
     modules = imported("-c", str(synced.path), "query", "sourdough", "--mode", "lex", "--json", cwd=tmp_path)
     assert "search.engine" in modules  # the query did run
+    assert "yaml" not in modules  # the config and the _meta.yaml files, read before, come parsed from the cache
     check_budget("query", modules, backend)
 
 
