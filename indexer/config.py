@@ -56,6 +56,8 @@ UNKNOWN_MODEL_WINDOW = 512  # the smallest window common embedding models have: 
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
+    """`embedding:`: which model makes the vectors, where it runs and how it is asked."""
+
     provider: str = "local"
     model: str = LOCAL_MODEL
     endpoint: str | None = None
@@ -146,6 +148,8 @@ MAX_RRF_K = 100_000
 
 @dataclass(frozen=True)
 class SearchConfig:
+    """`search:`: how the keyword and the meaning halves are fused."""
+
     # the fusion constant: on held-out real notes MRR was 0.917 at 60 and 0.889 at 10, while the
     # public sets prefer smaller values, so the default follows the real notes
     rrf_k: int = DEFAULT_RRF_K
@@ -153,6 +157,8 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class WorkspaceSource:
+    """A folder on this machine, walked and read in place (never written to)."""
+
     id: str
     root: Path
     selection: FileSelection
@@ -161,6 +167,8 @@ class WorkspaceSource:
 
 @dataclass(frozen=True)
 class GitSource:
+    """A git repository, read from a bare mirror notes-search keeps and fetches."""
+
     id: str
     url: str
     mirror: Path
@@ -175,6 +183,8 @@ Source = WorkspaceSource | GitSource
 
 @dataclass(frozen=True)
 class Config:
+    """The whole config file, checked: paths absolute, every source by its id."""
+
     path: Path | None
     root: Path
     db: Path  # the SQLite index file; with `db_url`, its folder still holds this host's local state

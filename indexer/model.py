@@ -23,6 +23,8 @@ class Chunk:
 
 @dataclass(frozen=True)
 class ParsedDocument:
+    """A note as the chunker read it: its metadata and its chunks."""
+
     title: str
     tags: list[str] = field(default_factory=list)
     headings: list[str] = field(default_factory=list)  # H1-H3 texts in document order
@@ -47,11 +49,16 @@ class FileVersion:
 
 @dataclass(frozen=True)
 class Upsert:
+    """A file that is new or whose content changed: the store re-chunks it."""
+
     file: FileVersion
 
 
 @dataclass(frozen=True)
 class Delete:
+    """A file the index holds that is to go: gone from the source, no longer admitted, or no
+    longer indexable."""
+
     path: str
 
 

@@ -54,6 +54,8 @@ DEFAULT = "default"
 
 @dataclass(frozen=True)
 class LanguageStats:
+    """One language's offset: the mean of its passages' vectors, and what it was estimated from."""
+
     mean: np.ndarray  # the mean raw (unit) passage vector of the language
     chunks: int  # chunks of this language in the index when the statistics were estimated
     origin: str  # INDEX (estimated from those chunks) or DEFAULT (shipped for the model)

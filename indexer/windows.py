@@ -75,6 +75,8 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass(frozen=True)
 class _Unit:
+    """A piece a window is built of: whole lines (or part of one too long for any window)."""
+
     text: str
     tokens: int  # counted alone, without the prefix and the model's own tokens
 

@@ -17,9 +17,9 @@ stream byte (1 stdout, 2 stderr) followed by the bytes written.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
-import socket
 import stat
 import struct
 import sys
@@ -27,6 +27,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # typing itself costs every warm call milliseconds; mypy reads this as True
 if TYPE_CHECKING:
+    import socket
     from typing import Any
 
 DISABLE_ENV = "NOTES_SEARCH_NO_DAEMON"  # set to anything but "" or "0": always run in process
@@ -117,6 +118,8 @@ def owner_problem(path: Path, uid: int) -> str | None:
 
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end (the kernel's word, not the file's)."""
+    import socket  # only with a server's socket found: most calls find none
+
     ucred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", ucred)[1])
 
@@ -203,6 +206,8 @@ def _terminal_facts() -> dict[str, Any]:
 
 def _connect(path: Path, uid: int) -> socket.socket | None:
     """A connection to the trusted socket at `path`, or None."""
+    import socket  # only with a server's socket found: most calls find none
+
     if owner_problem(path, uid) is not None:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -291,6 +296,10 @@ def main() -> None:
 
         interrupted()
     if code is None:
+        if split_argv(sys.argv[1:]) is not None:
+            # a read command runs once and exits, keeping what it imports to the end: the cyclic
+            # collector's dozens of passes over those objects find nothing to free
+            gc.disable()
         from search.cli import main as in_process
 
         in_process()

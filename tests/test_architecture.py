@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import re
 import subprocess
@@ -61,9 +62,9 @@ HEAVY = (
 )
 # Modules each path loaded when the budget was recorded (all four work packages of the service
 # layer combined); a path may grow by 10 % before this test asks whether the new imports belong on it.
-RECORDED_MODULE_COUNT = {"query": 173, "sync": 187, "help": 200, "hybrid query": 319, "no-op sync": 198}
+RECORDED_MODULE_COUNT = {"query": 165, "sync": 187, "help": 200, "hybrid query": 319, "no-op sync": 198}
 # an index on PostgreSQL loads psycopg (about 190 modules) for the same commands
-RECORDED_MODULE_COUNT_POSTGRES = {"query": 363, "sync": 364}
+RECORDED_MODULE_COUNT_POSTGRES = {"query": 362, "sync": 364}
 
 CITATION = re.compile("SPEC " + "§|seed [AB]")  # built from parts: this file must not match itself
 
@@ -241,19 +242,23 @@ def test_comments_state_reasons_instead_of_citing_documents() -> None:
 # ---- import budget -----------------------------------------------------------------------------
 
 
-def imported(*args: str, cwd: Path) -> dict[str, int]:
-    """The modules `notes-search ARGS` imports, in import order, with their cumulative import
-    time in µs (python -X importtime): only for the failure message, never asserted."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "from search.cli import main; main()", *args],
+def run_python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` with this checkout importable and no warm server asked."""
+    return subprocess.run(
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(REPO), "NOTES_SEARCH_NO_DAEMON": "1"},
         stdin=subprocess.DEVNULL,
         timeout=120,
     )
+
+
+def imported(*args: str, cwd: Path) -> dict[str, int]:
+    """The modules `notes-search ARGS` imports, in import order, with their cumulative import
+    time in µs (python -X importtime): only for the failure message, never asserted."""
+    proc = run_python("-X", "importtime", "-c", "from search.cli import main; main()", *args, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-2000:]
     modules: dict[str, int] = {}
     for line in proc.stderr.splitlines():
@@ -276,6 +281,39 @@ def check_budget(path_name: str, modules: dict[str, int], backend: str = "sqlite
     )
 
 
+# what a path's imports may define: each dataclass costs start-up time (its methods are compiled
+# when its module is imported), and they were the largest part of a lexical query's imports
+RECORDED_DATACLASSES = {"query": 49}
+RECORDED_DATACLASSES_POSTGRES = {"query": 51}
+
+_PROBE = """
+import atexit, gc, json, sys
+
+def report():
+    names = sorted(
+        f"{value.__module__}.{value.__qualname__}"
+        for module in list(sys.modules.values())
+        if module is not None and module.__name__.split(".")[0] in ("indexer", "search")
+        for value in list(vars(module).values())
+        if isinstance(value, type) and value.__module__ == module.__name__ and "__dataclass_fields__" in vars(value)
+    )
+    sys.stderr.write("\\nPROBE " + json.dumps({"dataclasses": names, "gc": gc.isenabled()}) + "\\n")
+
+atexit.register(report)
+from search.warm import main
+main()
+"""
+
+
+def started(*args: str, cwd: Path) -> dict[str, object]:
+    """What `notes-search ARGS`, run from its entry point, had when it exited: the dataclasses
+    its modules define and whether the cyclic garbage collector was on."""
+    proc = run_python("-c", _PROBE, *args, cwd=cwd)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    found: dict[str, object] = json.loads(proc.stderr.rpartition("\nPROBE ")[2])
+    return found
+
+
 @pytest.fixture
 def synced(config: Config, do_sync: Callable[..., SyncReport]) -> Config:
     do_sync()
@@ -288,6 +326,26 @@ def test_a_lexical_query_loads_no_heavy_module(synced: Config, tmp_path: Path, b
     assert "search.engine" in modules  # the query did run
     assert "yaml" not in modules  # the config and the _meta.yaml files, read before, come parsed from the cache
     check_budget("query", modules, backend)
+
+
+def test_a_lexical_query_builds_few_dataclasses_and_leaves_the_garbage_collector_off(
+    synced: Config, tmp_path: Path, backend: str
+) -> None:
+    """A one-shot read keeps what it builds to the end: the cyclic collector's passes over its
+    start-up objects would find nothing to free. Only the dataclasses it uses are defined."""
+    assert synced.path is not None
+    probe = started("-c", str(synced.path), "query", "sourdough", "--mode", "lex", cwd=tmp_path)
+    assert probe["gc"] is False
+    defined = probe["dataclasses"]
+    assert isinstance(defined, list)
+    recorded = (RECORDED_DATACLASSES_POSTGRES if backend == "postgres" else RECORDED_DATACLASSES)["query"]
+    assert len(defined) <= recorded * 11 // 10, f"{len(defined)} dataclasses (recorded {recorded}): {defined}"
+
+
+def test_commands_that_run_long_keep_the_garbage_collector(synced: Config, tmp_path: Path) -> None:
+    assert synced.path is not None
+    with sync_lock_held(synced):
+        assert started("-c", str(synced.path), "sync", "--quiet", cwd=tmp_path)["gc"] is True
 
 
 def test_the_cron_no_op_sync_loads_no_heavy_module(synced: Config, tmp_path: Path, backend: str) -> None:

@@ -323,9 +323,9 @@ def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_pat
 
 @both_backends
 def test_reindex_a_folder_now(run, notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from search.service import indexing
+    from search.service import catchup
 
-    monkeypatch.setattr(indexing, "UNSCOPED_CATCH_UP_BUDGET", 0.0)  # the search below would catch devops/ up
+    monkeypatch.setattr(catchup, "UNSCOPED_CATCH_UP_BUDGET", 0.0)  # the search below would catch devops/ up
     run("sync")
     write(notes, {"travel/new.md": "# Okoun\n\nOkoun říční.\n", "devops/new.md": "# Okoun v devops\n"})
     result = run("reindex", "notes:travel", "--json")

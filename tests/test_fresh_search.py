@@ -11,8 +11,8 @@ from click.testing import CliRunner, Result
 
 from indexer.config import WALKED_FILES_KEY, load_config, parse_config
 from search import cli as cli_module
-from search.service import indexing
-from search.service.indexing import CatchUpChoice, choose_unscoped
+from search.service import catchup
+from search.service.catchup import CatchUpChoice, choose_unscoped
 from tests.conftest import FAKE_EMBEDDING, make_config, open_index, write
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
@@ -65,7 +65,7 @@ def test_an_unscoped_search_finds_an_edit_made_just_before(run, notes: Path, mod
 def test_a_source_over_the_budget_is_left_and_said_so(run, big: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     assert run("sync").exit_code == 0
     # room for the 4 notes, not for big's 6 files as well
-    monkeypatch.setattr(indexing, "UNSCOPED_CATCH_UP_BUDGET", 5 * indexing.CATCH_UP_FILE_SECONDS)
+    monkeypatch.setattr(catchup, "UNSCOPED_CATCH_UP_BUDGET", 5 * catchup.CATCH_UP_FILE_SECONDS)
     write(big, {"fresh.md": "# Fresh\n\nquokka\n"})
     result = run("query", "quokka", "--mode", "lex", "--json", "--explain")
     assert result.exit_code == 1 and found(result) == []  # not caught up: nothing found
@@ -88,7 +88,7 @@ def test_the_choice_follows_the_recorded_file_counts() -> None:
         "    d: {root: /d, paths: ['**']}\n",
         base=Path("/"),
     )
-    per_budget = int(indexing.UNSCOPED_CATCH_UP_BUDGET / indexing.CATCH_UP_FILE_SECONDS)
+    per_budget = int(catchup.UNSCOPED_CATCH_UP_BUDGET / catchup.CATCH_UP_FILE_SECONDS)
     meta = {WALKED_FILES_KEY + "a": str(per_budget - 10), WALKED_FILES_KEY + "b": "11", WALKED_FILES_KEY + "c": "5"}
     choice = choose_unscoped(config, meta)
     assert choice.caught_up == ("a", "c")  # b would overrun what a left; git sources are never walked

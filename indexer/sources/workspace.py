@@ -45,6 +45,8 @@ _LOG = logging.getLogger("notes_search.workspace")
 
 @dataclass(frozen=True)
 class ListedFile:
+    """A file the walk admitted, stat'ed once: the scan compares that stat with the store's."""
+
     rel: str  # index path: relative, '/'-separated, NFC
     path: str  # on-disk path to open
     stat: os.stat_result

@@ -220,7 +220,7 @@ class NotesService:
         return reindex(self, path, full=full, lock_wait=lock_wait, progress=progress)
 
     def catch_up(self, target: Target, *, embed: bool) -> list[str]:
-        from search.service.indexing import catch_up
+        from search.service.catchup import catch_up
 
         return catch_up(self, target, embed=embed)
 

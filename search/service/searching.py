@@ -11,7 +11,7 @@ from indexer.errors import NotesSearchError
 from search.engine import Hit, SearchResponse
 from search.engine import search as engine_search
 from search.refs import Ref, deleted_from_disk
-from search.service.indexing import CatchUpChoice, catch_up, catch_up_unscoped
+from search.service.catchup import CatchUpChoice, catch_up, catch_up_unscoped
 from search.service.locating import with_files
 from search.service.scope import check_scope_exists, unmatched_tags, with_filters
 from search.snippets import Term, snippet_in_bytes, snippet_terms, text_in_bytes
