@@ -868,9 +868,10 @@ def test_kill_during_mirror_clone_leaves_no_temporary_clone(
 ) -> None:
     home = tmp_path / "home"
     config_path = write_config(home, server.url, git_url=upstream)
-    # the clone is complete, the rename not yet done (the first two renames are the integrity
-    # check's stamp: the new index checked, then marked as being synced)
-    kill_at(config_path, "call@os:replace@3")
+    # the clone is complete, the rename not yet done (the first three renames: the config's
+    # parsed form into the cache folder, then the integrity check's stamp: the new index checked,
+    # then marked as being synced)
+    kill_at(config_path, "call@os:replace@4")
     mirrors = home / "mirrors"
     assert [p.name for p in mirrors.iterdir() if p.name.endswith(".clone")], "the kill point missed the clone"
     rerun_and_compare(config_path, git_reference["db"])
