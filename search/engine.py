@@ -14,7 +14,15 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
-from search.fusion import Fused, covered_terms, exact_value_terms, match_terms, rrf, term_coverage
+from search.fusion import (
+    Fused,
+    background_hits,
+    covered_terms,
+    exact_value_terms,
+    match_terms,
+    rrf,
+    term_coverage,
+)
 from search.querybuild import QueryTerm, build_exact_query, query_terms
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
@@ -94,6 +102,9 @@ class SearchResponse:
     # languages made it weigh the keyword half (None: it did not)
     keyword_coverage: float | None = None
     exact_value: bool = False  # a rare language-less term kept the fusion plain (found_exact_value)
+    # meaning hits in other languages that stand out from none of their language's: passed over
+    # where the vector half ranks the keyword half's best hits (fusion.background_hits)
+    background: int = 0
     rrf_k: int = 60  # the fusion's constant: a list's rank r adds weight / (rrf_k + r)
 
     def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
@@ -112,6 +123,7 @@ class SearchResponse:
                 "keyword_weight": self.keyword_weight,
                 "keyword_coverage": self.keyword_coverage,
                 "exact_value": self.exact_value,
+                "background": self.background,
                 "rrf_k": self.rrf_k,
             }
         return data
@@ -621,8 +633,10 @@ def _fuse(
             response.exact_value = True
     response.keyword_blind = len(blind)
     weights = {}
+    passed_over: dict[int, set[int]] = {}
     response.keyword_weight = 1.0
     response.keyword_coverage = None
+    response.background = 0
     if blind:
         # notes in other languages are in play: the keyword half answers from the query's
         # language only, so it counts as much as its best note covers the query's terms (not at
@@ -632,12 +646,20 @@ def _fuse(
         response.keyword_coverage = coverage
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
+        # a long question meets every language's generic notes at one level of similarity: the
+        # vector half ranks the keyword half's best hits among what the keyword half could have
+        # found and the other languages' answers that stand out, not behind that background
+        best = lexical_ids[:COVERAGE_HITS]
+        background = background_hits([(cid, 1.0 - distance) for cid, distance in vector], blind, languages, best)
+        response.background = len(background)
+        passed_over = dict.fromkeys(best, background) if background else {}
     fused = rrf(
         {"bm25": lexical_ids, "vec": [cid for cid, _ in vector]},
         k=config.search.rrf_k,
         recency=recency,
         blind=blind,
         weights=weights,
+        passed_over=passed_over,
     )
     if rules:  # the vector half must not undo exact-first either
         by_id = {item.chunk_id: item for item in fused}
@@ -729,6 +751,7 @@ def _hits(
                     "bm25_part": _part(item, "bm25"),
                     "bm25_counted_rank": item.imputed.get("bm25"),
                     "vec_part": _part(item, "vec"),
+                    "vec_counted_rank": item.counted.get("vec"),
                     "exact_terms": exact.get(item.chunk_id),
                 },
             )

@@ -12,6 +12,14 @@ RRF_K = 60
 # a blind id is scored as if every list agreed; 2 measured best on both mixed-language sets
 # (bench/EVAL.md: tldr same-language hybrid 0.871 -> 0.879, xquad-mixed within 0.002).
 BLIND_RANK_FACTOR = 2
+# A meaning hit in another language is background when its cosine similarity stands less than
+# BACKGROUND_MARGIN above its language's BACKGROUND_DEPTH-th hit: a long question meets a
+# collection's generic chapters in every language at nearly one level, while an answer in
+# another language stands out from the rest of its language. Measured on the mixed-notes
+# benchmark, xquad-mixed and tldr-mixed (bench/EVAL.md): 0.015-0.03 all give the same-language
+# gain; 0.02 costs xquad-mixed cross the least.
+BACKGROUND_MARGIN = 0.02
+BACKGROUND_DEPTH = 10
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,8 @@ class Fused:
     # what each list added to the score (--explain), and the rank a blind list was taken to give
     parts: dict[str, float] = field(default_factory=dict)
     imputed: dict[str, int] = field(default_factory=dict)
+    # the rank a list was counted at where `passed_over` moved it up from `ranks`
+    counted: dict[str, int] = field(default_factory=dict)
 
 
 def rrf(
@@ -31,6 +41,7 @@ def rrf(
     recency: Mapping[int, float] | None = None,
     blind: Mapping[int, Collection[str]] | None = None,
     weights: Mapping[str, float] | None = None,
+    passed_over: Mapping[int, Collection[int]] | None = None,
 ) -> list[Fused]:
     """Fuse ranked id lists: score = sum of weight / (k + rank), weights 1 unless given. Ties
     go to the more recent chunk.
@@ -40,16 +51,26 @@ def rrf(
     not see it is taken to have ranked it at BLIND_RANK_FACTOR times its best rank elsewhere:
     a strong vector hit in another language is not drowned by keyword hits in the query's,
     and a weak one, where assuming the unseen half agreed is least justified, gains little.
-    An id a list did rank is never blind to it. Without `blind` and `weights` this is plain
-    RRF."""
+    An id a list did rank is never blind to it.
+
+    `passed_over`: id -> ids that do not count ahead of it in any list (the keyword half's best
+    hits are ranked by the vector half without the other languages' background hits, which the
+    keyword half could not have ranked). Without `blind`, `weights` and `passed_over` this is
+    plain RRF."""
     weight = {name: (weights or {}).get(name, 1.0) for name in rankings}
     parts: dict[int, dict[str, float]] = {}
     ranks: dict[int, dict[str, int]] = {}
+    counted: dict[int, dict[str, int]] = {}
     for name, ids in rankings.items():
         for rank, chunk_id in enumerate(ids, 1):
             if name in ranks.get(chunk_id, {}):
                 continue  # a list naming an id twice counts it once, at its best rank
-            parts.setdefault(chunk_id, {})[name] = weight[name] / (k + rank)
+            at = rank
+            if passed_over and chunk_id in passed_over:
+                at = rank - sum(1 for other in ids[: rank - 1] if other in passed_over[chunk_id])
+                if at != rank:
+                    counted.setdefault(chunk_id, {})[name] = at
+            parts.setdefault(chunk_id, {})[name] = weight[name] / (k + at)
             ranks.setdefault(chunk_id, {})[name] = rank
     imputed: dict[int, dict[str, int]] = {}
     for chunk_id, lists in (blind or {}).items():
@@ -63,7 +84,37 @@ def rrf(
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
     order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
-    return [Fused(cid, scores[cid], ranks[cid], parts[cid], imputed.get(cid, {})) for cid in order]
+    return [
+        Fused(cid, scores[cid], ranks[cid], parts[cid], imputed.get(cid, {}), counted.get(cid, {})) for cid in order
+    ]
+
+
+def background_hits(
+    vector: Sequence[tuple[int, float]],
+    blind: Collection[int],
+    languages: Mapping[int, str],
+    keyword_best: Collection[int],
+) -> set[int]:
+    """The `blind` meaning hits (id, similarity; best first) that do not stand out: less than
+    BACKGROUND_MARGIN above their own language's BACKGROUND_DEPTH-th hit (or, with fewer, its
+    last) and above the nearest of the keyword half's best hits (`keyword_best`). They are what a
+    question of some length meets in that language, not its answer. None without a keyword
+    best hit among the meaning hits: there is nothing to rank against them."""
+    similarity_of = dict(vector)
+    nearest = max((similarity_of[cid] for cid in keyword_best if cid in similarity_of), default=None)
+    if nearest is None:
+        return set()
+    of_language: dict[str, list[float]] = {}
+    for chunk_id, similarity in vector:
+        if chunk_id in blind:
+            of_language.setdefault(languages.get(chunk_id, ""), []).append(similarity)
+    return {
+        chunk_id
+        for chunk_id, similarity in vector
+        if chunk_id in blind
+        and similarity - of_language[languages.get(chunk_id, "")][:BACKGROUND_DEPTH][-1] < BACKGROUND_MARGIN
+        and similarity - nearest < BACKGROUND_MARGIN
+    }
 
 
 _TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')

@@ -482,6 +482,8 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
         assert e["rrf"] == pytest.approx((e["bm25_part"] or 0) + (e["vec_part"] or 0), abs=2e-6)
         if e["bm25_rank"] is not None:
             assert e["bm25_part"] == pytest.approx(weight / (60 + e["bm25_rank"]), abs=1e-6)
+        if e["vec_rank"] is not None:  # at its rank, or where other languages' background was passed over
+            assert e["vec_part"] == pytest.approx(1 / (60 + (e["vec_counted_rank"] or e["vec_rank"])), abs=1e-6)
     blind = [e for e in hits if e["keyword_blind"]]
     assert blind, hits  # the English notes are in play
     for e in blind:  # taken as ranked by the keyword half at twice the meaning rank

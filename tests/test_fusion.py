@@ -2,8 +2,10 @@
 that holds every word of the query keeps its keyword evidence, and an answer in another
 language that the vector half finds clearly nearer still rises.
 
-The lists mirror a measured case (a 13-note cs/en/ru folder, `obnova zálohy`, the real model):
-similarities of 0.78-0.82 are the background of a two-word query there."""
+The lists mirror measured cases: a 13-note cs/en/ru folder, `obnova zálohy` and the real model
+(similarities of 0.78-0.82 are the background of a two-word query there), and the mixed-notes
+benchmark, where a long question meets other languages' generic notes at one flat level and
+its same-language answer, the keyword half's first hit, sits below a dozen of them."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import pytest
 
 from indexer.config import parse_config
 from indexer.store import ChunkRow, RankedChunk
-from search import engine
+from search import engine, fusion
 from search.engine import SearchResponse, keyword_coverage
-from search.fusion import match_terms, rrf
+from search.fusion import background_hits, match_terms, rrf
 from search.querybuild import build_fts_query
 
 QUERY = "obnova zálohy"
@@ -37,7 +39,16 @@ CHUNKS = {
     14: ("ru/borsch.md", "Борщ", "Бульон варю из говядины два часа.", "ru"),
     # the same question answered in English
     20: ("en/restore.md", "Restoring from backup", "How to get files back from the restic repository.", "en"),
+    # a long question's answer in its own language, holding few of its words
+    30: ("cs/zurnal.md", "Žurnál systemd", "journalctl --vacuum-size=200M omezí žurnál na disku.", "cs"),
+    31: ("cs/archiv.md", "Archiv", "Které poznámky patří do archivu.", "cs"),
+    21: ("en/journal.md", "Limiting the systemd journal", "journalctl --vacuum-size keeps the journal small.", "en"),
+    # other languages' generic notes, which a long question meets at one level of similarity
+    **{40 + i: (f"{lang}/generic-{i}.md", "Notes", "Generic text.", lang) for i, lang in enumerate(["en", "ru"] * 6)},
 }
+LONG_QUESTION = "Jak omezit místo, které systémový žurnál zabírá na disku?"
+# twelve background hits (their language's first stands 0.010 above its last), then the answer
+BACKGROUND = [(40 + i, 0.870 - 0.001 * i) for i in range(12)]
 
 
 def rows() -> dict[int, ChunkRow]:
@@ -109,3 +120,48 @@ def test_rrf_records_what_each_list_added() -> None:
     assert fused[9].imputed == {"bm25": 2}
     assert fused[9].parts == {"vec": pytest.approx(1 / 61), "bm25": pytest.approx(0.5 / 62)}
     assert all(f.score == pytest.approx(sum(f.parts.values())) for f in fused.values())
+
+
+def test_a_long_questions_keyword_answer_is_not_outranked_by_background_meaning_hits() -> None:
+    texts = {cid: f"{crumb}\n{text}" for cid, (_, crumb, text, _) in CHUNKS.items()}
+    files = {cid: path for cid, (path, *_) in CHUNKS.items()}
+    terms = match_terms(build_fts_query(LONG_QUESTION) or "")
+    assert keyword_coverage(terms, [30, 31], texts, files) == pytest.approx(3 / 7)  # few of its words
+    vector = [*BACKGROUND, (30, 0.858), (31, 0.850)]
+    ranked = fuse([30, 31], vector, LONG_QUESTION)
+    assert ranked[0] == "cs/zurnal.md#30", ranked
+    # the same lists with nothing taken for background: the answer falls behind nine of the twelve
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fusion, "BACKGROUND_MARGIN", 0.0)
+        assert fuse([30, 31], vector, LONG_QUESTION).index("cs/zurnal.md#30") == 9
+
+
+def test_a_standing_out_answer_in_another_language_still_rises_above_a_long_questions_keyword_hit() -> None:
+    vector = [(21, 0.905), *BACKGROUND, (30, 0.858), (31, 0.850)]
+    ranked = fuse([30, 31], vector, LONG_QUESTION)
+    assert ranked[:2] == ["en/journal.md#21", "cs/zurnal.md#30"], ranked
+
+
+def test_background_is_measured_against_the_hits_own_language_and_the_keyword_half() -> None:
+    english = [(i, 0.870 - 0.001 * i) for i in range(1, 12)]  # eleven English hits 0.001 apart
+    languages = {cid: "en" for cid, _ in english} | {100: "en", 200: "ru", 300: "ru"}
+    blind = {cid for cid, _ in english} | {100, 200, 300}
+    vector = [(100, 0.90), *english, (200, 0.88), (300, 0.85), (70, 0.86)]  # 70: the keyword half's best
+    found = background_hits(vector, blind, languages, [70])
+    # the first English hit stands 0.009 above the tenth: background; 100 stands 0.04 above it
+    assert 100 not in found and {cid for cid, _ in english} <= found
+    # with fewer than BACKGROUND_DEPTH Russian hits the last one is the reference: 200 stands out
+    assert 200 not in found and 300 in found
+    # a language whose hits are all alike, all far nearer than the keyword half's best: no background
+    assert background_hits([*english, (70, 0.80)], blind, languages, [70]) == set()
+    # no keyword hit among the meaning hits: nothing to rank, nothing taken for background
+    assert background_hits(vector, blind, languages, [80]) == set()
+    # a hit the keyword half could see is never background
+    assert background_hits([(100, 0.90), (1, 0.80), (70, 0.80)], {1}, languages, [70]) == {1}
+
+
+def test_rrf_counts_a_rank_without_the_ids_passed_over() -> None:
+    fused = {f.chunk_id: f for f in rrf({"bm25": [1, 2], "vec": [9, 8, 1, 2]}, passed_over={1: {9, 8}})}
+    assert fused[1].ranks == {"bm25": 1, "vec": 3} and fused[1].counted == {"vec": 1}
+    assert fused[1].parts["vec"] == pytest.approx(1 / 61)
+    assert fused[2].counted == {} and fused[2].parts["vec"] == pytest.approx(1 / 64)  # not passed over

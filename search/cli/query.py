@@ -113,6 +113,11 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
             f"query language {response.query_language}; vectors {response.vector_space}; "
             f"{response.keyword_blind} candidates in other languages scored without keywords; "
             f"keyword weight {response.keyword_weight:g}{_weight_reason(response)}"
+            + (
+                f"; {response.background} of them background (stand out from none of their language's)"
+                if response.background
+                else ""
+            )
         )
     if not response.results:
         echo("no results", err=True)
@@ -177,7 +182,9 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
         if e.get("vec_rank") is None or e.get("vec_part") is None:
             parts.append("meaning -")
         else:
-            parts.append(f"meaning 1/({k}+{e['vec_rank']}) = {e['vec_part']:.4f}")
+            at = e.get("vec_counted_rank")
+            passed = f" (rank {e['vec_rank']} behind other languages' background: counted at {at})" if at else ""
+            parts.append(f"meaning 1/({k}+{at or e['vec_rank']}) = {e['vec_part']:.4f}{passed}")
     why = " + ".join(parts)
     if e.get("exact_terms") is not None:
         why += f"; holds {e['exact_terms']} identifier term(s) as typed: placed before prefix-only matches"
