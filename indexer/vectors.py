@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from indexer.embedders import Embedder
-    from indexer.sync import SyncReport
+    from indexer.reports import SyncReport
 
 log = logging.getLogger("notes_search.sync")
 

@@ -418,3 +418,17 @@ def sources_having(config: Config, store: IndexReader | None, path: str) -> list
     if not found and refused is not None:
         raise refused
     return found
+
+
+def single_source(config: Config, store: IndexReader | None, ref: Ref) -> str:
+    """The one source a ref reads from: its `SOURCE:`, else the only source that has the path
+    (an error when none or several have it)."""
+    if ref.source_id is not None:
+        return ref.source_id
+    having = sources_having(config, store, ref.path)
+    if not having:
+        raise missing_file(config, store, ref.path)
+    if len(having) > 1:
+        choices = ", ".join(str(Ref(sid, ref.path)) for sid in having)
+        raise NotesSearchError(f"{ref.path!r} exists in several sources; name one: {choices}")
+    return having[0]

@@ -80,8 +80,7 @@ def locate(service: NotesService, ref: str) -> Opened:
     """`[SOURCE:]PATH[:LINE]` (or an absolute path inside a source) as a file an editor can open.
     Workspace files are opened in place; a git source's file in its checkout, else as a
     read-only copy of the indexed version in a fresh temporary folder (never the mirror)."""
-    from search.refs import confine, indexed_rev, parse_ref, read_text
-    from search.service.reading import single_source
+    from search.refs import confine, indexed_rev, parse_ref, read_text, single_source
 
     config = service.config
     parsed = parse_ref(ref_of_file(config, ref.strip()), config.sources)

@@ -119,24 +119,8 @@ def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -
     return FileView(source_id, rel, rev, lines, lines.text, lines.total)
 
 
-def single_source(config: Config, store: IndexReader | None, ref: Ref) -> str:
-    """The one source a ref reads from: its `SOURCE:`, else the only source that has the path
-    (an error when none or several have it)."""
-    from search.refs import Ref, missing_file, sources_having
-
-    if ref.source_id is not None:
-        return ref.source_id
-    having = sources_having(config, store, ref.path)
-    if not having:
-        raise missing_file(config, store, ref.path)
-    if len(having) > 1:
-        choices = ", ".join(str(Ref(sid, ref.path)) for sid in having)
-        raise NotesSearchError(f"{ref.path!r} exists in several sources; name one: {choices}")
-    return having[0]
-
-
 def get(service: NotesService, path: str, from_line: int | None, max_lines: int) -> LineWindow:
-    from search.refs import Ref, confine, indexed_rev, parse_ref, read_text
+    from search.refs import Ref, confine, indexed_rev, parse_ref, read_text, single_source
     from search.service.locating import ref_of_file
 
     config = service.config
