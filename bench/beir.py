@@ -138,6 +138,16 @@ class CachingEmbedder(Embedder):
                 self.hits += 1
         return out
 
+    def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """The wrapped embedder's way with a long chunk (the local engine reads it whole, a
+        server gets windows), each text it embeds served from the cache: the base class's
+        windows would give the local model vectors a real index never holds."""
+        return type(self.inner).embed_chunks(self, texts, on_batch)
+
+    def token_count(self, text: str) -> int:
+        """The wrapped embedder's count (the local engine's is exact, not the estimate)."""
+        return self.inner.token_count(text)
+
     def close(self) -> None:
         self.inner.close()
         self.db.close()
