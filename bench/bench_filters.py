@@ -109,8 +109,9 @@ def scopes(files: int) -> dict[str, tuple[object, Callable[[int], bool]]]:
 
 
 def measure(quick: bool) -> str:
+    from indexer.keywords import KeywordQuery, Phrase
     from indexer.store import SearchScope, Store
-    from search.querybuild import build_fts_query
+    from search.querybuild import keyword_query
 
     files = 4000 if quick else 20_000
     rng = np.random.default_rng(3)
@@ -129,7 +130,7 @@ def measure(quick: bool) -> str:
         file_numbers = np.array([file_of[int(cid)] for cid in ids])
         n_queries = 10 if quick else 20
         texts = [" ".join(rng.choice(VOCABULARY[50:600], 3)) for _ in range(n_queries)]
-        matches = [build_fts_query(text) or '"w1"' for text in texts]
+        matches = [keyword_query(text) or KeywordQuery((Phrase(("w1",)),)) for text in texts]
         vectors = rng.normal(size=(n_queries, DIMS)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         unscoped = [[cid for cid, _ in store.fts_search(m, 100_000, SearchScope())] for m in matches]

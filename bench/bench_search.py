@@ -143,7 +143,7 @@ def bench_size(
     from indexer.store import Store
     from indexer.store.sqlite import scope_condition
     from search.engine import search
-    from search.querybuild import build_fts_query
+    from search.querybuild import keyword_query
     from search.resident import ResidentVectors
 
     config = ws.config()
@@ -211,7 +211,7 @@ def bench_size(
             where, params = scope_condition(scope, "c")
             return store.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params).fetchall()
 
-        matches = {q: build_fts_query(q) for q in qs}
+        matches = {q: keyword_query(q) for q in qs}
         lexq = [q for q in qs if matches[q]]
         for scope_name in ("all", "1% (--path area-07)"):
             scope = scopes[scope_name]

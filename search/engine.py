@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 from indexer import neutral
 from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
+from indexer.keywords import KeywordQuery
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules
 from search.fusion import (
@@ -23,7 +24,7 @@ from search.fusion import (
     rrf,
     term_coverage,
 )
-from search.querybuild import QueryTerm, build_exact_query, query_terms
+from search.querybuild import QueryTerm, exact_query, prefix_query, query_terms
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
 
@@ -241,7 +242,7 @@ def search(
     info: list[str] = []  # everything else worth saying
     depth = max(MIN_DEPTH, 3 * k)
     terms = query_terms(query) if mode != "vec" else []
-    match = " OR ".join(term.match for term in terms) if terms else None
+    match = prefix_query(terms)
     rules = exact_rules(terms)
     with store.snapshot():
         # one exported snapshot for every reader that works beside this search (a round trip each)
@@ -327,12 +328,17 @@ def search(
 
 
 def _lexical_half(
-    store: IndexReader, sibling: SiblingOf, match: str | None, terms: list[QueryTerm], depth: int, scope: SearchScope
+    store: IndexReader,
+    sibling: SiblingOf,
+    match: KeywordQuery | None,
+    terms: list[QueryTerm],
+    depth: int,
+    scope: SearchScope,
 ) -> list[RankedChunk]:
     """The keyword half: prefix matches, then the exact ones a full list may have left out."""
     if match is None:
         return []
-    exact_match = build_exact_query(terms)
+    exact_match = exact_query(terms)
     if exact_match is None:
         return store.fts_search(match, depth, scope)
     beside = _ExactBeside.start(sibling, exact_match, depth, scope)
@@ -365,7 +371,7 @@ class _ExactBeside:
         self.running = running
 
     @classmethod
-    def start(cls, sibling: SiblingOf, match: str, depth: int, scope: SearchScope) -> _ExactBeside | None:
+    def start(cls, sibling: SiblingOf, match: KeywordQuery, depth: int, scope: SearchScope) -> _ExactBeside | None:
         from search.overlap import apart, busy
 
         if busy():  # nothing would run apart: no snapshot to export for it
@@ -605,7 +611,7 @@ def _fuse(
     config: Config,
     response: SearchResponse,
     mode: str,
-    match: str | None,
+    match: KeywordQuery | None,
     rules: list[ExactRule],
     lexical: list[RankedChunk],
     vector: list[RankedChunk],
@@ -616,7 +622,7 @@ def _fuse(
     candidates the keyword half could not see, and how many identifier terms each chunk a
     widened one matched holds as typed."""
     recency = {cid: row.updated_at for cid, row in rows.items()}
-    terms = match_terms(match) if match is not None else []
+    terms = match_terms(match)
     texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
     seen: dict[int, tuple[bool, int]] = {}  # each chunk is read once for both orderings
     lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules, seen)

@@ -17,11 +17,11 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from indexer.keywords import Phrase
 from search.querybuild import QueryTerm
 
 _TOKEN = re.compile(r"[^\W_]+")
 _MARKS = re.compile(r"[\u0300-\u036f]")
-_PHRASE = re.compile(r'"((?:[^"]|"")*)"(\*?)')
 
 
 def tokens(text: str) -> list[str]:
@@ -38,10 +38,8 @@ class ExactRule:
     exact: tuple[str, ...]
 
 
-def _words(phrase: str) -> tuple[str, ...]:
-    match = _PHRASE.fullmatch(phrase)
-    body = match.group(1).replace('""', '"') if match else phrase
-    return tuple(tokens(body))
+def _words(phrase: Phrase) -> tuple[str, ...]:
+    return tuple(tokens(" ".join(phrase.words)))
 
 
 def exact_rules(terms: Sequence[QueryTerm]) -> list[ExactRule]:

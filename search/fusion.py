@@ -7,6 +7,8 @@ import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from indexer.keywords import KeywordQuery
+
 RRF_K = 60
 # The rank a blind list is taken to have given an id, as a multiple of its best seen rank. At 1
 # a blind id is scored as if every list agreed; 2 measured best on both mixed-language sets
@@ -117,7 +119,6 @@ def background_hits(
     }
 
 
-_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
 _TOKEN = re.compile(r"[^\W_]+")
 
 
@@ -133,13 +134,14 @@ def _fold(text: str) -> str:
     return _MARKS.sub("", unicodedata.normalize("NFKD", text.casefold()))
 
 
-def match_terms(match: str) -> list[tuple[tuple[str, ...], bool]]:
-    """The terms of a MATCH expression from search.querybuild: (words, prefix?) per term."""
+def match_terms(query: KeywordQuery | None) -> list[tuple[tuple[str, ...], bool]]:
+    """The phrases of a keyword query as the index compares them: (folded words, prefix?) per
+    phrase; none for no query."""
     terms = []
-    for body, star in _TERM.findall(match):
-        words = tuple(_TOKEN.findall(_fold(body.replace('""', '"'))))
+    for phrase in query.phrases if query is not None else ():
+        words = tuple(_TOKEN.findall(_fold(" ".join(phrase.words))))
         if words:
-            terms.append((words, bool(star)))
+            terms.append((words, phrase.prefix))
     return terms
 
 

@@ -1,11 +1,14 @@
-"""Turn free text into a safe FTS5 MATCH expression (pure; user input never reaches FTS5 raw)."""
+"""Turn free text into the typed keyword query the stores answer (pure): user input never
+reaches a backend's query syntax, since each store renders the phrases itself."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from indexer.keywords import KeywordQuery, Phrase
 from search.words import STEM_CHARS, STOPWORDS
 
 MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ranking
@@ -29,74 +32,75 @@ _PHRASE = re.compile(r'"([^"]*)"')
 _MARKS = re.compile(r"[\u0300-\u036f]")
 
 
-def _quote(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
-
-
 @dataclass(frozen=True)
 class QueryTerm:
-    """One term of the MATCH expression and the word the user typed: `match` may widen it (a
-    prefix, a trimmed stem), `exact` is the star-less phrase of the whole word, or None when
-    the term matches nothing but itself (a quoted phrase, a word too short for a prefix)."""
+    """One term of the keyword query and the word the user typed: `match` may widen it (a
+    prefix, a trimmed stem), `exact` is the whole word as a phrase without prefix, or None
+    when the term matches nothing but itself (a quoted phrase, a word too short for a prefix)."""
 
-    match: str
-    exact: str | None
+    match: Phrase
+    exact: Phrase | None
 
     @property
     def is_identifier(self) -> bool:
         """A term of no language (a digit in it, or words joined by punctuation: `token5`,
         `PROJ-123`, `db-01.lan`): the kind of value a note is looked up by."""
-        body = self.exact or self.match
-        return any(ch.isdigit() for ch in body) or " " in body
+        words = (self.exact or self.match).words
+        return len(words) > 1 or any(ch.isdigit() for word in words for ch in word)
 
 
 def _term(word: str) -> QueryTerm:
-    parts = _WORD.findall(word)
-    whole = _quote(" ".join(parts))
+    parts = tuple(_WORD.findall(word))
+    whole = Phrase(parts)
     if len(parts) > 1:
         # db-01.lan, 10.0.0.1, e-mail: the tokenizer splits them, a phrase keeps them together
         widened = len(parts[-1]) >= PREFIX_MIN_CHARS
-        return QueryTerm(whole + ("*" if widened else ""), whole if widened else None)
+        return QueryTerm(Phrase(parts, prefix=True), whole) if widened else QueryTerm(whole, None)
     term = parts[0]
     if len(term) > STEM_CHARS and _INFLECTED.fullmatch(term):
-        return QueryTerm(_quote(term[: max(STEM_CHARS, len(term) - ENDING_CHARS)]) + "*", whole)
+        return QueryTerm(Phrase((term[: max(STEM_CHARS, len(term) - ENDING_CHARS)],), prefix=True), whole)
     if len(term) >= PREFIX_MIN_CHARS:
-        return QueryTerm(whole + "*", whole)
+        return QueryTerm(Phrase(parts, prefix=True), whole)
     return QueryTerm(whole, None)
 
 
 def query_terms(text: str) -> list[QueryTerm]:
     """The query's terms, in order, without repeats, at most MAX_TERMS.
 
-    Quoted "phrases" stay phrases; words joined by punctuation become phrases; FTS5 operators
-    typed by the user (AND, NEAR, -, *, :, parentheses) are treated as plain words.
+    Quoted "phrases" stay phrases; words joined by punctuation become phrases; operators of a
+    backend's query syntax typed by the user (FTS5's AND, NEAR, -, *, :, parentheses) are
+    plain words.
     """
     text = _MARKS.sub("", unicodedata.normalize("NFC", text))
     terms: list[QueryTerm] = []
     phrases = [p for p in _PHRASE.findall(text) if _WORD.search(p)]
     for phrase in phrases:
-        terms.append(QueryTerm(_quote(" ".join(_WORD.findall(phrase))), None))
+        terms.append(QueryTerm(Phrase(tuple(_WORD.findall(phrase))), None))
     rest = _PHRASE.sub(" ", text)
     words = [w for w in rest.split() if _WORD.search(w)]
     content = [w for w in words if w.lower() not in STOPWORDS or len(_WORD.findall(w)) > 1]
     for word in content or words:
         terms.append(_term(word))
-    unique: dict[str, QueryTerm] = {}
+    unique: dict[Phrase, QueryTerm] = {}
     for term in terms:
         unique.setdefault(term.match, term)
     return list(unique.values())[:MAX_TERMS]
 
 
-def build_fts_query(text: str) -> str | None:
-    """FTS5 expression OR-ing the query's terms (BM25 ranks docs with more terms higher).
-    Returns None when the text contains nothing searchable (only punctuation or emoji)."""
-    terms = query_terms(text)
-    return " OR ".join(term.match for term in terms) if terms else None
+def keyword_query(text: str) -> KeywordQuery | None:
+    """The keyword query of free text (see `prefix_query`)."""
+    return prefix_query(query_terms(text))
 
 
-def build_exact_query(terms: list[QueryTerm]) -> str | None:
-    """The star-less expression of the identifier terms that the MATCH expression widens: the
-    chunks holding one of them exactly, found even when thousands of prefix matches outrank
-    them by BM25. None when no such term exists."""
-    exact = list(dict.fromkeys(term.exact for term in terms if term.exact and term.is_identifier))
-    return " OR ".join(exact) if exact else None
+def prefix_query(terms: Sequence[QueryTerm]) -> KeywordQuery | None:
+    """The terms' phrases as they match (widened), any of them (BM25 ranks docs with more
+    terms higher). None when the text held nothing searchable (only punctuation or emoji)."""
+    return KeywordQuery(tuple(term.match for term in terms)) if terms else None
+
+
+def exact_query(terms: Sequence[QueryTerm]) -> KeywordQuery | None:
+    """The identifier terms that the prefix query widens, as typed (no prefix): the chunks
+    holding one of them exactly, found even when thousands of prefix matches outrank them by
+    BM25. None when no such term exists."""
+    exact = tuple(dict.fromkeys(term.exact for term in terms if term.exact is not None and term.is_identifier))
+    return KeywordQuery(exact) if exact else None

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from search.fusion import _TOKEN, _fold, match_terms
-from search.querybuild import build_fts_query
+from search.querybuild import keyword_query
 
 Term = tuple[tuple[str, ...], bool]  # (folded words, last word is a prefix) as fusion.match_terms gives
 Span = tuple[int, int]
@@ -53,8 +53,7 @@ class Excerpt:
 def snippet_terms(query: str) -> list[Term]:
     """The terms the keyword half searches for (the index's prefix and stem rules), also when it
     did not run (mode vec)."""
-    match = build_fts_query(query)
-    return match_terms(match) if match is not None else []
+    return match_terms(keyword_query(query))
 
 
 def chunk_lines(text: str) -> list[str]:

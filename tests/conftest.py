@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from indexer.config import Config, load_config
+from indexer.keywords import KeywordQuery, Phrase
 from indexer.lock import open_index_lock
 from indexer.store import Store, open_store
 from indexer.sync import SyncReport, run_sync
@@ -43,6 +44,12 @@ def wait_for(check: Callable[[], T], what: str, timeout: float = 5.0, interval: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def keywords(*phrases: str) -> KeywordQuery:
+    """A keyword query of `phrases`, each its words apart by spaces, a trailing `*` making the
+    last word a prefix: `keywords("db 01 lan*", "server")`."""
+    return KeywordQuery(tuple(Phrase(tuple(p.removesuffix("*").split()), p.endswith("*")) for p in phrases))
 
 
 def assert_one_line_error(result: Result, *needles: str) -> str:

@@ -15,6 +15,7 @@ from indexer.globs import FileSelection
 from indexer.model import CollectionProblem
 from indexer.store import SearchScope, open_store
 from indexer.sync import SyncReport
+from tests.conftest import keywords
 from tests.pg import both_backends
 from tests.store_checks import write_mark
 
@@ -171,7 +172,7 @@ def test_a_collection_spelled_with_nul_characters_is_indexed_alike_on_both_backe
             ("a\ufffdb",),
             1,
         )
-        hits = store.fts_search('"кремль"', 10, SearchScope(collection=row.name))
+        hits = store.fts_search(keywords("кремль"), 10, SearchScope(collection=row.name))
         assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in hits] == ["travel/kazan.md"]
     finally:
         store.close()

@@ -15,7 +15,9 @@ import pytest
 
 from indexer.config import Config
 from indexer.errors import StoreError
+from indexer.keywords import KeywordQuery
 from indexer.store import IndexReader, SearchScope, Store, open_store
+from indexer.store.fts5 import match_expression
 from indexer.store.postgres import PostgresStore
 from indexer.store.postgres import connection as pg_connection
 from indexer.sync import SyncReport, run_sync
@@ -462,8 +464,8 @@ def test_the_exact_search_finds_an_identifier_its_prefix_matches_crowd_out(
     calls: list[tuple[str, bool, str]] = []
     original = type(crowded).fts_search
 
-    def recording(self: Any, match: str, limit: int, scope: SearchScope) -> Any:
-        calls.append((match, self is crowded, threading.current_thread().name))
+    def recording(self: Any, match: KeywordQuery, limit: int, scope: SearchScope) -> Any:
+        calls.append((match_expression(match), self is crowded, threading.current_thread().name))
         return original(self, match, limit, scope)
 
     monkeypatch.setattr(type(crowded), "fts_search", recording)
@@ -499,9 +501,9 @@ def test_an_exact_search_beside_a_short_prefix_list_is_dropped_with_what_it_rais
     original = PostgresStore.fts_search
     failed: list[str] = []
 
-    def failing_apart(self: PostgresStore, match: str, limit: int, scope: SearchScope) -> Any:
+    def failing_apart(self: PostgresStore, match: KeywordQuery, limit: int, scope: SearchScope) -> Any:
         if self is not reader:
-            failed.append(match)
+            failed.append(match_expression(match))
             raise StoreError("index x: lost the connection (exact)")
         return original(self, match, limit, scope)
 
@@ -518,7 +520,7 @@ def test_a_needed_exact_search_that_failed_beside_surfaces_its_error(
 ) -> None:
     original = PostgresStore.fts_search
 
-    def failing_apart(self: PostgresStore, match: str, limit: int, scope: SearchScope) -> Any:
+    def failing_apart(self: PostgresStore, match: KeywordQuery, limit: int, scope: SearchScope) -> Any:
         if self is not crowded:
             raise StoreError("index x: lost the connection (exact)")
         return original(self, match, limit, scope)
@@ -552,7 +554,7 @@ def test_when_the_prefix_search_fails_its_error_surfaces_not_the_exact_searchs(
     """One after the other the prefix search runs first: its failure is the one raised, and the
     exact search beside it has ended (its sibling back in the pool) before the search returns."""
 
-    def failing(self: PostgresStore, match: str, limit: int, scope: SearchScope) -> Any:
+    def failing(self: PostgresStore, match: KeywordQuery, limit: int, scope: SearchScope) -> Any:
         raise StoreError(f"index x: lost the connection ({'prefix' if self is crowded else 'exact'})")
 
     monkeypatch.setattr(PostgresStore, "fts_search", failing)

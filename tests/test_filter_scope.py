@@ -18,6 +18,7 @@ import indexer.store.sqlite as sqlite_store
 from indexer.config import EmbeddingConfig
 from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import MIGRATIONS, SearchScope, Store, open_store, tag_key, vec_extension_path
+from tests.conftest import keywords
 from tests.pg import BACKENDS, both_backends
 
 DIMS = 16
@@ -141,7 +142,7 @@ def test_each_filter_keeps_exactly_its_files_in_every_scoped_read(
     expected = {cid for cid, w in written.items() if keep(w)}
     assert len(expected) <= 0.02 * FILES or name == "two tags (all of them)"
     assert not scope.is_all and scope.has_filters
-    assert {cid for cid, _ in store.fts_search('"note" OR "alpha" OR "beta" OR "gamma"', 10_000, scope)} <= expected
+    assert {cid for cid, _ in store.fts_search(keywords("note", "alpha", "beta", "gamma"), 10_000, scope)} <= expected
     counts = store.scope_stats(scope)
     files = {w.path for cid, w in written.items() if cid in expected}
     assert sum(c.files for c in counts.values()) == len(files)
@@ -176,7 +177,7 @@ def test_lexical_top_k_inside_a_filter_is_the_whole_ranking_filtered(
     the chunks that fail the filter struck out."""
     store, written = index
     scope, keep = FILTERS[name]
-    for match in ('"server"', '"backup" OR "disk"', '"delta" OR "alpha" OR "deploy"'):
+    for match in (keywords("server"), keywords("backup", "disk"), keywords("delta", "alpha", "deploy")):
         ranking = [cid for cid, _ in store.fts_search(match, 100_000, SearchScope())]
         for k in (1, 10, 50):
             want = [cid for cid in ranking if keep(written[cid])][:k]

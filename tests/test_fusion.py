@@ -16,7 +16,7 @@ from indexer.store import ChunkRow, RankedChunk
 from search import engine, fusion
 from search.engine import SearchResponse, keyword_coverage
 from search.fusion import background_hits, match_terms, rrf
-from search.querybuild import build_fts_query
+from search.querybuild import keyword_query
 
 QUERY = "obnova zálohy"
 
@@ -62,7 +62,7 @@ def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY
     """The engine's fusion of these lists for a Czech query: the paths, best first."""
     config = parse_config("sources: {}\n")
     response = SearchResponse(query=query, mode="hybrid", query_language="cs")
-    match = build_fts_query(query)
+    match = keyword_query(query)
     languages = {cid: CHUNKS[cid][3] for cid, _ in vector if cid not in lexical}
     fused, _, _ = engine._fuse(
         config,
@@ -79,7 +79,7 @@ def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY
 
 
 def test_a_note_covers_the_query_over_all_of_its_keyword_hits() -> None:
-    terms = match_terms(build_fts_query(QUERY) or "")
+    terms = match_terms(keyword_query(QUERY))
     texts = {cid: f"{crumb}\n{text}" for cid, (_, crumb, text, _) in CHUNKS.items()}
     files = {cid: path for cid, (path, *_) in CHUNKS.items()}
     assert keyword_coverage(terms, [1, 3, 2], texts, files) == 1.0
@@ -125,7 +125,7 @@ def test_rrf_records_what_each_list_added() -> None:
 def test_a_long_questions_keyword_answer_is_not_outranked_by_background_meaning_hits() -> None:
     texts = {cid: f"{crumb}\n{text}" for cid, (_, crumb, text, _) in CHUNKS.items()}
     files = {cid: path for cid, (path, *_) in CHUNKS.items()}
-    terms = match_terms(build_fts_query(LONG_QUESTION) or "")
+    terms = match_terms(keyword_query(LONG_QUESTION))
     assert keyword_coverage(terms, [30, 31], texts, files) == pytest.approx(3 / 7)  # few of its words
     vector = [*BACKGROUND, (30, 0.858), (31, 0.850)]
     ranked = fuse([30, 31], vector, LONG_QUESTION)

@@ -37,11 +37,11 @@ from indexer.model import ParsedDocument
 from indexer.store import SearchScope, Store
 from indexer.sync import run_sync
 from search.engine import search
-from search.querybuild import build_fts_query
 from tests.conftest import NOTES, make_config, open_index, write
 from tests.fakes import FakeEmbedder
 from tests.test_chunker import source_lines
 from tests.test_crash_safety import TreeGuard
+from tests.test_query_build import build_fts_query
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 FUZZ = settings(

@@ -29,7 +29,7 @@ from indexer.sync import SyncReport, run_reindex, run_sync
 from search import cli as cli_module
 from search.cli.context import CliContext
 from search.mcp_server import NotesTools
-from tests.conftest import open_index, write
+from tests.conftest import keywords, open_index, write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
 from tests.store_checks import (
@@ -109,7 +109,7 @@ class Index:
     def search(self, word: str) -> set[str]:
         """Paths of chunks that contain `word` (FTS), as a search would find them."""
         with closing(open_index(self.config, readonly=True)) as store:
-            ids = [chunk_id for chunk_id, _ in store.fts_search(f'"{word}"', 50, SearchScope())]
+            ids = [chunk_id for chunk_id, _ in store.fts_search(keywords(word), 50, SearchScope())]
             return {row.path for row in store.chunk_rows(ids).values()}
 
 

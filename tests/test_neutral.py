@@ -17,7 +17,7 @@ from indexer.store import SearchScope, Store, open_store
 from indexer.sync import run_sync
 from search.engine import keyword_blind
 from search.fusion import match_terms, rrf, term_coverage
-from search.querybuild import build_fts_query
+from search.querybuild import keyword_query
 from search.resident import ResidentVectors
 from tests.conftest import open_index, write
 from tests.fakes import FakeEmbedder
@@ -371,7 +371,7 @@ def test_keyword_blind_candidates_are_scored_over_the_vector_list() -> None:
 
 
 def test_keyword_coverage_follows_the_fts_terms() -> None:
-    terms = match_terms(build_fts_query("zálohování databáze db-01.lan") or "")
+    terms = match_terms(keyword_query("zálohování databáze db-01.lan"))
     assert len(terms) == 3
     assert term_coverage(terms, "Zalohovani a databaze bezi na db-01.lan") == 1.0  # folded, prefixes
     assert term_coverage(terms, "Zálohy databází") == pytest.approx(1 / 3)  # "zaloh" stem is longer
@@ -432,10 +432,10 @@ def test_a_language_less_term_keeps_keywords_in_charge(
         return response.results[0].path
 
     assert first_hit() == "db.md"
-    terms = match_terms(build_fts_query(question) or "")
+    terms = match_terms(keyword_query(question))
     assert engine.found_exact_value(terms, ["na portu 5432"], ["na portu 5432", "port 80"])
     assert not engine.found_exact_value(terms, ["na portu 5432"], ["5432"] * (engine.RARE_EXACT_HITS + 1))  # common
-    assert not engine.found_exact_value(match_terms(build_fts_query("na jakém portu") or ""), ["na portu 5432"], [])
+    assert not engine.found_exact_value(match_terms(keyword_query("na jakém portu")), ["na portu 5432"], [])
     monkeypatch.setattr(engine, "found_exact_value", lambda terms, top, every: False)  # the rule this test guards
     assert first_hit() != "db.md"
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from indexer.config import ConfigError, parse_config
 from indexer.errors import StoreError
+from indexer.keywords import KeywordQuery
 from indexer.store import SearchScope, Store
 from indexer.store.postgres import PostgresStore, describe
 from indexer.store.postgres import connection as pg_connection
@@ -30,7 +31,7 @@ from indexer.store.postgres import tsquery as pg_tsquery
 from indexer.store.postgres import tsvector as pg_tsvector
 from indexer.store.postgres import vectors as pg_vectors
 from search import cli as cli_module
-from tests.conftest import assert_one_line_error, make_config
+from tests.conftest import assert_one_line_error, keywords, make_config
 from tests.fakes import FakeEmbedder
 from tests.store_checks import decode_tsvector, fts_integrity_check
 from tests.test_store import DIMS, doc, fill
@@ -46,14 +47,14 @@ TEXTS = {
     "misc/mixed.md": ["backup backup backup server", "a very long note " + "filler words " * 60 + "server backup"],
 }
 QUERIES = [
-    '"zaloha"*',
-    '"zalohovani"',
-    '"server"* OR "backu"*',
-    '"db 01 lan"*',
-    '"restart the pooler"',
-    '"поезд"* OR "кремль"',
-    '"starter" OR "flour" OR "water" OR "nothing"',
-    '"no such words here"',
+    keywords("zaloha*"),
+    keywords("zalohovani"),
+    keywords("server*", "backu*"),
+    keywords("db 01 lan*"),
+    keywords("restart the pooler"),
+    keywords("поезд*", "кремль"),
+    keywords("starter", "flour", "water", "nothing"),
+    keywords("no such words here"),
 ]
 
 
@@ -87,7 +88,7 @@ def test_scoped_ranking_follows_writes_that_keep_the_totals(stores: tuple[Store,
     rewrite with the same chunk and token counts but other words must not keep the old ones."""
     sqlite, postgres = stores
     scope = SearchScope(path="devops")
-    match = '"server"* OR "backu"*'
+    match = keywords("server*", "backu*")
     for store in stores:
         store.fts_search(match, 20, SearchScope())  # counts remembered
     for store in stores:
@@ -102,13 +103,13 @@ def test_scoped_ranking_follows_writes_that_keep_the_totals(stores: tuple[Store,
 
 WORDS = ["backup", "backups", "server", "restore", "kernel", "replica", "query", "index", "záloha", "поезд"]
 COMMON_QUERIES = [
-    '"backu"*',
-    '"server"',
-    '"server"* OR "restor"*',
-    '"kernel" OR "replica" OR "query"',
-    '"zaloha"* OR "поезд"* OR "index" OR "backup" OR "restore"',
-    '"server restore"',
-    '"backup server"* OR "kernel"',
+    keywords("backu*"),
+    keywords("server"),
+    keywords("server*", "restor*"),
+    keywords("kernel", "replica", "query"),
+    keywords("zaloha*", "поезд*", "index", "backup", "restore"),
+    keywords("server restore"),
+    keywords("backup server*", "kernel"),
 ]
 
 
@@ -175,7 +176,15 @@ def test_impact_tiers_settle_a_large_folders_top_for_one_phrase_as_fts5_does(
     queries are settled by the tiers; a query of several phrases scores the folder's matches."""
     sqlite, postgres = word_stores
     scope = SearchScope(path=folder)
-    one_phrase = ['"backu"*', '"server"', '"server restore"', '"kernel"*', '"replica"', '"zaloha"*', '"поезд"*']
+    one_phrase = [
+        keywords("backu*"),
+        keywords("server"),
+        keywords("server restore"),
+        keywords("kernel*"),
+        keywords("replica"),
+        keywords("zaloha*"),
+        keywords("поезд*"),
+    ]
     queries = one_phrase + [m for m in COMMON_QUERIES if m not in one_phrase]
     expected = {(m, k): postgres.fts_search(m, k, scope) for m in queries for k in (5, 20)}
     monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
@@ -211,11 +220,11 @@ def test_a_scope_is_read_row_by_row_or_through_its_matches_by_their_counts(
             store.write_file("s", *doc("notes/quorum.md", ["quorum replica", "index quorum quorum"]))
     narrow, wide = SearchScope(path="rare", updated_since=0.0), SearchScope(path="notes", updated_since=0.0)
     cases = [
-        (narrow, '"kernel" OR "server"*', "each tested"),
-        (wide, '"quorum"', "the matches first"),
-        (wide, '"quorum" OR "kernel"', "each tested"),  # "kernel" alone is in a large share of the chunks
-        (wide, '"quorum replica"', "each tested"),  # a phrase of several words: its reads are not its matches
-        (wide, '"backu"*', "each tested"),
+        (narrow, keywords("kernel", "server*"), "each tested"),
+        (wide, keywords("quorum"), "the matches first"),
+        (wide, keywords("quorum", "kernel"), "each tested"),  # "kernel" alone is in a large share of the chunks
+        (wide, keywords("quorum replica"), "each tested"),  # a phrase of several words: its reads are not its matches
+        (wide, keywords("backu*"), "each tested"),
     ]
     seen = set()
     for ids_max in (pg_keyword.SCOPE_IDS_MAX, 10):
@@ -248,7 +257,11 @@ def test_a_small_folder_tests_a_common_match_on_its_own_rows(
     monkeypatch.setattr(pg_keyword, "FOLDER_LEAD_MIN_ROWS", 1)  # the rule, on an index this small
     sent = _statements(postgres, monkeypatch)
     folder = SearchScope(path="rare")
-    for match, rows_lead in (('"server"', True), ('"server"* OR "kernel"', True), ('"quorum"', False)):
+    for match, rows_lead in (
+        (keywords("server"), True),
+        (keywords("server*", "kernel"), True),
+        (keywords("quorum"), False),
+    ):
         sent.clear()
         expected = sqlite.fts_search(match, 5, folder)
         found = postgres.fts_search(match, 5, folder)
@@ -336,9 +349,9 @@ def test_a_prefix_matching_several_words_of_a_chunk_is_bounded_by_their_sum(
         files += [doc(f"long{i}.md", [" ".join(["backup", *(f"word{j}" for j in range(100))])]) for i in range(40)]
         with store.transaction():
             store.write_files("s", files)
-        queries = ('"backu"*', '"backup"*', '"backu"* OR "word1"')
+        queries = (keywords("backu*"), keywords("backup*"), keywords("backu*", "word1"))
         exact = {match: store.fts_search(match, 3, SearchScope()) for match in queries}
-        assert store.chunk_rows([exact['"backu"*'][0].chunk_id]).popitem()[1].path == "stems.md"
+        assert store.chunk_rows([exact[keywords("backu*")][0].chunk_id]).popitem()[1].path == "stems.md"
         monkeypatch.setattr(pg_keyword, "TIERED_MIN_ROWS", 1)
         monkeypatch.setattr(pg_keyword, "FULL_SCAN_MAX_MATCHES", 0)
         sent = _statements(store, monkeypatch)
@@ -366,7 +379,7 @@ def test_a_prefix_that_begins_one_lexeme_is_looked_up_as_that_lexeme(
     sigma53, sigma59) stays a prefix. The planner's estimates, which choose the passes, see
     the prefixes."""
     sqlite, postgres = zipf_stores
-    matches = ('"alpha30"* OR "bravo31" OR "delta8"', '"alpha24" OR "sigma5"* OR "web 03 prod"*')
+    matches = (keywords("alpha30*", "bravo31", "delta8"), keywords("alpha24", "sigma5*", "web 03 prod*"))
     scopes = (SearchScope(), SearchScope(path="notes"), SearchScope(source_ids=("s",)))
     cases = list(itertools.product(matches, (2, 5, 13, 34), scopes))
     scanned = {case: postgres.fts_search(case[0], case[1], case[2]) for case in cases}  # and each phrase counted
@@ -407,7 +420,7 @@ def test_a_prefix_stands_for_one_lexeme_only_while_no_row_holds_another(pg_url: 
 
         def kuber(on: PostgresStore) -> tuple[int, bool]:
             with on.snapshot():
-                hits = on.fts_search('"kuber"*', 10, SearchScope())
+                hits = on.fts_search(keywords("kuber*"), 10, SearchScope())
             return len(hits), "kuber* = kubernetes" in " ".join(on.keyword_trace)
 
         assert kuber(store) == (2, True)
@@ -523,7 +536,7 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
     try:
         assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
         fts_integrity_check(store)  # every lexeme of every row
-        assert store.fts_search('"restar"*', 10, SearchScope())
+        assert store.fts_search(keywords("restar*"), 10, SearchScope())
         assert "restar* = restart" in " ".join(store.keyword_trace)
         with pytest.raises(psycopg.errors.NotNullViolation):  # a writer that lists no words is refused
             store.conn.execute(
@@ -532,6 +545,17 @@ def test_the_rows_written_before_the_lexicon_fill_it_on_migration(pg_url: str) -
             )
     finally:
         store.close()
+
+
+def test_a_keyword_query_folds_as_the_documents_do() -> None:
+    """Each phrase's words folded as unicode61 folds the documents, its prefix flag kept; a
+    phrase with no token, or with one longer than any lexeme, matches nothing and is left out."""
+    query = keywords("Záloha*", "db 01 LAN", "_", "x" * 3000, "Поезд идёт*")
+    assert pg_tsquery.folded_phrases(query) == [
+        (["zaloha"], True),
+        (["db", "01", "lan"], False),
+        (["поезд", "идёт"], True),
+    ]
 
 
 def test_a_prefix_is_bounded_above_by_the_least_string_past_its_words() -> None:
@@ -544,11 +568,11 @@ def test_a_prefix_is_bounded_above_by_the_least_string_past_its_words() -> None:
 # differently and a many-word query's best chunks hold only some of its words
 ZIPF_WORDS = [f"{stem}{n}" for n, stem in enumerate(["alpha", "bravo", "delta", "gamma", "kappa", "sigma"] * 40)]
 SUBSET_QUERIES = [
-    '"alpha30"* OR "bravo31" OR "delta8"',
-    '"gamma9" OR "kappa10" OR "sigma11" OR "alpha12"',
-    '"bravo13" OR "delta14" OR "gamma15" OR "kappa16" OR "sigma17" OR "alpha18"',
-    '"alpha24" OR "sigma5"* OR "web 03 prod"*',
-    '"web 03 prod"*',
+    keywords("alpha30*", "bravo31", "delta8"),
+    keywords("gamma9", "kappa10", "sigma11", "alpha12"),
+    keywords("bravo13", "delta14", "gamma15", "kappa16", "sigma17", "alpha18"),
+    keywords("alpha24", "sigma5*", "web 03 prod*"),
+    keywords("web 03 prod*"),
 ]
 
 
@@ -705,7 +729,7 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
         assert postgres.fts_search(match, 10, SearchScope()) == first
         expected = {hit.chunk_id for hit in sqlite.fts_search(match, 10, SearchScope())}
         assert len(expected & {hit.chunk_id for hit in first}) >= 5, match
-    for match in ('"quokka"', '"numbat" OR "quokka"*'):
+    for match in (keywords("quokka"), keywords("numbat", "quokka*")):
         expected = sqlite.fts_search(match, 10, SearchScope())
         found = postgres.fts_search(match, 10, SearchScope())
         assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected]
@@ -714,7 +738,7 @@ def test_estimated_frequencies_keep_a_query_stable_and_count_rare_phrases(
     # order is FTS5's, even for a phrase the sample never met
     postgres.keyword._phrase_hits.clear()
     postgres.keyword._phrase_samples.clear()
-    for match in ('"quokka"', '"backup"', '"server restore"'):
+    for match in (keywords("quokka"), keywords("backup"), keywords("server restore")):
         for scope in (SearchScope(path="rare"), SearchScope(path="notes")):
             expected = sqlite.fts_search(match, 10, scope)
             assert [hit.chunk_id for hit in postgres.fts_search(match, 10, scope)] == [
@@ -750,12 +774,12 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     monkeypatch.setattr(pg_keyword, "SAMPLED_ROWS", 200)
     monkeypatch.setattr(pg_keyword, "CONJUNCTION_SAMPLED_ROWS", 100)
     sent = _statements(postgres, monkeypatch)
-    postgres.fts_search('"server" OR "kernel" OR "backu"* OR "index" OR "query"', 10, SearchScope())
+    postgres.fts_search(keywords("server", "kernel", "backu*", "index", "query"), 10, SearchScope())
     assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
     # whether the statistics are fresh came with the totals, in the search's first statement
     assert [n for n, (sql, _) in enumerate(sent) if "pg_stat_user_tables" in str(sql)] == [0]
     sent.clear()
-    postgres.fts_search('"replica" OR "restore"', 10, SearchScope())
+    postgres.fts_search(keywords("replica", "restore"), 10, SearchScope())
     samples = [params for sql, params in sent if "TABLESAMPLE" in str(sql)]
     assert len(samples) == 1 and samples[0]["percent"] == 100.0 * 100 / int(
         postgres._one("SELECT sum(rows) FROM fts_stats")
@@ -770,7 +794,7 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     assert max(each) <= postgres.keyword._phrase_hits["'backu':*"] <= sum(each)
     assert abs(postgres.keyword._phrase_hits["'backu':*"] - _exact_hits(postgres, "'backu':*")) <= 0.1 * sum(each)
     sent.clear()
-    postgres.fts_search('"server restore" OR "kernel"', 10, SearchScope())
+    postgres.fts_search(keywords("server restore", "kernel"), 10, SearchScope())
     samples = [params for sql, params in sent if "TABLESAMPLE" in str(sql)]
     assert len(samples) == 1 and samples[0]["percent"] == 100.0 * 200 / int(
         postgres._one("SELECT sum(rows) FROM fts_stats")
@@ -802,10 +826,10 @@ def test_a_fresh_store_ranks_as_a_warm_one_with_frequencies_from_the_statistics(
     monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", False)
     monkeypatch.setattr(pg_keyword, "SAMPLE_MIN_HITS", 10**9)  # every phrase counted
     pg_keyword.forget_phrase_counts()
-    exact = postgres.fts_search('"server" OR "kernel"', 10, SearchScope())
+    exact = postgres.fts_search(keywords("server", "kernel"), 10, SearchScope())
     pg_keyword.forget_phrase_counts()
     monkeypatch.setattr(pg_keyword, "LEXEME_STATISTICS", True)
-    assert postgres.fts_search('"server" OR "kernel"', 10, SearchScope()) == exact
+    assert postgres.fts_search(keywords("server", "kernel"), 10, SearchScope()) == exact
 
 
 def test_rows_written_since_the_statistics_send_a_phrase_back_to_the_sample(
@@ -823,12 +847,12 @@ def test_rows_written_since_the_statistics_send_a_phrase_back_to_the_sample(
     postgres.conn.execute("SELECT pg_stat_force_next_flush()")
     postgres.conn.execute("SELECT 1")
     sent = _statements(postgres, monkeypatch)
-    postgres.fts_search('"kernel"', 10, SearchScope())
+    postgres.fts_search(keywords("kernel"), 10, SearchScope())
     assert any("TABLESAMPLE" in str(sql) for sql, _ in sent)
     _analyzed(postgres)
     sent.clear()
     pg_keyword.forget_phrase_counts()
-    postgres.fts_search('"kernel"', 10, SearchScope())
+    postgres.fts_search(keywords("kernel"), 10, SearchScope())
     assert not any("TABLESAMPLE" in str(sql) for sql, _ in sent)
     assert postgres.keyword._phrase_hits["'kernel'"] == _exact_hits(postgres, "'kernel'") > kernel
 
@@ -913,7 +937,7 @@ def test_lexical_rows_written_before_scope_lexemes_get_them_on_migration(pg_url:
     before the migration did, through the lexemes."""
     store = _holding_the_texts(pg_url)
     scope = SearchScope(path="devops")
-    before = store.fts_search('"server"* OR "zaloha"*', 10, scope)
+    before = store.fts_search(keywords("server*", "zaloha*"), 10, scope)
     assert before
     with store.transaction():  # the index as the previous schema left it
         store.conn.execute("DROP INDEX idx_chunks_fts_document")
@@ -936,7 +960,7 @@ def test_lexical_rows_written_before_scope_lexemes_get_them_on_migration(pg_url:
                WHERE i.indexrelid = 'idx_chunks_fts_document'::regclass"""
         )
         assert columns == ["document", "scope"]
-        assert store.fts_search('"server"* OR "zaloha"*', 10, scope) == before
+        assert store.fts_search(keywords("server*", "zaloha*"), 10, scope) == before
         assert "the folder's lexeme" in " ".join(store.keyword_trace)
         with pytest.raises(psycopg.errors.NotNullViolation):  # a row without its folders is refused
             store.conn.execute(
@@ -1297,22 +1321,22 @@ def test_a_server_opening_a_store_per_call_keeps_the_phrase_counts_until_the_row
     counted = _recorded_phrase_counts(monkeypatch)
     scope = SearchScope(path="devops")
 
-    def one_call(match: str) -> list[Any]:
+    def one_call(match: KeywordQuery) -> list[Any]:
         reader = PostgresStore.open(pg_url, readonly=True)
         try:
             return reader.fts_search(match, 10, scope)
         finally:
             reader.close()
 
-    first = one_call('"server"* OR "backup"')
+    first = one_call(keywords("server*", "backup"))
     assert first and len(counted) == 1
-    assert one_call('"server"* OR "backup"') == first and len(counted) == 1
+    assert one_call(keywords("server*", "backup")) == first and len(counted) == 1
     with writer.transaction():
         writer.write_file("s", *doc("devops/more.md", ["backup backup of the server"]))
-    changed = one_call('"server"* OR "backup"')
+    changed = one_call(keywords("server*", "backup"))
     assert len(counted) == 2
     pg_connection.discard_pool()
-    assert one_call('"server"* OR "backup"') == changed and len(counted) == 3
+    assert one_call(keywords("server*", "backup")) == changed and len(counted) == 3
     writer.close()
 
 
@@ -1325,10 +1349,10 @@ def test_forgotten_phrase_counts_are_counted_again_with_the_same_answer(
     counted = _recorded_phrase_counts(monkeypatch)
     scope = SearchScope(path="devops")
     try:
-        first = store.fts_search('"server"* OR "backup"', 10, scope)
-        assert first and store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 1
+        first = store.fts_search(keywords("server*", "backup"), 10, scope)
+        assert first and store.fts_search(keywords("server*", "backup"), 10, scope) == first and len(counted) == 1
         pg_keyword.forget_phrase_counts()
-        assert store.fts_search('"server"* OR "backup"', 10, scope) == first and len(counted) == 2
+        assert store.fts_search(keywords("server*", "backup"), 10, scope) == first and len(counted) == 2
     finally:
         store.close()
 
@@ -1352,7 +1376,7 @@ def test_a_sync_leaves_no_pending_lexical_index_entries_for_searches_to_read(pg_
         store.mark_synced("s", indexed_rev="abc")
         assert _pending_lexical_pages(store) == 0
         assert store.source_state("s").indexed_rev == "abc"
-        assert store.fts_search('"pooler"', 5, SearchScope())
+        assert store.fts_search(keywords("pooler"), 5, SearchScope())
     finally:
         store.close()
 
@@ -1374,7 +1398,7 @@ def test_a_sync_user_who_does_not_own_the_indexes_still_marks_the_source_synced(
                 writer.write_file("s", *doc("devops/a.md", TEXTS["devops/postgres.md"]))
             writer.mark_synced("s", indexed_rev="abc")  # the merge is refused: autovacuum's then
             assert writer.source_state("s").indexed_rev == "abc"
-            assert writer.fts_search('"pooler"', 5, SearchScope())
+            assert writer.fts_search(keywords("pooler"), 5, SearchScope())
         finally:
             writer.close()
     finally:
@@ -1400,7 +1424,7 @@ def test_a_sync_whose_lexical_merge_times_out_is_still_marked_synced(pg_url: str
         blocker.execute("ROLLBACK")
         store.conn.execute("RESET lock_timeout")
         assert store.source_state("s").indexed_rev == "abc"
-        assert store.fts_search('"pooler"', 5, SearchScope())
+        assert store.fts_search(keywords("pooler"), 5, SearchScope())
     finally:
         blocker.close()
         store.close()

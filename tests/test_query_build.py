@@ -7,8 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from indexer.keywords import KeywordQuery, Phrase
+from indexer.store.fts5 import match_expression
 from search.fusion import rrf
-from search.querybuild import MAX_TERMS, build_fts_query
+from search.querybuild import MAX_TERMS, keyword_query
+
+
+def build_fts_query(text: str) -> str | None:
+    """The FTS5 expression SQLite's store sends for free text (None: nothing searchable)."""
+    query = keyword_query(text)
+    return match_expression(query) if query is not None else None
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +153,28 @@ def test_rrf_empty() -> None:
 def test_stress_marks_do_not_split_words(fts: apsw.Connection) -> None:
     assert build_fts_query("пое́зд") == '"поезд"*'
     assert matches(fts, "Москвы́") == ["Поезд из Москвы"]
+
+
+# ---- SQLite's rendering of the typed query ------------------------------------------------
+
+
+def test_the_fts5_expression_quotes_every_phrase_and_marks_prefixes() -> None:
+    query = KeywordQuery((Phrase(("db", "01", "lan"), prefix=True), Phrase(("kernel",)), Phrase(("backu",), True)))
+    assert match_expression(query) == '"db 01 lan"* OR "kernel" OR "backu"*'
+
+
+def test_words_that_spell_fts5_syntax_stay_words(fts: apsw.Connection) -> None:
+    """A word holding a quote, or spelling an operator or a column filter, is matched as text."""
+    hostile = [("NEAR",), ("AND",), ('say "hi',), ("body:x",), ("-", "x"), ("*",), ("end", "NEAR")]
+    expression = match_expression(KeywordQuery(tuple(Phrase(words) for words in hostile)))
+    assert expression == '"NEAR" OR "AND" OR "say ""hi" OR "body:x" OR "- x" OR "*" OR "end NEAR"'
+    found = [r[0] for r in fts.execute("SELECT body FROM t WHERE t MATCH ?", (expression,))]
+    assert found == ["NEAR the end"]
+
+
+def test_a_query_and_its_phrases_need_words() -> None:
+    for bad in ((), ("",), ("ok", "")):
+        with pytest.raises(ValueError, match="needs words"):
+            Phrase(bad)
+    with pytest.raises(ValueError, match="needs a phrase"):
+        KeywordQuery(())

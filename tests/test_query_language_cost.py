@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from indexer import language
 from search.fusion import _MARKS, _TOKEN, _fold, match_terms, term_coverage
-from search.querybuild import build_fts_query
+from search.querybuild import keyword_query
 
 
 def coverage_by_tokens(terms: Sequence[tuple[tuple[str, ...], bool]], text: str) -> float:
@@ -41,7 +41,7 @@ text_parts = st.lists(st.sampled_from([*WORDS, " ", "\n", "_", ".", "-", "²", "
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4), text_parts, st.text(max_size=40))
 def test_coverage_by_search_equals_coverage_by_tokens(query: list[str], parts: list[str], noise: str) -> None:
-    terms = match_terms(build_fts_query(" ".join(query)) or "")
+    terms = match_terms(keyword_query(" ".join(query)))
     for text in ("".join(parts), " ".join(parts), noise, "".join(parts) + noise):
         assert term_coverage(terms, text) == coverage_by_tokens(terms, text)
 

@@ -17,21 +17,33 @@ from mcp import ClientSession
 
 from indexer.config import Config, load_config, parse_config
 from indexer.errors import ConfigError, NotesSearchError
+from indexer.keywords import KeywordQuery, Phrase
 from indexer.store import Store
+from indexer.store.fts5 import match_expression
 from indexer.sync import run_sync
 from search import cli as cli_module
 from search.engine import SearchResponse, search
 from search.exact import ExactRule, exact_counts, exact_first, exact_rules
-from search.querybuild import build_exact_query, query_terms
+from search.querybuild import QueryTerm, exact_query, query_terms
 from tests.conftest import FAKE_EMBEDDING, assert_one_line_error, open_index, write_tree
 from tests.fakes import FakeEmbedder
 
 # ---- pure rules ------------------------------------------------------------------------------
 
 
+def _fts5(phrase: Phrase | None) -> str | None:
+    return match_expression(KeywordQuery((phrase,))) if phrase is not None else None
+
+
+def build_exact_query(terms: list[QueryTerm]) -> str | None:
+    """The FTS5 expression SQLite's store sends for the exact identifier search."""
+    query = exact_query(terms)
+    return match_expression(query) if query is not None else None
+
+
 def test_identifier_terms_get_an_exact_form_and_words_of_a_language_keep_their_stems() -> None:
     terms = query_terms("token5 PROJ-123 backups db 5")
-    assert [(t.match, t.exact) for t in terms] == [
+    assert [(_fts5(t.match), _fts5(t.exact)) for t in terms] == [
         ('"token5"*', '"token5"'),
         ('"PROJ 123"*', '"PROJ 123"'),
         ('"backu"*', '"backups"'),

@@ -25,6 +25,7 @@ from indexer.store import (
     open_store,
     vec_extension_path,
 )
+from tests.conftest import keywords
 from tests.pg import BACKENDS
 from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
 
@@ -88,7 +89,7 @@ def test_path_scope_is_a_folder_prefix_not_a_string_prefix(store: Store) -> None
     query = np.ones(DIMS, dtype=np.float32) / np.sqrt(DIMS)
     paths = {store.chunk_rows([cid])[cid].path for cid, _ in store.vec_search(query, 50, SearchScope(path="small"))}
     assert paths == {f"small/n{i}.md" for i in range(3)}
-    assert len(store.fts_search('"note"', 50, SearchScope(path="small/n1.md"))) == 1
+    assert len(store.fts_search(keywords("note"), 50, SearchScope(path="small/n1.md"))) == 1
 
 
 def test_rewrite_reuses_vectors_of_unchanged_text_and_keeps_fts_in_step(store: Store) -> None:
@@ -99,7 +100,7 @@ def test_rewrite_reuses_vectors_of_unchanged_text_and_keeps_fts_in_step(store: S
     counts = store.counts()
     assert counts["chunks"] == counts["chunks_fts"] == 2 and counts["vectors"] == 1
     fts_integrity_check(store)
-    assert store.fts_search('"brand"', 5, SearchScope()) and not orphan_vectors(store)
+    assert store.fts_search(keywords("brand"), 5, SearchScope()) and not orphan_vectors(store)
 
 
 def test_rollback_leaves_nothing_behind(store: Store) -> None:
@@ -194,7 +195,7 @@ def test_an_index_stopped_after_any_step_migrates_to_the_fresh_schema(tmp_path: 
             assert old.language_backfill() == ((2, 0) if steps <= languages_at else None)
             assert set(old.chunk_languages().values()) == {"unknown"}
             fts_integrity_check(old)
-            assert [hit.chunk_id for hit in old.fts_search('"dobry"', 5, SearchScope())] == [1, 2]
+            assert [hit.chunk_id for hit in old.fts_search(keywords("dobry"), 5, SearchScope())] == [1, 2]
     finally:
         old.close()
         fresh.close()

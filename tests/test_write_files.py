@@ -10,6 +10,7 @@ import pytest
 
 from indexer.model import FileVersion, ParsedDocument
 from indexer.store import CollectionRow, SearchScope, Store, content_hash
+from tests.conftest import keywords
 from tests.store_checks import embedded_without_vector, fts_integrity_check, orphan_vectors
 from tests.test_store import DIMS, doc, store  # noqa: F401 - `store` is the two-backend fixture
 
@@ -32,10 +33,10 @@ def test_a_batch_writes_every_file_in_order_and_a_repeated_path_keeps_its_last_v
         ("d/n1.md", 0, "gamma replaced"),
     ]
     assert sorted(r.path for r in store.file_rows("s")) == [f"d/n{i}.md" for i in range(5)]
-    assert {h.chunk_id for h in store.fts_search('"gamma"', 10, SearchScope())} == {
+    assert {h.chunk_id for h in store.fts_search(keywords("gamma"), 10, SearchScope())} == {
         i for i, row in rows.items() if row.text == "gamma replaced"
     }
-    assert not {h.chunk_id for h in store.fts_search('"beta"', 10, SearchScope())} & {
+    assert not {h.chunk_id for h in store.fts_search(keywords("beta"), 10, SearchScope())} & {
         i for i, row in rows.items() if row.path == "d/n1.md"
     }
     fts_integrity_check(store)
@@ -137,7 +138,7 @@ def test_a_tag_holding_a_nul_character_is_written_and_found(store: Store) -> Non
     with store.transaction():
         store.write_files("s", [(file, parsed), doc("other.md", ["other text"])])
     for tag in ("a\x00b", "plain"):
-        found = store.fts_search('"text"', 10, SearchScope(tags=(tag,)))
+        found = store.fts_search(keywords("text"), 10, SearchScope(tags=(tag,)))
         assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in found] == ["tagged.md"], tag
 
 
@@ -158,7 +159,7 @@ def test_a_collection_name_holding_a_nul_character_is_written_and_found(store: S
     kept = "\ufffd" if on_postgres else "\x00"
     # the tags go as JSON, whose escape keeps the NUL on both
     assert (row.name, row.description, row.tags) == (f"team{kept}notes", f"desc{kept}ription", ("t\x00ag",))
-    found = store.fts_search('"text"', 10, SearchScope(collection=name))
+    found = store.fts_search(keywords("text"), 10, SearchScope(collection=name))
     assert [store.chunk_rows([h.chunk_id])[h.chunk_id].path for h in found] == ["team/a.md"]
     assert store.collection_rows("s") == [dataclasses.replace(row, files=0)]
 

@@ -28,11 +28,10 @@ Contracts every backend keeps, because callers rely on them:
   updated_before` (Unix seconds). The top-k inside any scope is exact: a filter never turns a
   search approximate, however few files it keeps.
 
-What is still backend-shaped: `fts_search` takes an FTS5 MATCH expression built by
-`search.querybuild.build_fts_query`: double-quoted phrases (`"a b"`), an optional `*` prefix
-marker after a phrase, joined by OR. Another backend translates that small grammar (or a
-structured lexical query replaces the string); its scores need only be ordered like bm25's,
-since fusion uses ranks, but `--explain` shows them.
+`fts_search` takes a typed `indexer.keywords.KeywordQuery` (phrases joined by OR, the last word
+of a phrase maybe a prefix) and renders it in its own dialect, folding the words as its index
+folded the documents. Its scores need only be ordered like FTS5's bm25, since fusion uses
+ranks, but `--explain` shows them.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
+from indexer.keywords import KeywordQuery
 from indexer.model import FileVersion, KnownFile, ParsedDocument
 from indexer.store.rows import (
     ChunkRow,
@@ -158,9 +158,9 @@ class IndexReader(Protocol):
 
     # ---- search ----------------------------------------------------------------------------
 
-    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
-        """Up to `limit` chunks matching the FTS5 expression `match` inside `scope`, best first
-        by bm25 over (breadcrumb weight 2, text weight 1); score = bm25, lower is better."""
+    def fts_search(self, match: KeywordQuery, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Up to `limit` chunks matching any phrase of `match` inside `scope`, best first by
+        bm25 over (breadcrumb weight 2, text weight 1); score = bm25, lower is better."""
         ...
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:

@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import apsw
 
 from indexer.errors import StoreError
+from indexer.keywords import KeywordQuery
 from indexer.model import FileVersion, ParsedDocument
 from indexer.store import integrity
 from indexer.store.core import SQLITE, StoreCore, content_hash, utc_now
 from indexer.store.errormap import wrap_public_methods
+from indexer.store.fts5 import match_expression
 from indexer.store.rows import (
     ChunkRow,
     RankedChunk,
@@ -624,8 +626,8 @@ class Store(StoreCore):
                 lead = "time"
         return dataclasses.replace(scope, tags=tags), lead
 
-    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
-        """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first."""
+    def fts_search(self, match: KeywordQuery, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks matching `match` (as its FTS5 expression), best bm25 (lowest) first."""
         if scope.is_all:
             sql = f"SELECT rowid, {BM25} AS score FROM chunks_fts WHERE chunks_fts MATCH :match ORDER BY score, rowid LIMIT :limit"
             params: dict[str, object] = {}
@@ -636,7 +638,7 @@ class Store(StoreCore):
             sql = f"""SELECT rowid, {BM25} AS score FROM chunks_fts
                       WHERE chunks_fts MATCH :match AND +rowid IN (SELECT c.id FROM chunks c WHERE {where})
                       ORDER BY score, rowid LIMIT :limit"""
-        params.update(match=match, limit=limit)
+        params.update(match=match_expression(match), limit=limit)
         return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:

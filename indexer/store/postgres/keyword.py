@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from indexer.keywords import KeywordQuery
 from indexer.store.postgres.connection import learned, learned_everywhere
 from indexer.store.postgres.tsquery import (
     _MATCH_PARAM,
@@ -21,8 +22,8 @@ from indexer.store.postgres.tsquery import (
     _single_lexeme,
     _sole_lexeme_forms,
     _with_lexemes,
+    folded_phrases,
     impact_tsquery,
-    match_phrases,
 )
 from indexer.store.postgres.tsvector import (
     BM25_B,
@@ -162,8 +163,8 @@ class KeywordSearch:
     def _note(self, template: str, *args: object) -> None:
         self._notes.append((template, args))
 
-    def search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
-        """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first: FTS5's bm25
+    def search(self, match: KeywordQuery, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks matching `match`, best bm25 (lowest) first: FTS5's bm25
         over the whole index's statistics (breadcrumb weight 2, text 1), ties by id.
 
         Unscoped on a large index (TIERED_MIN_ROWS), the chunks of the top impact tiers are
@@ -178,7 +179,7 @@ class KeywordSearch:
         self._notes = []
         self._sole_lexemes = {}
         self._analyzed_state = None
-        phrases = match_phrases(match)
+        phrases = folded_phrases(match)
         if not phrases or limit <= 0:
             return []
         queries = [_phrase_tsquery(tokens, prefix) for tokens, prefix in phrases]

@@ -18,6 +18,7 @@ from psycopg import sql as pg_sql
 from psycopg.pq import TransactionStatus
 
 from indexer.errors import StoreError
+from indexer.keywords import KeywordQuery
 from indexer.model import FileVersion, ParsedDocument
 from indexer.store.core import POSTGRES, content_hash, utc_now
 from indexer.store.postgres import connection
@@ -557,8 +558,8 @@ class PostgresStore(PgVectors):
             rows = self.conn.execute("SELECT id, language FROM chunks WHERE id = ANY(%s)", ([int(i) for i in ids],))
         return {int(chunk_id): str(language) for chunk_id, language in rows}
 
-    def fts_search(self, match: str, limit: int, scope: SearchScope) -> list[RankedChunk]:
-        """Chunks matching the FTS5 expression `match`, best bm25 (lowest) first (see
+    def fts_search(self, match: KeywordQuery, limit: int, scope: SearchScope) -> list[RankedChunk]:
+        """Chunks matching `match`, best bm25 (lowest) first (see
         `keyword.KeywordSearch.search`)."""
         return self.keyword.search(match, limit, scope)
 

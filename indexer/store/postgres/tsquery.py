@@ -1,7 +1,6 @@
-"""Keyword queries on PostgreSQL as tsqueries: the phrases of the FTS5 expression
-`search.querybuild` builds, folded as the documents are (`tsvector.fold_tokens`), each a
-tsquery of adjacent lexemes; the impact-tier form of a query; and the prefixes that stand for
-one lexeme, looked up as that lexeme."""
+"""Keyword queries on PostgreSQL as tsqueries: the phrases of a `KeywordQuery`, folded as the
+documents are (`tsvector.fold_tokens`), each a tsquery of adjacent lexemes; the impact-tier
+form of a query; and the prefixes that stand for one lexeme, looked up as that lexeme."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 
+from indexer.keywords import KeywordQuery
 from indexer.store.postgres.tsvector import (
     _SURELY_INDEXABLE,
     IMPACT_LABELS,
@@ -19,18 +19,15 @@ from indexer.store.postgres.tsvector import (
     fold_tokens,
 )
 
-_MATCH_TERM = re.compile(r'"((?:[^"]|"")*)"(\*?)')
 
-
-def match_phrases(match: str) -> list[tuple[list[str], bool]]:
-    """The folded words of each phrase of the FTS5 expression of `search.querybuild`
-    (double-quoted phrases, each maybe followed by `*`, joined by OR) and whether its last word
-    is a prefix. Phrases with nothing to match are left out."""
+def folded_phrases(query: KeywordQuery) -> list[tuple[list[str], bool]]:
+    """The folded words of each phrase of `query` and whether its last word is a prefix.
+    Phrases with nothing to match (no token, or one too long for any lexeme) are left out."""
     phrases = []
-    for body, star in _MATCH_TERM.findall(match):
-        tokens = fold_tokens(body.replace('""', '"'), query=True)
+    for phrase in query.phrases:
+        tokens = fold_tokens(" ".join(phrase.words), query=True)
         if tokens and all(_indexable(token) for token in tokens):
-            phrases.append((tokens, bool(star)))
+            phrases.append((tokens, phrase.prefix))
     return phrases
 
 
