@@ -88,6 +88,46 @@ SQLITE = Dialect("sqlite", False, "c.breadcrumb || char(10) || char(10) || c.tex
 POSTGRES = Dialect("postgres", True, "c.breadcrumb || chr(10) || chr(10) || c.text", "chunk_vectors", no_nul)
 
 
+def place_conditions(scope: SearchScope, alias: str, dialect: Dialect, params: dict[str, object]) -> list[str]:
+    """The conditions of the scope's folder (or file) and collection over `alias` (`chunks` or
+    `files`: both have source_id and path), their bindings added to `params`."""
+    clauses = []
+    if scope.path:
+        folder = scope.path.strip("/")
+        params.update(scope_path=folder, scope_lo=folder + "/", scope_hi=folder + "0")
+        # '0' sorts right after '/' (in SQLite and in PostgreSQL's C collation): one index range
+        # [folder, folder + '0') holds the file itself and everything below it (plus siblings
+        # like "folder.md", which the second test drops)
+        clauses.append(
+            dialect.sql(
+                f"{alias}.path >= :scope_path AND {alias}.path < :scope_hi"
+                f" AND ({alias}.path = :scope_path OR {alias}.path >= :scope_lo)"
+            )
+        )
+    if scope.collection is not None:
+        params["scope_collection"] = dialect.text(scope.collection)  # as `files` holds it
+        clauses.append(
+            dialect.sql(
+                f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
+                f" AND f.path = {alias}.path AND f.collection = :scope_collection)"
+            )
+        )
+    return clauses
+
+
+def time_conditions(scope: SearchScope, dialect: Dialect, params: dict[str, object]) -> list[str]:
+    """The scope's time window over `files u` (`updated_since <= updated_at < updated_before`),
+    its bindings added to `params`; none without one."""
+    times = []
+    if scope.updated_since is not None:
+        params["scope_since"] = float(scope.updated_since)
+        times.append(dialect.sql("u.updated_at >= :scope_since"))
+    if scope.updated_before is not None:
+        params["scope_before"] = float(scope.updated_before)
+        times.append(dialect.sql("u.updated_at < :scope_before"))
+    return times
+
+
 class StoreCore:
     """The methods both stores share. A backend sets `dialect` and provides `conn` (whose
     `execute(sql, params)` returns rows), `transaction()`, `_one`, `has_vector_table`,

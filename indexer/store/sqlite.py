@@ -30,7 +30,7 @@ from indexer.errors import StoreError
 from indexer.keywords import KeywordQuery
 from indexer.model import FileVersion, ParsedDocument
 from indexer.store import integrity
-from indexer.store.core import SQLITE, StoreCore, content_hash, utc_now
+from indexer.store.core import SQLITE, StoreCore, content_hash, place_conditions, time_conditions, utc_now
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.fts5 import match_expression
 from indexer.store.rows import (
@@ -116,23 +116,7 @@ def scope_condition(scope: SearchScope, alias: str = "c", lead: str = "tag") -> 
             params[f"scope_src{i}"] = source_id
             names.append(f":scope_src{i}")
         clauses.append(f"{alias}.source_id IN ({', '.join(names)})")
-    if scope.path:
-        folder = scope.path.strip("/")
-        params["scope_path"] = folder
-        params["scope_lo"] = folder + "/"
-        params["scope_hi"] = folder + "0"  # '0' sorts right after '/': a prefix range
-        # one index range [folder, folder + '0') holds the file itself and everything below
-        # it (plus siblings like "folder.md", which the second test drops)
-        clauses.append(
-            f"{alias}.path >= :scope_path AND {alias}.path < :scope_hi"
-            f" AND ({alias}.path = :scope_path OR {alias}.path >= :scope_lo)"
-        )
-    if scope.collection is not None:
-        params["scope_collection"] = scope.collection
-        clauses.append(
-            f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
-            f" AND f.path = {alias}.path AND f.collection = :scope_collection)"
-        )
+    clauses.extend(place_conditions(scope, alias, SQLITE, params))
     clauses.extend(_filter_clauses(scope, alias, params, lead))
     return (" AND ".join(clauses) or "1"), params
 
@@ -145,13 +129,7 @@ def _filter_clauses(scope: SearchScope, alias: str, params: dict[str, object], l
     from whichever list it likes (without statistics, the last one), and a broad tag after a
     narrow one made a search walk most of the index's chunks."""
     tags = list(dict.fromkeys(tag_key(tag) for tag in scope.tags))
-    times: list[str] = []
-    if scope.updated_since is not None:
-        params["scope_since"] = float(scope.updated_since)
-        times.append("u.updated_at >= :scope_since")
-    if scope.updated_before is not None:
-        params["scope_before"] = float(scope.updated_before)
-        times.append("u.updated_at < :scope_before")
+    times = time_conditions(scope, SQLITE, params)
     if not tags and not times:
         return []
     for i, tag in enumerate(tags):

@@ -19,7 +19,7 @@ from typing import Any
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-from indexer.store.core import POSTGRES, no_nul
+from indexer.store.core import POSTGRES, no_nul, place_conditions, time_conditions
 from indexer.store.rows import (
     SearchScope,
     tag_key,
@@ -274,30 +274,10 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
     if scope.source_ids:
         params["scope_sources"] = list(scope.source_ids)
         clauses.append(f"{alias}.source_id = ANY(%(scope_sources)s)")
-    if scope.path:
-        folder = scope.path.strip("/")
-        params["scope_path"] = folder
-        params["scope_lo"] = folder + "/"
-        params["scope_hi"] = folder + "0"  # '0' sorts right after '/' (paths compare bytewise: C collation)
-        clauses.append(
-            f"{alias}.path >= %(scope_path)s AND {alias}.path < %(scope_hi)s"
-            f" AND ({alias}.path = %(scope_path)s OR {alias}.path >= %(scope_lo)s)"
-        )
-    if scope.collection is not None:
-        params["scope_collection"] = _text(scope.collection)  # as `files` holds it
-        clauses.append(
-            f"EXISTS (SELECT 1 FROM files f WHERE f.source_id = {alias}.source_id"
-            f" AND f.path = {alias}.path AND f.collection = %(scope_collection)s)"
-        )
+    clauses.extend(place_conditions(scope, alias, POSTGRES, params))
     # tags (all of them, by tag_key) and the time window, as the files that pass: a narrow
     # filter starts from its few files (file_tags' key, idx_files_updated)
-    times: list[str] = []
-    if scope.updated_since is not None:
-        params["scope_since"] = float(scope.updated_since)
-        times.append("u.updated_at >= %(scope_since)s")
-    if scope.updated_before is not None:
-        params["scope_before"] = float(scope.updated_before)
-        times.append("u.updated_at < %(scope_before)s")
+    times = time_conditions(scope, POSTGRES, params)
     if times:
         clauses.append(
             f"({alias}.source_id, {alias}.path) IN (SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(times)})"
