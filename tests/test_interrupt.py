@@ -50,6 +50,13 @@ def config_path(tmp_path: Path, server: OllamaServer) -> Path:
     return write_config(tmp_path, notes, server.url)
 
 
+def default_ctrl_c() -> None:
+    """In the child before exec: Ctrl-C as a terminal's foreground job has it. A job started in
+    the background by a shell without job control (`nohup … &`, as a CI script may run the suite)
+    inherits SIGINT ignored, and a process that ignores it rightly keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(config_path: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
     """The installed entry point's code (the warm path first), as `notes-search -c CONFIG ARGS`
     runs it; a `serve` of this test has its socket in the test's runtime_dir."""
@@ -62,6 +69,7 @@ def start(config_path: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Pop
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
+            preexec_fn=default_ctrl_c,
         )
     return proc, stderr
 
