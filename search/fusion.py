@@ -106,16 +106,17 @@ def background_hits(
     nearest = max((similarity_of[cid] for cid in keyword_best if cid in similarity_of), default=None)
     if nearest is None:
         return set()
+    foreign = [
+        (chunk_id, languages.get(chunk_id, ""), similarity) for chunk_id, similarity in vector if chunk_id in blind
+    ]
     of_language: dict[str, list[float]] = {}
-    for chunk_id, similarity in vector:
-        if chunk_id in blind:
-            of_language.setdefault(languages.get(chunk_id, ""), []).append(similarity)
+    for _, language, similarity in foreign:
+        of_language.setdefault(language, []).append(similarity)
+    level = {language: found[:BACKGROUND_DEPTH][-1] for language, found in of_language.items()}
     return {
         chunk_id
-        for chunk_id, similarity in vector
-        if chunk_id in blind
-        and similarity - of_language[languages.get(chunk_id, "")][:BACKGROUND_DEPTH][-1] < BACKGROUND_MARGIN
-        and similarity - nearest < BACKGROUND_MARGIN
+        for chunk_id, language, similarity in foreign
+        if similarity - level[language] < BACKGROUND_MARGIN and similarity - nearest < BACKGROUND_MARGIN
     }
 
 
