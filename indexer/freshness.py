@@ -10,7 +10,6 @@ a workspace a stat walk that reads only files whose (size, mtime) differ from th
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 
 from indexer.config import GitSource, WorkspaceSource
@@ -91,15 +90,6 @@ class LagUnknown:
 Lag = GitLag | WorkspaceLag | LagUnknown
 
 
-def _silent_logger() -> logging.Logger:
-    """A logger that drops everything: the scan logs unindexable files, and a status check must
-    not repeat that in the sync log. Built per call and never registered with `logging`, so
-    importing this module configures nothing."""
-    silent = logging.Logger("notes_search.freshness.scan")  # noqa: LOG001 - unregistered on purpose
-    silent.addHandler(logging.NullHandler())
-    return silent
-
-
 def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) -> GitLag:
     """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head."""
     remote_head = remote_error = None
@@ -128,7 +118,7 @@ def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str,
     deleted: list[str] = []
     unreadable: list[str] = []
     known = store.known_files(source.id, under=place or None)
-    for change in workspace.scan(scanned, known, max_file_bytes=max_file_bytes, log=_silent_logger()):
+    for change in workspace.scan(scanned, known, max_file_bytes=max_file_bytes, log=workspace.QUIET_LOG):
         if isinstance(change, Upsert):
             changed.append(change.file.path)
         elif isinstance(change, Delete):

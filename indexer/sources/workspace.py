@@ -41,6 +41,10 @@ INBOX = "inbox.md"  # drafts at a library or collection root: never indexed (uns
 COVERAGE_CAP = 1000  # the coverage report stops counting here ("≥1000")
 
 _LOG = logging.getLogger("notes_search.workspace")
+# for a scan that only looks (status, a search's catch-up): what it finds unindexable is the
+# sync's to log; never registered with `logging`, so importing this module configures nothing
+QUIET_LOG = logging.Logger("notes_search.workspace.look")  # noqa: LOG001 - unregistered on purpose
+QUIET_LOG.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ one that finds nothing changed must load no indexer."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,11 +85,6 @@ def catch_up_unscoped(service: NotesService, store: IndexReader, *, embed: bool)
     return ([notice] if notice else []), choice
 
 
-# the sync logs what it finds, not this look; one logger for every search, never registered
-_QUIET_SCAN = logging.Logger("notes_search.catch_up.scan")  # noqa: LOG001
-_QUIET_SCAN.addHandler(logging.NullHandler())
-
-
 def _changed_on_disk(config: Config, store: IndexReader, source_id: str) -> bool:
     """Whether a file of the workspace source was added, edited or removed since it was indexed
     (stat first, then the hash of files whose stat differs)."""
@@ -100,7 +94,7 @@ def _changed_on_disk(config: Config, store: IndexReader, source_id: str) -> bool
     source = config.sources[source_id]
     assert isinstance(source, WorkspaceSource)
     known = store.known_files(source_id)
-    changes = workspace.scan(source, known, max_file_bytes=config.max_file_bytes, log=_QUIET_SCAN)
+    changes = workspace.scan(source, known, max_file_bytes=config.max_file_bytes, log=workspace.QUIET_LOG)
     return any(isinstance(change, (Upsert, Delete)) for change in changes)
 
 
