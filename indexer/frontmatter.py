@@ -15,14 +15,14 @@ Either way a block that is front matter is metadata, never chunk text or a snipp
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-# libyaml when available: several times faster, and it caps nesting depth itself.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:  # PyYAML is imported when a block is parsed: a sync that reads no note skips it
+    import yaml
 
 SHOWN_KEY_CHARS = 60  # a key quoted in a problem line: a 1 MB key must not make a 1 MB warning
 
@@ -35,15 +35,21 @@ _PROPERTY = re.compile(r"([^\s#\-:][^:]*):(?:[ \t](.*))?")
 _LIST_ITEM = re.compile(r"[ \t]*-[ \t](.*)")
 
 
-class _FrontMatterLoader(_SafeLoader):  # type: ignore[misc,valid-type]
-    """safe_load semantics, except timestamps stay strings as written (`updated` is verbatim)."""
+@functools.cache
+def _loader_class() -> Any:
+    """The loader, made on the first note with front matter. libyaml when available: several
+    times faster, and it caps nesting depth itself."""
+    import yaml
+
+    class FrontMatterLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        """safe_load semantics, except timestamps stay strings as written (`updated` is verbatim)."""
+
+    FrontMatterLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_written)
+    return FrontMatterLoader
 
 
 def _timestamp_as_written(loader: yaml.constructor.SafeConstructor, node: yaml.ScalarNode) -> str:
     return str(loader.construct_scalar(node))
-
-
-_FrontMatterLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_written)
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,9 @@ def read_front_matter(lines: Sequence[str]) -> FrontMatter:
 def _load(block: Sequence[str]) -> tuple[object, list[tuple[str, int, int]]]:
     """The block's YAML data with a top-level key written twice kept at its first value, and
     those keys as (key, first line, repeated line), 1-based in the file."""
-    loader = _FrontMatterLoader("\n".join(block))
+    import yaml  # loaded once a note has front matter
+
+    loader = _loader_class()("\n".join(block))
     try:
         node = loader.get_single_node()
         if node is None:
@@ -96,6 +104,8 @@ def _load(block: Sequence[str]) -> tuple[object, list[tuple[str, int, int]]]:
 
 
 def _drop_repeated_keys(node: yaml.MappingNode) -> list[tuple[str, int, int]]:
+    import yaml  # loaded already: only _load calls this
+
     first_line: dict[tuple[str, str], int] = {}
     duplicates = []
     kept = []

@@ -355,6 +355,19 @@ def test_the_cron_no_op_sync_loads_no_heavy_module(synced: Config, tmp_path: Pat
     check_budget("sync", modules, backend)
 
 
+def test_a_no_op_sync_of_unchanged_notes_loads_no_yaml(
+    synced: Config, notes: Path, tmp_path: Path, backend: str
+) -> None:
+    """A sync that reads no note needs no YAML parser: front matter is parsed only in a note
+    that is read, and the config comes parsed from the cache."""
+    assert synced.path is not None
+    assert any(note.read_text(encoding="utf-8").startswith("---\n") for note in notes.rglob("*.md"))
+    modules = imported("-c", str(synced.path), "sync", "--quiet", cwd=tmp_path)
+    assert "indexer.sync" in modules  # it did look
+    assert "yaml" not in modules
+    check_budget("sync", modules, backend)
+
+
 def test_help_loads_no_heavy_module(tmp_path: Path) -> None:
     modules = imported("--help", cwd=tmp_path)
     assert "click" in modules
@@ -408,4 +421,5 @@ def test_the_no_op_sync_loads_no_heavy_module(local_model_index: Path, tmp_path:
     """The cron tick when nothing changed: no engine, no numpy, no markdown parser."""
     modules = imported("-c", str(local_model_index), "sync", "--quiet", cwd=tmp_path)
     assert "indexer.sync" in modules  # it did look
+    assert "yaml" not in modules
     check_budget("no-op sync", modules)
