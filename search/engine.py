@@ -14,17 +14,18 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.keywords import KeywordQuery
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
-from search.exact import ExactRule, exact_first, exact_rules
+from search.exact import ExactRule, exact_first, exact_rules, verbatim_holders
 from search.fusion import (
     Fused,
     background_hits,
     covered_terms,
     exact_value_terms,
     match_terms,
+    meaning_weight,
     rrf,
     term_coverage,
 )
-from search.querybuild import QueryTerm, exact_query, prefix_query, query_terms
+from search.querybuild import QueryTerm, code_like, exact_query, prefix_query, query_terms
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
 
@@ -99,6 +100,7 @@ class SearchResponse:
     vector_space: str | None = None
     keyword_blind: int = 0
     keyword_weight: float = 1.0
+    meaning_weight: float = 1.0  # the vector half's weight (fusion.meaning_weight), 1 unless weighed
     # the share of the query's terms the keyword half's best note holds, when candidates in other
     # languages made it weigh the keyword half (None: it did not)
     keyword_coverage: float | None = None
@@ -122,6 +124,7 @@ class SearchResponse:
                 "vector_space": self.vector_space,
                 "keyword_blind": self.keyword_blind,
                 "keyword_weight": self.keyword_weight,
+                "meaning_weight": self.meaning_weight,
                 "keyword_coverage": self.keyword_coverage,
                 "exact_value": self.exact_value,
                 "background": self.background,
@@ -296,12 +299,14 @@ def search(
                 knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
                 keyword_ids = {cid for cid, _ in lexical}
                 languages = read_apart.languages_of(store, candidates - keyword_ids) if knows_language else {}
-                fused, blind, exact = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
+                fused, blind, exact, verbatim = _fuse(
+                    config, response, mode, match, rules, lexical, vector, rows, languages
+                )
                 chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
                 shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
                 if mode != "lex" and shown:  # --explain names each hit's language
                     languages.update(read_apart.languages_of(store, shown))
-                response.results = _hits(chosen, rows, lexical, vector, languages, blind, exact, query)
+                response.results = _hits(chosen, rows, lexical, vector, languages, blind, exact, verbatim, query)
                 exhausted = len(lexical) < depth and len(vector) < depth
                 if (
                     len(response.results) >= k
@@ -617,10 +622,10 @@ def _fuse(
     vector: list[RankedChunk],
     rows: dict[int, ChunkRow],
     languages: dict[int, str],
-) -> tuple[list[Fused], dict[int, tuple[str, ...]], dict[int, int]]:
-    """Both halves fused (exact terms first among the chunks their prefixes matched), the
-    candidates the keyword half could not see, and how many identifier terms each chunk a
-    widened one matched holds as typed."""
+) -> tuple[list[Fused], dict[int, tuple[str, ...]], dict[int, int], set[int]]:
+    """Both halves fused (a code-like query's verbatim holders first, exact terms first among
+    the chunks their prefixes matched), the candidates the keyword half could not see, how many
+    identifier terms each chunk a widened one matched holds as typed, and the verbatim holders."""
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match)
     texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
@@ -641,6 +646,7 @@ def _fuse(
     weights = {}
     passed_over: dict[int, set[int]] = {}
     response.keyword_weight = 1.0
+    response.meaning_weight = 1.0
     response.keyword_coverage = None
     response.background = 0
     if blind:
@@ -652,6 +658,9 @@ def _fuse(
         response.keyword_coverage = coverage
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
+        # and the vector half as much as its ranking stands out from a level (fusion.meaning_weight)
+        weights["vec"] = meaning_weight([1.0 - distance for _, distance in vector])
+        response.meaning_weight = weights["vec"]
         # a long question meets every language's generic notes at one level of similarity: the
         # vector half ranks the keyword half's best hits among what the keyword half could have
         # found and the other languages' answers that stand out, not behind that background
@@ -667,10 +676,17 @@ def _fuse(
         weights=weights,
         passed_over=passed_over,
     )
+    order = [item.chunk_id for item in fused]
+    verbatim: set[int] = set()
+    if mode != "vec" and code_like(response.query):  # exact.verbatim_holders: they come first
+        holders = verbatim_holders(order, texts, response.query)
+        verbatim = set(holders)
+        order = holders + [cid for cid in order if cid not in verbatim]
     if rules:  # the vector half must not undo exact-first either
-        by_id = {item.chunk_id: item for item in fused}
-        fused = [by_id[cid] for cid in exact_first([item.chunk_id for item in fused], texts, rules, seen)]
-    return fused, blind, {cid: exact for cid, (matched, exact) in seen.items() if matched}
+        order = exact_first(order, texts, rules, seen)
+    by_id = {item.chunk_id: item for item in fused}
+    fused = [by_id[cid] for cid in order]
+    return fused, blind, {cid: exact for cid, (matched, exact) in seen.items() if matched}, verbatim
 
 
 def _choose(
@@ -716,6 +732,7 @@ def _hits(
     languages: dict[int, str],
     blind: dict[int, tuple[str, ...]],
     exact: dict[int, int],
+    verbatim: set[int],
     query: str,
 ) -> list[Hit]:
     """The chosen chunks as hits, each centred on the line where the query matches best."""
@@ -759,6 +776,7 @@ def _hits(
                     "vec_part": _part(item, "vec"),
                     "vec_counted_rank": item.counted.get("vec"),
                     "exact_terms": exact.get(item.chunk_id),
+                    "verbatim": item.chunk_id in verbatim,
                 },
             )
         )

@@ -1,6 +1,6 @@
 """Exact beats prefix (pure functions): a chunk holding a query term as typed ranks above the
 chunks that hold only a longer word starting with it (`token5` above `token50`, `PROJ-123`
-above `PROJ-1231`).
+above `PROJ-1231`); a chunk holding a code-like query as typed ranks first (`verbatim_first`).
 
 The lexical expression widens every term to a prefix (and trims inflected words to a stem), so
 BM25 scores `token50` exactly like `token5` and then favours the shorter note. The rule here
@@ -126,3 +126,16 @@ def exact_first(
     for slot, (_, _, chunk_id) in zip(slots, sorted(related), strict=True):
         out[slot] = chunk_id
     return out
+
+
+def verbatim_holders(ids: Sequence[int], texts: Mapping[int, str], query: str) -> list[int]:
+    """The chunks of `ids` (in their order) that hold the whole query as typed: its words
+    consecutive, as the index folds them. For a code-like query (`journalctl
+    --vacuum-size=50M`, `pytest -Werror --pdb -x`, see `querybuild.code_like`) they are the
+    notes looked for, whatever the two halves' ranks add up to, so they go first; a phrase of
+    plain words is held verbatim by many notes that are not about it, so the caller asks only
+    for code. None for a query of one word: exact-first decides that."""
+    words = tuple(tokens(query))
+    if len(words) < 2:
+        return []
+    return [cid for cid in ids if cid in texts and _holds(fold(texts[cid]), words, prefix=False)]

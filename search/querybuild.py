@@ -30,6 +30,8 @@ _PHRASE = re.compile(r'"([^"]*)"')
 # Combining marks left after NFC (Russian stress accents as in "правово́е") would split a word in two;
 # unicode61 folds them away in the index, so the query drops them too.
 _MARKS = re.compile(r"[\u0300-\u036f]")
+# quotes and brackets around a typed word, sentence punctuation after it: not part of the word
+_WORD_EDGES = re.compile(r"^[\"'(\[«„“‚‘]+|[\"'.,;:!?)\]»“”’…]+$")
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,17 @@ def query_terms(text: str) -> list[QueryTerm]:
     for term in terms:
         unique.setdefault(term.match, term)
     return list(unique.values())[:MAX_TERMS]
+
+
+def code_like(text: str) -> bool:
+    """Whether a typed word of `text` is more than letters once quotes, brackets and sentence
+    punctuation around it are set aside: a flag (`-x`, `--pdb`), a path, `key=value`, a
+    version, a number. Such a query is a command or a value a note is looked up by."""
+    for word in text.split():
+        core = _WORD_EDGES.sub("", word)
+        if core and not core.isalpha():
+            return True
+    return False
 
 
 def keyword_query(text: str) -> KeywordQuery | None:

@@ -470,6 +470,30 @@ def test_sync_says_which_meta_file_it_could_not_take_as_written(run, notes: Path
     assert json.loads(run("sync", "--json").stdout)["sources"][0]["collection_problems"] == []
 
 
+def test_a_command_typed_whole_finds_the_note_that_holds_it_first(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    """`journalctl --vacuum-size=50M` as typed: the note holding it comes first in both modes,
+    though another note holds every word of it, more often, apart; --explain says why."""
+    write(
+        notes,
+        {
+            "ops/journal-size.md": "# Journal size\n\nKeep the journal small: `journalctl --vacuum-size=50M`.\n\n"
+            + "The home server keeps its logs on the small system disk. " * 12,
+            "ops/journalctl.md": "# journalctl\n\njournalctl --vacuum-size=1G or --vacuum-time=50M: journalctl "
+            "vacuum options trim the journal by size or by time; journalctl vacuum size, journalctl again.\n",
+        },
+    )
+    run("sync")
+    for mode in ("hybrid", "lex"):
+        data = query_json(run, "journalctl --vacuum-size=50M", "--mode", mode, "--explain")
+        assert data["results"][0]["path"] == "ops/journal-size.md", paths(data)
+        assert [hit["explain"]["verbatim"] for hit in data["results"]][:2] == [True, False]
+    plain = query_json(run, "journalctl vacuum size", "--mode", "lex", "--explain")  # not code: BM25 decides
+    assert plain["results"][0]["path"] == "ops/journalctl.md"
+    assert not any(hit["explain"]["verbatim"] for hit in plain["results"])
+    text = run("query", "journalctl --vacuum-size=50M", "--explain").output
+    assert "holds the whole query as typed (a command or value): placed first" in text
+
+
 def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     question = "jak zálohovat databázi na serveru"
@@ -477,13 +501,16 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     assert data["explain"]["rrf_k"] == 60 and data["explain"]["exact_value"] is False
     weight = data["explain"]["keyword_weight"]
     assert weight == pytest.approx(data["explain"]["keyword_coverage"] ** 2, abs=1e-4)
+    meaning = data["explain"]["meaning_weight"]
+    assert 0 <= meaning <= 1
     hits = [hit["explain"] for hit in data["results"]]
     for e in hits:  # the fused score is the sum of the halves' parts
         assert e["rrf"] == pytest.approx((e["bm25_part"] or 0) + (e["vec_part"] or 0), abs=2e-6)
         if e["bm25_rank"] is not None:
             assert e["bm25_part"] == pytest.approx(weight / (60 + e["bm25_rank"]), abs=1e-6)
         if e["vec_rank"] is not None:  # at its rank, or where other languages' background was passed over
-            assert e["vec_part"] == pytest.approx(1 / (60 + (e["vec_counted_rank"] or e["vec_rank"])), abs=1e-6)
+            rank = e["vec_counted_rank"] or e["vec_rank"]
+            assert e["vec_part"] == pytest.approx(meaning / (60 + rank), abs=1e-6)
     blind = [e for e in hits if e["keyword_blind"]]
     assert blind, hits  # the English notes are in play
     for e in blind:  # taken as ranked by the keyword half at twice the meaning rank
@@ -492,5 +519,6 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     assert text.count("\n    why: ") == len(hits)
     assert f"keyword weight {weight:g} (its best note holds" in text
     assert "(another language: counted at twice its meaning rank)" in text
+    assert (f"; meaning weight {meaning:g} (its first hit stands out little" in text) == (meaning < 1)
     lex = run("query", "zálohovat", "--mode", "lex", "--explain").output
     assert "    why: keyword 1/(60+1) = 0.0164\n" in lex

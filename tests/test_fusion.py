@@ -15,7 +15,7 @@ from indexer.config import parse_config
 from indexer.store import ChunkRow, RankedChunk
 from search import engine, fusion
 from search.engine import SearchResponse, keyword_coverage
-from search.fusion import background_hits, match_terms, rrf
+from search.fusion import background_hits, match_terms, meaning_weight, rrf
 from search.querybuild import keyword_query
 
 QUERY = "obnova zálohy"
@@ -45,6 +45,8 @@ CHUNKS = {
     21: ("en/journal.md", "Limiting the systemd journal", "journalctl --vacuum-size keeps the journal small.", "en"),
     # other languages' generic notes, which a long question meets at one level of similarity
     **{40 + i: (f"{lang}/generic-{i}.md", "Notes", "Generic text.", lang) for i, lang in enumerate(["en", "ru"] * 6)},
+    # the query's language's generic notes, met at one level too
+    **{60 + i: (f"cs/obecne-{i}.md", "Poznámky", "Obecný text.", "cs") for i in range(10)},
 }
 LONG_QUESTION = "Jak omezit místo, které systémový žurnál zabírá na disku?"
 # twelve background hits (their language's first stands 0.010 above its last), then the answer
@@ -64,7 +66,7 @@ def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY
     response = SearchResponse(query=query, mode="hybrid", query_language="cs")
     match = keyword_query(query)
     languages = {cid: CHUNKS[cid][3] for cid, _ in vector if cid not in lexical}
-    fused, _, _ = engine._fuse(
+    fused, *_ = engine._fuse(
         config,
         response,
         "hybrid",
@@ -130,9 +132,12 @@ def test_a_long_questions_keyword_answer_is_not_outranked_by_background_meaning_
     vector = [*BACKGROUND, (30, 0.858), (31, 0.850)]
     ranked = fuse([30, 31], vector, LONG_QUESTION)
     assert ranked[0] == "cs/zurnal.md#30", ranked
-    # the same lists with nothing taken for background: the answer falls behind nine of the twelve
+    # the same lists with nothing taken for background: the answer falls behind six of the twelve
+    # (nine were the vector half not weighed down for standing out little: fusion.meaning_weight)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fusion, "BACKGROUND_MARGIN", 0.0)
+        assert fuse([30, 31], vector, LONG_QUESTION).index("cs/zurnal.md#30") == 6
+        patch.setattr(fusion, "FLAT_MEANING_GAP", 0.001)
         assert fuse([30, 31], vector, LONG_QUESTION).index("cs/zurnal.md#30") == 9
 
 
@@ -165,3 +170,34 @@ def test_rrf_counts_a_rank_without_the_ids_passed_over() -> None:
     assert fused[1].ranks == {"bm25": 1, "vec": 3} and fused[1].counted == {"vec": 1}
     assert fused[1].parts["vec"] == pytest.approx(1 / 61)
     assert fused[2].counted == {} and fused[2].parts["vec"] == pytest.approx(1 / 64)  # not passed over
+
+
+def test_the_meaning_weight_is_how_far_the_first_hit_stands_out_from_the_tenth() -> None:
+    flat = [0.870 - 0.0005 * i for i in range(12)]  # the tenth 0.0045 below the first
+    assert meaning_weight(flat) == pytest.approx(0.0045 / fusion.FLAT_MEANING_GAP)
+    assert meaning_weight([0.95, *flat]) == 1.0  # the first stands out: the order means something
+    assert meaning_weight([0.87] * 12) == 0.0
+    assert meaning_weight(flat[:3]) == pytest.approx(0.001 / fusion.FLAT_MEANING_GAP)  # fewer: the last
+    assert meaning_weight([0.9]) == meaning_weight([]) == 1.0
+
+
+def test_a_flat_meaning_ranking_does_not_bury_a_keyword_hit_of_the_querys_language() -> None:
+    # the restore section holds `obnova` (half the query): the keyword half weighs 0.25; the
+    # vector half meets ten generic Czech notes and an English one at one level and misses it
+    czech = [(60 + i, 0.870 - 0.0005 * i) for i in range(10)]
+    vector = [*czech, (40, 0.864)]
+    ranked = fuse([1], vector)
+    assert ranked.index("cs/restic.md#1") < min(ranked.index(f"cs/obecne-{i}.md#{60 + i}") for i in range(10)), ranked
+    with pytest.MonkeyPatch.context() as patch:  # the vector half weighed in full: last of them
+        patch.setattr(fusion, "FLAT_MEANING_GAP", 1e-9)
+        ranked = fuse([1], vector)
+        assert ranked.index("cs/restic.md#1") > max(ranked.index(f"cs/obecne-{i}.md#{60 + i}") for i in range(10))
+
+
+def test_a_code_like_query_held_verbatim_comes_first() -> None:
+    command = "journalctl --vacuum-size=200M"
+    # both halves prefer the English note, which holds the words but not the value
+    lexical, vector = [21, 30], [(21, 0.90), (30, 0.80), (40, 0.79)]
+    assert fuse(lexical, vector, command)[0] == "cs/zurnal.md#30"
+    # words that are not code: a phrase is held verbatim by many notes, the fusion decides
+    assert fuse(lexical, vector, "omezí žurnál")[0] == "en/journal.md#21"

@@ -409,14 +409,18 @@ def test_a_language_less_term_keeps_keywords_in_charge(
     question = "Na jakém portu poslouchá databázový server a odkud je povolený přístup 5432?"
 
     class MeaningEmbedder(FakeEmbedder):
-        """The English notes mean exactly what the question asks (a real model would put them
-        near); everything else keeps its bag-of-words vector."""
+        """The English notes mean nearly what the question asks, topic 0 the most (a real model
+        would put them near, one ahead of another, so the vector half is sure of its order);
+        everything else keeps its bag-of-words vector."""
 
         def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
             vectors = super().embed_batch(texts, is_query=is_query)
+            asked = super().embed_batch([question], is_query=True)[0]
             for row, text in enumerate(texts):
                 if "Host notes" in text:
-                    vectors[row] = super().embed_batch([question], is_query=True)[0]
+                    topic = int(text.rsplit("topic ", 1)[1].split(".")[0])
+                    vector = asked + 0.1 * topic * vectors[row]
+                    vectors[row] = vector / np.linalg.norm(vector)
             return vectors
 
     embedder = MeaningEmbedder(config.embedding)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from indexer.keywords import KeywordQuery, Phrase
 from indexer.store.fts5 import match_expression
 from search.fusion import rrf
-from search.querybuild import MAX_TERMS, keyword_query
+from search.querybuild import MAX_TERMS, code_like, keyword_query
 
 
 def build_fts_query(text: str) -> str | None:
@@ -133,11 +133,17 @@ def test_rrf_sums_reciprocal_ranks() -> None:
     assert fused[0].ranks == {"bm25": 1, "vec": 2}
 
 
-def test_rrf_ties_go_to_the_most_recent() -> None:
-    fused = rrf({"bm25": [10, 20], "vec": [20, 10]}, recency={10: 100.0, 20: 200.0})
-    assert [f.chunk_id for f in fused] == [20, 10]
-    fused = rrf({"bm25": [10, 20], "vec": [20, 10]}, recency={10: 300.0, 20: 200.0})
-    assert [f.chunk_id for f in fused] == [10, 20]
+def test_rrf_ties_go_to_the_better_keyword_rank_then_the_most_recent() -> None:
+    # 10 and 20 tie (ranks 1+2 against 2+1): the keyword half's first wins, however recent
+    for recency in ({10: 100.0, 20: 200.0}, {10: 300.0, 20: 200.0}):
+        fused = rrf({"bm25": [10, 20], "vec": [20, 10]}, recency=recency)
+        assert [f.chunk_id for f in fused] == [10, 20]
+        assert fused[0].score == fused[1].score
+    # 30 and 40 tie without a keyword rank (each is 2nd in one meaning list): the more recent first
+    fused = rrf({"bm25": [], "vec": [30, 40], "vec2": [40, 30]}, recency={30: 100.0, 40: 200.0})
+    assert [f.chunk_id for f in fused] == [40, 30]
+    fused = rrf({"bm25": [], "vec": [30, 40], "vec2": [40, 30]}, recency={30: 300.0, 40: 200.0})
+    assert [f.chunk_id for f in fused] == [30, 40]
 
 
 def test_rrf_single_list_keeps_order_and_duplicates_count_once() -> None:
@@ -178,3 +184,21 @@ def test_a_query_and_its_phrases_need_words() -> None:
             Phrase(bad)
     with pytest.raises(ValueError, match="needs a phrase"):
         KeywordQuery(())
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("pytest -Werror --pdb -x", True),
+        ("journalctl --vacuum-size=50M", True),
+        ("cat /etc/fstab", True),
+        ("každý den v 9.50?", True),
+        ("C++ templates", True),
+        ("převod do šestnáctkové soustavy", False),
+        ("How do I restore a backup?", False),
+        ('"quoted phrase" (in brackets), „české uvozovky“…', False),
+        ("", False),
+    ],
+)
+def test_a_query_is_code_like_when_a_typed_word_is_more_than_letters(text: str, code: bool) -> None:
+    assert code_like(text) is code

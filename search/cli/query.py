@@ -114,6 +114,11 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
             f"{response.keyword_blind} candidates in other languages scored without keywords; "
             f"keyword weight {response.keyword_weight:g}{_weight_reason(response)}"
             + (
+                f"; meaning weight {response.meaning_weight:g} (its first hit stands out little from its 10th)"
+                if response.meaning_weight < 1
+                else ""
+            )
+            + (
                 f"; {response.background} of them background (stand out from none of their language's)"
                 if response.background
                 else ""
@@ -184,8 +189,11 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
         else:
             at = e.get("vec_counted_rank")
             passed = f" (rank {e['vec_rank']} behind other languages' background: counted at {at})" if at else ""
-            parts.append(f"meaning 1/({k}+{at or e['vec_rank']}) = {e['vec_part']:.4f}{passed}")
+            meaning = response.meaning_weight if response.mode == "hybrid" else 1.0
+            parts.append(f"meaning {meaning:g}/({k}+{at or e['vec_rank']}) = {e['vec_part']:.4f}{passed}")
     why = " + ".join(parts)
+    if e.get("verbatim"):
+        why += "; holds the whole query as typed (a command or value): placed first"
     if e.get("exact_terms") is not None:
         why += f"; holds {e['exact_terms']} identifier term(s) as typed: placed before prefix-only matches"
     return why
