@@ -9,6 +9,7 @@ therefore leaves a consistent index that the next run completes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -562,10 +563,12 @@ def _locked(
         if busy:
             log.info("sources synced by another worker now, left to it: %s", ", ".join(busy))
             source_ids = [sid for sid in selected if sid not in busy]
-        store = open_store(config.index_location)
+        store = open_store(config.index_location)  # a SQLite file is checked on open
         sqlite_file = None if is_postgres(config.index_location) else config.db
         if sqlite_file is not None:
-            integrity.writes_begin(sqlite_file)  # checked on open; a crash from here is found next time
+            # marked at the first write: a crash from there is found next time, a run that
+            # writes nothing leaves the stamp as it was
+            store.on_first_write(functools.partial(integrity.writes_begin, sqlite_file))
         try:
             report = operation(Syncer(config, store, embedder_factory, progress, lock, retry_embedder), source_ids)
         finally:

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from indexer.store import integrity
 from indexer.store.integrity import SYNCING, stamp_path
 from tests.conftest import assert_one_line_error
+from tests.test_crash_safety import kill_at
 from tests.test_errors import _many_notes, cli, write_config
 
 pytestmark = pytest.mark.sqlite_only("the SQLite file itself is damaged")
@@ -59,6 +61,58 @@ def test_a_sync_checks_the_whole_file_after_a_crashed_one(tmp_path: Path) -> Non
     os.utime(db, ns=(before.st_atime_ns, before.st_mtime_ns))
     stamp.write_text(SYNCING)  # what a sync killed mid-run leaves
     assert_one_line_error(cli(config, "sync"), str(db), "damaged", "sync --full")
+
+
+def _as_verified(db: Path) -> str:
+    """The stamp of a file checked as it is now: its size, mtime and inode."""
+    st = db.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino}"
+
+
+def test_a_sync_that_writes_nothing_leaves_the_stamp_and_one_that_writes_marks_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cron tick with nothing new writes no stamp (it was written twice a tick); a sync that
+    writes marks it at its first write and stamps the file verified at its end, once each."""
+    notes = _many_notes(tmp_path, 20)
+    db = tmp_path / "db" / "i.sqlite"
+    config = write_config(tmp_path, notes, db=str(db))
+    assert cli(config, "sync", "-q").exit_code == 0
+    writes: list[str] = []
+    write_stamp = integrity._write_stamp
+
+    def counted(index: Path, text: str) -> None:
+        writes.append(text)
+        write_stamp(index, text)
+
+    monkeypatch.setattr(integrity, "_write_stamp", counted)
+    stamp = stamp_path(db)
+    assert stamp.read_text() == _as_verified(db)
+    before = stamp.stat()
+    for _ in range(2):
+        assert cli(config, "sync", "-q").exit_code == 0
+    assert writes == [], writes  # nothing written to the index: the stamp is not touched at all
+    assert (stamp.stat().st_ino, stamp.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert stamp.read_text() == _as_verified(db)
+
+    (notes / "n3.md").write_text("# Note 3\n\nchanged\n", encoding="utf-8")
+    assert cli(config, "sync", "-q").exit_code == 0
+    assert writes == [SYNCING, _as_verified(db)]
+
+
+def test_a_sync_killed_after_its_first_write_transaction_leaves_the_mark(tmp_path: Path) -> None:
+    """The mark is written before the first transaction begins: killed once that one has
+    committed, the sync leaves `syncing`, and the next sync checks the whole file and stamps it."""
+    notes = _many_notes(tmp_path, 20)
+    db = tmp_path / "db" / "i.sqlite"
+    config = write_config(tmp_path, notes, db=str(db))
+    assert cli(config, "sync", "-q").exit_code == 0
+    assert stamp_path(db).read_text() == _as_verified(db)
+    (notes / "n3.md").write_text("# Note 3\n\nchanged\n", encoding="utf-8")
+    kill_at(config, "sql@BEGIN IMMEDIATE@2")
+    assert stamp_path(db).read_text() == SYNCING
+    assert cli(config, "sync", "-q").exit_code == 0
+    assert stamp_path(db).read_text() == _as_verified(db)
 
 
 @pytest.mark.parametrize(

@@ -135,9 +135,19 @@ class StoreCore:
 
     dialect: Dialect
     conn: Any
+    _first_write: Callable[[], None] | None = None
 
     def transaction(self) -> Any:
         raise NotImplementedError
+
+    def on_first_write(self, mark: Callable[[], None]) -> None:
+        self._first_write = mark
+
+    def _writing(self) -> None:
+        """A backend's `transaction()` calls this before it begins: the first one runs the mark."""
+        mark, self._first_write = self._first_write, None
+        if mark is not None:
+            mark()
 
     def has_vector_table(self) -> bool:
         raise NotImplementedError

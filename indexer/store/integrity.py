@@ -3,8 +3,9 @@
 `PRAGMA quick_check` reads every page, so it runs only when the file changed since the last
 good check: a stamp next to the index records the file's size, mtime and inode as last
 verified, and a sync, whose own writes SQLite keeps consistent, renews the stamp when it ends.
-A sync marks the stamp `syncing` while it runs: finding that mark, the next sync knows the last
-one crashed and checks the whole file. Anything else that changes the file (noise written into
+A sync marks the stamp `syncing` from its first write transaction on: finding that mark, the
+next sync knows the last one crashed and checks the whole file. A sync that writes nothing
+(a cron tick with nothing new) leaves the stamp as it was. Anything else that changes the file (noise written into
 it, a disk error, a copy from a backup) leaves the stamp stale, and the next open checks:
 always a sync or `status`, a search or a read when the file is small enough to check quickly.
 """
@@ -99,12 +100,14 @@ def check_on_open(conn: apsw.Connection, index: Path, *, readonly: bool) -> None
 
 
 def writes_begin(index: Path) -> None:
-    """A sync starts writing: a crash from here on leaves the mark for the next sync to find."""
+    """A sync's first write transaction begins: a crash from here on leaves the mark for the
+    next sync to find."""
     _write_stamp(index, SYNCING)
 
 
 def writes_end(index: Path) -> None:
-    """A sync ended and closed the file (its last checkpoint included): stamp it as verified."""
+    """A sync ended and closed the file (its last checkpoint included): stamp it as verified,
+    unless the stamp says so already (a sync that wrote nothing)."""
     signature = _signature(index)
-    if signature is not None:
+    if signature is not None and _read_stamp(index) != signature:
         _write_stamp(index, signature)

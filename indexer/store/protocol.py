@@ -195,6 +195,11 @@ class IndexWriter(IndexReader, Protocol):
         """All writes inside commit together or not at all; not re-entrant."""
         ...
 
+    def on_first_write(self, mark: Callable[[], None]) -> None:
+        """`mark` runs once, just before the next transaction begins: a run that writes nothing
+        never runs it (a sync marks the SQLite file it changes, not one it only looks at)."""
+        ...
+
     def bulk_load(self, *, whole_space: bool = False) -> AbstractContextManager[None]:
         """The block stores many vectors: a backend that keeps an approximate index up vector by
         vector (PostgreSQL's HNSW) may hold that upkeep back and build the index once after it;

@@ -342,6 +342,7 @@ class Store(StoreCore):
         A full disk, a file made read-only, an I/O error or corruption met while writing
         becomes one StoreError naming the file."""
         try:
+            self._writing()
             self.conn.execute("BEGIN IMMEDIATE")
             self._vectors_changed = False
             try:

@@ -186,6 +186,7 @@ class PostgresStore(PgVectors):
         """BEGIN ... COMMIT; any exception rolls back. Not re-entrant on purpose."""
         if self.conn.info.transaction_status != TransactionStatus.IDLE:
             raise RuntimeError("transactions do not nest")
+        self._writing()
         try:
             self.conn.execute("BEGIN")
             self._vectors_changed = False
