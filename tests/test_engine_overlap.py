@@ -398,7 +398,7 @@ def test_a_sibling_the_server_refuses_leaves_the_vector_half_to_the_store(
         refused.append(threading.current_thread().name)
         raise StoreError("index x: cannot connect: sorry, too many clients already")
 
-    monkeypatch.setattr(pg_connection, "_live_connection", refuse)
+    monkeypatch.setattr(pg_connection, "live_connection", refuse)
     assert run() == expected
     assert refused and all(name.startswith("search-half") for name in refused)
     assert reader.conn.info.transaction_status == pg_connection.TransactionStatus.IDLE  # type: ignore[attr-defined]
@@ -542,7 +542,7 @@ def test_a_sibling_the_server_refuses_leaves_the_exact_search_to_the_store(
         refused.append(threading.current_thread().name)
         raise StoreError("index x: cannot connect: sorry, too many clients already")
 
-    monkeypatch.setattr(pg_connection, "_live_connection", refuse)
+    monkeypatch.setattr(pg_connection, "live_connection", refuse)
     assert _paths(crowded, config, CROWDED_IDENTIFIER)[0] == EXACT_NOTE
     assert refused and all(name.startswith("search-half") for name in refused)
 

@@ -563,7 +563,7 @@ def test_a_keyword_query_folds_as_the_documents_do() -> None:
 def test_a_prefix_is_bounded_above_by_the_least_string_past_its_words() -> None:
     phrases = [(["ab"], True), (["x", "a\ud7ff"], True), (["z\U0010ffff"], True), (["no"], False), (["ab"], True)]
     phrases += [(["it's"], True), (["ba\\"], True)]  # spelled with escapes in a tsquery: not looked up
-    assert pg_tsquery._prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
+    assert pg_tsquery.prefix_ranges(phrases) == [("ab", "ac"), ("a\ud7ff", "a\ue000")]
 
 
 # words of falling frequency (the n-th about 1/n as common as the first), so phrases weigh
@@ -788,7 +788,7 @@ def test_one_word_phrases_take_their_frequency_from_the_statistics_without_a_sam
     )
     assert "'replica'" in postgres.keyword._phrase_hits and "'restore'" in postgres.keyword._phrase_hits
     for word in ("server", "kernel", "záloha"):
-        phrase = pg_tsquery._phrase_tsquery([pg_tsvector.fold_tokens(word)[0]], False)
+        phrase = pg_tsquery.phrase_tsquery([pg_tsvector.fold_tokens(word)[0]], False)
         if phrase in postgres.keyword._phrase_hits:
             assert postgres.keyword._phrase_hits[phrase] == _exact_hits(postgres, phrase), word
     assert postgres.keyword._phrase_hits["'server'"] == _exact_hits(postgres, "'server'")
@@ -925,7 +925,7 @@ def test_the_written_scope_lexemes_are_those_the_migration_computes(pg_url: str,
                 pg_tsvector.scope_tsvector(path),
                 path,
                 pg_tsvector.scope_tsvector(path),
-                pg_tsvector._lexeme(path.split("/")[0]),
+                pg_tsvector.quoted_lexeme(path.split("/")[0]),
             ),
         ).fetchone()
         assert python == sql and first  # the top folder (or the file) is always a lexeme

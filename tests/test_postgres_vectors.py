@@ -208,7 +208,7 @@ def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_
 ) -> None:
     store = PostgresStore.open(pg_url)
     with store.transaction():  # no vector table yet: nothing to rebuild, none built
-        pg_vectors._rebuild_vector_index(store)
+        pg_vectors.rebuild_vector_index(store)
     assert _index_options(store) is None
     store.close()
 
@@ -216,7 +216,7 @@ def test_the_rebuild_leaves_an_index_without_vectors_or_with_current_parameters_
     try:
         node = store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone()
         with store.transaction():
-            pg_vectors._rebuild_vector_index(store)
+            pg_vectors.rebuild_vector_index(store)
         assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() == node
     finally:
         store.close()

@@ -36,7 +36,7 @@ def describe(url: str) -> str:
     return describe_url(url)
 
 
-def _first_lines(exc: BaseException, url: str) -> str:
+def first_lines(exc: BaseException, url: str) -> str:
     """The driver's message on one line, without the password of `url` in any form (libpq quotes
     what it cannot parse, password included)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -47,7 +47,7 @@ def connect_error(url: str, exc: psycopg.Error) -> StoreError:
     """One line for a connection that failed: the server, the login or the database."""
     where = describe(url)
     sqlstate = getattr(exc, "sqlstate", None)
-    text = _first_lines(exc, url)
+    text = first_lines(exc, url)
     if password_needs_encoding(url):
         return StoreError(f"index {where}: the password in the URL must be {PERCENT_ENCODED}: {text}")
     if sqlstate == "3D000" or ("does not exist" in text and "database" in text):
@@ -74,14 +74,14 @@ STORAGE_ERRORS = (
 def storage_error(url: str, exc: psycopg.Error) -> StoreError:
     where = describe(url)
     if isinstance(exc, pg_errors.DiskFull):
-        return StoreError(f"index {where}: the server's disk is full ({_first_lines(exc, url)})")
+        return StoreError(f"index {where}: the server's disk is full ({first_lines(exc, url)})")
     if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
-        return StoreError(f"index {where}: opened read-only, cannot write ({_first_lines(exc, url)})")
+        return StoreError(f"index {where}: opened read-only, cannot write ({first_lines(exc, url)})")
     if isinstance(exc, pg_errors.InsufficientPrivilege):
-        return StoreError(f"index {where}: this PostgreSQL user lacks a privilege ({_first_lines(exc, url)})")
+        return StoreError(f"index {where}: this PostgreSQL user lacks a privilege ({first_lines(exc, url)})")
     if isinstance(exc, psycopg.InterfaceError) or getattr(exc, "sqlstate", None) is None:
-        return StoreError(f"index {where}: lost the connection to the PostgreSQL server ({_first_lines(exc, url)})")
-    return StoreError(f"index {where}: {_first_lines(exc, url)}")
+        return StoreError(f"index {where}: lost the connection to the PostgreSQL server ({first_lines(exc, url)})")
+    return StoreError(f"index {where}: {first_lines(exc, url)}")
 
 
 StoreT = TypeVar("StoreT", bound=type)
@@ -100,7 +100,7 @@ def _map_storage_errors(method: MethodT) -> MethodT:
     return run  # type: ignore[return-value]
 
 
-def _storage_errors_mapped(cls: StoreT) -> StoreT:
+def storage_errors_mapped(cls: StoreT) -> StoreT:
     return wrap_public_methods(cls, _map_storage_errors, skip={"transaction", "snapshot", "close", "open", "exists"})
 
 
@@ -160,7 +160,7 @@ def _take(url: str, readonly: bool) -> psycopg.Connection[Any] | None:
         return idle.pop() if idle else None
 
 
-def _give_back(url: str, readonly: bool, conn: psycopg.Connection[Any]) -> None:
+def give_back(url: str, readonly: bool, conn: psycopg.Connection[Any]) -> None:
     if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
         conn.close()
         return
@@ -172,7 +172,7 @@ def _give_back(url: str, readonly: bool, conn: psycopg.Connection[Any]) -> None:
     conn.close()
 
 
-def _live_connection(url: str, readonly: bool) -> psycopg.Connection[Any]:
+def live_connection(url: str, readonly: bool) -> psycopg.Connection[Any]:
     """A pooled connection that still answers, or a new one (the server may have restarted)."""
     conn = _take(url, readonly)
     if conn is not None:

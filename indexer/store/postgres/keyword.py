@@ -16,14 +16,14 @@ import psycopg
 from indexer.keywords import KeywordQuery
 from indexer.store.postgres.connection import learned, learned_everywhere
 from indexer.store.postgres.tsquery import (
-    _MATCH_PARAM,
-    _phrase_tsquery,
-    _prefix_ranges,
-    _single_lexeme,
-    _sole_lexeme_forms,
-    _with_lexemes,
+    MATCH_PARAM,
     folded_phrases,
     impact_tsquery,
+    phrase_tsquery,
+    prefix_ranges,
+    single_lexeme,
+    sole_lexeme_forms,
+    with_lexemes,
 )
 from indexer.store.postgres.tsvector import (
     BM25_B,
@@ -182,8 +182,8 @@ class KeywordSearch:
         phrases = folded_phrases(match)
         if not phrases or limit <= 0:
             return []
-        queries = [_phrase_tsquery(tokens, prefix) for tokens, prefix in phrases]
-        prefixes = _prefix_ranges(phrases)
+        queries = [phrase_tsquery(tokens, prefix) for tokens, prefix in phrases]
+        prefixes = prefix_ranges(phrases)
         # with the totals, the prefixes' sole lexemes and the state of the planner's statistics
         # (`_lexeme_shares`): one round trip before any row is read
         version, total_rows, total_tokens, sole, analysis = self.conn.execute(
@@ -201,7 +201,7 @@ class KeywordSearch:
         self._analyzed_state = None if analysis is None else (int(analysis[0] or 0), str(analysis[1]))
         total_rows, total_tokens = int(total_rows), int(total_tokens)
         exact = {low: str(lexeme) for (low, _), lexeme in zip(prefixes, sole, strict=True) if lexeme is not None}
-        self._sole_lexemes = _sole_lexeme_forms(exact)
+        self._sole_lexemes = sole_lexeme_forms(exact)
         if exact:
             self._note("prefixes as their one lexeme: {}", ", ".join(f"{p}* = {w}" for p, w in exact.items()))
         if not total_rows:
@@ -253,7 +253,7 @@ class KeywordSearch:
         scope_rows = self._scope_rows(scoped, scope_params)
         if not scope_rows:
             return []
-        if all(_single_lexeme(q) for q in queries) and sum(found) < SCOPE_MATCH_SHARE * scope_rows:
+        if all(single_lexeme(q) for q in queries) and sum(found) < SCOPE_MATCH_SHARE * scope_rows:
             self._note("scope: {} rows, the matches first (~{})", scope_rows, sum(found))
             return self._scored(queries, idf, avgdl, limit, f"f.id IN ({scoped})", scope_params, matches_lead=True)
         if scope_rows <= SCOPE_IDS_MAX:
@@ -511,7 +511,7 @@ class KeywordSearch:
         if not forms:
             return params
         return {
-            key: _with_lexemes(value, forms) if isinstance(value, str) and _MATCH_PARAM.fullmatch(key) else value
+            key: with_lexemes(value, forms) if isinstance(value, str) and MATCH_PARAM.fullmatch(key) else value
             for key, value in params.items()
         }
 
@@ -623,7 +623,7 @@ class KeywordSearch:
     def _frequencies_from_statistics(self, phrases: Sequence[str], total_rows: int) -> list[str]:
         """Keep the document frequency of each one-word phrase the planner's statistics cover
         (see LEXEME_STATISTICS); the phrases left for the sample."""
-        single = {phrase: _single_lexeme(phrase) for phrase in phrases}
+        single = {phrase: single_lexeme(phrase) for phrase in phrases}
         if not any(single.values()):
             return list(phrases)
         shares, drift = self._lexeme_shares()

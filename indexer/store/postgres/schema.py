@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer.store.postgres.tsvector import MAX_LEXEME_BYTES, _stored_tag_keys, lexical_row
-from indexer.store.postgres.vectors import _rebuild_vector_index
+from indexer.store.postgres.tsvector import MAX_LEXEME_BYTES, lexical_row, stored_tag_keys
+from indexer.store.postgres.vectors import rebuild_vector_index
 
 if TYPE_CHECKING:
     from indexer.store.postgres.store import PostgresStore
@@ -157,7 +157,7 @@ def _fill_file_tags(store: PostgresStore) -> None:
             parsed = json.loads(str(tags))
         except ValueError:
             continue
-        for key in _stored_tag_keys(parsed):
+        for key in stored_tag_keys(parsed):
             store.conn.execute(
                 "INSERT INTO file_tags(tag, source_id, path) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                 (key, source_id, path),
@@ -294,7 +294,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     # rows written before prefixes shared by several lexemes had summed tiers get them
     PgMigration("shared_prefix_impacts", "SELECT 1", data=_write_impacts),
     # indexes built with pgvector's default ef_construction miss part of a clustered index
-    PgMigration("hnsw_ef_construction_128", "SELECT 1", data=_rebuild_vector_index),
+    PgMigration("hnsw_ef_construction_128", "SELECT 1", data=rebuild_vector_index),
     PgMigration("chunk_paths_covering", CHUNK_PATHS_COVERING_SQL),
     PgMigration(
         "lexical_statistics_follow_writes",
@@ -302,7 +302,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     ),
     PgMigration("lexical_scopes", LEXICAL_SCOPES_SQL, data=_write_scopes),
     # the graph of float vectors, twice the size of one of their half-precision copies
-    PgMigration("hnsw_half_precision", "SELECT 1", data=_rebuild_vector_index),
+    PgMigration("hnsw_half_precision", "SELECT 1", data=rebuild_vector_index),
     PgMigration("lexemes", LEXEMES_SQL, data=_fill_lexemes),
     PgMigration("front_matter_problems", FRONT_MATTER_PROBLEM_SQL),
 )

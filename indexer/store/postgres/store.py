@@ -25,24 +25,24 @@ from indexer.store.postgres import connection
 from indexer.store.postgres.connection import (
     ASYNC_COMMIT,
     STORAGE_ERRORS,
-    _first_lines,
-    _give_back,
-    _storage_errors_mapped,
     describe,
+    first_lines,
+    give_back,
     storage_error,
+    storage_errors_mapped,
 )
 from indexer.store.postgres.keyword import KeywordSearch
 from indexer.store.postgres.schema import LEXICAL_GIN_INDEXES, MIGRATION_LOCK, PG_MIGRATIONS, PG_SCHEMA_VERSION
 from indexer.store.postgres.tsvector import (
     Tsvector,
-    _lexical_parts,
-    _opt_text,
-    _stored_tag_keys,
-    _text,
+    lexical_parts,
     scope_condition,
     scope_tsvector,
+    stored_opt_text,
+    stored_tag_keys,
+    stored_text,
 )
-from indexer.store.postgres.vectors import PgVectors, _vector_bytes
+from indexer.store.postgres.vectors import PgVectors, vector_bytes
 from indexer.store.rows import (
     ChunkRow,
     RankedChunk,
@@ -60,7 +60,7 @@ log = logging.getLogger("notes_search.store")
 SEARCHED_TABLES = ("chunks_fts", "chunk_vectors", "chunks", "files", "file_tags", "lexemes")
 
 
-@_storage_errors_mapped
+@storage_errors_mapped
 class PostgresStore(PgVectors):
     """A connection to the index database with the schema applied."""
 
@@ -87,7 +87,7 @@ class PostgresStore(PgVectors):
     @classmethod
     def open(cls, url: str, *, readonly: bool = False) -> PostgresStore:
         """Open the index at `url` (sync migrates it; a reader needs it migrated)."""
-        conn = connection._live_connection(url, readonly)
+        conn = connection.live_connection(url, readonly)
         store = cls(conn, url, readonly)
         try:
             version = store._schema_version()
@@ -109,19 +109,19 @@ class PostgresStore(PgVectors):
             raise storage_error(url, exc) from None
         except psycopg.Error as exc:
             conn.close()
-            raise StoreError(f"index {describe(url)}: {_first_lines(exc, url)}") from None
+            raise StoreError(f"index {describe(url)}: {first_lines(exc, url)}") from None
         return store
 
     @classmethod
     def exists(cls, url: str) -> bool:
         """Whether `url` holds an index (a sync ran); a server that cannot be reached raises."""
-        conn = connection._live_connection(url, True)
+        conn = connection.live_connection(url, True)
         try:
             exists = PostgresStore(conn, url, True)._schema_version() is not None
         except psycopg.Error as exc:
             conn.close()
             raise storage_error(url, exc) from None
-        _give_back(url, True, conn)
+        give_back(url, True, conn)
         return exists
 
     def close(self) -> None:
@@ -130,9 +130,9 @@ class PostgresStore(PgVectors):
                 self.conn.execute("ROLLBACK")
             except psycopg.Error:
                 self.conn.close()
-        _give_back(self.url, self.reading, self.conn)
+        give_back(self.url, self.reading, self.conn)
         if self._lexicon_conn is not None:
-            _give_back(self.url, False, self._lexicon_conn)
+            give_back(self.url, False, self._lexicon_conn)
             self._lexicon_conn = None
 
     def _one(self, sql: str, params: Sequence[object] | dict[str, object] | None = None) -> Any:
@@ -238,7 +238,7 @@ class PostgresStore(PgVectors):
 
     @contextmanager
     def _sibling_reader(self, token: str) -> Iterator[PostgresStore]:
-        conn = connection._live_connection(self.url, True)
+        conn = connection.live_connection(self.url, True)
         try:
             # one round trip: the import must be the transaction's first statement
             conn.execute(
@@ -263,7 +263,7 @@ class PostgresStore(PgVectors):
                 conn.execute("COMMIT")
             except psycopg.Error:
                 conn.close()
-            _give_back(self.url, True, conn)
+            give_back(self.url, True, conn)
 
     def _scope_condition(self, scope: SearchScope, alias: str) -> tuple[str, dict[str, object]]:
         return scope_condition(scope, alias)
@@ -280,7 +280,7 @@ class PostgresStore(PgVectors):
         try:
             self.conn.execute(f"SELECT {merges}")
         except (pg_errors.InsufficientPrivilege, pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as exc:
-            log.debug("pending lexical index entries left to autovacuum: %s", _first_lines(exc, self.url))
+            log.debug("pending lexical index entries left to autovacuum: %s", first_lines(exc, self.url))
 
     def _delete_source_rows(self, source_id: str) -> None:
         # the lexical rows first, in one statement: the cascade would delete them one by one
@@ -313,7 +313,7 @@ class PostgresStore(PgVectors):
                      fts AS (DELETE FROM chunks_fts WHERE id IN (SELECT id FROM gone) RETURNING 1){vectors},
                      f AS (DELETE FROM files WHERE source_id = %(source)s AND path = ANY(%(paths)s) RETURNING 1)
                 SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM fts), (SELECT count(*) FROM f)""",
-            {"source": source_id, "paths": [_text(path) for path in paths]},
+            {"source": source_id, "paths": [stored_text(path) for path in paths]},
         )
 
     def _delete_files_read(self, sent: psycopg.Cursor[Any]) -> None:
@@ -396,7 +396,7 @@ class PostgresStore(PgVectors):
             return
         conn = self._lexicon_conn
         if conn is None or conn.closed:
-            conn = self._lexicon_conn = connection._live_connection(self.url, False)
+            conn = self._lexicon_conn = connection.live_connection(self.url, False)
         conn.execute("INSERT INTO lexemes(lexeme) SELECT unnest(%b::text[]) ON CONFLICT DO NOTHING", (sorted(lexemes),))
 
     def _write_piece_sent(
@@ -418,9 +418,9 @@ class PostgresStore(PgVectors):
             chunk_language = known_languages.get(digest) or (language_of(chunk.text) if language_of else "unknown")
             known_languages[digest] = chunk_language
             languages.append(chunk_language)
-        scopes = {file.path: scope_tsvector(_text(file.path)) for file, _ in files}
+        scopes = {file.path: scope_tsvector(stored_text(file.path)) for file, _ in files}
         # PostgreSQL text holds no NUL (front matter can spell one): keys as stored, distinct again
-        tag_rows = [(key, file.path) for file, doc in files for key in _stored_tag_keys(doc.tags)]
+        tag_rows = [(key, file.path) for file, doc in files for key in stored_tag_keys(doc.tags)]
         # the files, their chunks and lexical rows in one statement (foreign keys are checked at
         # its end, when all exist); chunk ids ascend in the order given. The arrays go binary
         # (%b): a third of the text format's cost to dump, and the tsvectors need no parsing
@@ -458,22 +458,22 @@ class PostgresStore(PgVectors):
             {
                 "source": source_id,
                 "now": now,
-                "path": [_text(file.path) for file, _ in files],
-                "title": [_opt_text(doc.title) for _, doc in files],
+                "path": [stored_text(file.path) for file, _ in files],
+                "title": [stored_opt_text(doc.title) for _, doc in files],
                 "tags": [json.dumps(doc.tags, ensure_ascii=False) for _, doc in files],
                 "headings": [json.dumps(doc.headings, ensure_ascii=False) for _, doc in files],
-                "collection": [_opt_text(file.collection) for file, _ in files],
+                "collection": [stored_opt_text(file.collection) for file, _ in files],
                 "sha256": [file.sha256 for file, _ in files],
                 "size": [int(file.size) for file, _ in files],
                 "mtime": [None if file.mtime is None else float(file.mtime) for file, _ in files],
                 "updated_at": [float(file.updated_at) for file, _ in files],
-                "problem": [_opt_text(doc.front_matter_problem) for _, doc in files],
+                "problem": [stored_opt_text(doc.front_matter_problem) for _, doc in files],
                 "tag_key": [key for key, _ in tag_rows],
-                "tag_path": [_text(path) for _, path in tag_rows],
-                "chunk_path": [_text(path) for path, _ in chunks],
+                "tag_path": [stored_text(path) for _, path in tag_rows],
+                "chunk_path": [stored_text(path) for path, _ in chunks],
                 "idx": [chunk.idx for _, chunk in chunks],
-                "breadcrumb": [_text(chunk.breadcrumb) for _, chunk in chunks],
-                "text": [_text(chunk.text) for _, chunk in chunks],
+                "breadcrumb": [stored_text(chunk.breadcrumb) for _, chunk in chunks],
+                "text": [stored_text(chunk.text) for _, chunk in chunks],
                 "start": [chunk.start_line for _, chunk in chunks],
                 "end": [chunk.end_line for _, chunk in chunks],
                 "hash": hashes,
@@ -503,7 +503,7 @@ class PostgresStore(PgVectors):
     def _vectors_by_hash_read(sent: psycopg.Cursor[Any] | None) -> dict[str, bytes]:
         if sent is None:
             return {}
-        return {str(digest): _vector_bytes(bytes(vector)) for digest, vector in sent.fetchall()}
+        return {str(digest): vector_bytes(bytes(vector)) for digest, vector in sent.fetchall()}
 
     def _languages_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the languages already detected for these texts ('unknown' is not reused)."""
@@ -619,7 +619,7 @@ def _folded(
     rows = []
     for _, doc in files:
         for chunk in doc.chunks:
-            document, length, impacts, words = _lexical_parts(chunk.breadcrumb, chunk.text)
+            document, length, impacts, words = lexical_parts(chunk.breadcrumb, chunk.text)
             lexemes.update(words)
             rows.append((document, length, impacts))
     return rows

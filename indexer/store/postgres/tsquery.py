@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 
 from indexer.keywords import KeywordQuery
 from indexer.store.postgres.tsvector import (
-    _SURELY_INDEXABLE,
     IMPACT_LABELS,
     MAX_LEXEME_BYTES,
     SHARED_PREFIX_MIN,
-    _indexable,
-    _lexeme,
+    SURELY_INDEXABLE,
     fold_tokens,
+    indexable,
+    quoted_lexeme,
 )
 
 
@@ -26,13 +26,13 @@ def folded_phrases(query: KeywordQuery) -> list[tuple[list[str], bool]]:
     phrases = []
     for phrase in query.phrases:
         tokens = fold_tokens(" ".join(phrase.words), query=True)
-        if tokens and all(_indexable(token) for token in tokens):
+        if tokens and all(indexable(token) for token in tokens):
             phrases.append((tokens, phrase.prefix))
     return phrases
 
 
-def _phrase_tsquery(tokens: list[str], prefix: bool) -> str:
-    words = [_lexeme(token) for token in tokens]
+def phrase_tsquery(tokens: list[str], prefix: bool) -> str:
+    words = [quoted_lexeme(token) for token in tokens]
     if prefix:
         words[-1] += ":*"
     return " <-> ".join(words)
@@ -45,7 +45,7 @@ def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str
     below those tiers (None: a word too long to have impact words, or a prefix too short)."""
     items = []
     for tokens, prefix in phrases:
-        if any(len(token) > _SURELY_INDEXABLE - 2 for token in tokens):
+        if any(len(token) > SURELY_INDEXABLE - 2 for token in tokens):
             return None  # only the full scan finds it
         words = []
         for n, token in enumerate(tokens, 1):
@@ -53,20 +53,20 @@ def impact_tsquery(phrases: Sequence[tuple[list[str], bool]], tiers: int) -> str
             if prefix and n == len(tokens):  # one lexeme holding it, or the sum of several
                 if len(token) < SHARED_PREFIX_MIN:
                     return None
-                alternatives = [_lexeme(f"{label}|{token}") + ":*" for label in labels]
-                alternatives += [_lexeme(f"{label}>{token}") for label in labels]
+                alternatives = [quoted_lexeme(f"{label}|{token}") + ":*" for label in labels]
+                alternatives += [quoted_lexeme(f"{label}>{token}") for label in labels]
             else:
-                alternatives = [_lexeme(f"{label}|{token}") for label in labels]
+                alternatives = [quoted_lexeme(f"{label}|{token}") for label in labels]
             words.append("(" + " | ".join(alternatives) + ")")
         items.append(" & ".join(words))
     return " | ".join(f"({item})" for item in items)
 
 
 _SINGLE_LEXEME = re.compile(r"'((?:[^'\\]|''|\\.)*)'(:\*)?")
-_MATCH_PARAM = re.compile(r"q\d+|holding\d+|all|any|every|every_tiers|candidates")  # the tsqueries of a match
+MATCH_PARAM = re.compile(r"q\d+|holding\d+|all|any|every|every_tiers|candidates")  # the tsqueries of a match
 
 
-def _prefix_ranges(phrases: Sequence[tuple[list[str], bool]]) -> list[tuple[str, str]]:
+def prefix_ranges(phrases: Sequence[tuple[list[str], bool]]) -> list[tuple[str, str]]:
     """Each distinct prefix of `phrases` (a phrase's last word) with the least string above
     every string it begins (code point order, the lexemes' byte order under COLLATE "C"); a
     prefix no string is above is left out, and so is one a tsquery would spell with escapes."""
@@ -83,20 +83,20 @@ def _prefix_ranges(phrases: Sequence[tuple[list[str], bool]]) -> list[tuple[str,
     return list(ranges.items())
 
 
-def _sole_lexeme_forms(exact: Mapping[str, str]) -> dict[str, str]:
+def sole_lexeme_forms(exact: Mapping[str, str]) -> dict[str, str]:
     """The tsquery items (quoted, `:*`) of prefixes that stand for one lexeme in the documents
     and the impact tiers (`label|prefix`), each with its lexeme's item. A prefix's impact words
     name the lexemes of the chunk it begins: for these, that one."""
     forms: dict[str, str] = {}
     for prefix, lexeme in exact.items():
-        forms[_lexeme(prefix) + ":*"] = _lexeme(lexeme)
+        forms[quoted_lexeme(prefix) + ":*"] = quoted_lexeme(lexeme)
         if len(lexeme.encode()) + 2 <= MAX_LEXEME_BYTES:
             for label in IMPACT_LABELS:
-                forms[_lexeme(f"{label}|{prefix}") + ":*"] = _lexeme(f"{label}|{lexeme}")
+                forms[quoted_lexeme(f"{label}|{prefix}") + ":*"] = quoted_lexeme(f"{label}|{lexeme}")
     return forms
 
 
-def _with_lexemes(tsquery: str, forms: Mapping[str, str]) -> str:
+def with_lexemes(tsquery: str, forms: Mapping[str, str]) -> str:
     """`tsquery` with each item of `forms` replaced (an item is quoted whole: no other item
     contains it, and the words of a match hold no quote)."""
     for item, lexeme in forms.items():
@@ -105,8 +105,8 @@ def _with_lexemes(tsquery: str, forms: Mapping[str, str]) -> str:
     return tsquery
 
 
-def _single_lexeme(tsquery: str) -> tuple[str, bool] | None:
-    """The lexeme of a one-word phrase's tsquery (see `_phrase_tsquery`) and whether it is a
+def single_lexeme(tsquery: str) -> tuple[str, bool] | None:
+    """The lexeme of a one-word phrase's tsquery (see `phrase_tsquery`) and whether it is a
     prefix; None for a phrase of several words or a conjunction."""
     found = _SINGLE_LEXEME.fullmatch(tsquery)
     if found is None:

@@ -76,18 +76,18 @@ def fold_tokens(text: str, query: bool = False) -> list[str]:
     return tokens
 
 
-def _lexeme(token: str) -> str:
+def quoted_lexeme(token: str) -> str:
     if "'" in token or "\\" in token:
         token = token.replace("\\", "\\\\").replace("'", "''")
     return "'" + token + "'"
 
 
 # a token of at most this many characters fits MAX_LEXEME_BYTES whatever it holds (4 bytes each)
-_SURELY_INDEXABLE = MAX_LEXEME_BYTES // 4
+SURELY_INDEXABLE = MAX_LEXEME_BYTES // 4
 
 
-def _indexable(token: str) -> bool:
-    return len(token) <= _SURELY_INDEXABLE or len(token.encode("utf-8")) <= MAX_LEXEME_BYTES
+def indexable(token: str) -> bool:
+    return len(token) <= SURELY_INDEXABLE or len(token.encode("utf-8")) <= MAX_LEXEME_BYTES
 
 
 TSVECTOR_OID = 3614  # a built-in type: the same oid on every server
@@ -136,7 +136,7 @@ def _document_tsvector(places: Mapping[str, list[int]]) -> tuple[Tsvector, dict[
     kept: dict[str, int] = {}
     for token in sorted(places):  # code point order is UTF-8 byte order: the server sorts nothing
         found = places[token]
-        if len(token) > _SURELY_INDEXABLE and not _indexable(token):
+        if len(token) > SURELY_INDEXABLE and not indexable(token):
             continue
         count = len(found)
         if count == 1:
@@ -162,7 +162,7 @@ def scope_tsvector(path: str) -> Tsvector:
     them in SQL for the rows written before the column existed)."""
     parts = path.split("/")
     folders = ("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return _words_tsvector(f for f in folders if f and _indexable(f))
+    return _words_tsvector(f for f in folders if f and indexable(f))
 
 
 def lexical_row(breadcrumb: str, text: str) -> tuple[Tsvector, int, Tsvector]:
@@ -170,11 +170,11 @@ def lexical_row(breadcrumb: str, text: str) -> tuple[Tsvector, int, Tsvector]:
     D; one empty position between the two columns so that no phrase spans both), its token
     count and its impact tiers (`impact_words`). Positions past MAX_POSITION collapse into it,
     once (the first, a breadcrumb's if any), as the server's text input keeps them."""
-    document, length, impacts, _ = _lexical_parts(breadcrumb, text)
+    document, length, impacts, _ = lexical_parts(breadcrumb, text)
     return document, length, impacts
 
 
-def _lexical_parts(breadcrumb: str, text: str) -> tuple[Tsvector, int, Tsvector, Iterable[str]]:
+def lexical_parts(breadcrumb: str, text: str) -> tuple[Tsvector, int, Tsvector, Iterable[str]]:
     """`lexical_row` and the lexemes of its tsvector."""
     head = fold_tokens(breadcrumb)
     body = fold_tokens(text)
@@ -234,7 +234,7 @@ def impact_words(kept: Mapping[str, int], head: list[str], length: int) -> Tsvec
     words = [
         f"{tier_of(tf)}|{token}"
         for token, tf in frequencies.items()
-        if tf >= lowest and len(token) <= _SURELY_INDEXABLE - 2
+        if tf >= lowest and len(token) <= SURELY_INDEXABLE - 2
     ]
     # the lexemes holding a prefix are adjacent once sorted: each pair adds its shared prefixes
     shared: dict[str, int] = {}
@@ -242,7 +242,7 @@ def impact_words(kept: Mapping[str, int], head: list[str], length: int) -> Tsvec
     for before, token in itertools.pairwise(ordered):
         if before[:SHARED_PREFIX_MIN] != token[:SHARED_PREFIX_MIN]:
             continue  # most pairs: nothing shared worth a word
-        common = min(len(os.path.commonprefix((before, token))), _SURELY_INDEXABLE - 2)  # noqa: RUF071 - characters wanted
+        common = min(len(os.path.commonprefix((before, token))), SURELY_INDEXABLE - 2)  # noqa: RUF071 - characters wanted
         for n in range(SHARED_PREFIX_MIN, common + 1):
             prefix = token[:n]
             if prefix not in shared:  # `before` is the first lexeme holding it
@@ -255,15 +255,15 @@ def impact_words(kept: Mapping[str, int], head: list[str], length: int) -> Tsvec
     return _words_tsvector(words)
 
 
-_text = no_nul
+stored_text = no_nul
 
 
-_opt_text = POSTGRES.opt_text
+stored_opt_text = POSTGRES.opt_text
 
 
-def _stored_tag_keys(tags: object) -> list[str]:
-    """A file's `file_tags` keys as PostgreSQL stores them (see `_text`), each once."""
-    return list(dict.fromkeys(_text(key) for key in file_tag_keys(tags)))
+def stored_tag_keys(tags: object) -> list[str]:
+    """A file's `file_tags` keys as PostgreSQL stores them (see `stored_text`), each once."""
+    return list(dict.fromkeys(stored_text(key) for key in file_tag_keys(tags)))
 
 
 def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str, object]]:
@@ -283,7 +283,7 @@ def scope_condition(scope: SearchScope, alias: str = "c") -> tuple[str, dict[str
             f"({alias}.source_id, {alias}.path) IN (SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(times)})"
         )
     for i, tag in enumerate(dict.fromkeys(tag_key(tag) for tag in scope.tags)):
-        params[f"scope_tag{i}"] = _text(tag)  # as `file_tags` holds it
+        params[f"scope_tag{i}"] = stored_text(tag)  # as `file_tags` holds it
         clauses.append(
             f"({alias}.source_id, {alias}.path) IN"
             f" (SELECT t.source_id, t.path FROM file_tags t WHERE t.tag = %(scope_tag{i})s)"
@@ -297,10 +297,10 @@ def folder_scope(scope: SearchScope) -> tuple[str, dict[str, object]] | None:
     other scope (filters, no path, a path too long for a lexeme)."""
     if not scope.path or scope.collection is not None or scope.has_filters:
         return None
-    folder = _text(scope.path.strip("/"))
-    if not folder or not _indexable(folder):
+    folder = stored_text(scope.path.strip("/"))
+    if not folder or not indexable(folder):
         return None
-    params: dict[str, object] = {"scope_folder": _lexeme(folder)}
+    params: dict[str, object] = {"scope_folder": quoted_lexeme(folder)}
     where = "f.scope @@ %(scope_folder)s::tsquery"
     if scope.source_ids:
         params["scope_sources"] = list(scope.source_ids)

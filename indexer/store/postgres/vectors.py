@@ -121,14 +121,14 @@ class _VectorDumper(Dumper):
         return struct.pack(">HH", values.size, 0) + values.tobytes()
 
 
-def _vector_bytes(sent: bytes) -> bytes:
+def vector_bytes(sent: bytes) -> bytes:
     """Little-endian float32 values from `vector_send` output (4 header bytes, then BE float4)."""
     import numpy as np
 
     return np.frombuffer(sent, dtype=">f4", offset=4).astype(np.float32).tobytes()
 
 
-def _rebuild_vector_index(store: PgVectors) -> None:
+def rebuild_vector_index(store: PgVectors) -> None:
     """An HNSW index built with other parameters than `hnsw_options` gives for its size
     (pgvector's defaults, or the small graph of an index that has grown since), or over the
     float vectors rather than their half-precision copies (see HNSW_OPERATORS), is built again:
@@ -400,7 +400,7 @@ class PgVectors(StoreCore):
             return
         with self.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (HNSW_BUILD_LOCK,))  # one worker rebuilds it
-            _rebuild_vector_index(self)
+            rebuild_vector_index(self)
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
         """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
@@ -467,7 +467,7 @@ class PgVectors(StoreCore):
         ).fetchall()
         if not rows:
             return VectorPage([], [], np.empty((0, 0), np.float32))
-        matrix = np.frombuffer(b"".join(_vector_bytes(bytes(r[2])) for r in rows), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(vector_bytes(bytes(r[2])) for r in rows), dtype=np.float32)
         return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix.reshape(len(rows), -1).copy())
 
     def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
@@ -495,6 +495,6 @@ class PgVectors(StoreCore):
                     "SELECT id, vector_send(embedding) FROM chunk_vectors ORDER BY id"
                 ):
                     ids.append(int(chunk_id))
-                    buffer += _vector_bytes(bytes(sent))
+                    buffer += vector_bytes(bytes(sent))
         matrix = np.frombuffer(buffer, dtype=np.float32).reshape(len(ids), -1) if ids else np.empty((0, 0), np.float32)
         return VectorMatrix(np.array(ids, dtype=np.int64), matrix)
