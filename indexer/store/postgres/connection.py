@@ -8,7 +8,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
 import psycopg
@@ -29,6 +29,14 @@ POOL_SIZE = 4  # idle connections kept per URL and mode: a server's concurrent r
 # killed worker loses nothing it committed. Any synchronous commit (marking a source synced,
 # building the vector index) flushes every earlier one.
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+
+
+class OpenIndex(Protocol):
+    """An index open on its server (a `PostgresStore`): what a schema step works on, its
+    connection inside the step's transaction, and its URL for messages."""
+
+    conn: psycopg.Connection[Any]
+    url: str
 
 
 def describe(url: str) -> str:

@@ -7,13 +7,10 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from indexer.store.postgres.connection import OpenIndex
 from indexer.store.postgres.tsvector import MAX_LEXEME_BYTES, lexical_row, stored_tag_keys
 from indexer.store.postgres.vectors import rebuild_vector_index
-
-if TYPE_CHECKING:
-    from indexer.store.postgres.store import PostgresStore
 
 log = logging.getLogger("notes_search.store")
 
@@ -37,7 +34,7 @@ class PgMigration:
 
     name: str
     sql: str
-    data: Callable[[PostgresStore], None] | None = None
+    data: Callable[[OpenIndex], None] | None = None
 
 
 # text keys compare bytewise (COLLATE "C"), as SQLite's BINARY: the folder ranges of scopes and
@@ -149,7 +146,7 @@ FILE_TAGS_SQL = """
 """
 
 
-def _fill_file_tags(store: PostgresStore) -> None:
+def _fill_file_tags(store: OpenIndex) -> None:
     """The tags of the files indexed before `file_tags` existed."""
     rows = store.conn.execute("SELECT source_id, path, tags FROM files WHERE tags IS NOT NULL AND tags <> '[]'")
     for source_id, path, tags in rows.fetchall():
@@ -183,13 +180,13 @@ LEXICAL_IMPACTS_SQL = """
 IMPACTS_FILL_BATCH = 2_000
 
 
-def _require_impacts(store: PostgresStore) -> None:
+def _require_impacts(store: OpenIndex) -> None:
     """No default for new rows; the rows written before get their tiers in the next step
     (`_write_impacts`: a reader refuses the schema in between)."""
     store.conn.execute("ALTER TABLE chunks_fts ALTER COLUMN impacts DROP DEFAULT")
 
 
-def _write_impacts(store: PostgresStore) -> None:
+def _write_impacts(store: OpenIndex) -> None:
     """Every lexical row's impact tiers as `lexical_row` makes them today, then their index
     (built once after the rows, not kept up row by row)."""
     store.conn.execute("DROP INDEX IF EXISTS idx_chunks_fts_impacts")
@@ -242,7 +239,7 @@ LEXICAL_SCOPES_SQL = f"""
 SCOPES_BUILD_MEMORY = "512MB"
 
 
-def _write_scopes(store: PostgresStore) -> None:
+def _write_scopes(store: OpenIndex) -> None:
     """Every lexical row's folders, then the document index again over (document, scope) and
     the impact index (rewriting each row would otherwise add every one of its words to both)."""
     for name in LEXICAL_GIN_INDEXES:
@@ -269,7 +266,7 @@ LEXEMES_SQL = """
 """
 
 
-def _fill_lexemes(store: PostgresStore) -> None:
+def _fill_lexemes(store: OpenIndex) -> None:
     """The lexemes of the rows written before `lexemes` existed; no row without them from now on."""
     store.conn.execute(
         """INSERT INTO lexemes(lexeme) SELECT DISTINCT unnest(tsvector_to_array(document)) FROM chunks_fts

@@ -16,7 +16,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from indexer.store.core import StoreCore, utc_now
-from indexer.store.postgres.connection import ASYNC_COMMIT, describe
+from indexer.store.postgres.connection import ASYNC_COMMIT, OpenIndex, describe
 from indexer.store.postgres.tsvector import scope_condition
 from indexer.store.rows import (
     RankedChunk,
@@ -128,7 +128,7 @@ def vector_bytes(sent: bytes) -> bytes:
     return np.frombuffer(sent, dtype=">f4", offset=4).astype(np.float32).tobytes()
 
 
-def rebuild_vector_index(store: PgVectors) -> None:
+def rebuild_vector_index(store: OpenIndex) -> None:
     """An HNSW index built with other parameters than `hnsw_options` gives for its size
     (pgvector's defaults, or the small graph of an index that has grown since), or over the
     float vectors rather than their half-precision copies (see HNSW_OPERATORS), is built again:
@@ -168,7 +168,7 @@ SWAP_LOCK_TRIES = 1200  # at SWAP_LOCK_PAUSE apart: a minute, then a plain wait
 SWAP_LOCK_PAUSE = 0.05
 
 
-def _take_whole(store: PgVectors, tables: str) -> None:
+def _take_whole(store: OpenIndex, tables: str) -> None:
     """Exclusive locks on `tables` for dropping their indexes, all at once and without waiting:
     a search of an earlier version holds one table in its snapshot and then reads the other, so
     holding one whole while waiting for the other is a deadlock that aborts the migration.
