@@ -1,6 +1,6 @@
 """Exact beats prefix (pure functions): a chunk holding a query term as typed ranks above the
 chunks that hold only a longer word starting with it (`token5` above `token50`, `PROJ-123`
-above `PROJ-1231`); a chunk holding a code-like query as typed ranks first (`verbatim_first`).
+above `PROJ-1231`); a chunk holding a code-like query as typed ranks first (`verbatim_holders`).
 
 The lexical expression widens every term to a prefix (and trims inflected words to a stem), so
 BM25 scores `token50` exactly like `token5` and then favours the shorter note. The rule here
