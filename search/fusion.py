@@ -27,7 +27,7 @@ BACKGROUND_DEPTH = 10
 # meets many notes of every language at one level, and an order among near-equals says little
 # (the first hit stands 0.0097 above the 10th where the vector half misses the answer, 0.0225
 # where it finds it, median over the mixed-notes questions). Measured (bench/EVAL.md): mixed
-# notes MRR@10 0.813 -> 0.836, 13 questions better and 3 worse; xquad-mixed cross unchanged;
+# notes MRR@10 0.810 -> 0.833, 11 questions better and 2 worse; xquad-mixed cross unchanged;
 # tldr-mixed cross recall@10 -0.006. The gap is on multilingual-e5's cosine scale; a model
 # whose similarities spread wider stands out more and is not weighed down.
 FLAT_MEANING_GAP = 0.025
@@ -56,8 +56,7 @@ def rrf(
     passed_over: Mapping[int, Collection[int]] | None = None,
 ) -> list[Fused]:
     """Fuse ranked id lists: score = sum of weight / (k + rank), weights 1 unless given. Ties
-    go to the better rank in the first list (the keyword half, whose evidence is in the text:
-    measured on tldr-mixed, same-language nDCG@10 0.888 -> 0.896), then to the more recent chunk.
+    go to the more recent chunk.
 
     `blind`: id -> the lists that could not have found it (keywords of a Czech question cannot
     match an English note). Its missing ranks are no evidence against it, so a list that could
@@ -96,12 +95,7 @@ def rrf(
                 imputed.setdefault(chunk_id, {})[name] = rank
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
-    first = next(iter(rankings), "")
-    unranked = len(rankings.get(first, ())) + 1
-    order = sorted(
-        scores,
-        key=lambda cid: (-round(scores[cid], 12), ranks[cid].get(first, unranked), -recency.get(cid, 0.0), cid),
-    )
+    order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
     return [
         Fused(cid, scores[cid], ranks[cid], parts[cid], imputed.get(cid, {}), counted.get(cid, {})) for cid in order
     ]
