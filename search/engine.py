@@ -677,9 +677,11 @@ def _fuse(
         passed_over=passed_over,
     )
     order = [item.chunk_id for item in fused]
+    seen_by_keywords = set(lexical_ids)
     verbatim: set[int] = set()
     if mode != "vec" and code_like(response.query):  # exact.verbatim_holders: they come first
-        holders = verbatim_holders(order, texts, response.query)
+        # a chunk holding every word of the query is a keyword hit: only those are read
+        holders = verbatim_holders([cid for cid in order if cid in seen_by_keywords], texts, response.query)
         verbatim = set(holders)
         order = holders + [cid for cid in order if cid not in verbatim]
     if rules:  # the vector half must not undo exact-first either

@@ -78,7 +78,11 @@ def _holds(folded: str, phrase: tuple[str, ...], prefix: bool) -> bool:
 
 
 def fold(text: str) -> str:
-    """Lowercase, accents removed: the form FTS5's unicode61 tokenizer (remove_diacritics 2) compares."""
+    """Lowercase, accents removed: the form FTS5's unicode61 tokenizer (remove_diacritics 2) compares.
+    ASCII text has nothing to decompose: lowercasing it is the same and ~10x cheaper (a chunk's
+    text is folded for every code-like or identifier query it is a candidate of)."""
+    if text.isascii():
+        return text.lower()
     return _MARKS.sub("", unicodedata.normalize("NFKD", text.casefold()))
 
 
