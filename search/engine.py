@@ -631,12 +631,13 @@ def _fuse(
     texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
     seen: dict[int, tuple[bool, int]] = {}  # each chunk is read once for both orderings
     lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules, seen)
+    keyword_ids = set(lexical_ids)
     top_lexical = [texts[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in texts]
     blind = {}
     response.exact_value = False
     if mode == "hybrid":
-        candidates = set(lexical_ids) | {cid for cid, _ in vector}
-        blind = keyword_blind(response.query_language, set(lexical_ids), candidates, languages)
+        candidates = keyword_ids | {cid for cid, _ in vector}
+        blind = keyword_blind(response.query_language, keyword_ids, candidates, languages)
     if blind and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
         if found_exact_value(terms, top_lexical, every_lexical):
@@ -659,13 +660,14 @@ def _fuse(
         weights["bm25"] = round(coverage**2, 4)
         response.keyword_weight = weights["bm25"]
         # and the vector half as much as its ranking stands out from a level (fusion.meaning_weight)
-        weights["vec"] = meaning_weight([1.0 - distance for _, distance in vector])
+        similarities = [(cid, 1.0 - distance) for cid, distance in vector]
+        weights["vec"] = meaning_weight([similarity for _, similarity in similarities])
         response.meaning_weight = weights["vec"]
         # a long question meets every language's generic notes at one level of similarity: the
         # vector half ranks the keyword half's best hits among what the keyword half could have
         # found and the other languages' answers that stand out, not behind that background
         best = lexical_ids[:COVERAGE_HITS]
-        background = background_hits([(cid, 1.0 - distance) for cid, distance in vector], blind, languages, best)
+        background = background_hits(similarities, blind, languages, best)
         response.background = len(background)
         passed_over = dict.fromkeys(best, background) if background else {}
     fused = rrf(
@@ -677,11 +679,10 @@ def _fuse(
         passed_over=passed_over,
     )
     order = [item.chunk_id for item in fused]
-    seen_by_keywords = set(lexical_ids)
     verbatim: set[int] = set()
-    if mode != "vec" and code_like(response.query):  # exact.verbatim_holders: they come first
+    if code_like(response.query):  # exact.verbatim_holders: they come first
         # a chunk holding every word of the query is a keyword hit: only those are read
-        holders = verbatim_holders([cid for cid in order if cid in seen_by_keywords], texts, response.query)
+        holders = verbatim_holders([cid for cid in order if cid in keyword_ids], texts, response.query)
         verbatim = set(holders)
         order = holders + [cid for cid in order if cid not in verbatim]
     if rules:  # the vector half must not undo exact-first either

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from indexer.keywords import Phrase
 from search.querybuild import QueryTerm
 
-_TOKEN = re.compile(r"[^\W_]+")
+# a token as unicode61 splits text: a run of letters and digits
+TOKEN = re.compile(r"[^\W_]+")
 _MARKS = re.compile(r"[\u0300-\u036f]")
 
 
 def tokens(text: str) -> list[str]:
     """The words FTS5's unicode61 tokenizer (remove_diacritics 2) indexes: lowercase, no accents."""
-    return _TOKEN.findall(fold(text))
+    return TOKEN.findall(fold(text))
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _holds(folded: str, phrase: tuple[str, ...], prefix: bool) -> bool:
     first = phrase[0]
     at = folded.find(first)
     while at >= 0:
-        if (at == 0 or not _TOKEN.match(folded, at - 1)) and pattern.match(folded, at):
+        if (at == 0 or not TOKEN.match(folded, at - 1)) and pattern.match(folded, at):
             return True
         at = folded.find(first, at + 1)
     return False

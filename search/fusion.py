@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from indexer.keywords import KeywordQuery
+from search.exact import fold, tokens
 
 RRF_K = 60
 # The rank a blind list is taken to have given an id, as a multiple of its best seen rank. At 1
@@ -140,27 +139,12 @@ def meaning_weight(similarities: Sequence[float]) -> float:
     return round(min(1.0, max(gap, 0.0) / FLAT_MEANING_GAP), 4)
 
 
-_TOKEN = re.compile(r"[^\W_]+")
-
-
-_MARKS = re.compile(r"[\u0300-\u036f]")
-
-
-def _fold(text: str) -> str:
-    """What FTS5's unicode61 tokenizer (remove_diacritics 2) compares: lowercase, no accents.
-    Only Latin/Cyrillic accents matter here; the regex is ~10x faster than testing each char.
-    ASCII text has nothing to decompose and folds case as lowercase."""
-    if text.isascii():
-        return text.lower()
-    return _MARKS.sub("", unicodedata.normalize("NFKD", text.casefold()))
-
-
 def match_terms(query: KeywordQuery | None) -> list[tuple[tuple[str, ...], bool]]:
     """The phrases of a keyword query as the index compares them: (folded words, prefix?) per
     phrase; none for no query."""
     terms = []
     for phrase in query.phrases if query is not None else ():
-        words = tuple(_TOKEN.findall(_fold(" ".join(phrase.words))))
+        words = tuple(tokens(" ".join(phrase.words)))
         if words:
             terms.append((words, phrase.prefix))
     return terms
@@ -177,7 +161,7 @@ def covered_terms(
 ) -> set[int]:
     """The positions in `terms` of the terms `text` contains, looking only for those in `wanted`
     (all unless given): a note's sections are read one after another for what is still missing."""
-    folded = _fold(text)
+    folded = fold(text)
 
     def has(word: str, as_prefix: bool) -> bool:
         # a word is made of token characters, so where it starts a token it is that token or,

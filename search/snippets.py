@@ -6,7 +6,7 @@ matter, a BOM and CRLF's "\\r" but never reflows a line), so line i of the text 
 break at a lone "\\r" or a form feed inside a line and shift every number after it).
 
 A line holds a query term under the index's own rules: the text folded as FTS5's unicode61
-folds it (`search.fusion._fold`), a prefix term (`backu*`) matching every word it starts, a
+folds it (`search.exact.fold`), a prefix term (`backu*`) matching every word it starts, a
 phrase (`db-01.lan`) its words in a row.
 """
 
@@ -20,7 +20,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from search.fusion import _TOKEN, _fold, match_terms
+from search.exact import TOKEN, fold, tokens
+from search.fusion import match_terms
 from search.querybuild import keyword_query
 
 Term = tuple[tuple[str, ...], bool]  # (folded words, last word is a prefix) as fusion.match_terms gives
@@ -68,7 +69,7 @@ def _tokens(line: str) -> tuple[tuple[str, int, int], ...]:
     if line.isascii():
         # nothing to decompose and no marks: each raw word is one token, folded by lowercasing
         # in place (the same offsets), so the whole line is tokenized in one pass
-        return tuple((raw.group(), raw.start(), raw.end()) for raw in _TOKEN.finditer(line.lower()))
+        return tuple((raw.group(), raw.start(), raw.end()) for raw in TOKEN.finditer(line.lower()))
     return tuple(
         (token, raw.start(), raw.end()) for raw in _RAW_WORD.finditer(line) for token in _word_tokens(raw.group())
     )
@@ -78,7 +79,7 @@ def _tokens(line: str) -> tuple[tuple[str, int, int], ...]:
 def _word_tokens(word: str) -> tuple[str, ...]:
     """The folded tokens of one raw word: kept, as the words of notes repeat from hit to hit and
     folding (NFKD, marks dropped) is most of tokenizing a line."""
-    return tuple(_TOKEN.findall(_fold(word)))
+    return tuple(tokens(word))
 
 
 def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
@@ -87,15 +88,15 @@ def term_spans(terms: Sequence[Term], line: str) -> list[list[Span]]:
     A term whose first word is not even a substring of the folded line cannot occur in it (a
     token that equals or starts with the word holds it): most lines of a shown hit hold no
     term, and are passed over without being tokenized word by word."""
-    return _line_spans(terms, line, _fold(line))
+    return _line_spans(terms, line, fold(line))
 
 
 def folded_lines(lines: Sequence[str]) -> list[str]:
     """Each line folded (`_fold`), the chunk folded at once: folding works character by
     character and never makes or removes a line break, so line i of the folded chunk is line i
     folded."""
-    folded = _fold("\n".join(lines)).split("\n")
-    return folded if len(folded) == len(lines) else [_fold(line) for line in lines]
+    folded = fold("\n".join(lines)).split("\n")
+    return folded if len(folded) == len(lines) else [fold(line) for line in lines]
 
 
 def _lines_that_may_hold(terms: Sequence[Term], folded: Sequence[str]) -> list[int]:

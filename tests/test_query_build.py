@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import unicodedata
-
 import apsw
 import pytest
 from hypothesis import given, settings
@@ -198,10 +196,3 @@ def test_a_query_and_its_phrases_need_words() -> None:
 )
 def test_a_query_is_code_like_when_a_typed_word_is_more_than_letters(text: str, code: bool) -> None:
     assert code_like(text) is code
-
-
-@given(st.text(alphabet=st.characters(max_codepoint=127)))
-def test_folding_ascii_takes_the_short_way_to_the_same_text(text: str) -> None:
-    from search.exact import _MARKS, fold
-
-    assert fold(text) == _MARKS.sub("", unicodedata.normalize("NFKD", text.casefold()))

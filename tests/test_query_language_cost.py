@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexer import language
-from search.fusion import _MARKS, _TOKEN, _fold, match_terms, term_coverage
+from search.exact import _MARKS
+from search.exact import TOKEN as _TOKEN
+from search.exact import fold as _fold
+from search.fusion import match_terms, term_coverage
 from search.querybuild import keyword_query
 
 

@@ -290,7 +290,8 @@ def test_one_files_hits_come_together_each_as_a_ref(capsys: pytest.CaptureFixtur
 def _tokens_by_definition(line: str) -> list[tuple[str, int, int]]:
     """The line's tokens written plainly: each raw word (combining marks belong to their letter)
     folded as the index folds it, each of its folded tokens spanning the whole raw word."""
-    from search.fusion import _TOKEN, _fold
+    from search.exact import TOKEN as _TOKEN
+    from search.exact import fold as _fold
     from search.snippets import _RAW_WORD
 
     return [
@@ -390,7 +391,7 @@ def test_best_line_looks_only_at_lines_that_may_hold_a_term(lines: list[str], qu
     """Searching the folded chunk for the terms' first words picks the lines to score: the
     best line is still the one of scoring every line, and the chunk folded at once is its
     lines folded one by one."""
-    from search.fusion import _fold
+    from search.exact import fold as _fold
     from search.snippets import best_line, folded_lines
 
     terms = snippet_terms(query) + snippet_terms(query + "*")
