@@ -18,8 +18,15 @@ Contracts every backend keeps, because callers rely on them:
   nothing behind; a full disk or unwritable index surfaces as `indexer.errors.StoreError`.
 - Chunk ids are positive, grow with every chunk written and are never reused while the index
   exists: `pending_chunks`, `vectors_by_language` and the language backfill page by id.
-- Vectors are float32, one row per chunk, in one embedding space per index (`reset_vectors`
-  switches spaces); `vectors_generation()` changes whenever a commit added or removed vectors.
+- Vectors are float32, in one embedding space per index (`reset_vectors` switches spaces);
+  `vectors_generation()` changes whenever a commit added or removed vectors. A chunk has one
+  vector per window the model read (`indexer.windows`: a chunk longer than the model's window
+  is embedded as overlapping windows), usually one. Wherever vectors go in or come out with
+  chunk ids (`store_vectors`, `vectors_by_language`, `rewrite_vectors`, `all_vectors`), a
+  chunk's windows are consecutive rows under its repeated id, first window first; a page never
+  splits a chunk. The first window's vector is the chunk's vector (language statistics, counts);
+  a vector search ranks a chunk by its nearest window. Vector bytes carried by content hash
+  (`write_files`) are a chunk's windows' float32 vectors concatenated, first window first.
 - Lists are ordered as each method says; ties break by chunk id.
 - Every read that takes a `SearchScope` (fts_search, vec_search, count_pending, scope_stats,
   language_counts) restricts to the same chunks: all of its fields at once, as the
@@ -164,8 +171,8 @@ class IndexReader(Protocol):
         ...
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
-        """The exact `k` nearest stored vectors inside `scope` by cosine distance, nearest first
-        (score = distance). A zero vector, stored or asked, is never a hit; [] before any
+        """The exact `k` nearest chunks inside `scope` by cosine distance, nearest first (score =
+        distance; a chunk's is its nearest window's). A zero vector, stored or asked, is never a hit; [] before any
         embedding space exists. Only an unrestricted scope may be answered by an approximate
         index (PostgreSQL's HNSW); inside any scope or filter the top-k is exact."""
         ...
@@ -183,7 +190,8 @@ class IndexReader(Protocol):
         ...
 
     def all_vectors(self) -> VectorMatrix:
-        """Every stored vector, by chunk id (the resident copy that unscoped searches scan)."""
+        """Every stored vector, by chunk id ascending (a chunk's windows under its repeated id):
+        the resident copy that unscoped searches scan."""
         ...
 
 
@@ -269,8 +277,9 @@ class IndexWriter(IndexReader, Protocol):
         vectors: Mapping[str, bytes] | None = None,
     ) -> int:
         """`write_file` for each (file, document) in order, as one batch (a server store writes
-        it in a few round trips); returns the chunks left pending. With `vectors` (float32
-        bytes by the content hash of a chunk's embedded text: a copy's stored vectors) those
+        it in a few round trips); returns the chunks left pending. With `vectors` (a chunk's
+        windows' float32 vectors, concatenated, by the content hash of its embedded text: a
+        copy's stored vectors) those
         are the chunks' vectors, stored with them, and no stored vector is reused: a chunk
         whose hash is missing stays pending. Without them, stored vectors are looked up for the
         whole batch before any of its files is replaced: text moved between two files of one
@@ -312,7 +321,8 @@ class IndexWriter(IndexReader, Protocol):
 
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
         """Attach vectors to those chunks that still exist and still wait; returns how many
-        (own transaction: a chunk deleted meanwhile is skipped, not an error)."""
+        chunks (own transaction: a chunk deleted meanwhile is skipped, not an error). A chunk's
+        windows are consecutive rows under its repeated id, first window first."""
         ...
 
     def unembed(self, ids: Sequence[int]) -> None:
@@ -320,7 +330,8 @@ class IndexWriter(IndexReader, Protocol):
         ...
 
     def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
-        """Up to `limit` stored vectors with id > `after_id`, by id, with their languages."""
+        """The stored vectors of up to `limit` chunks with id > `after_id`, by id (a chunk's
+        windows under its repeated id, first window first), with their languages."""
         ...
 
     def vector_language_counts(self) -> dict[str, int]:
@@ -328,7 +339,8 @@ class IndexWriter(IndexReader, Protocol):
         ...
 
     def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
-        """Replace stored vectors in place (a new language-neutral space). Inside a transaction."""
+        """Replace stored vectors in place (a new language-neutral space): rows as
+        `vectors_by_language` gives them, every window of each chunk named. Inside a transaction."""
         ...
 
     # ---- languages of chunks indexed before languages were detected ------------------------

@@ -196,7 +196,17 @@ class LanguageBackfill(NamedTuple):
 
 
 class VectorPage(NamedTuple):
-    """Stored vectors in id order with their chunks' languages ("unknown" when undetected)."""
+    """Stored vectors in id order with their chunks' languages ("unknown" when undetected); a
+    chunk's windows are consecutive rows under its repeated id, first window first."""
+
+    def first_windows(self) -> np.ndarray:
+        """A boolean mask of the rows holding a chunk's first window (its own vector)."""
+        import numpy as np
+
+        ids = np.asarray(self.ids, dtype=np.int64)
+        mask = np.ones(len(ids), dtype=bool)
+        mask[1:] = ids[1:] != ids[:-1]
+        return mask
 
     ids: list[int]
     languages: list[str]
@@ -204,7 +214,8 @@ class VectorPage(NamedTuple):
 
 
 class VectorMatrix(NamedTuple):
-    """Every stored vector: chunk ids ascending and a writable float32 matrix, one row each."""
+    """Every stored vector: chunk ids ascending (a chunk's windows under its repeated id, first
+    window first) and a writable float32 matrix, one row each."""
 
     ids: np.ndarray
     matrix: np.ndarray
