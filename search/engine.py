@@ -25,7 +25,7 @@ from search.fusion import (
     rrf,
     term_coverage,
 )
-from search.querybuild import QueryTerm, code_like, exact_query, prefix_query, query_terms
+from search.querybuild import QueryTerm, code_like, exact_query, meaning_text, prefix_query, query_terms
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
 
@@ -809,7 +809,7 @@ def _embed_query(
         info.append("empty query")
         return None
     try:
-        return guarded(config, lambda: embedder_factory().interactive().embed_query(query))
+        return guarded(config, lambda: embedder_factory().interactive().embed_query(meaning_text(query)))
     except EmbedderError as exc:
         if mode == "vec":
             raise

@@ -12,6 +12,11 @@ from indexer.keywords import KeywordQuery, Phrase
 from search.words import STEM_CHARS, STOPWORDS
 
 MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ranking
+# The model reads a long text whole, a window of 512 tokens (about 2,000 characters of prose)
+# after another, 1-2 s each on a busy 2-core machine: a pasted page took minutes, and on a
+# server it held the one embedder every other search waits for. A question fits in one window,
+# so the meaning half reads a query's first MEANING_CHARS characters; the keyword half reads all.
+MEANING_CHARS = 2000
 # a one- or two-letter term would expand into every word starting with it
 PREFIX_MIN_CHARS = 3
 # Czech, Russian and English inflect the ends of words (záloha/zálohy/zálohou, запись/записи/
@@ -117,3 +122,13 @@ def exact_query(terms: Sequence[QueryTerm]) -> KeywordQuery | None:
     BM25. None when no such term exists."""
     exact = tuple(dict.fromkeys(term.exact for term in terms if term.exact is not None and term.is_identifier))
     return KeywordQuery(exact) if exact else None
+
+
+def meaning_text(text: str) -> str:
+    """What the embedder reads of a query: the whole text, or its first MEANING_CHARS
+    characters ending at a word boundary when the text is longer."""
+    if len(text) <= MEANING_CHARS:
+        return text
+    head = text[:MEANING_CHARS]
+    cut = max(head.rfind(" "), head.rfind("\n"))
+    return head[:cut] if cut > MEANING_CHARS // 2 else head

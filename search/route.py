@@ -24,6 +24,7 @@ from indexer.config import Config
 from indexer.embed_health import guarded
 from indexer.errors import EmbedderError
 from search.fusion import RRF_K, rrf
+from search.querybuild import meaning_text
 from search.words import ROUTING_STOPWORDS, STEM_CHARS
 
 if TYPE_CHECKING:  # numpy and the embedders load only when a route is computed
@@ -351,7 +352,7 @@ class Router:
             vectors = embedder.embed_passages(list(missing.values()))
             with self._lock:
                 self._vectors.update(zip(missing, vectors, strict=True))
-        query = embedder.embed_query(question)
+        query = embedder.embed_query(meaning_text(question))
         with self._lock:
             matrix = np.stack([self._vectors[key] for key in keys])
         return {i: float(v) for i, v in enumerate(matrix @ query)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +15,7 @@ from indexer.errors import NotesSearchError
 from indexer.sync import SourceReport
 from search import cli as cli_module
 from search.cli.context import CliContext
+from search.querybuild import MEANING_CHARS, meaning_text
 from search.service import NotesService
 from search.service.indexing import source_report_json
 from search.service.scope import Place, narrow_to_prefix
@@ -171,3 +173,43 @@ def test_the_cli_builds_its_embedder_through_the_package_at_call_time(
     assert result.exit_code == 0, result.output
     service.embedder()
     assert len(built) == 2  # the command's service and the one built before the patch
+
+
+def test_a_pasted_page_as_query_is_embedded_by_its_first_window_only(two_sources: Path) -> None:
+    """A runaway query (a pasted page, 100k characters) used to be embedded whole, window after
+    window, holding the embedder for minutes: the meaning half now reads its head, cut at a
+    word, while the keyword half still reads all of it (its last word finds the note)."""
+    asked: list[str] = []
+
+    class Recording(FakeEmbedder):
+        def embed_batch(self, texts: list[str], *, is_query: bool) -> Any:
+            if is_query:
+                asked.extend(texts)
+            return super().embed_batch(texts, is_query=is_query)
+
+    write(two_sources.parent / "b", {"devops/_meta.yaml": "name: devops\ndescription: servers and backups\n"})
+    service = NotesService.from_config_file(str(two_sources), Recording)
+    service.sync(None, full=False, progress=None)
+    page = "lorem ipsum dolor " * 6000 + "beta"
+    outcome = service.search(page, k=5, mode="hybrid")
+    keyword = [hit.path for hit in outcome.response.results if hit.matched in ("keyword", "both")]
+    assert keyword == ["devops/two.md"]
+    service.route("servers " * 20000, k=2)
+    assert len(asked) == 2
+    for text in asked:
+        assert len(text) <= MEANING_CHARS and text.endswith(("ipsum", "dolor", "lorem", "servers"))
+    assert asked[0] == page[: len(asked[0])] and len(asked[0]) > MEANING_CHARS // 2
+    short = "jak obnovit zálohu " * 50  # under the cap: read whole, as before
+    service.search(short, k=5, mode="hybrid")
+    assert asked[-1] == short
+
+
+def test_meaning_text_keeps_short_queries_and_cuts_long_ones_at_a_word() -> None:
+    assert meaning_text("wireguard peer") == "wireguard peer"
+    exact = "x" * MEANING_CHARS
+    assert meaning_text(exact) == exact
+    unbroken = "y" * (MEANING_CHARS * 3)  # no word boundary to cut at: cut at the cap itself
+    assert meaning_text(unbroken) == "y" * MEANING_CHARS
+    lines = ("řádek " * 500 + "\n") * 5
+    cut = meaning_text(lines)
+    assert len(cut) <= MEANING_CHARS and lines.startswith(cut) and cut.endswith("řádek")
