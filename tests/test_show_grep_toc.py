@@ -32,7 +32,7 @@ from search.cli.files import toc as toc_command
 from search.grep import GrepHit, grep
 from search.refs import Ref, confine, parse_ref, read_text, sources_having
 from search.service.reading import line_range
-from tests.conftest import FAKE_EMBEDDING, NOTES, open_index, write
+from tests.conftest import FAKE_EMBEDDING, NOTES, assert_one_line_error, open_index, write
 from tests.fakes import FakeEmbedder
 
 HAVE_RG = shutil.which("rg") is not None
@@ -607,6 +607,25 @@ def test_grep_git_ignores_the_repository_a_hook_points_at(
     monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(elsewhere / ".git" / "objects"))
     monkeypatch.setenv("GIT_INDEX_FILE", str(elsewhere / ".git" / "index"))
     assert where(grep(cfg, store, "db-01", source_ids=["wiki"])) == ["wiki:guide.md:4", "wiki:ops/runbook.md:3"]
+
+
+def test_grep_path_that_no_source_has_is_an_error_not_no_matches(run: Callable[..., Result]) -> None:
+    """A typo in --path used to answer "no matches" (exit 1), as if the folder had been
+    searched; `query --path` says the path does not exist, and so does grep now."""
+    for path in ("devps", "wiki:nope/", "notes:trave"):  # trave: a prefix of travel/, no folder
+        typo = run("grep", "port", "--path", path)
+        assert typo.exit_code == 1 and typo.stdout == "" and "no matches" not in typo.stderr
+        assert_one_line_error(typo, "no such file or folder")
+    as_json = run("grep", "port", "--path", "devps", "--json")
+    assert as_json.exit_code == 1 and as_json.stdout == "" and "--path 'devps'" in as_json.stderr
+    # a path some source has: searched, and an empty answer is still "no matches" (exit 1)
+    present = run("grep", "zzz-no-such-text", "--path", "devops")
+    assert present.exit_code == 1 and "no matches" in present.stderr and "Error" not in present.stderr
+    # in one source only (wiki:ops), with hits: unchanged
+    assert run("grep", "db-01", "--path", "ops").stdout == "wiki:ops/runbook.md:3: Restart db-01 with care.\n"
+    # a folder that exists on disk but the config excludes (secret/ in notes): searched, nothing admitted
+    excluded = run("grep", "hunter2", "--path", "notes:secret")
+    assert excluded.exit_code == 1 and "no matches" in excluded.stderr
 
 
 def test_grep_cli_human_json_and_truncation(run: Callable[..., Result], store: Store, world: Path) -> None:

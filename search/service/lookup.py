@@ -14,7 +14,7 @@ from indexer.store import SearchScope
 from search.refs import Ref
 from search.route import CollectionsView as CollectionsView  # re-exported: what `collections` returns
 from search.route import list_collections
-from search.service.scope import Place, Target, narrow_to_prefix, scope_label
+from search.service.scope import Place, Target, check_path_exists, narrow_to_prefix, scope_label
 
 if TYPE_CHECKING:
     from indexer.config import Config
@@ -52,8 +52,8 @@ class TocFile:
 def grep_target(config: Config, source_ids: Sequence[str], path: str | None) -> Target:
     """What `grep --source ID --path P` names: the sources (all when none), each with the path.
 
-    Unlike a search scope, the path need not exist anywhere: grep reports what it could not
-    search instead. A `SOURCE:` prefix narrows to that source; the path is confined in every
+    Unlike a search scope, the path need not exist in every selected source; a path that none
+    has is reported by `grep` once it found nothing (a hit proves the path). A `SOURCE:` prefix narrows to that source; the path is confined in every
     selected source, and the first that refuses it refuses the whole grep.
     """
     from search.refs import confine_in
@@ -110,6 +110,9 @@ def grep(
             )
             if len(found) > max_count:
                 break
+        if not found and not found.unsearched:
+            # every selected source was searched and none holds the path: a typo, not "no matches"
+            check_path_exists(service.config, store, target.scope)
     found.check_searched()
     from search.service.locating import file_on_disk
 

@@ -195,6 +195,11 @@ def check_scope_exists(config: Config, store: IndexReader, scope: SearchScope) -
         raise NotesSearchError(
             f"--collection {scope.collection!r}: no such collection (`notes-search collections` lists them)"
         )
+    check_path_exists(config, store, scope)
+
+
+def check_path_exists(config: Config, store: IndexReader | None, scope: SearchScope) -> None:
+    """A --path that no selected source has, on disk or in the index, is a typo to report."""
     if scope.path:
         sources = scope.source_ids or tuple(config.sources)
         if not any(has_path(config, store, source_id, scope.path) for source_id in sources):
