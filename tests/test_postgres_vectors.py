@@ -14,7 +14,9 @@ import psycopg
 import pytest
 
 from indexer.config import EmbeddingConfig
+from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import SearchScope
+from indexer.store.core import content_hash
 from indexer.store.postgres import PostgresStore
 from indexer.store.postgres import schema as pg_schema
 from indexer.store.postgres import tsvector as pg_tsvector
@@ -362,5 +364,259 @@ def test_a_small_index_built_with_pgvector_defaults_keeps_its_graph_on_migration
         assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')::oid").fetchone() != node
         assert "halfvec_cosine_ops" in store._one("SELECT pg_get_indexdef('idx_chunk_vectors_hnsw'::regclass)")
         assert _index_options(store) == ["ef_construction=64", "m=16"]
+    finally:
+        store.close()
+
+
+# ---- a vector per window --------------------------------------------------------------------
+
+WINDOWS = 3  # the long chunk's windows
+
+
+def _note(path: str, texts: list[str], breadcrumb: str = "notes") -> tuple[FileVersion, ParsedDocument]:
+    """A file whose chunks share one breadcrumb: the same text in two files is the same embedded
+    text (one content hash)."""
+    chunks = [Chunk(i, breadcrumb, text, i + 1, i + 1) for i, text in enumerate(texts)]
+    return (
+        FileVersion(path=path, text="\n".join(texts), sha256=path, size=1, mtime=1.0, updated_at=1.0),
+        ParsedDocument(title=path, chunks=chunks),
+    )
+
+
+def _units(rng: np.random.Generator, rows: int) -> np.ndarray:
+    matrix = rng.normal(size=(rows, DIMS)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def _windowed(store: PostgresStore, rng: np.random.Generator) -> tuple[int, dict[int, np.ndarray]]:
+    """Files "w/long.md" (one chunk of WINDOWS windows) and "w/short.md" (two chunks of one),
+    embedded in one `store_vectors` call; returns the long chunk's id and id -> its windows."""
+    with store.transaction():
+        store.write_files("s", [_note("w/long.md", ["a long chunk"]), _note("w/short.md", ["one", "two"])])
+    ids = [row.id for row in store.pending_chunks(100)]
+    long_id = ids[0]
+    rows = [long_id] * WINDOWS + ids[1:]
+    matrix = _units(rng, len(rows))
+    assert store.store_vectors(rows, matrix) == len(ids)  # chunks, not windows
+    windows: dict[int, np.ndarray] = {}
+    for chunk_id, vector in zip(rows, matrix, strict=True):
+        windows[chunk_id] = np.vstack([windows[chunk_id], vector]) if chunk_id in windows else vector[None, :]
+    return long_id, windows
+
+
+def _nearest_chunks(
+    windows: dict[int, np.ndarray], query: np.ndarray, k: int, ids: set[int] | None = None
+) -> list[int]:
+    """The exact top k by each chunk's nearest window (cosine)."""
+    unit = query / np.linalg.norm(query)
+    nearest = {cid: float((w @ unit).max()) for cid, w in windows.items() if ids is None or cid in ids}
+    return sorted(nearest, key=lambda cid: (-nearest[cid], cid))[:k]
+
+
+def _rows(store: PostgresStore) -> list[tuple[int, int, list[float]]]:
+    return [
+        (int(cid), int(window), json.loads(text))
+        for cid, window, text in store.conn.execute(
+            "SELECT id, window_idx, embedding::text FROM chunk_vectors ORDER BY id, window_idx"
+        )
+    ]
+
+
+def _stored_singles(store: PostgresStore) -> dict[int, np.ndarray]:
+    """The stored vectors of a space whose chunks have one window each."""
+    return {cid: np.asarray(vector, dtype=np.float32) for cid, _, vector in _rows(store)}
+
+
+def test_a_chunk_is_ranked_by_its_nearest_window_once_by_the_index_and_inside_a_scope(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _filled(pg_url, monkeypatch)  # 330 one-window chunks: an HNSW index
+    try:
+        windows = {cid: vector[None, :] for cid, vector in _stored_singles(store).items()}
+        long_id, added = _windowed(store, np.random.default_rng(11))
+        windows.update(added)
+        assert store.conn.execute("SELECT to_regclass('idx_chunk_vectors_hnsw')").fetchone()[0] is not None  # type: ignore[index]
+        in_w = {cid for cid, row in store.chunk_rows(windows).items() if row.path.startswith("w/")}
+        for scope in (SearchScope(), SearchScope(path="w")):
+            hits = store.vec_search(added[long_id][2], 10, scope)
+            assert hits[0].chunk_id == long_id and hits[0].score == pytest.approx(0.0, abs=1e-6)
+            assert len({hit.chunk_id for hit in hits}) == len(hits)
+        assert [hit.chunk_id for hit in store.vec_search(added[long_id][1], 10, SearchScope(path="w"))] == (
+            _nearest_chunks(windows, added[long_id][1], 10, in_w)
+        )
+        for query in _units(np.random.default_rng(12), 5):
+            hits = store.vec_search(query, 10, SearchScope())
+            assert [hit.chunk_id for hit in hits] == _nearest_chunks(windows, query, 10)
+            assert [hit.score for hit in hits] == sorted(hit.score for hit in hits)
+    finally:
+        store.close()
+
+
+def test_the_windows_of_one_chunk_crowding_the_nearest_rows_leave_k_chunks(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk whose many windows are all nearer the query than any other chunk: the search
+    reads on until it holds k chunks, with and without the HNSW index."""
+    store = _filled(pg_url, monkeypatch)
+    try:
+        windows = {cid: vector[None, :] for cid, vector in _stored_singles(store).items()}
+        query = _units(np.random.default_rng(13), 1)[0]
+        with store.transaction():
+            store.write_files("s", [_note("crowd.md", ["many windows"])])
+        (crowd,) = [row.id for row in store.pending_chunks(10)]
+        near = query + 0.01 * _units(np.random.default_rng(14), 40)
+        near /= np.linalg.norm(near, axis=1, keepdims=True)
+        assert store.store_vectors([crowd] * len(near), near) == 1
+        windows[crowd] = near
+        expected = _nearest_chunks(windows, query, 10)
+        assert expected[0] == crowd
+        assert [hit.chunk_id for hit in store.vec_search(query, 10, SearchScope())] == expected
+        with store.transaction():
+            store.conn.execute("DROP INDEX idx_chunk_vectors_hnsw")  # the exact scan of a small space
+        assert [hit.chunk_id for hit in store.vec_search(query, 10, SearchScope())] == expected
+        assert [hit.chunk_id for hit in store.vec_search(query, 10, SearchScope(source_ids=("s",)))] == expected
+    finally:
+        store.close()
+
+
+def _space(pg_url: str) -> PostgresStore:
+    store = PostgresStore.open(pg_url)
+    store.reset_vectors(
+        DIMS, EmbeddingConfig(provider="ollama", model="t:1", endpoint="http://x", dims=DIMS).identity()
+    )
+    store.ensure_source("s", "workspace")
+    return store
+
+
+def test_pages_of_vectors_count_chunks_and_never_split_one(pg_url: str) -> None:
+    store = _space(pg_url)
+    try:
+        long_id, windows = _windowed(store, np.random.default_rng(21))
+        assert store.counts()["vectors"] == 3 and store.counts()["pending"] == 0
+        assert sum(store.vector_language_counts().values()) == 3
+        rows = _rows(store)
+        assert [(cid, window) for cid, window, _ in rows][:WINDOWS] == [(long_id, n) for n in range(WINDOWS)]
+        pages, after = [], 0
+        while (page := store.vectors_by_language(after, 1)).ids:
+            assert len(set(page.ids)) == 1  # one chunk a page, whole
+            pages.append(page)
+            after = page.ids[-1]
+        assert [page.ids for page in pages] == [[long_id] * WINDOWS] + [[cid] for cid in sorted(windows)[1:]]
+        assert pages[0].first_windows().tolist() == [True] + [False] * (WINDOWS - 1)
+        whole = store.vectors_by_language(0, 2)
+        assert whole.ids == [long_id] * WINDOWS + [sorted(windows)[1]]
+        assert np.allclose(whole.matrix[:WINDOWS], windows[long_id])
+        everything = store.all_vectors()
+        assert everything.ids.tolist() == [cid for cid, _, _ in rows]
+        assert np.allclose(everything.matrix, np.asarray([vector for _, _, vector in rows], dtype=np.float32))
+    finally:
+        store.close()
+
+
+def test_rewritten_vectors_land_on_their_own_windows(pg_url: str) -> None:
+    store = _space(pg_url)
+    try:
+        long_id, _ = _windowed(store, np.random.default_rng(22))
+        page = store.vectors_by_language(0, 10)
+        rewritten = page.matrix[::-1].copy()  # every row gets another row's vector
+        with store.transaction():
+            store.rewrite_vectors(page.ids, rewritten)
+        again = store.vectors_by_language(0, 10)
+        assert again.ids == page.ids
+        assert np.allclose(again.matrix, rewritten)
+        assert [window for cid, window, _ in _rows(store) if cid == long_id] == list(range(WINDOWS))
+    finally:
+        store.close()
+
+
+def test_a_chunk_s_text_indexed_again_reuses_all_its_windows(pg_url: str) -> None:
+    store = _space(pg_url)
+    try:
+        long_id, windows = _windowed(store, np.random.default_rng(23))
+        with store.transaction():
+            pending = store.write_files("s", [_note("copy/long.md", ["a long chunk", "new text"])])
+        assert pending == 1  # the new text only
+        (copy_id,) = [
+            cid
+            for cid, row in store.chunk_rows(range(1, 100)).items()
+            if row.path == "copy/long.md" and row.chunk_idx == 0
+        ]
+        copied = [vector for cid, _, vector in _rows(store) if cid == copy_id]
+        assert np.allclose(np.asarray(copied, dtype=np.float32), windows[long_id])
+        assert [window for cid, window, _ in _rows(store) if cid == copy_id] == list(range(WINDOWS))
+        assert store.counts()["vectors"] == 4
+    finally:
+        store.close()
+
+
+def test_vectors_given_by_content_hash_are_a_chunk_s_windows_concatenated(pg_url: str) -> None:
+    store = _space(pg_url)
+    try:
+        windows = _units(np.random.default_rng(24), WINDOWS)
+        long_note, short_note = _note("a.md", ["long"]), _note("b.md", ["short", "missing"])
+        given = {
+            content_hash(long_note[1].chunks[0].embed_text): windows.tobytes(),
+            content_hash(short_note[1].chunks[0].embed_text): windows[0].tobytes(),
+        }
+        with store.transaction():
+            assert store.write_files("s", [long_note, short_note], vectors=given) == 1
+        rows = _rows(store)
+        assert [window for _, window, _ in rows] == [0, 1, 2, 0]
+        assert np.allclose(
+            np.asarray([vector for _, _, vector in rows], dtype=np.float32), np.vstack([windows, windows[:1]])
+        )
+        assert store.counts()["vectors"] == 2 and store.count_pending_all() == 1
+    finally:
+        store.close()
+
+
+def test_unembedding_or_deleting_a_chunk_leaves_none_of_its_windows(pg_url: str) -> None:
+    store = _space(pg_url)
+    try:
+        long_id, windows = _windowed(store, np.random.default_rng(25))
+        store.unembed([long_id])
+        assert long_id not in {cid for cid, _, _ in _rows(store)}
+        assert [row.id for row in store.pending_chunks(10)] == [long_id]
+        assert store.store_vectors([long_id] * WINDOWS, windows[long_id]) == 1
+        assert store.store_vectors([long_id] * WINDOWS, windows[long_id]) == 0  # no longer waiting
+        assert [window for cid, window, _ in _rows(store) if cid == long_id] == list(range(WINDOWS))
+        with store.transaction():
+            store.delete_file("s", "w/long.md")
+        assert long_id not in {cid for cid, _, _ in _rows(store)}
+        store.remove_source("s")
+        assert _rows(store) == [] and store.counts()["vectors"] == 0
+    finally:
+        store.close()
+
+
+def test_the_vector_table_of_an_earlier_version_gets_its_windows_on_migration(pg_url: str) -> None:
+    """One row per chunk keyed by its id, as every index before windows has it: each row is its
+    chunk's first window, searched and paged as before."""
+    store = _space(pg_url)
+    vectors = fill(store, {"old": 5}, np.random.default_rng(26))  # type: ignore[arg-type]
+    with store.transaction():
+        store.conn.execute("CREATE TEMPORARY TABLE kept ON COMMIT DROP AS SELECT id, embedding FROM chunk_vectors")
+        store.conn.execute("DROP TABLE chunk_vectors")
+        store.conn.execute(
+            f"""CREATE TABLE chunk_vectors (id BIGINT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+                                           embedding vector({DIMS}) NOT NULL)"""
+        )
+        store.conn.execute("INSERT INTO chunk_vectors SELECT id, embedding FROM kept")
+        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
+        store.conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("vectors_by_window")),)
+        )
+    store.close()
+    store = PostgresStore.open(pg_url)
+    try:
+        assert store.meta()["schema_version"] == str(pg_schema.PG_SCHEMA_VERSION)
+        assert [(cid, window) for cid, window, _ in _rows(store)] == [(cid, 0) for cid in sorted(vectors)]
+        query = next(iter(vectors.values()))
+        assert store.vec_search(query, 1, SearchScope())[0].chunk_id == next(iter(vectors))
+        with store.transaction():
+            store.write_files("s", [_note("new.md", ["windows"])])
+        (new_id,) = [row.id for row in store.pending_chunks(10)]
+        assert store.store_vectors([new_id] * 2, _units(np.random.default_rng(27), 2)) == 1
+        assert store.counts()["vectors"] == 6
     finally:
         store.close()

@@ -4,8 +4,9 @@ store runs, its schema and migrations included.
 The same tables and columns as the SQLite store: `meta`, `sources`, `files`, `chunks`,
 `collections`, `chunks_fts` (one tsvector per chunk, GIN-indexed, with its token count and
 its impact tiers, a second GIN-indexed tsvector that bounds unscoped keyword search) and
-`chunk_vectors` (`vector(dims)`, created by `reset_vectors`, which knows the dimensions; an
-HNSW cosine index on it once it holds HNSW_MIN_VECTORS). `fts_stats` holds per-source row and
+`chunk_vectors` (`vector(dims)`, a row per window the model read of a chunk, keyed by chunk id
+and window; created by `reset_vectors`, which knows the dimensions; an HNSW cosine index on it
+once it holds HNSW_MIN_VECTORS). `fts_stats` holds per-source row and
 token totals for BM25, kept by statement triggers on `chunks_fts`: per source, so sync workers
 of different sources never wait on one counter row. `lexemes` lists every lexeme a lexical row
 has held (see schema.LEXEMES_SQL).

@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from psycopg import sql as pg_sql
+
 from indexer.store.postgres.connection import OpenIndex
 from indexer.store.postgres.tsvector import MAX_LEXEME_BYTES, lexical_row, stored_tag_keys
 from indexer.store.postgres.vectors import rebuild_vector_index
@@ -283,6 +285,22 @@ FRONT_MATTER_PROBLEM_SQL = """
 """
 
 
+def _vectors_by_window(store: OpenIndex) -> None:
+    """The vector table an earlier version made (one row per chunk, keyed by its id) in the shape
+    `reset_vectors` makes it now (a row per window, keyed by chunk id and window): each row is
+    its chunk's first and only window. An index without a space has no table yet."""
+    shape = store.conn.execute(
+        """SELECT (SELECT conname FROM pg_constraint WHERE conrelid = to_regclass('chunk_vectors') AND contype = 'p'),
+                  EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('chunk_vectors')
+                          AND attname = 'window_idx' AND NOT attisdropped)"""
+    ).fetchone()
+    if shape is None or shape[0] is None or shape[1]:
+        return
+    store.conn.execute("ALTER TABLE chunk_vectors ADD COLUMN window_idx SMALLINT NOT NULL DEFAULT 0")
+    store.conn.execute(pg_sql.SQL("ALTER TABLE chunk_vectors DROP CONSTRAINT {}").format(pg_sql.Identifier(shape[0])))
+    store.conn.execute("ALTER TABLE chunk_vectors ADD CONSTRAINT chunk_vectors_pkey PRIMARY KEY (id, window_idx)")
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
@@ -302,6 +320,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("hnsw_half_precision", "SELECT 1", data=rebuild_vector_index),
     PgMigration("lexemes", LEXEMES_SQL, data=_fill_lexemes),
     PgMigration("front_matter_problems", FRONT_MATTER_PROBLEM_SQL),
+    PgMigration("vectors_by_window", "SELECT 1", data=_vectors_by_window),
 )
 
 

@@ -383,7 +383,7 @@ class PostgresStore(PgVectors):
         self._add_lexemes(lexemes)
         attached = [(int(chunk_id), carried[digest]) for chunk_id, digest in rows if digest in carried]
         if attached:
-            self._insert_vectors(attached)
+            self._insert_carried(attached)
         return len(hashes) - len(attached)
 
     def _add_lexemes(self, lexemes: set[str]) -> None:
@@ -487,23 +487,31 @@ class PostgresStore(PgVectors):
         )
 
     def _vectors_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
-        """Ask for the vector (float32 bytes) of the oldest embedded chunk with each content hash;
-        `_vectors_by_hash_read` takes the answer (apart, so a pipeline can send more meanwhile)."""
+        """Ask for the vectors (every window, in order) of the oldest embedded chunk with each
+        content hash; `_vectors_by_hash_read` takes the answer (apart, so a pipeline can send
+        more meanwhile)."""
         if not hashes or not self.has_vector_table():
             return None
         return self.conn.execute(
-            """SELECT DISTINCT ON (c.content_hash) c.content_hash, vector_send(v.embedding)
-               FROM chunks c JOIN chunk_vectors v ON v.id = c.id
-               WHERE c.content_hash = ANY(%s) AND c.embedded_at IS NOT NULL ORDER BY c.content_hash, c.id""",
+            """SELECT h.content_hash, vector_send(v.embedding)
+               FROM (SELECT DISTINCT ON (c.content_hash) c.content_hash, c.id
+                     FROM chunks c JOIN chunk_vectors f ON f.id = c.id AND f.window_idx = 0
+                     WHERE c.content_hash = ANY(%s) AND c.embedded_at IS NOT NULL
+                     ORDER BY c.content_hash, c.id) h
+               JOIN chunk_vectors v ON v.id = h.id ORDER BY h.content_hash, v.window_idx""",
             (sorted(hashes),),
             binary=True,
         )
 
     @staticmethod
     def _vectors_by_hash_read(sent: psycopg.Cursor[Any] | None) -> dict[str, bytes]:
+        """Each hash's windows' float32 vectors, concatenated in order."""
         if sent is None:
             return {}
-        return {str(digest): vector_bytes(bytes(vector)) for digest, vector in sent.fetchall()}
+        carried: dict[str, bytes] = {}
+        for digest, vector in sent.fetchall():
+            carried[str(digest)] = carried.get(str(digest), b"") + vector_bytes(bytes(vector))
+        return carried
 
     def _languages_by_hash_sent(self, hashes: set[str]) -> psycopg.Cursor[Any] | None:
         """Ask for the languages already detected for these texts ('unknown' is not reused)."""

@@ -109,6 +109,24 @@ EF_GROWS_FROM = 300_000
 EF_GROWS_TO = 1_000_000
 
 
+def window_numbers(ids: Sequence[int]) -> list[int]:
+    """Each row's window within its chunk, for rows that repeat a chunk's id once per window,
+    first window first: 0 at a chunk's first row, then 1, 2..."""
+    seen: dict[int, int] = {}
+    numbers = []
+    for chunk_id in ids:
+        number = seen.get(int(chunk_id), 0)
+        numbers.append(number)
+        seen[int(chunk_id)] = number + 1
+    return numbers
+
+
+# rows an unscoped search reads from the HNSW index per chunk it returns: a chunk's windows
+# (about half of real notes' chunks have two or more) may stand side by side in the nearest rows.
+# Too few distinct chunks among them reads again, twice as many.
+HITS_READ_PER_CHUNK = 2
+
+
 class _VectorDumper(Dumper):
     """numpy arrays as pgvector `vector` parameters (binary: uint16 dims, uint16 0, float4 BE)."""
 
@@ -204,13 +222,17 @@ class PgVectors(StoreCore):
         return self._has_vectors
 
     def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
-        """Switch embedding spaces atomically: drop every vector, mark every chunk pending."""
+        """Switch embedding spaces atomically: drop every vector, mark every chunk pending. A
+        row per window the model read of a chunk (`window_idx` 0 is the first, the chunk's own
+        vector), so a chunk's rows are one range of the primary key."""
         with self.transaction():
             self.conn.execute("DROP TABLE IF EXISTS chunk_vectors")
             self.conn.execute(
                 f"""CREATE TABLE chunk_vectors (
-                      id        BIGINT PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
-                      embedding vector({int(dims)}) NOT NULL
+                      id         BIGINT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+                      window_idx SMALLINT NOT NULL DEFAULT 0,
+                      embedding  vector({int(dims)}) NOT NULL,
+                      PRIMARY KEY (id, window_idx)
                     )""".encode()
             )
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
@@ -228,6 +250,14 @@ class PgVectors(StoreCore):
             )
         )
 
+    def counts(self) -> dict[str, int]:
+        """The shared diagnostic counts, "vectors" counting chunks (their first windows), not
+        the rows of their windows."""
+        counts = super().counts()
+        if counts["vectors"]:
+            counts["vectors"] = int(self._one("SELECT count(*) FROM chunk_vectors WHERE window_idx = 0"))
+        return counts
+
     def vec_version(self) -> str:
         return str(self._one("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
 
@@ -241,22 +271,35 @@ class PgVectors(StoreCore):
         dumper = type("VectorDumper", (_VectorDumper,), {"oid": oid})
         self.conn.adapters.register_dumper("numpy.ndarray", dumper)
 
-    def _insert_vectors(self, rows: Sequence[tuple[int, bytes]]) -> None:
-        """(chunk id, float32 bytes) pairs into chunk_vectors, by binary COPY (one round trip)."""
-        import numpy as np
-
+    def _insert_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+        """Rows (chunk id, vector) into chunk_vectors, a chunk's windows consecutive under its
+        repeated id, first window first, by binary COPY (one round trip)."""
         assert self._vector_oid is not None
         with (
             self.conn.cursor() as cursor,
-            cursor.copy("COPY chunk_vectors (id, embedding) FROM STDIN (FORMAT BINARY)") as copy,
+            cursor.copy("COPY chunk_vectors (id, window_idx, embedding) FROM STDIN (FORMAT BINARY)") as copy,
         ):
-            copy.set_types([20, self._vector_oid])  # int8, vector
-            for chunk_id, blob in rows:
-                copy.write_row((chunk_id, np.frombuffer(blob, dtype=np.float32)))
+            copy.set_types([20, 21, self._vector_oid])  # int8, int2, vector
+            for chunk_id, window, vector in zip(ids, window_numbers(ids), vectors, strict=True):
+                copy.write_row((chunk_id, window, vector))
         self._vectors_changed = True
 
+    def _insert_carried(self, carried: Sequence[tuple[int, bytes]]) -> None:
+        """(chunk id, its windows' float32 vectors concatenated) pairs into chunk_vectors."""
+        import numpy as np
+
+        dims = self._vector_dims()
+        ids: list[int] = []
+        windows: list[np.ndarray] = []
+        for chunk_id, blob in carried:
+            matrix = np.frombuffer(blob, dtype=np.float32).reshape(-1, dims)
+            ids.extend([chunk_id] * len(matrix))
+            windows.extend(matrix)
+        self._insert_vectors(ids, np.asarray(windows, dtype=np.float32))
+
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
-        """Attach vectors to chunks that still exist and are still pending. Returns how many."""
+        """Attach vectors to chunks that still exist and are still pending (a chunk's windows
+        consecutive under its repeated id). Returns how many chunks."""
         import numpy as np
 
         if not len(ids):
@@ -266,22 +309,18 @@ class PgVectors(StoreCore):
                 self.conn.execute(ASYNC_COMMIT)
                 marked = self.conn.execute(
                     "UPDATE chunks SET embedded_at = %s WHERE id = ANY(%s) AND embedded_at IS NULL RETURNING id",
-                    (utc_now(), [int(i) for i in ids]),
+                    (utc_now(), sorted({int(i) for i in ids})),
                 )
             waiting = {int(r[0]) for r in marked.fetchall()}
-            rows = [
-                (int(chunk_id), np.asarray(vector, dtype=np.float32).tobytes())
-                for chunk_id, vector in zip(ids, vectors, strict=True)
-                if int(chunk_id) in waiting
-            ]
-            if rows:
-                self._insert_vectors(rows)
-        if rows:
+            kept = [n for n, chunk_id in enumerate(ids) if int(chunk_id) in waiting]
+            if kept:
+                self._insert_vectors([int(ids[n]) for n in kept], np.asarray(vectors, dtype=np.float32)[kept])
+        if kept:
             self._index_vectors_once_many()
-        return len(rows)
+        return len(waiting)
 
     def unembed(self, ids: Sequence[int]) -> None:
-        """Drop the vectors of these chunks and make them pending again."""
+        """Drop the vectors (every window) of these chunks and make them pending again."""
         with self.transaction():
             self.conn.execute("DELETE FROM chunk_vectors WHERE id = ANY(%s)", ([int(i) for i in ids],))
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE id = ANY(%s)", ([int(i) for i in ids],))
@@ -403,10 +442,11 @@ class PgVectors(StoreCore):
             rebuild_vector_index(self)
 
     def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
-        """Chunks by cosine distance, nearest first. Unscoped: the HNSW index (approximate, with a
-        candidate list of at least 4k, longer in a larger index), or an exact scan while there are too few vectors for
-        one (HNSW_MIN_VECTORS). Scoped: exact over the scope's own vectors (a
-        materialised set, so no index scan can cut it short). A zero vector is never a hit."""
+        """Chunks by the cosine distance of their nearest window, nearest first, each once.
+        Unscoped: the HNSW index (approximate, with a candidate list of at least 4k, longer in a
+        larger index), or an exact scan while there are too few vectors for one
+        (HNSW_MIN_VECTORS). Scoped: exact over the scope's own vectors (a materialised set, so
+        no index scan can cut it short). A zero vector is never a hit."""
         import numpy as np
 
         if k <= 0 or not self.has_vector_table() or not np.any(vector):
@@ -428,15 +468,7 @@ class PgVectors(StoreCore):
                     "span": EF_GROWS_TO - EF_GROWS_FROM,
                 },
             )
-            dims = len(query)  # the column's width: pgvector compares no vectors of two
-            key = hnsw_key(dims)
-            order = "embedding <=> %(q)s" if key is None else f"{key} <=> %(q)s::halfvec({dims})"
-            rows = self.conn.execute(
-                f"""SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
-                    ORDER BY {order} LIMIT %(k)s""",
-                {"q": query, "k": k},
-                prepare=False,  # planned for this query each time
-            ).fetchall()
+            rows = self._nearest_rows(query, k)
         else:
             where, params = scope_condition(scope, "c")
             params.update(q=query, k=k)
@@ -446,23 +478,51 @@ class PgVectors(StoreCore):
                 f"""WITH scoped AS MATERIALIZED (
                         SELECT v.id, v.embedding <=> %(q)s AS distance FROM chunk_vectors v
                         WHERE v.id = ANY(ARRAY(SELECT c.id FROM chunks c WHERE {where} ORDER BY c.id)))
-                    SELECT id, distance FROM scoped WHERE distance <> 'NaN' ORDER BY distance, id LIMIT %(k)s""",
+                    SELECT id, min(distance) AS nearest FROM scoped WHERE distance <> 'NaN'
+                    GROUP BY id ORDER BY nearest, id LIMIT %(k)s""",
                 params,
                 prepare=False,  # planned for this scope's size each time
             ).fetchall()
-        hits = [RankedChunk(int(chunk_id), float(distance)) for chunk_id, distance in rows if distance == distance]
+        nearest: dict[int, float] = {}
+        for chunk_id, distance in rows:
+            if distance == distance and distance < nearest.get(int(chunk_id), float("inf")):
+                nearest[int(chunk_id)] = float(distance)
+        hits = [RankedChunk(chunk_id, distance) for chunk_id, distance in nearest.items()]
         hits.sort(key=lambda hit: (hit.score, hit.chunk_id))
-        return hits
+        return hits[:k]
+
+    def _nearest_rows(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The unscoped search's nearest rows (windows) in the index's order, read until they
+        hold `k` chunks or every row (HITS_READ_PER_CHUNK rows a chunk at first)."""
+        dims = len(query)  # the column's width: pgvector compares no vectors of two
+        key = hnsw_key(dims)
+        order = "embedding <=> %(q)s" if key is None else f"{key} <=> %(q)s::halfvec({dims})"
+        rows_read = HITS_READ_PER_CHUNK * k
+        while True:
+            rows = self.conn.execute(
+                f"""SELECT id, embedding <=> %(q)s AS distance FROM chunk_vectors
+                    ORDER BY {order} LIMIT %(n)s""",
+                {"q": query, "n": rows_read},
+                prepare=False,  # planned for this query each time
+            ).fetchall()
+            if len(rows) < rows_read or len({chunk_id for chunk_id, _ in rows}) >= k:
+                return rows
+            rows_read *= 2
 
     def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
+        """Every window of the next `limit` chunks with vectors (their first windows name them)."""
         import numpy as np
 
         if not self.has_vector_table():
             return VectorPage([], [], np.empty((0, 0), np.float32))
         rows = self.conn.execute(
             """SELECT v.id, COALESCE(c.language, 'unknown'), vector_send(v.embedding) FROM chunk_vectors v
-               JOIN chunks c ON c.id = v.id WHERE v.id > %s ORDER BY v.id LIMIT %s""",
-            (after_id, limit),
+               JOIN chunks c ON c.id = v.id
+               WHERE v.id > %(after)s AND v.id <= (
+                   SELECT max(id) FROM (SELECT id FROM chunk_vectors WHERE id > %(after)s AND window_idx = 0
+                                        ORDER BY id LIMIT %(limit)s) page)
+               ORDER BY v.id, v.window_idx""",
+            {"after": after_id, "limit": limit},
             binary=True,
         ).fetchall()
         if not rows:
@@ -471,15 +531,16 @@ class PgVectors(StoreCore):
         return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix.reshape(len(rows), -1).copy())
 
     def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
-        """Replace stored vectors in place. Inside a transaction."""
+        """Replace stored vectors in place, rows as `vectors_by_language` gives them (a chunk's
+        windows in order under its repeated id). Inside a transaction."""
         import numpy as np
 
         with self.conn.cursor() as cursor:
             cursor.executemany(
-                "UPDATE chunk_vectors SET embedding = %s WHERE id = %s",
+                "UPDATE chunk_vectors SET embedding = %s WHERE id = %s AND window_idx = %s",
                 [
-                    (np.asarray(vector, dtype=np.float32), int(chunk_id))
-                    for chunk_id, vector in zip(ids, vectors, strict=True)
+                    (np.asarray(vector, dtype=np.float32), int(chunk_id), window)
+                    for chunk_id, window, vector in zip(ids, window_numbers(ids), vectors, strict=True)
                 ],
             )
         self._vectors_changed = True
@@ -492,7 +553,7 @@ class PgVectors(StoreCore):
         if self.has_vector_table():
             with self.conn.cursor(binary=True) as cursor:
                 for chunk_id, sent in cursor.execute(
-                    "SELECT id, vector_send(embedding) FROM chunk_vectors ORDER BY id"
+                    "SELECT id, vector_send(embedding) FROM chunk_vectors ORDER BY id, window_idx"
                 ):
                     ids.append(int(chunk_id))
                     buffer += vector_bytes(bytes(sent))
