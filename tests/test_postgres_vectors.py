@@ -42,6 +42,12 @@ def _filled(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> PostgresStore:
     return store
 
 
+def _schema_before(store: PostgresStore, step: str) -> None:
+    """The schema version recorded as it was before the migration step `step` (in a transaction)."""
+    names = [migration.name for migration in pg_schema.PG_MIGRATIONS]
+    store.conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(names.index(step)),))
+
+
 def _as_the_earlier_version_left_it(store: PostgresStore, old_path_index: bool = False) -> None:
     """The HNSW index as the previous schema built it (pgvector's defaults; with
     `old_path_index`, the path index it had too) and the schema version before the rebuild."""
@@ -53,10 +59,7 @@ def _as_the_earlier_version_left_it(store: PostgresStore, old_path_index: bool =
         if old_path_index:
             store.conn.execute("DROP INDEX idx_chunks_path_ids")
             store.conn.execute("CREATE INDEX idx_chunks_path ON chunks(path)")
-        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_ef_construction_128")),)
-        )
+        _schema_before(store, "hnsw_ef_construction_128")
 
 
 def _migrating(pg_url: str) -> tuple[threading.Thread, list[Exception | None]]:
@@ -183,10 +186,7 @@ def test_a_graph_of_the_float_vectors_is_rebuilt_over_their_half_precision_copie
             "CREATE INDEX idx_chunk_vectors_hnsw ON chunk_vectors USING hnsw (embedding vector_cosine_ops)"
             f" WITH ({', '.join(pg_vectors.hnsw_options(330))})"
         )
-        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("hnsw_half_precision")),)
-        )
+        _schema_before(store, "hnsw_half_precision")
     exact = {
         int(cid): float(distance)
         for cid, distance in store.conn.execute("SELECT id, embedding <=> %s FROM chunk_vectors", (queries[0],))
@@ -602,10 +602,7 @@ def test_the_vector_table_of_an_earlier_version_gets_its_windows_on_migration(pg
                                            embedding vector({DIMS}) NOT NULL)"""
         )
         store.conn.execute("INSERT INTO chunk_vectors SELECT id, embedding FROM kept")
-        steps = [step.name for step in pg_schema.PG_MIGRATIONS]
-        store.conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(steps.index("vectors_by_window")),)
-        )
+        _schema_before(store, "vectors_by_window")
     store.close()
     store = PostgresStore.open(pg_url)
     try:
