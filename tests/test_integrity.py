@@ -3,6 +3,7 @@ never make a file where the index should be; `log:` cannot be the index."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -48,6 +49,18 @@ def test_noise_in_the_middle_of_the_index_is_said_by_status_query_and_a_plain_sy
         ["status", "--offline", "--check"],
     ):
         assert_one_line_error(cli(config, *command), str(db), "damaged", f"`rm {db}`", "sync --full")
+
+
+def test_a_check_that_passes_says_so(tmp_path: Path) -> None:
+    """`status --check` on a whole index printed what `status` prints: nothing told that the
+    file was read. It says so now, in text and JSON; a plain status says nothing of a check."""
+    config, _ = _indexed(tmp_path)
+    checked = cli(config, "status", "--offline", "--check")
+    assert checked.exit_code == 0 and "check: ok: the whole index file was read" in checked.stdout
+    assert json.loads(cli(config, "status", "--offline", "--check", "--json").stdout)["check"].startswith("ok:")
+    plain = cli(config, "status", "--offline")
+    assert plain.exit_code == 0 and "check:" not in plain.stdout
+    assert json.loads(cli(config, "status", "--offline", "--json").stdout)["check"] is None
 
 
 def test_a_sync_checks_the_whole_file_after_a_crashed_one(tmp_path: Path) -> None:

@@ -272,6 +272,8 @@ def _print_status(report: StatusReport) -> None:
     from indexer.freshness import GitLag, LagUnknown, WorkspaceLag  # loaded by the status just read
 
     echo(f"index: {report.db}")
+    if report.check is not None:
+        echo(f"check: {report.check}")
     running = report.sync_running
     if running is not None:
         pid = f" (pid {running.pid})" if running.pid else ""
