@@ -138,14 +138,9 @@ class CachingEmbedder(Embedder):
                 self.hits += 1
         return out
 
-    def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-        """The wrapped embedder's way with a long chunk (the local engine reads it whole, a
-        server gets windows), each text it embeds served from the cache: the base class's
-        windows would give the local model vectors a real index never holds."""
-        return type(self.inner).embed_chunks(self, texts, on_batch)
-
     def token_count(self, text: str) -> int:
-        """The wrapped embedder's count (the local engine's is exact, not the estimate)."""
+        """The wrapped embedder's count (the local engine's is exact, not the estimate): its
+        windows are cut as a real index cuts them."""
         return self.inner.token_count(text)
 
     def close(self) -> None:

@@ -77,8 +77,8 @@ class EmbeddingConfig:
 
     @property
     def window(self) -> int:
-        """Tokens the model reads per input (prefix and special tokens included); the local
-        engine reads longer texts too, in windows of this size."""
+        """Tokens the model reads per input (prefix and special tokens included): a longer chunk
+        is embedded as windows of this size (the local engine's own, 512)."""
         return self.max_tokens if self.max_tokens is not None else known_window(self.provider, self.model)
 
     def identity(self) -> dict[str, str]:
@@ -90,9 +90,7 @@ class EmbeddingConfig:
             "passage_prefix": self.passage_prefix,
             "normalized": "1",
             VECTOR_SPACE_KEY: neutral.definition(self.language_neutral),
-            WINDOW_KEY: ENGINE_WINDOWS
-            if self.provider == "local"
-            else f"{self.window} tokens, windows {WINDOWS_VERSION}",
+            WINDOW_KEY: f"{self.window} tokens, windows {WINDOWS_VERSION}",
         }
 
 
@@ -108,12 +106,8 @@ VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's
 # the model's window and how chunks are cut into windows (indexer.windows): a chunk's vector
 # depends on both
 WINDOW_KEY = "embedding_window"
-# The local engine reads a long text whole, as 512-token windows whose mean it returns: what every
-# index written before the key existed holds, so such an index keeps its vectors
-ENGINE_WINDOWS = "512 tokens, pooled by the engine"
 UNRECORDED: dict[str, tuple[str, ...]] = {
     VECTOR_SPACE_KEY: (neutral.definition(False), neutral.definition(True)),
-    WINDOW_KEY: (ENGINE_WINDOWS,),
 }
 WALKED_FILES_KEY = "walked_files:"  # + a workspace source's id: its file count at its last whole walk
 
@@ -122,9 +116,9 @@ def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str
     """Human descriptions of every identity key where the index and the config disagree.
 
     An index written before the vector space was recorded holds raw vectors and no language
-    statistics, which is also a valid neutral space (no offsets yet), and one written before
-    the window was recorded holds the local engine's vectors: each is adopted as it is (sync
-    records the key) rather than re-embedded."""
+    statistics, which is also a valid neutral space (no offsets yet): it is adopted as it is
+    (sync records the key) rather than re-embedded. One written before the window was recorded
+    holds a vector per chunk, not per window: it is embedded again."""
     return [
         f"{key}: index has {meta.get(key)!r}, config asks for {value!r}"
         for key, value in config.identity().items()
@@ -406,7 +400,7 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     if max_tokens is not None:
         max_tokens = c.integer(max_tokens, "embedding.max_tokens", minimum=MIN_MAX_TOKENS, maximum=MAX_MAX_TOKENS)
         if local:
-            raise c.fail("embedding.max_tokens", "the local engine reads every token of a text (in 512-token windows)")
+            raise c.fail("embedding.max_tokens", "the local engine's window is its model's own (512 tokens)")
     return EmbeddingConfig(
         provider=provider,
         model=model,

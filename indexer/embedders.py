@@ -11,7 +11,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -30,6 +30,24 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # vectors are stored as float32
 # below this length a vector has no direction worth trusting: an embedder's zero answer, or
 # rounding noise (a real embedding's length is around 1, or its model's scale: tens)
 MIN_VECTOR_NORM = 1e-6
+
+
+class ChunkVectors(NamedTuple):
+    """Chunks' vectors, one per window the model read: row i of `matrix` belongs to text
+    `owners[i]`; a text's windows are consecutive, first window first."""
+
+    owners: np.ndarray  # int64, ascending
+    matrix: np.ndarray  # (windows, dims) unit float32
+
+    def rows_of(self, texts: Sequence[int], ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
+        """The windows of `texts[i]` under the chunk id `ids[i]`, for every i in order (a text
+        shared by several chunks gives each a copy): what a store takes."""
+        starts = np.searchsorted(self.owners, texts, side="left")
+        ends = np.searchsorted(self.owners, texts, side="right")
+        spans = [np.arange(a, b) for a, b in zip(starts, ends, strict=True)]
+        rows = np.concatenate(spans) if spans else np.empty(0, dtype=np.int64)
+        row_ids = [int(chunk_id) for chunk_id, span in zip(ids, spans, strict=True) for _ in span]
+        return row_ids, self.matrix[rows]
 
 
 class Embedder(ABC):
@@ -55,12 +73,13 @@ class Embedder(ABC):
                 on_batch(start + len(batch))
         return out
 
-    def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-        """One vector per chunk from its embed text ("breadcrumb\\n\\ntext"). A server reads only
-        the first `window` tokens of a text, so a longer one is embedded as windows
-        (`indexer.windows`) whose vectors are averaged: every line reaches the chunk's vector.
-        (Weighted by their tokens, a short last window counts less, and lines of a chunk's
-        tail found it less often: bench/EVAL.md.) `on_batch(n)`: about n texts done."""
+    def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> ChunkVectors:
+        """A vector per window of each chunk's embed text ("breadcrumb\n\ntext"): the model
+        reads only its first `window` tokens of a text, so a longer one is embedded as
+        overlapping windows (`indexer.windows`) and every line reaches a vector. A search ranks
+        a chunk by its nearest window: a question is about one part of a long chunk, which one
+        averaged vector dilutes (bench/EVAL.md, "Chunks longer than the model reads").
+        `on_batch(n)`: about n texts done."""
         parts: list[str] = []
         owners: list[int] = []
         for index, text in enumerate(texts):
@@ -69,12 +88,9 @@ class Embedder(ABC):
             parts.extend(pieces)
             owners.extend([index] * len(pieces))
         if len(parts) == len(texts):
-            return self.embed_passages(texts, on_batch)
+            return ChunkVectors(np.arange(len(texts), dtype=np.int64), self.embed_passages(texts, on_batch))
         report = None if on_batch is None else (lambda done: on_batch(len(texts) * done // len(parts)))
-        vectors = self.embed_passages(parts, report)
-        pooled = np.zeros((len(texts), self.dims), dtype=np.float64)
-        np.add.at(pooled, np.asarray(owners), vectors)
-        return self._checked(pooled, len(texts))
+        return ChunkVectors(np.asarray(owners, dtype=np.int64), self.embed_passages(parts, report))
 
     def token_count(self, text: str) -> int:
         """Tokens the model reads for `text` as a passage (prefix and special tokens included):
@@ -237,13 +253,6 @@ class LocalEmbedder(Embedder):
             _use_threads(model, texts, is_query)
             vectors: np.ndarray = model.encode(texts, is_query)
         return vectors
-
-    def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-        """The engine reads a long text whole, as 512-token windows whose mean it returns: the
-        text goes in whole. Averaged windows of our own (the breadcrumb in each) ranked long
-        chunks lower on known-item queries over the public Russian and Czech notes
-        (bench/EVAL.md, "Chunks longer than the model reads")."""
-        return self.embed_passages(texts, on_batch)
 
     def token_count(self, text: str) -> int:
         """Exact: the engine's own tokenizer."""

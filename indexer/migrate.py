@@ -27,6 +27,7 @@ from indexer.store import (
     LANGUAGE_BACKFILL_KEY,
     IndexWriter,
     SourceStats,
+    chunk_windows,
     content_hash,
     is_unfinished_copy,
 )
@@ -212,7 +213,8 @@ class _VectorStream:
         self.done = False
 
     def take(self, ids: list[int]) -> dict[int, bytes]:
-        """The vectors of those of `ids` that have one (float32 bytes), by id."""
+        """The vectors of those of `ids` that have one (float32 bytes, a chunk's windows
+        concatenated, first window first), by id."""
         import numpy as np
 
         wanted = max(ids, default=0)
@@ -223,7 +225,7 @@ class _VectorStream:
                 break
             self.after = page.ids[-1]
             matrix = np.ascontiguousarray(page.matrix, dtype=np.float32)
-            self.held.update((chunk_id, matrix[k].tobytes()) for k, chunk_id in enumerate(page.ids))
+            self.held.update((chunk_id, windows.tobytes()) for chunk_id, windows in chunk_windows(page.ids, matrix))
         return {i: vector for i in ids if (vector := self.held.pop(i, None)) is not None}
 
 

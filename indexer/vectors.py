@@ -98,7 +98,9 @@ class VectorWork:
             for row in rows:
                 texts[unique[row.content_hash]] = row.text
             try:
-                vectors = embedder.embed_chunks(texts, on_batch=self._page_progress(done, len(rows), len(texts), total))
+                embedded = embedder.embed_chunks(
+                    texts, on_batch=self._page_progress(done, len(rows), len(texts), total)
+                )
             except EmbedderUnavailable as exc:
                 if held is not None:
                     report.embedded += self._store_held(held, None)
@@ -119,10 +121,10 @@ class VectorWork:
                 return
             if done == 0:
                 health.succeeded(self.config.embedding)  # searches may use the embedder again
-            ids = [row.id for row in rows]
-            vectors = vectors[[unique[row.content_hash] for row in rows]]
+            # each chunk's windows under its id (identical texts share theirs)
+            ids, vectors = embedded.rows_of([unique[row.content_hash] for row in rows], [row.id for row in rows])
             if self.config.embedding.language_neutral:
-                languages = self.store.chunk_languages(ids)
+                languages = self.store.chunk_languages(set(ids))
                 page_languages = [languages.get(i, neutral.UNKNOWN) for i in ids]
                 if held is not None:
                     held.add(ids, page_languages, vectors)
@@ -153,7 +155,7 @@ class VectorWork:
         broken: list[int] = []
         for page in self._vector_pages():
             short = np.linalg.norm(page.matrix, axis=1) < STORED_MIN_NORM
-            broken.extend(page.ids[i] for i in np.flatnonzero(short))
+            broken.extend(dict.fromkeys(page.ids[i] for i in np.flatnonzero(short)))
         if broken:
             self.store.unembed(broken)
             log.warning("%d chunks had a zero vector (stored by an older version): embedding them again", len(broken))
@@ -243,8 +245,8 @@ class VectorWork:
             # the same as its removal right after the estimate, which the rule also ignores)
             counts: dict[str, int] = {}
             for batch in batches:
-                for lang in batch.languages:
-                    counts[lang] = counts.get(lang, 0) + 1
+                for lang, first in zip(batch.languages, batch.first_windows(), strict=True):
+                    counts[lang] = counts.get(lang, 0) + int(first)
             if self.store.vectors_by_language(0, 1).ids or not neutral.needs_estimate(old, counts, model):
                 return sum(self.store.store_vectors(batch.ids, batch.matrix) for batch in batches)
             new = estimate_space(held.pages(), model)
@@ -275,17 +277,19 @@ def _next_try(failure: Outage) -> str:
 
 
 def estimate_space(pages: Iterable[VectorPage], model: str) -> neutral.NeutralSpace:
-    """The statistics of raw vectors given in id order by pages of VECTOR_PAGE: per-language
-    sums in float64 page by page (the same pages give the same bits), then `neutral.estimate`,
-    read back through JSON, exactly what later syncs will read."""
+    """The statistics of raw vectors given in id order by pages of VECTOR_PAGE chunks: per-language
+    sums of the chunks' own vectors (their first windows') in float64 page by page (the same
+    pages give the same bits), then `neutral.estimate`, read back through JSON, exactly what
+    later syncs will read."""
     import numpy as np
 
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     for page in pages:
         labels = np.array(page.languages, dtype=object)  # compared in one C loop per language
+        first = page.first_windows()
         for lang in set(page.languages):
-            rows = labels == lang
+            rows = (labels == lang) & first
             sums[lang] = sums.get(lang, 0) + page.matrix[rows].sum(axis=0, dtype=np.float64)
             counts[lang] = counts.get(lang, 0) + int(rows.sum())
     new = neutral.estimate({lang: (sums[lang] / counts[lang], counts[lang]) for lang in sums}, model)
@@ -313,22 +317,27 @@ class HeldVectors:
 
     def pages(self) -> Iterator[VectorPage]:
         """The held vectors cut as `Syncer._vector_pages` would read them once stored, one page
-        at a time: joining them all first would hold a second copy of every one (twice the bound)."""
+        of VECTOR_PAGE chunks at a time: joining them all first would hold a second copy of every
+        one (twice the bound). (A page embedded holds every window of its chunks.)"""
         import numpy as np
 
         ids: list[int] = []
         languages: list[str] = []
         parts: list[np.ndarray] = []
+        chunks = 0
         for batch in self.batches:
+            bounds = [*np.flatnonzero(batch.first_windows()).tolist(), len(batch.ids)]  # chunk starts, end
             at = 0
-            while at < len(batch.ids):
-                take = min(VECTOR_PAGE - len(ids), len(batch.ids) - at)
-                ids += batch.ids[at : at + take]
-                languages += batch.languages[at : at + take]
-                parts.append(batch.matrix[at : at + take])
+            while at < len(bounds) - 1:
+                take = min(VECTOR_PAGE - chunks, len(bounds) - 1 - at)  # whole chunks
+                start, end = bounds[at], bounds[at + take]
+                ids += batch.ids[start:end]
+                languages += batch.languages[start:end]
+                parts.append(batch.matrix[start:end])
+                chunks += take
                 at += take
-                if len(ids) == VECTOR_PAGE:
+                if chunks == VECTOR_PAGE:
                     yield VectorPage(ids, languages, np.concatenate(parts))
-                    ids, languages, parts = [], [], []
+                    ids, languages, parts, chunks = [], [], [], 0
         if ids:
             yield VectorPage(ids, languages, np.concatenate(parts))

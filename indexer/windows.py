@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-# how chunks are cut into windows: part of the index identity (a change re-embeds every chunk)
-WINDOWS_VERSION = "1"
+# how chunks are cut into windows and what is stored of them (2: a vector per window, the
+# nearest counts): part of the index identity (a change re-embeds every chunk)
+WINDOWS_VERSION = "2"
 # tokens of whole lines a window repeats from the one before: about one line of prose
 WINDOW_OVERLAP = 48
 # the breadcrumb is dropped from the windows of a chunk when it would take more than this

@@ -32,8 +32,17 @@ RELOAD_INTERVAL_S = 5.0  # at most one load per interval: a watcher can commit e
 @dataclass(frozen=True)
 class _Copy:
     generation: str
-    ids: np.ndarray  # chunk ids, ascending
-    unit: np.ndarray  # one unit-length float32 row per id
+    ids: np.ndarray  # chunk ids, ascending, one per chunk
+    unit: np.ndarray  # unit-length float32 rows, a chunk's windows consecutive
+    starts: np.ndarray | None  # each chunk's first row in `unit`; None: one row per chunk
+
+    @classmethod
+    def of(cls, generation: str, ids: np.ndarray, unit: np.ndarray) -> _Copy:
+        """`ids` one per row of `unit`, a chunk's windows under its repeated id."""
+        if len(ids) < 2 or bool(np.all(ids[1:] != ids[:-1])):
+            return cls(generation, ids, unit, None)
+        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+        return cls(generation, ids[starts], unit, starts)
 
 
 class ResidentVectors:
@@ -70,6 +79,8 @@ class ResidentVectors:
         if k <= 0 or not len(copy.ids) or not norm:  # a zero vector has no cosine distance (as vec_search)
             return []
         similarity = copy.unit @ (query / norm)
+        if copy.starts is not None:  # a chunk is as near as its nearest window
+            similarity = np.maximum.reduceat(similarity, copy.starts)
         k = min(k, len(copy.ids))
         top = np.argpartition(-similarity, k - 1)[:k]
         top = top[np.lexsort((copy.ids[top], -similarity[top]))]  # nearest first, ties by id
@@ -122,5 +133,5 @@ class ResidentVectors:
             if not norms.all():  # zero vectors are never hits (as in vec_search)
                 keep = norms[:, 0] != 0
                 ids, matrix = ids[keep], matrix[keep]
-        self._copy = _Copy(generation, ids, matrix)
-        log.info("loaded %d vectors into memory (generation %s)", len(ids), generation)
+        self._copy = _Copy.of(generation, ids, matrix)
+        log.info("loaded %d vectors into memory (generation %s)", len(matrix), generation)

@@ -9,26 +9,29 @@ import numpy as np
 
 from bench.beir import CachingEmbedder
 from indexer.config import EmbeddingConfig
-from indexer.embedders import LocalEmbedder
+from indexer.embedders import Embedder, LocalEmbedder
 from indexer.windows import windows
 from tests.fakes import FakeEmbedder
 
 LONG_CS = "Záloha databáze se obnovuje příkazem pg_restore do prázdné databáze na novém serveru. " * 25
 
 
-def test_a_long_chunk_through_the_cache_is_read_whole_by_the_local_engine(tmp_path: Path) -> None:
+def test_a_long_chunk_through_the_cache_gets_the_local_engines_own_windows(tmp_path: Path) -> None:
     local = LocalEmbedder(EmbeddingConfig())
     text = "Zálohy\n\n" + LONG_CS
-    assert local.token_count(text) > local.config.window  # long enough that windows would differ
+    pieces = windows("Zálohy", LONG_CS, local.token_count, local.config.window)
+    assert len(pieces) > 1
+    # cut by the engine's exact count, as an index cuts them, not by the servers' estimate
+    assert pieces != windows("Zálohy", LONG_CS, lambda piece: Embedder.token_count(local, piece), 512)
     cached = CachingEmbedder(local, tmp_path / "vectors.sqlite")
     try:
         got = cached.embed_chunks([text])
-        # one text went to the model, the chunk whole (not its windows), and it is what came back
-        assert cached.misses == 1
-        [(stored,)] = cached.db.execute("SELECT vec FROM vectors WHERE key = ?", (cached._key(text, False),))
-        np.testing.assert_allclose(got[0], np.frombuffer(stored, dtype=np.float32), atol=1e-6)
-        np.testing.assert_array_equal(cached.embed_chunks([text]), got)
-        assert cached.hits == 1
+        assert cached.misses == len(pieces) and got.owners.tolist() == [0] * len(pieces)
+        for piece, row in zip(pieces, got.matrix, strict=True):
+            [(stored,)] = cached.db.execute("SELECT vec FROM vectors WHERE key = ?", (cached._key(piece, False),))
+            np.testing.assert_allclose(row, np.frombuffer(stored, dtype=np.float32), atol=1e-6)
+        np.testing.assert_array_equal(cached.embed_chunks([text]).matrix, got.matrix)
+        assert cached.hits == len(pieces)
     finally:
         cached.close()
 
@@ -40,7 +43,7 @@ def test_a_servers_long_chunk_through_the_cache_gets_the_servers_windows(tmp_pat
     assert len(pieces) > 1
     cached = CachingEmbedder(server, tmp_path / "vectors.sqlite")
     try:
-        np.testing.assert_allclose(cached.embed_chunks([text]), server.embed_chunks([text]), atol=1e-6)
+        np.testing.assert_allclose(cached.embed_chunks([text]).matrix, server.embed_chunks([text]).matrix, atol=1e-6)
         assert cached.misses == len(pieces)
     finally:
         cached.close()

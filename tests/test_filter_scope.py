@@ -14,7 +14,7 @@ import apsw
 import numpy as np
 import pytest
 
-import indexer.store.sqlite as sqlite_store
+import indexer.store.sqlite_vectors as sqlite_vectors
 from indexer.config import EmbeddingConfig
 from indexer.model import Chunk, FileVersion, ParsedDocument
 from indexer.store import MIGRATIONS, SearchScope, Store, open_store, tag_key, vec_extension_path
@@ -152,13 +152,13 @@ def test_each_filter_keeps_exactly_its_files_in_every_scoped_read(
 
 
 @pytest.mark.parametrize("name", FILTERS)
-@pytest.mark.parametrize("exact_max", [sqlite_store.SCOPED_EXACT_MAX, 0])
+@pytest.mark.parametrize("exact_max", [sqlite_vectors.SCOPED_EXACT_MAX, 0])
 def test_vector_top_k_inside_a_filter_is_the_brute_force_top_k(
     index: tuple[Store, dict[int, Written]], name: str, exact_max: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both ways vec_search answers a scope (exact distances over the scope's vectors; vec0's
     KNN restricted to the scope's ids, taken for a large scope) give the true top-k."""
-    monkeypatch.setattr(sqlite_store, "SCOPED_EXACT_MAX", exact_max)
+    monkeypatch.setattr(sqlite_vectors, "SCOPED_EXACT_MAX", exact_max)
     store, written = index
     scope, keep = FILTERS[name]
     rng = np.random.default_rng(len(name))

@@ -48,7 +48,9 @@ def content(store: IndexWriter) -> tuple[object, ...]:
     rows = store.chunk_rows(ids)
     languages = store.chunk_languages(ids)
     vectors = store.all_vectors()
-    by_id = {int(i): vectors.matrix[k].tobytes() for k, i in enumerate(vectors.ids)}
+    by_id: dict[int, bytes] = {}  # a chunk's windows, first window first
+    for k, i in enumerate(vectors.ids):
+        by_id[int(i)] = by_id.get(int(i), b"") + vectors.matrix[k].tobytes()
     chunks = sorted(
         (r.source_id, r.path, r.chunk_idx, r.breadcrumb, r.text, r.start_line, r.end_line, languages[i], by_id.get(i))
         for i, r in rows.items()

@@ -11,7 +11,7 @@ import pytest
 
 from indexer import config as config_module
 from indexer.chunker import parse_markdown
-from indexer.config import ENGINE_WINDOWS, Config, EmbeddingConfig, identity_mismatch, known_window, load_config
+from indexer.config import Config, EmbeddingConfig, identity_mismatch, known_window, load_config
 from indexer.embedders import LocalEmbedder
 from indexer.errors import ConfigError
 from indexer.store import SearchScope
@@ -84,7 +84,7 @@ def test_a_chunk_the_model_reads_whole_is_one_window_and_a_huge_breadcrumb_gives
     assert all(words(piece) <= 60 for piece in pieces)
 
 
-def test_an_oversized_chunk_gets_the_average_of_its_windows_and_a_short_one_is_unchanged() -> None:
+def test_an_oversized_chunk_gets_a_vector_per_window_and_a_short_one_its_own() -> None:
     embedder = FakeEmbedder(
         EmbeddingConfig(provider="ollama", model="fake:1", endpoint="http://x", dims=64, max_tokens=40)
     )
@@ -92,10 +92,14 @@ def test_an_oversized_chunk_gets_the_average_of_its_windows_and_a_short_one_is_u
     pieces = windows("Notes > Backup", long_text.split("\n\n", 1)[1], embedder.token_count, 40)
     assert len(pieces) > 2
     vectors = embedder.embed_chunks([long_text, "Notes\n\nshort"])
-    mean = np.mean([hash_vector(piece, 64) for piece in pieces], axis=0)
-    assert np.allclose(vectors[0], mean / np.linalg.norm(mean), atol=1e-6)
-    assert np.allclose(vectors[1], hash_vector("Notes\n\nshort", 64), atol=1e-6)
+    assert vectors.owners.tolist() == [0] * len(pieces) + [1]
+    expected = [hash_vector(piece, 64) for piece in pieces] + [hash_vector("Notes\n\nshort", 64)]
+    assert np.allclose(vectors.matrix, expected, atol=1e-6)
     assert embedder.texts_embedded == len(pieces) + 1
+    # a text shared by two chunks gives each its windows, under each one's id
+    ids, rows = vectors.rows_of([1, 0, 1], [7, 8, 9])
+    assert ids == [7] + [8] * len(pieces) + [9]
+    assert np.allclose(rows, [expected[-1], *expected[:-1], expected[-1]], atol=1e-6)
 
 
 def test_the_window_defaults_to_the_models_and_ollama_reads_its_context_at_most(tmp_path: Path) -> None:
@@ -122,15 +126,18 @@ def test_the_window_is_part_of_the_index_identity(monkeypatch: pytest.MonkeyPatc
     assert identity_mismatch(dataclasses.replace(server, max_tokens=8192), meta)
     monkeypatch.setattr(config_module, "WINDOWS_VERSION", "next")
     assert identity_mismatch(server, meta)  # another way of cutting windows: rebuilt
-    # an index from before windows: a server cut its chunks, so it is rebuilt; the local
-    # engine's vectors are what it still gives, so they are kept
+    # an index from before windows holds a vector per chunk, not per window: rebuilt, the
+    # local engine's as well
     older = {key: value for key, value in meta.items() if key != "embedding_window"}
     assert identity_mismatch(server, older)
     local = EmbeddingConfig().identity()
-    assert identity_mismatch(EmbeddingConfig(), {k: v for k, v in local.items() if k != "embedding_window"}) == []
+    assert local["embedding_window"] == "512 tokens, windows next"
+    assert identity_mismatch(EmbeddingConfig(), {k: v for k, v in local.items() if k != "embedding_window"})
+    pooled = {**local, "embedding_window": "512 tokens, pooled by the engine"}  # the local engine's before
+    assert identity_mismatch(EmbeddingConfig(), pooled)
 
 
-def test_an_index_from_before_windows_keeps_the_local_engines_vectors(
+def test_an_index_from_before_windows_is_embedded_again_and_says_why(
     tmp_path: Path, notes: Path, embedder: FakeEmbedder
 ) -> None:
     config = load_config(make_config(tmp_path, notes))
@@ -142,10 +149,11 @@ def test_an_index_from_before_windows_keeps_the_local_engines_vectors(
     finally:
         store.close()
     report = run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
-    assert report.rebuilt is None and report.embedded == 0
+    assert report.rebuilt is not None and "embedding_window" in report.rebuilt
     store = open_index(config)
     try:
-        assert store.meta()["embedding_window"] == ENGINE_WINDOWS
+        assert report.embedded == store.counts()["chunks"] > 0
+        assert store.meta()["embedding_window"] == config.embedding.identity()["embedding_window"]
     finally:
         store.close()
 
@@ -153,7 +161,7 @@ def test_an_index_from_before_windows_keeps_the_local_engines_vectors(
 def test_the_local_engine_takes_no_window_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("embedding:\n  max_tokens: 256\nsources: {}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="max_tokens: the local engine reads every token"):
+    with pytest.raises(ConfigError, match="max_tokens: the local engine's window is its model's own"):
         load_config(config)
     config.write_text(
         "embedding:\n  endpoint: http://127.0.0.1:9\n  model: m:1\n  dims: 8\n  max_tokens: 4\nsources: {}\n",
@@ -214,17 +222,17 @@ def test_a_code_block_longer_than_the_window_reaches_its_vector_and_its_hit_keep
         assert store.counts()["pending"] == 0
         pieces = windows(chunk.breadcrumb, chunk.text, embedder.token_count, 128)
         assert len(pieces) > 2 and "zfs rollback" in pieces[-1]
-        # the stored vector is the average of every window's: the line the server would have
-        # cut off is in it
-        [stored] = [v for i, v in zip(*store.all_vectors(), strict=True) if i == chunk.id]
-        mean = np.mean([hash_vector(piece, 64) for piece in pieces], axis=0)
-        assert np.allclose(stored, mean / np.linalg.norm(mean), atol=1e-5)
-        # the server alone reads the first window's worth: the tail is lost
-        assert "zfs rollback" not in pieces[0]
-        truncated = embedder.embed_passages([f"{chunk.breadcrumb}\n\n{chunk.text}"])[0]
-        assert not np.allclose(stored, truncated, atol=1e-3)
-        hits = store.vec_search(stored, 1, SearchScope())
-        assert hits[0].chunk_id == chunk.id
+        # a vector per window, in order: the line the server would have cut off has its own
+        stored = [v for i, v in zip(*store.all_vectors(), strict=True) if i == chunk.id]
+        assert np.allclose(stored, [hash_vector(piece, 64) for piece in pieces], atol=1e-5)
+        assert store.counts()["vectors"] == len(store.chunk_rows(range(1, 1000)))  # chunks, not windows
+        assert "zfs rollback" not in pieces[0]  # what the server alone would read lacks the tail
+        # the chunk is as near as its nearest window: the tail's finds it first, once, unscoped
+        # and inside a folder scope
+        for scope in (SearchScope(), SearchScope(path="restore.md")):
+            hits = store.vec_search(stored[-1], 3, scope)
+            assert hits[0].chunk_id == chunk.id and hits[0].score == pytest.approx(0.0, abs=1e-5)
+            assert [hit.chunk_id for hit in hits].count(chunk.id) == 1
     finally:
         store.close()
     # another window is another vector space: the index is rebuilt, honestly said

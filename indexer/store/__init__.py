@@ -29,6 +29,8 @@ from indexer.store.rows import (
     SourceStats,
     VectorMatrix,
     VectorPage,
+    chunk_windows,
+    split_windows,
     tag_key,
 )
 from indexer.store.schema import (
@@ -108,12 +110,14 @@ __all__ = [
     "Store",
     "VectorMatrix",
     "VectorPage",
+    "chunk_windows",
     "content_hash",
     "describe_location",
     "index_exists",
     "is_postgres",
     "is_unfinished_copy",
     "open_store",
+    "split_windows",
     "tag_key",
     "utc_now",
     "vec_extension_path",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -219,6 +219,24 @@ class VectorMatrix(NamedTuple):
 
     ids: np.ndarray
     matrix: np.ndarray
+
+
+def chunk_windows(ids: Sequence[int], vectors: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(chunk id, its windows' rows) for rows given as the store takes them: a chunk's windows
+    consecutive under its repeated id, first window first."""
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or ids[end] != ids[start]:
+            yield int(ids[start]), vectors[start:end]
+            start = end
+
+
+def split_windows(blob: bytes, dims: int) -> list[bytes]:
+    """A chunk's carried vector bytes (its windows' float32 vectors concatenated) one per window."""
+    width = 4 * dims
+    if width <= 0 or len(blob) <= width:
+        return [blob]
+    return [blob[at : at + width] for at in range(0, len(blob), width)]
 
 
 def json_strings(column: str | None) -> tuple[str, ...]:

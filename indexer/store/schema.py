@@ -213,6 +213,20 @@ FRONT_MATTER_PROBLEM_SQL = """
 """
 
 
+# A long chunk's windows after its first (indexer.windows): window_idx 1, 2, ... of chunk_id; the
+# first is the chunk's own vector (chunk_vectors). `vec_windows` (vec0, rowid = id) holds the same
+# vectors for the KNN scan; it is made with vec_chunks when an embedding space is chosen.
+WINDOW_VECTORS_SQL = """
+    CREATE TABLE window_vectors (
+      id         INTEGER PRIMARY KEY,
+      chunk_id   INTEGER NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+      window_idx INTEGER NOT NULL,
+      embedding  BLOB NOT NULL,  -- float32, L2-normalised, as in vec_windows
+      UNIQUE (chunk_id, window_idx)
+    );
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("initial_schema", INITIAL_SQL, data=_fts_rank_weights),
     Migration("collections", COLLECTIONS_SQL),
@@ -220,6 +234,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("chunk_language", CHUNK_LANGUAGE_SQL, data=_start_language_backfill),
     Migration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
     Migration("front_matter_problems", FRONT_MATTER_PROBLEM_SQL),
+    Migration("window_vectors", WINDOW_VECTORS_SQL),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

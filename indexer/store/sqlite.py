@@ -1,12 +1,9 @@
 """The SQLite backend of the index: every SQL statement the store runs (the schema and its
-migrations are in `indexer.store.schema`).
+migrations are in `indexer.store.schema`, the vector tables' statements in
+`indexer.store.sqlite_vectors`).
 
 The tables: `files`/`chunks` (canonical), `chunks_fts` (FTS5 external content, kept in step by
-triggers), `vec_chunks` (sqlite-vec, rowid = chunks.id; brute-force KNN over
-everything) and `chunk_vectors` (the same vectors as plain BLOBs keyed by chunk id: exact search
-inside a small scope by index lookups instead of a scan of all vectors, and cheap reuse of a
-vector by content hash; a foreign key keeps it in step with `chunks`). vec0 is not a
-foreign-key target, so every path that removes chunks removes their vectors explicitly.
+triggers) and the vectors (sqlite_vectors.py).
 """
 
 from __future__ import annotations
@@ -30,27 +27,25 @@ from indexer.errors import StoreError
 from indexer.keywords import KeywordQuery
 from indexer.model import FileVersion, ParsedDocument
 from indexer.store import integrity
-from indexer.store.core import SQLITE, StoreCore, content_hash, place_conditions, time_conditions, utc_now
+from indexer.store.core import SQLITE, content_hash, place_conditions, time_conditions, utc_now
 from indexer.store.errormap import wrap_public_methods
 from indexer.store.fts5 import match_expression
 from indexer.store.rows import (
     ChunkRow,
     RankedChunk,
     SearchScope,
-    VectorMatrix,
-    VectorPage,
+    split_windows,
     tag_key,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY, MIGRATIONS, SCHEMA_VERSION, file_tag_keys
+from indexer.store.sqlite_vectors import SqliteVectors
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
-    import numpy as np
+    pass
 
 log = logging.getLogger("notes_search.store")
 
 BUSY_TIMEOUT_MS = 30_000
-MAX_KNN = 4096  # vec0's limit on k
-SCOPED_EXACT_MAX = 20_000  # up to this many chunks in scope, score them directly instead of a vec0 scan
 # bm25 weights: a hit in the breadcrumb (title, headings) counts double. Called explicitly, not as
 # FTS5's `rank`: ORDER BY rank scores every match inside FTS5 before a scope filter drops most of
 # them; bm25() in the select list scores only the rows that pass (measured at 100k chunks, p50:
@@ -203,7 +198,7 @@ def _storage_errors_mapped(cls: StoreT) -> StoreT:
 
 
 @_storage_errors_mapped
-class Store(StoreCore):
+class Store(SqliteVectors):
     """A connection to the index file with the schema applied and sqlite-vec loaded."""
 
     dialect = SQLITE
@@ -375,28 +370,6 @@ class Store(StoreCore):
     def _execute(self, sql: str) -> None:
         self.conn.execute(sql)
 
-    # ---- meta and embedding identity ------------------------------------------------------
-
-    def has_vector_table(self) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_chunks'").fetchone()
-        return row is not None
-
-    def reset_vectors(self, dims: int, identity: dict[str, str]) -> None:
-        """Switch embedding spaces atomically: drop every vector, mark every chunk pending."""
-        with self.transaction():
-            self.conn.execute("DROP TABLE IF EXISTS vec_chunks")
-            self.conn.execute(
-                f"CREATE VIRTUAL TABLE vec_chunks USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
-            )
-            self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
-            self.conn.execute("DELETE FROM chunk_vectors")
-            self._vectors_changed = True
-            self._set_meta(identity)
-            self._set_meta({"sqlite_vec_version": self.vec_version()})
-
-    def vec_version(self) -> str:
-        return str(self._one("SELECT vec_version()"))
-
     # ---- sources ---------------------------------------------------------------------------
 
     def _delete_source_rows(self, source_id: str) -> None:
@@ -405,15 +378,6 @@ class Store(StoreCore):
         self.conn.execute("DELETE FROM sources WHERE source_id = ?", (source_id,))
 
     # ---- files and chunks (writes) ---------------------------------------------------------
-
-    def _delete_vectors(self, id_query: str, params: Sequence[object]) -> None:
-        """Delete by rowid one at a time: vec0 answers `rowid IN (subquery)` with a scan of every
-        vector (25 ms per file at 100k chunks, even when the list is empty)."""
-        if self.has_vector_table():
-            ids = [(r[0],) for r in self.conn.execute(id_query, params)]
-            if ids:
-                self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", ids)
-                self._vectors_changed = True
 
     def write_files(
         self,
@@ -429,9 +393,10 @@ class Store(StoreCore):
         hashes = [[content_hash(chunk.embed_text) for chunk in doc.chunks] for _, doc in files]
         every_hash = {digest for file_hashes in hashes for digest in file_hashes}
         carried = dict(vectors) if vectors is not None else self._vectors_by_hash(every_hash)
+        dims = self._vector_dims() if carried else 0
         known_languages = self._languages_by_hash(every_hash) if language_of is not None else {}
         return sum(
-            self._write_one(source_id, file, doc, file_hashes, language_of, carried, known_languages)
+            self._write_one(source_id, file, doc, file_hashes, language_of, carried, known_languages, dims)
             for (file, doc), file_hashes in zip(files, hashes, strict=True)
         )
 
@@ -449,9 +414,11 @@ class Store(StoreCore):
         language_of: Callable[[str], str] | None,
         reusable: Mapping[str, bytes],
         known_languages: dict[str, str],
+        dims: int,
     ) -> int:
-        """`write_file` with the batch's vectors and languages by content hash already read
-        (`known_languages` gains each language detected here, for the batch's later files)."""
+        """`write_file` with the batch's vectors (`dims` wide, a chunk's windows concatenated)
+        and languages by content hash already read (`known_languages` gains each language
+        detected here, for the batch's later files)."""
         self.delete_file(source_id, file.path)
         self.conn.execute(
             """INSERT INTO files(source_id, path, title, tags, headings, collection, sha256, size, mtime,
@@ -501,29 +468,10 @@ class Store(StoreCore):
             )
             if vector is not None:
                 chunk_id = self.conn.last_insert_rowid()
-                self._insert_vector(chunk_id, vector)
+                self._insert_windows(chunk_id, split_windows(vector, dims))
             else:
                 pending += 1
         return pending
-
-    def _vectors_by_hash(self, hashes: set[str]) -> dict[str, bytes]:
-        if not hashes or not self.has_vector_table():
-            return {}
-        found: dict[str, bytes] = {}
-        ordered = sorted(hashes)
-        for start in range(0, len(ordered), 500):
-            part = ordered[start : start + 500]
-            marks = ",".join("?" * len(part))
-            ids = self.conn.execute(
-                f"""SELECT content_hash, MIN(id) FROM chunks
-                    WHERE content_hash IN ({marks}) AND embedded_at IS NOT NULL GROUP BY content_hash""",
-                part,
-            ).fetchall()
-            for digest, chunk_id in ids:
-                row = self.conn.execute("SELECT embedding FROM chunk_vectors WHERE id = ?", (chunk_id,)).fetchone()
-                if row is not None:
-                    found[str(digest)] = bytes(row[0])
-        return found
 
     def _languages_by_hash(self, hashes: set[str]) -> dict[str, str]:
         """Languages already detected for these texts ('unknown' is not reused: it may be a chunk
@@ -540,40 +488,6 @@ class Store(StoreCore):
             ):
                 found[str(digest)] = str(language)
         return found
-
-    def _insert_vector(self, chunk_id: int, blob: bytes) -> None:
-        self.conn.execute("INSERT INTO vec_chunks(rowid, embedding) VALUES (?, ?)", (chunk_id, blob))
-        self.conn.execute("INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)", (chunk_id, blob))
-        self._vectors_changed = True
-
-    # ---- collections -----------------------------------------------------------------------
-
-    # ---- embeddings ------------------------------------------------------------------------
-
-    def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:
-        """Attach vectors to chunks that still exist and are still pending. Returns how many."""
-        import numpy as np
-
-        now = utc_now()
-        stored = 0
-        with self.transaction():
-            for chunk_id, vector in zip(ids, vectors, strict=True):
-                self.conn.execute(
-                    "UPDATE chunks SET embedded_at = ? WHERE id = ? AND embedded_at IS NULL", (now, chunk_id)
-                )
-                if self.conn.changes() == 1:
-                    self._insert_vector(chunk_id, np.asarray(vector, dtype=np.float32).tobytes())
-                    stored += 1
-        return stored
-
-    def unembed(self, ids: Sequence[int]) -> None:
-        """Drop the vectors of these chunks and make them pending again."""
-        rows = [(chunk_id,) for chunk_id in ids]
-        with self.transaction():
-            self.conn.executemany("DELETE FROM vec_chunks WHERE rowid = ?", rows)
-            self.conn.executemany("DELETE FROM chunk_vectors WHERE id = ?", rows)
-            self.conn.executemany("UPDATE chunks SET embedded_at = NULL WHERE id = ?", rows)
-            self._vectors_changed = True
 
     # ---- search (reads) --------------------------------------------------------------------
 
@@ -619,70 +533,6 @@ class Store(StoreCore):
                       ORDER BY score, rowid LIMIT :limit"""
         params.update(match=match_expression(match), limit=limit)
         return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params)]
-
-    def vec_search(self, vector: np.ndarray, k: int, scope: SearchScope) -> list[RankedChunk]:
-        """Chunks by cosine distance, nearest first: the exact top-k inside the scope. A zero
-        vector (stored or asked) has no direction and no cosine distance: it is never a hit."""
-        import numpy as np
-
-        if not self.has_vector_table() or not np.any(vector):
-            return []
-        params: dict[str, object] = {"q": np.asarray(vector, dtype=np.float32).tobytes(), "k": min(k, MAX_KNN)}
-        if scope.is_all:
-            sql = "SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k"
-        else:
-            where, scope_params = self._scope_condition(scope, "c")
-            params.update(scope_params)
-            in_scope = int(
-                self._one(f"SELECT COUNT(*) FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL", scope_params)
-            )
-            if in_scope <= SCOPED_EXACT_MAX:
-                # exact distances over the scope's own vectors, found through the path index
-                sql = f"""SELECT id, distance FROM (
-                              SELECT c.id, vec_distance_cosine(v.embedding, :q) AS distance
-                              FROM chunks c JOIN chunk_vectors v ON v.id = c.id WHERE {where})
-                          WHERE distance IS NOT NULL ORDER BY distance, id LIMIT :k"""
-            else:
-                # a large scope: the KNN scan with rowid IN (...) inside it (still the true top-k)
-                sql = f"""SELECT rowid, distance FROM vec_chunks WHERE embedding MATCH :q AND k = :k
-                          AND rowid IN (SELECT c.id FROM chunks c WHERE {where} AND c.embedded_at IS NOT NULL)"""
-        return [RankedChunk(int(r[0]), float(r[1])) for r in self.conn.execute(sql, params) if r[1] is not None]
-
-    def vectors_by_language(self, after_id: int, limit: int) -> VectorPage:
-        """One page of stored vectors after `after_id`, by id, with their chunks' languages."""
-        import numpy as np
-
-        rows = self.conn.execute(
-            """SELECT v.id, COALESCE(c.language, 'unknown'), v.embedding FROM chunk_vectors v
-               JOIN chunks c ON c.id = v.id WHERE v.id > ? ORDER BY v.id LIMIT ?""",
-            (after_id, limit),
-        ).fetchall()
-        if not rows:
-            return VectorPage([], [], np.empty((0, 0), np.float32))
-        matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32).reshape(len(rows), -1)  # type: ignore[arg-type]
-        return VectorPage([int(r[0]) for r in rows], [str(r[1]) for r in rows], matrix)  # type: ignore[arg-type]
-
-    def rewrite_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
-        """Replace stored vectors in place (both copies). Call inside `transaction()`."""
-        import numpy as np
-
-        for chunk_id, vector in zip(ids, vectors, strict=True):
-            blob = np.asarray(vector, dtype=np.float32).tobytes()
-            self.conn.execute("UPDATE vec_chunks SET embedding = ? WHERE rowid = ?", (blob, chunk_id))
-            self.conn.execute("UPDATE chunk_vectors SET embedding = ? WHERE id = ?", (blob, chunk_id))
-        self._vectors_changed = True
-
-    def all_vectors(self) -> VectorMatrix:
-        """Every stored vector (what search.resident keeps in memory)."""
-        import numpy as np
-
-        ids: list[int] = []
-        buffer = bytearray()  # grown in place: no second copy of every vector while loading
-        for chunk_id, blob in self.conn.execute("SELECT id, embedding FROM chunk_vectors ORDER BY id"):
-            ids.append(chunk_id)
-            buffer += blob
-        matrix = np.frombuffer(buffer, dtype=np.float32).reshape(len(ids), -1) if ids else np.empty((0, 0), np.float32)
-        return VectorMatrix(np.array(ids, dtype=np.int64), matrix)
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         """The chunks among `ids` that exist, by id."""
