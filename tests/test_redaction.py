@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -13,6 +14,8 @@ from urllib.parse import quote
 import psycopg
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import ClientSession
 
 from indexer.redaction import describe_url, redact
@@ -60,6 +63,31 @@ def test_other_urls_and_parameters_in_a_text_are_masked() -> None:
     shown = redact(text)
     assert "hunter2" not in shown and "a b c" not in shown
     assert "postgresql://u:***@db.lan/x" in shown and "host=db" in shown and "user=u" in shown
+
+
+# the URL pattern as a plain regex over the whole text: what `redact` must still mask
+REFERENCE_URL_PASSWORD = re.compile(r"([A-Za-z0-9+.-]+://[^\s:/@'\"]*):[^\s'\"]*@")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab1+:/@ '\"\np", max_size=40))
+def test_url_passwords_are_masked_as_the_plain_pattern_masks_them(text: str) -> None:
+    assert redact(text) == REFERENCE_URL_PASSWORD.sub(r"\1:***@", text)  # no "password=" can be spelled
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["x" * 200_000, "a://u:" * 30_000, "a://" * 50_000, "password='" + "x" * 200_000, "a://u:" + "x" * 200_000],
+)
+def test_redacting_a_huge_argument_cannot_hang(text: str) -> None:
+    """Every error line is redacted, and it quotes what was typed or sent: the URL pattern tried
+    from every letter of a long word scanned the rest of it each time (17 s for 100,000
+    characters, on the MCP server's only event loop). Linear now: milliseconds; the bound is a
+    hang's, far above that."""
+    started = time.monotonic()
+    assert redact(f"unknown source {text!r}") == f"unknown source {text!r}"
+    assert time.monotonic() - started < 5.0
+    assert redact(f"see postgresql://me:pw@h/db {text}").startswith("see postgresql://me:***@h/db ")
 
 
 def test_ipv6_hosts_and_queries_stay_as_written() -> None:
