@@ -24,7 +24,7 @@ import yaml
 
 from indexer.config import load_config
 from indexer.migrate import migrate
-from indexer.store import IndexReader, Store, content_hash, open_store
+from indexer.store import IndexReader, Store, chunk_windows, content_hash, open_store
 from indexer.store.postgres_lock import AdvisoryIndexLock
 from search.engine import search
 from tests.embed_servers import OllamaServer
@@ -76,20 +76,23 @@ def state(store: IndexReader) -> dict[str, Any]:
 
 
 def vectors_by_place(store: IndexReader) -> dict[tuple[str, str, int], bytes]:
+    """Each chunk's windows' vectors, concatenated, by its place."""
     everything = store.all_vectors()
     rows = store.chunk_rows(int(i) for i in everything.ids)
     return {
-        (rows[int(i)].source_id, rows[int(i)].path, rows[int(i)].chunk_idx): everything.matrix[k].tobytes()
-        for k, i in enumerate(everything.ids)
+        (rows[i].source_id, rows[i].path, rows[i].chunk_idx): windows.tobytes()
+        for i, windows in chunk_windows(everything.ids, everything.matrix)
     }
 
 
 def vectors_by_text(store: IndexReader) -> list[tuple[str, bytes]]:
+    """(content hash of the embedded text, its first window's vector: the chunk's own) of every
+    chunk that has a vector, as test_crash_safety's references hold them."""
     everything = store.all_vectors()
     rows = store.chunk_rows(int(i) for i in everything.ids)
     return [
-        (content_hash(f"{rows[int(i)].breadcrumb}\n\n{rows[int(i)].text}"), everything.matrix[k].tobytes())
-        for k, i in enumerate(everything.ids)
+        (content_hash(f"{rows[i].breadcrumb}\n\n{rows[i].text}"), windows[0].tobytes())
+        for i, windows in chunk_windows(everything.ids, everything.matrix)
     ]
 
 
