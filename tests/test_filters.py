@@ -30,7 +30,7 @@ from indexer.store import SearchScope, tag_key
 from indexer.sync import SyncReport, run_sync
 from search import cli as cli_module
 from search.service.dates import BadMoment, parse_moment
-from search.service.scope import Filters, Target, with_filters
+from search.service.scope import MAX_TAGS, Filters, Target, with_filters
 from tests.conftest import FAKE_EMBEDDING, assert_one_line_error, make_config, open_index, write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import commit, init_upstream
@@ -265,6 +265,24 @@ def test_bad_flags_are_usage_errors_and_an_unknown_tag_says_so(cli: Callable[...
         assert empty["results"] == [] and "no indexed file passes the filters: all sources (until" in empty["notice"]
     words = json.loads(cli("query", "xyzzynotfound", "--tag", "devops", "--mode", "lex", "--json").stdout)
     assert words["results"] == [] and words["notice"] is None  # files pass; the words matched none
+
+
+def test_more_tags_than_a_note_carries_are_one_line_not_a_traceback(cli: Callable[..., Result]) -> None:
+    """500 --tag flags became 500 SQL conditions, which SQLite refused with a traceback
+    ("Expression tree is too large"); now one line. Up to MAX_TAGS still search, and a tag
+    repeated counts once."""
+    many = [arg for i in range(500) for arg in ("--tag", f"t{i}")]
+    for mode in ("lex", "hybrid"):
+        assert_one_line_error(cli("query", "server", "--mode", mode, *many), f"500 tags given: at most {MAX_TAGS}")
+    most = [arg for i in range(MAX_TAGS - 1) for arg in ("--tag", f"t{i}")]
+    result = cli("query", "server", "--tag", "devops", *most, "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["results"] == [], result.output
+    repeated = ["--tag", "devops"] * 500
+    assert found(cli("query", "server", "--mode", "lex", "--json", *repeated)) == [
+        "ops/backup.md",
+        "ops/dns.md",
+        "ops/old.md",
+    ]
 
 
 def test_a_recent_relative_filter_keeps_what_was_just_written(cli: Callable[..., Result], tmp_path: Path) -> None:

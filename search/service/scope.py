@@ -19,6 +19,10 @@ from indexer.errors import NotesSearchError, PathOutsideSources, SourceError
 from indexer.store import IndexReader, SearchScope, tag_key
 from search.refs import Ref, confine, confine_in, has_path, split_source
 
+# Every tag must be present: a note carries a handful, so more than this many is a mistake (and
+# SQLite refuses a query of ~500 tag conditions, "Expression tree is too large")
+MAX_TAGS = 64
+
 
 @dataclass(frozen=True)
 class Place:
@@ -71,6 +75,8 @@ def with_filters(target: Target, filters: Filters | None, now: float | None = No
         if not key:
             raise NotesSearchError(f"tag {tag!r} is empty")
         keys.append(key)
+    if len(set(keys)) > MAX_TAGS:
+        raise NotesSearchError(f"{len(set(keys))} tags given: at most {MAX_TAGS} (a note must have every one)")
     parts = [f"tag {key}" for key in dict.fromkeys(keys)]
     bounds: dict[str, float] = {}
     for name, text in (("since", filters.since), ("until", filters.until)):
