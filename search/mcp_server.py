@@ -42,6 +42,10 @@ GET_MAX_LINES = 400
 HIT_DROPS = {"text": ("snippet",), "snippet": ("source", "path", "line", "end_line", "text")}
 REINDEX_LOCK_WAIT = 5.0  # seconds a reindex waits for a running sync before saying so
 TOC_MAX_BYTES = 16 * 1024  # a source's overview, not the notes: enough for some 200 files
+# refs in one `get` list (a glob names any number of files in one): 20,000 took 10 s and answered
+# 2 MB of errors, or one error line of 650 KB
+GET_MAX_REFS = 256
+ERRORS_NAMED = 3  # a `get` that read nothing names this many failures, then counts the rest
 # a call past this answers with an error (its thread may finish in the background): one slow
 # call must never hold an agent for minutes
 CALL_TIMEOUT = 30.0
@@ -185,9 +189,13 @@ class NotesTools:
     def get_many(self, refs: list[str], max_lines: int | None, max_bytes: int | None) -> dict[str, Any]:
         if not refs:
             raise NotesSearchError("path: an empty list names no file")
+        if len(refs) > GET_MAX_REFS:
+            raise NotesSearchError(f"path: {len(refs)} refs; at most {GET_MAX_REFS} in one call (or one glob)")
         many = self.service.read_many(refs, max_lines=max_lines, max_bytes=max_bytes)
         if many.nothing_read:
-            raise NotesSearchError("; ".join(item.error for item in many.failed))
+            more = len(many.failed) - ERRORS_NAMED
+            named = "; ".join(item.error for item in many.failed[:ERRORS_NAMED])
+            raise NotesSearchError(named + (f"; and {more} more" if more > 0 else ""))
         notices = [
             f"{cut.ref} cut at line {cut.end} of {cut.total}; get it with from_line={cut.rest.line} for more"
             for cut in many.cut_short

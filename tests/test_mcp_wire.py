@@ -13,6 +13,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from pydantic import BaseModel
 
+from search.mcp_server import GET_MAX_REFS
 from tests.embed_servers import OllamaServer
 from tests.test_mcp import NOTES_SEARCH, call, make_workspace, over_stdio, refused, server_env
 
@@ -134,5 +135,22 @@ def test_a_hostile_glob_is_answered_at_once(workspace: Path, tmp_path: Path) -> 
         assert "no file matches" in await refused(session, "get", path="notes:devops/" + "*" * 16 + "Q.md")
         assert "at most 512" in await refused(session, "get", path="notes:" + "*" * 600)
         assert (await call(session, "status"))["sources"]
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+
+
+def test_a_long_get_list_is_refused_and_a_failed_one_is_one_short_line(workspace: Path, tmp_path: Path) -> None:
+    """20,000 refs took 10 s and came back as 2 MB of errors (or a 650 KB error line when none
+    could be read): a list is capped, and a failure names the first few and counts the rest."""
+
+    async def body(session: ClientSession) -> None:
+        many = [f"notes:nope{i}.md" for i in range(GET_MAX_REFS + 1)]
+        assert f"{GET_MAX_REFS + 1} refs; at most {GET_MAX_REFS}" in await refused(session, "get", path=many)
+        failed = await refused(session, "get", path=many[:GET_MAX_REFS])
+        assert len(failed) < 500 and failed.endswith(f"; and {GET_MAX_REFS - 3} more")
+        assert failed.startswith("notes:nope0.md: no such file; notes:nope1.md: no such file")
+        # at the cap the list is read, and what failed is listed in full beside what was read
+        mixed = await call(session, "get", path=["notes:devops/wireguard.md:1:1", *many[: GET_MAX_REFS - 1]])
+        assert mixed["count"] == 1 and len(mixed["errors"]) == GET_MAX_REFS - 1
 
     over_stdio(workspace, body, tmp_path / "server.log")
