@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from indexer.config import load_config
-from indexer.store import open_store
+from indexer.store import MIGRATIONS, open_store
 from search import cli as cli_module
 from tests.conftest import make_config, write_tree
 from tests.fakes import FakeEmbedder
@@ -149,10 +149,12 @@ def test_an_index_from_before_front_matter_problems_is_upgraded(run, config_path
     db = load_config(config_path).db
     conn = apsw.Connection(str(db))
     version = conn.execute("PRAGMA user_version").fetchone()[0]
+    before = [step.name for step in MIGRATIONS].index("front_matter_problems")  # and every later step
     conn.execute("DROP INDEX idx_files_front_matter_problem")
     conn.execute("ALTER TABLE files DROP COLUMN front_matter_problem")
-    conn.execute(f"PRAGMA user_version = {version - 1}")
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version - 1),))
+    conn.execute("DROP TABLE window_vectors")
+    conn.execute(f"PRAGMA user_version = {before}")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(before),))
     conn.close()
     assert run("sync").exit_code == 0
     assert _status_problems(run) == []
