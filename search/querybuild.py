@@ -15,8 +15,10 @@ MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ran
 # The model reads a long text whole, a window of 512 tokens (about 2,000 characters of prose)
 # after another, 1-2 s each on a busy 2-core machine: a pasted page took minutes, and on a
 # server it held the one embedder every other search waits for. A question fits in one window,
-# so the meaning half reads a query's first MEANING_CHARS characters; the keyword half reads all.
-MEANING_CHARS = 2000
+# so the meaning half reads a query's first MEANING_BYTES bytes of UTF-8; the keyword half reads
+# all. Bytes, not characters: 2,000 of them are 410-720 tokens of Russian, Czech or English
+# prose and at most about 1,000 of anything (2,000 emoji or CJK characters were 2,000 tokens).
+MEANING_BYTES = 2000
 # a one- or two-letter term would expand into every word starting with it
 PREFIX_MIN_CHARS = 3
 # Czech, Russian and English inflect the ends of words (záloha/zálohy/zálohou, запись/записи/
@@ -125,10 +127,10 @@ def exact_query(terms: Sequence[QueryTerm]) -> KeywordQuery | None:
 
 
 def meaning_text(text: str) -> str:
-    """What the embedder reads of a query: the whole text, or its first MEANING_CHARS
-    characters ending at a word boundary when the text is longer."""
-    if len(text) <= MEANING_CHARS:
+    """What the embedder reads of a query: the whole text, or its first MEANING_BYTES bytes
+    (whole characters) ending at a word boundary when the text is longer."""
+    if len(text) * 4 <= MEANING_BYTES or len(text.encode()) <= MEANING_BYTES:
         return text
-    head = text[:MEANING_CHARS]
+    head = text.encode()[:MEANING_BYTES].decode(errors="ignore")  # a character cut in two is left out
     cut = max(head.rfind(" "), head.rfind("\n"))
-    return head[:cut] if cut > MEANING_CHARS // 2 else head
+    return head[:cut] if cut > len(head) // 2 else head

@@ -15,7 +15,7 @@ from indexer.errors import NotesSearchError
 from indexer.sync import SourceReport
 from search import cli as cli_module
 from search.cli.context import CliContext
-from search.querybuild import MEANING_CHARS, meaning_text
+from search.querybuild import MEANING_BYTES, meaning_text
 from search.service import NotesService
 from search.service.indexing import source_report_json
 from search.service.scope import Place, narrow_to_prefix
@@ -197,8 +197,8 @@ def test_a_pasted_page_as_query_is_embedded_by_its_first_window_only(two_sources
     service.route("servers " * 20000, k=2)
     assert len(asked) == 2
     for text in asked:
-        assert len(text) <= MEANING_CHARS and text.endswith(("ipsum", "dolor", "lorem", "servers"))
-    assert asked[0] == page[: len(asked[0])] and len(asked[0]) > MEANING_CHARS // 2
+        assert len(text.encode()) <= MEANING_BYTES and text.endswith(("ipsum", "dolor", "lorem", "servers"))
+    assert asked[0] == page[: len(asked[0])] and len(asked[0]) > MEANING_BYTES // 2
     short = "jak obnovit zálohu " * 50  # under the cap: read whole, as before
     service.search(short, k=5, mode="hybrid")
     assert asked[-1] == short
@@ -206,10 +206,22 @@ def test_a_pasted_page_as_query_is_embedded_by_its_first_window_only(two_sources
 
 def test_meaning_text_keeps_short_queries_and_cuts_long_ones_at_a_word() -> None:
     assert meaning_text("wireguard peer") == "wireguard peer"
-    exact = "x" * MEANING_CHARS
+    exact = "x" * MEANING_BYTES
     assert meaning_text(exact) == exact
-    unbroken = "y" * (MEANING_CHARS * 3)  # no word boundary to cut at: cut at the cap itself
-    assert meaning_text(unbroken) == "y" * MEANING_CHARS
+    unbroken = "y" * (MEANING_BYTES * 3)  # no word boundary to cut at: cut at the cap itself
+    assert meaning_text(unbroken) == "y" * MEANING_BYTES
     lines = ("řádek " * 500 + "\n") * 5
     cut = meaning_text(lines)
-    assert len(cut) <= MEANING_CHARS and lines.startswith(cut) and cut.endswith("řádek")
+    assert len(cut.encode()) <= MEANING_BYTES and lines.startswith(cut) and cut.endswith("řádek")
+    # counted in UTF-8 bytes, whole characters kept: 4-byte emoji, 2-byte Cyrillic
+    emoji = "🙂" * MEANING_BYTES
+    assert meaning_text(emoji) == "🙂" * (MEANING_BYTES // 4)
+    russian = "запись " * 400
+    kept = meaning_text(russian)
+    assert (
+        russian.startswith(kept)
+        and kept.endswith("запись")
+        and MEANING_BYTES - 14 <= len(kept.encode()) <= MEANING_BYTES
+    )
+    odd = "x" + "é" * MEANING_BYTES  # the cap falls inside a 2-byte character: it is left out whole
+    assert meaning_text(odd) == "x" + "é" * ((MEANING_BYTES - 1) // 2)
