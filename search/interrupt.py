@@ -1,5 +1,5 @@
-"""What Ctrl-C does to a `notes-search` process, wherever it lands (stdlib only: the warm
-client uses it before click is imported)."""
+"""What Ctrl-C, or a reader that stops reading, does to a `notes-search` process, wherever it
+lands (stdlib only: the warm client uses it before click is imported)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,18 @@ def interrupted() -> NoReturn:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
     sys.exit(130)  # where SIGINT does not end a process
+
+
+def output_closed() -> NoReturn:
+    """End quietly with 0 once the reader of our output is gone (`| head -3`, fzf starting its
+    next reload), as ripgrep does: what it read was printed. Click's own handler exits 1, which
+    for `query` and `grep` says "nothing matched", and the warm client printed a traceback.
+    Both streams go to /dev/null first, so that the flush at exit finds no broken pipe either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a file: nothing to mend
+            os.dup2(devnull, stream.fileno())
+    sys.exit(0)
 
 
 @contextlib.contextmanager

@@ -247,7 +247,12 @@ def forward(argv: list[str], *, uid: int | None = None) -> int | None:
     if reply is None:
         return None
     code, chunks = reply
-    _write_out(chunks)
+    try:
+        _write_out(chunks)
+    except BrokenPipeError:
+        from search.interrupt import output_closed
+
+        output_closed()
     return code
 
 

@@ -127,7 +127,10 @@ class Harness:
         assert line.startswith("notes-search serve:"), line + server.stderr.read()
         return server
 
-    def run(self, *args: str, no_daemon: bool = False, cwd: Path | None = None, **env: str) -> Run:
+    def run(
+        self, *args: str, no_daemon: bool = False, cwd: Path | None = None, stdout: int | None = None, **env: str
+    ) -> Run:
+        """`stdout`: a file descriptor for the client's output (its `stdout` is then "")."""
         self.marks += 1
         mark = self.tmp_path / f"mark-{self.marks}"
         extra = {**env, **({warm.DISABLE_ENV: "1"} if no_daemon else {})}
@@ -143,12 +146,13 @@ class Harness:
             env=self.env(**extra),
             cwd=cwd or self.tmp_path,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE if stdout is None else stdout,
+            stderr=subprocess.PIPE,
             text=True,
             timeout=120,
         )
         path, heavy = json.loads(mark.read_text())
-        return Run(proc.returncode, proc.stdout, proc.stderr, path, heavy)
+        return Run(proc.returncode, proc.stdout or "", proc.stderr, path, heavy)
 
     def both(self, *args: str) -> tuple[Run, Run]:
         """The call warm and in process."""
@@ -282,6 +286,26 @@ def test_a_terminal_sees_the_same_bytes(harness: Harness) -> None:
         assert (path, expected[2]) == ("warm", "process")
         assert (code, received) == expected[:2], call
     assert b"\x1b[" in on_terminal(harness, "query", "5432")[1]  # styled: the server knew it was a terminal
+
+
+def test_a_reader_that_went_away_ends_the_call_with_0_and_says_nothing(harness: Harness) -> None:
+    """`notes-search query X | head -1`, fzf's next reload: the reader closes the pipe. The warm
+    client printed a BrokenPipeError traceback, and in process click exited 1, which for query
+    and grep means "nothing matched". Now 0 and silence, as ripgrep ends, on both paths."""
+    harness.start()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the first line: every write fails
+    try:
+        for args in (("query", "5432", "--mode", "lex"), ("grep", "ERR_CONN"), ("status",)):
+            for run in (harness.run(*args, stdout=write_end), harness.run(*args, stdout=write_end, no_daemon=True)):
+                assert (run.code, run.stderr) == (0, ""), (args, run)
+            assert run.path == "process"
+        assert harness.run("query", "5432", "--mode", "lex", stdout=write_end).path == "warm"
+        # nothing to print: the exit code still says so
+        nothing = harness.run("query", "zzqqxxnothing", "--mode", "lex", stdout=write_end)
+        assert nothing.code == 1 and "no results" in nothing.stderr
+    finally:
+        os.close(write_end)
 
 
 def test_without_a_server_or_when_disabled_the_call_runs_in_process(harness: Harness) -> None:

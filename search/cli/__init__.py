@@ -76,6 +76,10 @@ class CliGroup(click.Group):
                 return self._invoke(ctx)
         except KeyboardInterrupt:  # unwound: every `finally` and `with` on the way has run
             _interrupted()
+        except BrokenPipeError:  # the reader went away (`| head`): before click's handler exits 1
+            from search.interrupt import output_closed
+
+            output_closed()
 
     def _invoke(self, ctx: click.Context) -> Any:
         try:
