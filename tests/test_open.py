@@ -292,6 +292,34 @@ def test_bad_rank_and_bad_refs_are_one_line_errors(run: Run, world: dict[str, An
     assert not (world["root"] / "editor-record.json").exists()  # no editor was started for any of them
 
 
+def test_editors_that_read_plus_n_as_a_file_get_the_line_their_way(
+    run: Run, world: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`code -w +5 FILE` made VS Code open an empty file named "+5" beside the note. A script
+    recording its arguments, installed under each editor's name, sees what that editor gets."""
+    note = str(world["root"] / "notes" / "devops" / "vpn.md")
+    record = tmp_path / "argv.json"
+    (tmp_path / "bin").mkdir()
+    monkeypatch.delenv("VISUAL", raising=False)
+
+    def opened_with(name: str, ref: str) -> list[str]:
+        script = tmp_path / "bin" / name
+        script.write_text(
+            f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n"
+        )
+        script.chmod(0o755)
+        monkeypatch.setenv("EDITOR", f"{script} -w")
+        assert run("open", ref).exit_code == 0
+        argv: list[str] = json.loads(record.read_text())
+        return argv
+
+    assert opened_with("code", "notes:devops/vpn.md:5") == ["-w", "-g", f"{note}:5"]
+    assert opened_with("codium", "notes:devops/vpn.md:5") == ["-w", "-g", f"{note}:5"]
+    assert opened_with("subl", "notes:devops/vpn.md:5") == ["-w", f"{note}:5"]
+    assert opened_with("nvim", "notes:devops/vpn.md:5") == ["-w", "+5", note]
+    assert opened_with("code", "notes:devops/vpn.md") == ["-w", note]  # no line: the file alone
+
+
 def test_visual_wins_and_the_editors_exit_code_is_kept(
     run: Run, world: dict[str, Any], editor: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,13 +13,17 @@ from search.refs import Ref
 from search.terminal import echo
 
 FALLBACK_EDITOR = "vi"
+# Editors that take `+N` as the name of a file to create (VS Code opened an empty "+18" beside
+# the note): each gets the line as it reads one; every other editor gets `+N FILE`.
+GOTO_FLAG = ("code", "code-insiders", "codium", "cursor", "windsurf")  # -g FILE:LINE
+FILE_COLON_LINE = ("subl", "sublime_text", "zed", "hx", "helix")  # FILE:LINE
 
 
 @click.command(name="open")
 @click.argument("target", metavar="REF|RANK", shell_complete=completes("ref"))
 @pass_context
 def open_command(context: CliContext, target: str) -> None:
-    """Open a note in $VISUAL or $EDITOR (else vi) at its line (`+N`, as vi, nano and emacs take it).
+    """Open a note in $VISUAL or $EDITOR (else vi) at its line (`+N`; VS Code `-g FILE:N`, Sublime/Zed/Helix `FILE:N`).
 
     REF is [SOURCE:]PATH[:LINE] (a hit's ref, or an absolute path inside a source); RANK is a
     hit of this config's last `query` (1 is the best). Workspace notes open in place; a git
@@ -49,7 +53,7 @@ def open_command(context: CliContext, target: str) -> None:
     import signal
     import subprocess  # here, not at the top: `--help` imports every command module
 
-    command = [*editor_command(), *([f"+{opened.line}"] if opened.line else []), str(opened.file)]
+    command = with_file(editor_command(), str(opened.file), opened.line)
     # Ctrl-C belongs to the editor (vim cancels with it), but the terminal sends it to this process
     # too, which must not stop and take the editor down with it. A Python handler, unlike SIG_IGN,
     # is the default again in the editor once it starts.
@@ -77,3 +81,15 @@ def editor_command() -> list[str]:
             if words:
                 return words
     return [FALLBACK_EDITOR]
+
+
+def with_file(editor: list[str], file: str, line: int | None) -> list[str]:
+    """The editor's command line opening `file` at `line` (None: at its top)."""
+    if not line:
+        return [*editor, file]
+    name = os.path.basename(editor[0]).removesuffix(".exe")
+    if name in GOTO_FLAG:
+        return [*editor, "-g", f"{file}:{line}"]
+    if name in FILE_COLON_LINE:
+        return [*editor, f"{file}:{line}"]
+    return [*editor, f"+{line}", file]
