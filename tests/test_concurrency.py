@@ -140,7 +140,8 @@ class Space:
             breadcrumb, _, body = self.embed_texts[(hit["source"], hit["path"], hit["line"])].partition("\n\n")
             pieces = windows(breadcrumb, body, lambda text: estimate_tokens(emb.passage_prefix + text), emb.window)
             expected = min(
-                1.0 - float(np.dot(q, space_vector(emb.model, emb.passage_prefix + piece, emb.dims))) for piece in pieces
+                1.0 - float(np.dot(q, space_vector(emb.model, emb.passage_prefix + piece, emb.dims)))
+                for piece in pieces
             )
             assert abs(distance - expected) < 2e-3, (
                 f"{hit['path']}:{hit['line']}: distance {distance} is not the {emb.model} distance {expected:.4f}: "
