@@ -16,6 +16,7 @@ import re
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,9 @@ def test_refs_are_hyperlinks_on_a_terminal_only(world: dict[str, Any], monkeypat
 
 
 @pytest.fixture
-def editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], dict[str, Any]]:
+def editor(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], dict[str, Any]]:
     """A fake $EDITOR recording its arguments, whether the file is writable, and its text."""
     record = tmp_path / "editor-record.json"
     script = tmp_path / "fake-editor"
@@ -221,6 +224,8 @@ def editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], dict
     script.chmod(0o755)
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.setenv("EDITOR", f"{script} --wait")
+    # the read-only copies `open` leaves for the editor go to pytest's folders, not the real /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("editor-copies")))
 
     def recorded() -> dict[str, Any]:
         data: dict[str, Any] = json.loads(record.read_text(encoding="utf-8"))
@@ -365,6 +370,7 @@ def test_the_fzf_recipes_commands_give_what_fzf_parses(world: dict[str, Any], ed
         "NOTES_SEARCH_CONFIG": str(world["config"]),
         "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
         "NOTES_SEARCH_NO_DAEMON": "1",
+        "TMPDIR": tempfile.gettempdir(),  # the editor fixture's folder for read-only copies
     }
     recipe = fzf_recipe()
 
