@@ -53,8 +53,9 @@ def grep_target(config: Config, source_ids: Sequence[str], path: str | None) -> 
     """What `grep --source ID --path P` names: the sources (all when none), each with the path.
 
     Unlike a search scope, the path need not exist in every selected source; a path that none
-    has is reported by `grep` once it found nothing (a hit proves the path). A `SOURCE:` prefix narrows to that source; the path is confined in every
-    selected source, and the first that refuses it refuses the whole grep.
+    has is reported by `grep` once it found nothing (a hit proves the path). A `SOURCE:`
+    prefix narrows to that source; the path is confined in every selected source, and the
+    first that refuses it refuses the whole grep.
     """
     from search.refs import confine_in
 
