@@ -277,6 +277,8 @@ def test_more_tags_than_a_note_carries_are_one_line_not_a_traceback(cli: Callabl
     most = [arg for i in range(MAX_TAGS - 1) for arg in ("--tag", f"t{i}")]
     result = cli("query", "server", "--tag", "devops", *most, "--json")
     assert result.exit_code == 1 and json.loads(result.stdout)["results"] == [], result.output
+    notice = json.loads(result.stdout)["notice"]
+    assert notice.count("no indexed file has the tags 't0', 't1', ") == 1 and f"'t{MAX_TAGS - 2}'" in notice
     repeated = ["--tag", "devops"] * 500
     assert found(cli("query", "server", "--mode", "lex", "--json", *repeated)) == [
         "ops/backup.md",

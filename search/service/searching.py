@@ -124,7 +124,9 @@ def search(
         with_files(service.config, response.results)
         if not response.results and target.scope.has_filters:
             unknown = unmatched_tags(store, target.scope)
-            lag.extend(f"no indexed file has the tag {tag!r}" for tag in unknown)
+            if unknown:  # one clause for them all: 60 unknown tags made a notice of 60 clauses
+                named = ", ".join(repr(tag) for tag in unknown)
+                lag.append(f"no indexed file has the tag{'s' if len(unknown) > 1 else ''} {named}")
             if not unknown and not store.scope_stats(target.scope):  # the filters, not the words, left nothing
                 lag.append(f"no indexed file passes the filters: {target.label}")
     return SearchOutcome(response, target, tuple(lag), choice)
