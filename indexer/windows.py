@@ -97,14 +97,35 @@ def windows(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> l
         head = ""
     budget = max(max_tokens - count(head), 1)
     units = _units(text, count, overhead, budget)
-    out: list[str] = []
+    spans = _pack(units, budget)
+    if len(spans) > 1:
+        # as many windows, as even as they go: the smallest budget that needs no more of them.
+        # A short tail read alone (a line or two of a long page) is near every question about
+        # its few generic words, and a search ranks the chunk by its nearest window.
+        low, high = 1, budget
+        while low < high:
+            middle = (low + high) // 2
+            if len(_pack(units, middle)) <= len(spans):
+                high = middle
+            else:
+                low = middle + 1
+        even = _pack(units, low)
+        if len(even) <= len(spans):
+            spans = even
+    return [head + "\n".join(unit.text for unit in units[a:b]) for a, b in spans]
+
+
+def _pack(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
+    """Windows as (first, past-last) unit spans: whole units up to `budget` tokens each (a unit
+    alone may fill one), each after the first repeating the last lines of the one before."""
+    spans: list[tuple[int, int]] = []
     start = 0
     while start < len(units):
         end, used = start, 0
         while end < len(units) and (end == start or used + units[end].tokens <= budget):
             used += units[end].tokens
             end += 1
-        out.append(head + "\n".join(unit.text for unit in units[start:end]))
+        spans.append((start, end))
         if end == len(units):
             break
         # the next window starts with the last whole lines of this one: up to WINDOW_OVERLAP
@@ -117,7 +138,7 @@ def windows(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> l
             following -= 1
             repeated += units[following].tokens
         start = following
-    return out
+    return spans
 
 
 def _units(text: str, count: TokenCount, overhead: int, budget: int) -> list[_Unit]:

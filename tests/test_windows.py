@@ -76,6 +76,16 @@ def test_a_line_longer_than_the_window_is_cut_between_words_and_kept_whole() -> 
     assert "".join(piece.removeprefix("Blob\n\n") for piece in cut) == blob
 
 
+def test_a_chunk_just_over_the_window_is_cut_into_even_windows_not_a_full_one_and_a_scrap() -> None:
+    lines = [f"step {i}: copy volume{i} to the tape library" for i in range(26)]  # 8 words each
+    text = "\n".join(lines)
+    pieces = windows("Backup", text, words, 200)
+    sizes = [words(piece) for piece in pieces]
+    assert len(pieces) == 2 and max(sizes) <= 200
+    assert min(sizes) >= 0.75 * max(sizes), sizes  # greedy packing would leave a few lines alone
+    assert_windows_hold_the_chunk(pieces, "Backup", text, 200)
+
+
 def test_a_chunk_the_model_reads_whole_is_one_window_and_a_huge_breadcrumb_gives_way() -> None:
     assert windows("Title > Section", "short text", words, 512) == ["Title > Section\n\nshort text"]
     crumb = " > ".join(f"heading{i}" for i in range(40))
