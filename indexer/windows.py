@@ -7,7 +7,9 @@ real notes' chunks are longer than that. Each window is the chunk's breadcrumb f
 run of whole lines (a line longer than a window is cut between words), counted in the
 embedder's tokens with its passage prefix; consecutive windows repeat the last lines (up to
 WINDOW_OVERLAP tokens, or one paragraph of up to a quarter window), so text at a window's edge
-is read with its context in the next.
+is read with its context in the next. A chunk gets as few windows as fit, as even as they go:
+each keeps its own vector and a search ranks the chunk by its nearest one, so a scrap of a tail
+read alone would be near every question about its few words.
 
 Token counts come from the embedder (`Embedder.token_count`): exact for the local engine, a
 conservative per-script estimate (`estimate_tokens`) for HTTP servers, whose tokenizers are
