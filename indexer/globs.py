@@ -180,9 +180,13 @@ class FileSelection:
             self._in_under(path)
             and match_any(self.paths, path)
             and match_any(self.include, path)
-            and not match_any(self.exclude, path)
-            and not self._in_excluded_folder(path)
+            and not self.excluded(path)
         )
+
+    def excluded(self, path: str) -> bool:
+        """Taken out by an `exclude` pattern, itself or a folder above it (`PATH/` asks about a
+        folder): a choice the user wrote down, so the coverage report does not call it a gap."""
+        return match_any(self.exclude, path) or self._in_excluded_folder(path)
 
     def _in_excluded_folder(self, path: str) -> bool:
         """An exclude pattern that matches a folder (`archive/*` matches `archive/`) excludes

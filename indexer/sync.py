@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -49,6 +50,7 @@ log = logging.getLogger("notes_search.sync")
 
 WRITE_BATCH_FILES = 200
 LANGUAGE_BACKFILL_BATCH = 2000  # chunks per transaction when an older index gets its languages
+COVERAGE_KEY = "coverage_report"  # the last sync's coverage lines, to log them only when they change
 
 
 class Syncer(VectorWork):
@@ -332,6 +334,7 @@ class Syncer(VectorWork):
         self._record_rechunked(report, stale_chunking, whole=True)
         self._embed_whole(report)
         report.coverage = workspace.coverage_report(self.config)
+        self._log_coverage(report.coverage)
         return self._finish(report, started)
 
     def reindex(self, source_ids: list[str], path: str | None, *, full: bool) -> SyncReport:
@@ -450,10 +453,21 @@ class Syncer(VectorWork):
             self.embed_pending(report, None)
         report.neutral = self.refresh_neutral_space() or report.neutral
 
+    def _log_coverage(self, lines: list[str]) -> None:
+        """Log the coverage gaps when they differ from the last sync's, not on every sync: a
+        cron job syncing each minute would otherwise add the same warnings to the log each minute."""
+        recorded = json.dumps(lines, ensure_ascii=False)
+        previous = self.store.meta().get(COVERAGE_KEY)
+        if previous == recorded:
+            return
+        for line in lines:
+            log.warning("coverage: %s", line)
+        if not lines and previous is not None:
+            log.info("coverage: every top-level folder holding markdown is indexed now")
+        self.store.set_meta({COVERAGE_KEY: recorded})
+
     def _finish(self, report: SyncReport, started: float) -> SyncReport:
         report.pending = self.store.count_pending_all()
-        for line in report.coverage:
-            log.warning("coverage: %s", line)
         report.seconds = round(time.monotonic() - started, 3)
         return report
 

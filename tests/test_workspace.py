@@ -421,6 +421,21 @@ def test_coverage_report_stops_counting_when_nothing_can_be_covered(
     assert line.startswith("not indexed: old/ (≥3 .md files)")
 
 
+def test_coverage_report_leaves_out_what_exclude_names(tmp_path: Path) -> None:
+    write(tmp_path, "notes/a.md")
+    write(tmp_path, "drafts/wip.md")  # excluded as a folder, on purpose
+    write(tmp_path, "drafts/deep/more.md")
+    write(tmp_path, "scratch/x.tmp.md")  # excluded file by file
+    write(tmp_path, "scratch/kept.md")  # but this one is a gap: paths leaves it out
+    write(tmp_path, "archive/old.md")  # outside paths: still a gap
+    main = source(tmp_path, paths=("notes/**",), exclude=("drafts/**", "*.tmp.md"))
+    root = os.path.realpath(tmp_path)
+    assert coverage_report(config(tmp_path, main)) == [
+        f"not indexed: archive/ (1 .md file) under {root}",
+        f"not indexed: scratch/ (1 .md file) under {root}",
+    ]
+
+
 def test_coverage_report_ignores_missing_roots(tmp_path: Path) -> None:
     assert coverage_report(config(tmp_path, source(tmp_path / "gone"))) == []
 
