@@ -25,7 +25,7 @@ from search.fusion import (
     rrf,
     term_coverage,
 )
-from search.querybuild import QueryTerm, code_like, exact_query, meaning_text, prefix_query, query_terms
+from search.querybuild import QueryTerm, code_like, echoed_query, exact_query, meaning_text, prefix_query, query_terms
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
 
@@ -112,7 +112,7 @@ class SearchResponse:
 
     def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
         data: dict[str, object] = {
-            "query": self.query,
+            "query": echoed_query(self.query),
             "mode": self.mode,
             "degraded": self.degraded,
             "notice": self.notice,

@@ -19,6 +19,9 @@ MAX_TERMS = 48  # thousands of OR terms make FTS5 slow without improving the ran
 # all. Bytes, not characters: 2,000 of them are 410-720 tokens of Russian, Czech or English
 # prose and at most about 1,000 of anything (2,000 emoji or CJK characters were 2,000 tokens).
 MEANING_BYTES = 2000
+# An answer repeats its query (JSON's `query`, MCP's search): a pasted page came back whole in
+# every answer, as long again as what was asked, so the echo is the first ECHO_BYTES of it.
+ECHO_BYTES = 2000
 # a one- or two-letter term would expand into every word starting with it
 PREFIX_MIN_CHARS = 3
 # Czech, Russian and English inflect the ends of words (záloha/zálohy/zálohou, запись/записи/
@@ -134,3 +137,15 @@ def meaning_text(text: str) -> str:
     head = text.encode()[:MEANING_BYTES].decode(errors="ignore")  # a character cut in two is left out
     cut = max(head.rfind(" "), head.rfind("\n"))
     return head[:cut] if cut > len(head) // 2 else head
+
+
+def echoed_query(text: str) -> str:
+    """The query as an answer repeats it: whole, or its first ECHO_BYTES bytes of UTF-8 (whole
+    characters) and a marker that it was cut, which names the query's full size."""
+    if len(text) * 4 <= ECHO_BYTES:
+        return text
+    data = text.encode()
+    if len(data) <= ECHO_BYTES:
+        return text
+    head = data[:ECHO_BYTES].decode(errors="ignore")  # a character cut in two is left out
+    return f"{head}… [cut: the query has {len(data):,} bytes]"

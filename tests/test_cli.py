@@ -78,6 +78,15 @@ def test_query_json_contract(run) -> None:  # type: ignore[no-untyped-def]
     assert hit["breadcrumb"].startswith("Zálohování serveru")
 
 
+def test_query_json_echoes_a_long_query_cut(run) -> None:  # type: ignore[no-untyped-def]
+    run("sync")
+    pasted = "záloha " * 20_000  # 160,000 bytes of UTF-8
+    echoed = query_json(run, pasted, "--mode", "lex")["query"]
+    assert echoed == "záloha " * 250 + "… [cut: the query has 160,000 bytes]"  # 2,000 bytes exactly
+    md = run("query", pasted, "--mode", "lex", "--format", "md")
+    assert md.exit_code == 0 and len(md.stdout.splitlines()[0].encode()) < 2100
+
+
 def test_line_numbers_point_into_the_file(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     hit = query_json(run, "5432", "--mode", "lex")["results"][0]

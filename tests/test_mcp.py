@@ -248,6 +248,19 @@ def test_detail_snippet_answers_the_same_hits_in_fewer_bytes(workspace: Path, tm
     over_stdio(workspace, body, tmp_path / "server.log")
 
 
+def test_a_long_query_is_echoed_cut_at_a_character(workspace: Path, tmp_path: Path) -> None:
+    async def body(session: ClientSession) -> None:
+        pasted = "restic záloha " * 8000  # 120,000 bytes
+        answer = await call(session, "search", query=pasted, mode="lex", detail="snippet")
+        assert answer["results"]
+        head, marker = answer["query"].split("… ", 1)
+        assert pasted.startswith(head) and len(head.encode()) == 2000
+        assert marker == "[cut: the query has 120,000 bytes]"
+        assert (await call(session, "search", query="restic záloha", mode="lex"))["query"] == "restic záloha"
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+
+
 def test_an_append_is_found_by_the_next_scoped_search(workspace: Path, tmp_path: Path) -> None:
     note = workspace.parent / "notes" / "devops" / "wireguard.md"
 

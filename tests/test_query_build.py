@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from indexer.keywords import KeywordQuery, Phrase
 from indexer.store.fts5 import match_expression
 from search.fusion import rrf
-from search.querybuild import MAX_TERMS, code_like, keyword_query
+from search.querybuild import ECHO_BYTES, MAX_TERMS, code_like, echoed_query, keyword_query
 
 
 def build_fts_query(text: str) -> str | None:
@@ -196,3 +196,11 @@ def test_a_query_and_its_phrases_need_words() -> None:
 )
 def test_a_query_is_code_like_when_a_typed_word_is_more_than_letters(text: str, code: bool) -> None:
     assert code_like(text) is code
+
+
+def test_a_long_query_is_echoed_cut_at_a_character_with_a_marker() -> None:
+    assert echoed_query("záloha") == "záloha"
+    exact = "ž" * (ECHO_BYTES // 2)  # exactly the limit: whole
+    assert echoed_query(exact) == exact
+    cut = echoed_query("a" + "ž" * 1500)  # the 2,000th byte is half a character
+    assert cut == "a" + "ž" * 999 + "… [cut: the query has 3,001 bytes]"
