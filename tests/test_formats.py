@@ -175,6 +175,20 @@ def test_no_format_prints_a_control_character(run: Run, notes: Path) -> None:
     assert hostile in exact["text"]  # JSON keeps the exact text
 
 
+def test_csv_shows_a_newline_in_a_name_as_the_text_output_does(run: Run, notes: Path) -> None:
+    write(notes, {"evil/two\nlines.md": "# Two\n\nzzsplit first\nzzsplit second\n"})
+    assert run("sync").exit_code == 0
+    text = stdout_of(run("query", "zzsplit", "--mode", "lex"))
+    assert "evil/two\\nlines.md" in text
+    for command in (["query", "zzsplit", "--mode", "lex"], ["grep", "zzsplit"], ["show", "notes:evil/*.md"]):
+        [row, *more] = csv.DictReader(io.StringIO(stdout_of(run(*command, "--format", "csv")), newline=""))
+        named = {column: row[column] for column in ("ref", "path", "file") if column in row}
+        assert all("two\\nlines.md" in cell and "\n" not in cell for cell in named.values()), (command, named)
+        assert all(r["path"] == row["path"] for r in more)
+    [hit] = csv.DictReader(io.StringIO(stdout_of(run("show", "notes:evil/*.md", "--format", "csv")), newline=""))
+    assert "zzsplit first\nzzsplit second" in hit["text"]  # a note's lines stay lines in its cell
+
+
 def test_markdown_fences_and_spans_hold_any_text() -> None:
     text = "a ```` fence\n``` and `ticks`"
     fenced = formats.md_block(text)
@@ -195,7 +209,7 @@ def test_csv_parses_back_to_the_printable_cells(rows: list[dict[str, str]]) -> N
     out = formats.render_csv(("ref", "text"), rows)
     assert not CONTROL.search(out.replace("\r\n", "\n"))
     parsed = list(csv.DictReader(io.StringIO(out, newline="")))
-    assert parsed == [{key: formats.block(value) for key, value in row.items()} for row in rows]
+    assert parsed == [{"ref": formats.one_line(row["ref"]), "text": formats.block(row["text"])} for row in rows]
 
 
 @settings(max_examples=200, deadline=None)

@@ -168,16 +168,21 @@ def render_files(records: Iterable[Mapping[str, Any]]) -> str:
     return "".join(one_line(name) + "\n" for name in seen)
 
 
+# a note's own lines: they stay lines inside a quoted csv cell; every other cell (a path, a ref,
+# a heading) is one line, its newlines shown as `\\n` as in the text output
+MULTILINE_COLUMNS = frozenset({"snippet", "text"})
+
+
 def render_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
-    """A header and one row per record; cells quoted by the csv module (newlines stay inside
-    quoted cells), `\\n` line ends."""
+    """A header and one row per record; cells quoted by the csv module (a text's newlines stay
+    inside its quoted cell), `\\n` line ends."""
     import csv  # only this format needs it: every query imports this module
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow([block(row.get(column)) for column in columns])
+        writer.writerow([(block if column in MULTILINE_COLUMNS else one_line)(row.get(column)) for column in columns])
     return out.getvalue()
 
 
