@@ -297,6 +297,23 @@ def test_bad_rank_and_bad_refs_are_one_line_errors(run: Run, world: dict[str, An
     assert not (world["root"] / "editor-record.json").exists()  # no editor was started for any of them
 
 
+def test_an_absolute_path_is_refused_for_where_it_lies(run: Run, world: dict[str, Any], editor: Any) -> None:
+    left_out = world["root"] / "notes" / "devops" / "vpn.txt"  # inside the folder, not *.md
+    left_out.write_text("quokkaport\n", encoding="utf-8")
+    for command in ("open", "show"):
+        outside = run(command, "/etc/passwd")
+        assert outside.exit_code == 1 and outside.stderr == (
+            "Error: '/etc/passwd': outside every source's folder"
+            " (an absolute path is taken only inside a source's root or checkout)\n"
+        ), outside.output
+        inside = run(command, f"{left_out}:1")
+        assert inside.exit_code == 1, inside.output
+        assert inside.stderr == (
+            "Error: notes:devops/vpn.txt: excluded by the config: `sources.workspace.notes.include` (*.md) does not admit it\n"
+        ), inside.output
+    assert not (world["root"] / "editor-record.json").exists()
+
+
 def test_editors_that_read_plus_n_as_a_file_get_the_line_their_way(
     run: Run, world: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

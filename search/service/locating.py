@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from indexer.config import GitSource, Source, WorkspaceSource
-from indexer.errors import SourceError
+from indexer.errors import PathOutsideSources, SourceError
 from search.refs import Ref
 
 if TYPE_CHECKING:
@@ -45,19 +45,28 @@ def with_files(config: Config, hits: Iterable[Hit]) -> None:
 
 def ref_of_file(config: Config, text: str) -> str:
     """An absolute path inside a source's folder (what `--format files` prints) as the
-    `SOURCE:PATH[:LINE]` ref it names; any other text unchanged, so the usual checks refuse it."""
+    `SOURCE:PATH[:LINE]` ref it names (a file the source leaves out too, for the usual checks to
+    say so); relative text unchanged. An absolute path outside every source's folder is refused
+    as such: calling it refused for being absolute would be untrue, as those inside are taken."""
     if not text.startswith("/"):
         return text
     tail = _LINE_TAIL.search(text)
     path, line = (text[: tail.start()], tail[0]) if tail else (text, "")
+    inside: list[str] = []
     for source_id, source in config.sources.items():
         folder = checkout_or_root(source)
         if folder is None:
             continue
         rel = os.path.relpath(os.path.normpath(path), os.path.abspath(folder))
-        if rel not in (".", "..") and not rel.startswith("../") and source.selection.admits(rel):
-            return f"{Ref(source_id, rel)}{line}"
-    return text
+        if rel != ".." and not rel.startswith("../"):
+            if source.selection.admits(rel):
+                return f"{Ref(source_id, rel)}{line}"
+            inside.append(f"{Ref(source_id, rel)}{line}")
+    if inside:
+        return inside[0]
+    raise PathOutsideSources(
+        f"{text!r}: outside every source's folder (an absolute path is taken only inside a source's root or checkout)"
+    )
 
 
 # ---- what `open` opens ----------------------------------------------------------------------
