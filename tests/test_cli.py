@@ -164,7 +164,7 @@ def test_scope_by_source_and_path(run) -> None:  # type: ignore[no-untyped-def]
     data = query_json(run, "server", "--path", "notes:devops/postgres.md")
     assert set(paths(data)) == {"devops/postgres.md"}
     result = run("query", "x", "--source", "nope")
-    assert result.exit_code == 1 and "unknown source 'nope'" in result.output
+    assert result.exit_code == 2 and "unknown source 'nope'" in result.output
 
 
 @both_backends

@@ -68,17 +68,26 @@ def test_json_flag_prints_its_object_when_nothing_matched(run: Run) -> None:
         ("grep",),
         ("grep", "x", "--max-count", "0"),
         ("grep", "x", "--format", "yaml"),
+        ("query", "x", "--source", "nope"),
+        ("grep", "x", "--source", "nope"),
+        ("sync", "--source", "nope"),
+        ("toc", "--source", "notes", "--source", "nope"),
     ],
 )
 def test_usage_errors_exit_2(run: Run, args: tuple[str, ...]) -> None:
     assert run(*args).exit_code == 2
 
 
+def test_an_unknown_source_is_a_usage_error_naming_the_configured_ones(run: Run) -> None:
+    refused = run("query", "x", "--source", "nope")
+    assert refused.exit_code == 2 and refused.stdout == "", refused.output
+    assert refused.stderr.startswith("Usage: ")
+    assert refused.stderr.endswith("Error: Invalid value for '--source': unknown source 'nope' (configured: notes)\n")
+
+
 @pytest.mark.parametrize(
     "args",
     [
-        ("query", "x", "--source", "nope"),
-        ("grep", "x", "--source", "nope"),
         ("grep", "x", "--path", "notes:../../etc"),
         ("show", "notes:nope.md"),
     ],

@@ -131,13 +131,15 @@ def test_install_refuses_what_it_must_not_touch(tmp_path: Path, upstream: pygit2
     for args, message in [
         (["--source", "later"], "no mirror at"),
         (["--source", "ws"], "is a workspace source"),
-        (["--source", "nope"], "unknown source 'nope'"),
         (["--source", "notes", "--upstream"], "is not a bare repository"),  # a working copy: no pushes land there
     ]:
         hook.unlink(missing_ok=True)
         result = cli(index.path, "hooks", "install", *args)
         assert result.exit_code == 1 and message in result.stderr, (args, result.output)
         assert not hook.exists()  # all or nothing
+    unknown = cli(index.path, "hooks", "install", "--source", "notes", "--source", "nope")
+    assert unknown.exit_code == 2 and "unknown source 'nope'" in unknown.stderr, unknown.output  # a usage error
+    assert not hook.exists()
 
 
 # ---- quoting and robustness ----------------------------------------------------------------------------

@@ -705,7 +705,7 @@ def test_write_tocs_and_toc_command(cfg: Config, store: Store, run: Callable[...
         "# Contents of source notes",
         "# Contents of source other",
     ]
-    assert run("toc", "--source", "nope").exit_code == 1
+    assert run("toc", "--source", "nope").exit_code == 2
     data = json.loads(run("toc", "--json").stdout)
     assert [(r["source"], r["file"]) for r in data["results"]] == [
         (sid, str(toc_path(cfg, sid))) for sid in ("wiki", "notes", "other")

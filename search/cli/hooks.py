@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from search.cli.context import CliContext, pass_context
+from search.cli.options import configured_sources
 from search.terminal import echo
 
 
@@ -23,6 +24,7 @@ def hooks() -> None:
     multiple=True,
     metavar="ID",
     help="Only this git source (repeatable; default: every git source).",
+    callback=configured_sources,
 )
 @click.option(
     "--upstream",

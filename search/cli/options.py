@@ -27,8 +27,30 @@ def completes(kind: str) -> Any:
 def source_option(help: str = "Only this source (repeatable).") -> Callable[[F], F]:
     """--source ID, repeatable, completing the config's source ids."""
     return click.option(
-        "--source", "source_ids", multiple=True, metavar="ID", help=help, shell_complete=completes("source")
+        "--source",
+        "source_ids",
+        multiple=True,
+        metavar="ID",
+        help=help,
+        shell_complete=completes("source"),
+        callback=configured_sources,
     )
+
+
+def configured_sources(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """An id the config does not name is a usage error (exit 2), as any other bad option value;
+    the config is read for it only when --source is given."""
+    from search.cli.context import CliContext
+
+    context = ctx.find_object(CliContext)
+    if not value or context is None:  # no group context: a completion, which checks nothing
+        return value
+    sources = context.config.sources
+    for source_id in value:
+        if source_id not in sources:
+            known = ", ".join(sorted(sources)) or "none"
+            raise click.BadParameter(f"unknown source {source_id!r} (configured: {known})")
+    return value
 
 
 def scope_options(func: F) -> F:
