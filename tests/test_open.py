@@ -297,6 +297,14 @@ def test_bad_rank_and_bad_refs_are_one_line_errors(run: Run, world: dict[str, An
     assert not (world["root"] / "editor-record.json").exists()  # no editor was started for any of them
 
 
+def test_a_long_last_query_is_named_cut_in_the_error(run: Run, world: dict[str, Any], editor: Any) -> None:
+    assert run("query", "quokkaport " * 10_000, "--mode", "lex").exit_code == 0  # 110,000 bytes
+    past = run("open", "99")
+    assert past.exit_code == 1 and past.stderr.count("\n") == 1, past.output[:300]
+    assert past.stderr.startswith("Error: no hit 99: the last query ('quokkaport quokkaport ")
+    assert past.stderr.endswith("… [cut: the query has 110,000 bytes]') had hits 1-3\n") and len(past.stderr) < 2100
+
+
 def test_an_absolute_path_is_refused_for_where_it_lies(run: Run, world: dict[str, Any], editor: Any) -> None:
     left_out = world["root"] / "notes" / "devops" / "vpn.txt"  # inside the folder, not *.md
     left_out.write_text("quokkaport\n", encoding="utf-8")

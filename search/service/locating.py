@@ -143,7 +143,9 @@ def remember_hits(config: Config, query: str, hits: Sequence[Hit]) -> None:
     folder = config.db.parent
     if not folder.is_dir():
         return
-    data = {"query": query, "refs": [str(Ref(hit.source, hit.path, hit.match_line)) for hit in hits]}
+    from search.querybuild import echoed_query  # named in an error line: a pasted page would be all of it
+
+    data = {"query": echoed_query(query), "refs": [str(Ref(hit.source, hit.path, hit.match_line)) for hit in hits]}
     import threading
 
     # one writer per process and thread (the warm server answers calls on threads); renamed into place
