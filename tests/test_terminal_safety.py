@@ -319,7 +319,6 @@ def test_error_lines_quote_names_escaped(hostile) -> None:  # type: ignore[no-un
         ("query", "x", "--path", f"no{OSC}"),
         ("reindex", f"notes:missing{CSI}.md"),
         ("status", f"no{OSC}"),
-        ("grep", "x", "--source", f"no{CSI}"),
         ("show", f"notes:osc.md:{9}"),
     ):
         result = run(*args)
@@ -330,6 +329,9 @@ def test_error_lines_quote_names_escaped(hostile) -> None:  # type: ignore[no-un
     usage = run("query", "x", "--mode", f"lex{OSC}")
     assert usage.exit_code == 2 and "\\x1b]0;HACKED\\x07" in usage.stderr
     assert_result_safe(usage)
+    unknown = run("grep", "x", "--source", f"no{CSI}")
+    assert unknown.exit_code == 2 and "unknown source 'no\\x1b[2J'" in unknown.stderr, unknown.output
+    assert_result_safe(unknown)
 
 
 def test_show_negative_line_says_lines_start_at_1(hostile) -> None:  # type: ignore[no-untyped-def]
