@@ -139,8 +139,9 @@ def verbatim_holders(ids: Sequence[int], texts: Mapping[int, str], query: str) -
     --vacuum-size=50M`, `pytest -Werror --pdb -x`, see `querybuild.code_like`) they are the
     notes looked for, whatever the two halves' ranks add up to, so they go first; a phrase of
     plain words is held verbatim by many notes that are not about it, so the caller asks only
-    for code. None for a query of one word: exact-first decides that."""
+    for code. One word counts too (`5432`, `sha256`): exact-first orders the keyword hits, but
+    a meaning-only hit, near any bare number, tied with the one note holding it."""
     words = tuple(tokens(query))
-    if len(words) < 2:
+    if not words:
         return []
     return [cid for cid in ids if cid in texts and _holds(fold(texts[cid]), words, prefix=False)]

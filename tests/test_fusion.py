@@ -201,3 +201,9 @@ def test_a_code_like_query_held_verbatim_comes_first() -> None:
     assert fuse(lexical, vector, command)[0] == "cs/zurnal.md#30"
     # words that are not code: a phrase is held verbatim by many notes, the fusion decides
     assert fuse(lexical, vector, "omezí žurnál")[0] == "en/journal.md#21"
+
+
+def test_a_single_value_comes_first_from_the_note_holding_it() -> None:
+    # a bare value means little to the vector half: its first hit ties with the keyword hit
+    assert fuse([30], [(21, 0.81), (40, 0.80)], "200M")[:2] == ["cs/zurnal.md#30", "en/journal.md#21"]
+    assert fuse([30], [(21, 0.81), (40, 0.80)], "200M200")[0] == "en/journal.md#21"  # not held: no rule
