@@ -275,7 +275,7 @@ def breakdown_child(root: str, n: int, n_edits: int, budget: float) -> dict[str,
     for i in range(WARMUP):
         embedder.embed_query(f"warm-up query {i}")
     vectors = {q: embedder.embed_query(q) for q in qs}
-    fixed = FixedQueryEmbedder(vectors)
+    fixed = FixedQueryEmbedder(vectors, cut_by=embedder)
     out: dict[str, list[float]] = {k: [] for key, _, _ in BREAKDOWN for k in (key, "cpu " + key)}
     store = Store.open(config.db, readonly=True)
     targets = {"all": service.resolve(None, store), SCOPE: service.resolve(SCOPE, store)}

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # `python bench/bench_search.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,6 +31,9 @@ from bench.corpus_text import AREAS, TOPICS_PER_AREA, note_path, query_vector
 from bench.machine import CLI, PYTHON, REPO, child_env, run_process, run_timed
 from bench.report import Stats, eprint, header, machine_table, md_table, ms, verdict
 from bench.workspaces import Workspace, store_built_workspace
+
+if TYPE_CHECKING:
+    from indexer.embedders import Embedder
 
 TARGETS_MS = {  # (size, mode, scoped) -> p50 target
     (10_000, "hybrid", False): 30.0,
@@ -44,13 +48,19 @@ WARMUP = 3
 
 
 class FixedQueryEmbedder:
-    """Stands in for the embedder: embed_query returns the query's precomputed vector."""
+    """Stands in for the embedder: embed_query returns the query's precomputed vector, and
+    `cut_by` (the embedder that built the index, if at hand) tells where a long chunk's windows
+    begin; without it a hit found by a further window keeps its chunk's head."""
 
-    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+    def __init__(self, vectors: dict[str, np.ndarray], cut_by: Embedder | None = None) -> None:
         self.vectors = vectors
+        self.cut_by = cut_by
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.vectors[text]
+
+    def window_lines(self, breadcrumb: str, text: str) -> list[int]:
+        return self.cut_by.window_lines(breadcrumb, text) if self.cut_by is not None else []
 
     def interactive(self) -> FixedQueryEmbedder:
         return self

@@ -20,7 +20,7 @@ from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
 from indexer.hosts import is_loopback_host
 from indexer.redaction import describe_url
-from indexer.windows import estimate_tokens, windows
+from indexer.windows import estimate_tokens, window_lines, windows
 
 if TYPE_CHECKING:
     import requests
@@ -91,6 +91,11 @@ class Embedder(ABC):
             return ChunkVectors(np.arange(len(texts), dtype=np.int64), self.embed_passages(texts, on_batch))
         report = None if on_batch is None else (lambda done: on_batch(len(texts) * done // len(parts)))
         return ChunkVectors(np.asarray(owners, dtype=np.int64), self.embed_passages(parts, report))
+
+    def window_lines(self, breadcrumb: str, text: str) -> list[int]:
+        """Per window `embed_chunks` cut a chunk into, the line of its text where the window's
+        own text begins (`indexer.windows.window_lines`): where a hit by that window points."""
+        return window_lines(breadcrumb, text, self.token_count, self.config.window)
 
     def token_count(self, text: str) -> int:
         """Tokens the model reads for `text` as a passage (prefix and special tokens included):

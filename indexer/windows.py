@@ -82,15 +82,38 @@ class _Unit:
 
     text: str
     tokens: int  # counted alone, without the prefix and the model's own tokens
+    line: int  # the line of the chunk's text it is (part of), from 0
 
 
 def windows(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> list[str]:
     """The embed texts of one chunk: `[breadcrumb + text]` when the model reads it whole, else
     overlapping windows that together hold every line of `text`, each within `max_tokens`
     (`count` counts a passage as the model feeds it: prefix and special tokens included)."""
-    whole = f"{breadcrumb}\n\n{text}"
-    if count(whole) <= max_tokens:
-        return [whole]
+    cut = _cut(breadcrumb, text, count, max_tokens)
+    if cut is None:
+        return [f"{breadcrumb}\n\n{text}"]
+    head, units, spans = cut
+    return [head + "\n".join(unit.text for unit in units[a:b]) for a, b in spans]
+
+
+def window_lines(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> list[int]:
+    """Per window of `windows(...)`, the line of `text` (from 0) where its own text begins, past
+    the lines it repeats from the window before: what made it nearer to a question than that
+    one, so where a hit found by it points."""
+    cut = _cut(breadcrumb, text, count, max_tokens)
+    if cut is None:
+        return [0]
+    _, units, spans = cut
+    return [0] + [units[end].line for _, end in spans[:-1]]
+
+
+def _cut(
+    breadcrumb: str, text: str, count: TokenCount, max_tokens: int
+) -> tuple[str, list[_Unit], list[tuple[int, int]]] | None:
+    """None when the model reads the chunk whole, else the windows' head (the breadcrumb, or
+    nothing when it would crowd the text out), the units and each window's span of them."""
+    if count(f"{breadcrumb}\n\n{text}") <= max_tokens:
+        return None
     # a line counted alone pays the prefix and special tokens, and joined to others one token
     # for its line break
     overhead = count("") - 1
@@ -114,7 +137,7 @@ def windows(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> l
         even = _pack(units, low)
         if len(even) <= len(spans):
             spans = even
-    return [head + "\n".join(unit.text for unit in units[a:b]) for a, b in spans]
+    return head, units, spans
 
 
 def _pack(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
@@ -148,16 +171,16 @@ def _units(text: str, count: TokenCount, overhead: int, budget: int) -> list[_Un
     if it has no spaces) into pieces that fit. A line's count alone is at least its share of
     the whole text's, so packing by these counts never overfills a window."""
     units: list[_Unit] = []
-    for line in text.split("\n"):
+    for number, line in enumerate(text.split("\n")):
         tokens = max(count(line) - overhead, 0)
         if tokens <= budget:
-            units.append(_Unit(line, tokens))
+            units.append(_Unit(line, tokens, number))
         else:
-            units.extend(_cut_line(line, tokens, count, overhead, budget))
+            units.extend(_cut_line(line, number, tokens, count, overhead, budget))
     return units
 
 
-def _cut_line(line: str, tokens: int, count: TokenCount, overhead: int, budget: int) -> list[_Unit]:
+def _cut_line(line: str, number: int, tokens: int, count: TokenCount, overhead: int, budget: int) -> list[_Unit]:
     # characters per piece from this line's own characters per token, shrunk until the piece's
     # exact count fits
     size = max(int(len(line) * budget / max(tokens, 1) * 0.9), 1)
@@ -175,6 +198,6 @@ def _cut_line(line: str, tokens: int, count: TokenCount, overhead: int, budget: 
             if piece_tokens <= budget or len(piece) == 1:
                 break
             width = max(len(piece) * 3 // 4, 1)
-        pieces.append(_Unit(piece, piece_tokens))
+        pieces.append(_Unit(piece, piece_tokens, number))
         rest = rest[len(piece) :]
     return pieces

@@ -306,7 +306,9 @@ def search(
                 shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
                 if mode != "lex" and shown:  # --explain names each hit's language
                     languages.update(read_apart.languages_of(store, shown))
-                response.results = _hits(chosen, rows, lexical, vector, languages, blind, exact, verbatim, query)
+                response.results = _hits(
+                    chosen, rows, lexical, vector, languages, blind, exact, verbatim, query, _window_finder(store, half)
+                )
                 exhausted = len(lexical) < depth and len(vector) < depth
                 if (
                     len(response.results) >= k
@@ -737,17 +739,31 @@ def _hits(
     exact: dict[int, int],
     verbatim: set[int],
     query: str,
+    find_windows: Callable[[dict[int, ChunkRow]], dict[int, tuple[int, int, int]]],
 ) -> list[Hit]:
-    """The chosen chunks as hits, each centred on the line where the query matches best."""
+    """The chosen chunks as hits, each centred on the line where the query matches best: a line
+    holding its words, else where the nearest window of a chunk longer than the model reads begins."""
     wanted = snippet_terms(query)  # also in vec mode: the words the keyword half would search for
     bm25 = dict(lexical)
     distance = dict(vector)
+    found_at = {
+        item.chunk_id: excerpt(
+            wanted, rows[item.chunk_id].text, rows[item.chunk_id].start_line, text_chars=SNIPPET_CHARS
+        )
+        for item in chosen
+    }
+    # no line holds a word of the query: the part that meaning found is the one to show
+    unmatched = {cid: rows[cid] for cid, found in found_at.items() if not found.keyword and cid in distance}
+    windows = find_windows(unmatched) if unmatched else {}
     hits: list[Hit] = []
     for item in chosen:
         row = rows[item.chunk_id]
         matched = _matched(item.chunk_id in bm25, item.chunk_id in distance)
         similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
-        found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS)
+        window = windows.get(item.chunk_id)
+        found = found_at[item.chunk_id]
+        if window is not None:
+            found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS, meaning_line=window[2])
         hits.append(
             Hit(
                 source=row.source_id,
@@ -780,10 +796,40 @@ def _hits(
                     "vec_counted_rank": item.counted.get("vec"),
                     "exact_terms": exact.get(item.chunk_id),
                     "verbatim": item.chunk_id in verbatim,
+                    # a chunk longer than the model reads, found by meaning alone: which of its
+                    # windows was nearest (from 1) and how many it has
+                    "window": window[0] + 1 if window is not None else None,
+                    "windows": window[1] if window is not None else None,
                 },
             )
         )
     return hits
+
+
+def _window_finder(
+    store: IndexReader, half: _VectorHalf | None
+) -> Callable[[dict[int, ChunkRow]], dict[int, tuple[int, int, int]]]:
+    """Per chunk of those given that has several windows: (its window nearest the query, its
+    windows, the line of its text where that window's own part begins). Asked only for hits no
+    line of which holds a query word, with the embedder that cut the windows (loaded already:
+    it embedded the query)."""
+
+    def find(rows: dict[int, ChunkRow]) -> dict[int, tuple[int, int, int]]:
+        if half is None or half.vector is None:
+            return {}
+        nearest = store.nearest_windows(half.vector, rows)
+        if not nearest:
+            return {}
+        embedder = half.embedder_factory()
+        found = {}
+        for chunk_id, window in nearest.items():
+            row = rows[chunk_id]
+            starts = embedder.window_lines(row.breadcrumb, row.text)
+            if window < len(starts):  # else the windows were cut otherwise: the chunk's head stands
+                found[chunk_id] = (window, len(starts), starts[window])
+        return found
+
+    return find
 
 
 def _part(item: Fused, name: str) -> float | None:

@@ -169,12 +169,14 @@ def is_content(lines: Sequence[str], index: int) -> bool:
     return bool(_WORD_CHAR.search(line)) and not _FENCE.match(line) and not is_heading(lines, index)
 
 
-def first_content_line(lines: Sequence[str]) -> int:
-    """The first content line, else the first non-blank one, else 0."""
-    for index in range(len(lines)):
+def first_content_line(lines: Sequence[str], start: int = 0) -> int:
+    """The first content line from `start` on, else the first non-blank one, else `start`
+    (0 when it lies outside `lines`)."""
+    start = start if 0 <= start < len(lines) else 0
+    for index in range(start, len(lines)):
         if is_content(lines, index):
             return index
-    return next((index for index, line in enumerate(lines) if line.strip()), 0)
+    return next((index for index in range(start, len(lines)) if lines[index].strip()), start)
 
 
 def best_line(terms: Sequence[Term], lines: Sequence[str]) -> tuple[int, bool]:
@@ -278,10 +280,15 @@ def excerpt(
     *,
     snippet_chars: int = SNIPPET_CHARS,
     text_chars: int = TEXT_CHARS,
+    meaning_line: int | None = None,
 ) -> Excerpt:
-    """The match line (a file line), the snippet and the text window of one chunk."""
+    """The match line (a file line), the snippet and the text window of one chunk.
+    `meaning_line`: where the chunk's part nearest in meaning begins (a line of `text`, from 0),
+    the match line when no line holds a query term."""
     lines = chunk_lines(text)
     index, keyword = best_line(terms, lines)
+    if not keyword and meaning_line:
+        index = first_content_line(lines, meaning_line)
     spans = highlights(terms, lines[index]) if keyword else []
     return Excerpt(
         match_line=start_line + index,

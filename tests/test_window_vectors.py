@@ -14,6 +14,7 @@ from indexer.migrate import migrate
 from indexer.store import SearchScope, Store, content_hash, open_store, sqlite_vectors
 from indexer.sync import run_sync
 from indexer.windows import windows
+from search.engine import search
 from search.resident import ResidentVectors
 from tests.conftest import make_config, open_index, write
 from tests.fakes import FakeEmbedder, hash_vector
@@ -68,6 +69,18 @@ def test_a_large_scope_reads_further_windows_through_the_knn_scan(
     query = unit([1.0])[0]
     assert ids_of(store.vec_search(query, 2, SearchScope(path="in"))) == [a, b]
     assert ids_of(store.vec_search(query, 3, SearchScope())) == [c, a, b]
+
+
+def test_each_long_chunks_nearest_window_is_named(store: Store) -> None:
+    with store.transaction():
+        store.write_files("s", [doc(f"d/n{i}.md", [f"text {i}"]) for i in range(3)])
+    a, b, c = (p.id for p in store.pending_chunks(10))
+    # a: three windows, its second nearest; b: one window; c: two, its first nearest
+    rows = np.concatenate([unit([0.0, 1.0], [1.0, 0.1], [1.0, 0.5]), unit([1.0]), unit([1.0, 0.2], [0.0, 0.0, 1.0])])
+    store.store_vectors([a, a, a, b, c, c], rows)
+    query = unit([1.0])[0]
+    assert store.nearest_windows(query, [a, b, c, 10_000]) == {a: 1, c: 0}
+    assert store.nearest_windows(query, [b]) == {} and store.nearest_windows(query, []) == {}
 
 
 def test_windows_page_whole_rewrite_in_place_and_go_with_their_chunk(store: Store) -> None:
@@ -251,3 +264,45 @@ def test_a_copy_to_another_store_carries_every_window(
     finally:
         source.close()
         target.close()
+
+
+QUESTION = "Kdy se vyměňuje kazeta v mechanice?"
+SENSE = "every friday the cartridge in the drive is swapped"
+
+
+class Translating(FakeEmbedder):
+    """A multilingual model in small: the Czech question is embedded as its English sense."""
+
+    def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        if is_query:
+            texts = [SENSE if QUESTION in text else text for text in texts]
+        return super().embed_batch(texts, is_query=is_query)
+
+
+def test_a_hit_found_by_meaning_alone_points_at_its_nearest_windows_lines(tmp_path: Path, notes: Path) -> None:
+    lines = LONG_EN.split("\n")
+    lines[24:24] = ["Every Friday the cartridge in the drive is swapped for the next one."]
+    write(notes, {"en/long.md": "# Tape\n\n" + "\n".join(lines) + "\n"})
+    config = windowed(tmp_path, notes, None, neutral_space=False)
+    embedder = Translating(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+    store = open_index(config)
+    try:
+        response = search(store, config, QUESTION, k=3, mode="hybrid", embedder_factory=lambda: embedder)
+        [hit] = [hit for hit in response.results if hit.path == "en/long.md"]
+        pieces = windows(hit.breadcrumb, hit.chunk_text, embedder.token_count, config.embedding.window)
+        starts = embedder.window_lines(hit.breadcrumb, hit.chunk_text)
+        [holding] = [i for i, piece in enumerate(pieces) if "Every Friday" in piece and i > 0][-1:]
+        assert hit.matched == "meaning" and hit.explain["window"] == holding + 1 > 1
+        assert hit.explain["windows"] == len(pieces)
+        # the match line is where that window's own text begins, and the snippet shows it
+        assert hit.match_line == hit.line + starts[holding] > hit.line
+        chunk_lines = hit.chunk_text.split("\n")
+        assert chunk_lines[starts[holding]] in hit.snippet.split("\n")
+        # a word of the query in the chunk: its line, as always
+        tape = search(store, config, "Friday cartridge", k=3, mode="hybrid", embedder_factory=lambda: embedder)
+        [worded] = [hit for hit in tape.results if hit.path == "en/long.md"]
+        assert chunk_lines[worded.match_line - worded.line].startswith("Every Friday")
+        assert worded.explain["window"] is None
+    finally:
+        store.close()

@@ -16,7 +16,7 @@ from indexer.embedders import LocalEmbedder
 from indexer.errors import ConfigError
 from indexer.store import SearchScope
 from indexer.sync import run_sync
-from indexer.windows import estimate_tokens, windows
+from indexer.windows import estimate_tokens, window_lines, windows
 from tests.conftest import make_config, open_index
 from tests.fakes import FakeEmbedder, hash_vector
 from tests.pg import both_backends
@@ -84,6 +84,21 @@ def test_a_chunk_just_over_the_window_is_cut_into_even_windows_not_a_full_one_an
     assert len(pieces) == 2 and max(sizes) <= 200
     assert min(sizes) >= 0.75 * max(sizes), sizes  # greedy packing would leave a few lines alone
     assert_windows_hold_the_chunk(pieces, "Backup", text, 200)
+
+
+def test_each_window_points_at_the_line_where_its_own_text_begins() -> None:
+    lines = [f"Step {i}: the volume data{i} is copied to the tape library." for i in range(40)]
+    text = "\n".join(lines)
+    pieces = windows("Tape", text, words, 64)
+    starts = window_lines("Tape", text, words, 64)
+    assert len(starts) == len(pieces) > 2 and starts[0] == 0
+    for i in range(1, len(pieces)):
+        # right after the last line of the window before: the lines it repeats are not its own
+        assert lines[starts[i]] in pieces[i] and lines[starts[i]] not in pieces[i - 1]
+        assert lines[starts[i] - 1] in pieces[i - 1]
+    assert window_lines("Tape", "short text", words, 64) == [0]
+    long_line = " ".join(f"word{i}" for i in range(1000))  # pieces of one line all begin on it
+    assert set(window_lines("Long", f"first\n{long_line}", words, 64)) == {0, 1}
 
 
 def test_a_chunk_the_model_reads_whole_is_one_window_and_a_huge_breadcrumb_gives_way() -> None:

@@ -177,6 +177,11 @@ class IndexReader(Protocol):
         index (PostgreSQL's HNSW); inside any scope or filter the top-k is exact."""
         ...
 
+    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, int]:
+        """Which window of each chunk of `ids` is nearest `vector` (0: the first), for the chunks
+        with more than one window: a hit found by meaning points at that window's lines."""
+        ...
+
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         """The chunks among `ids` that still exist, with their file and source fields."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -229,6 +229,22 @@ def chunk_windows(ids: Sequence[int], vectors: np.ndarray) -> Iterator[tuple[int
         if end == len(ids) or ids[end] != ids[start]:
             yield int(ids[start]), vectors[start:end]
             start = end
+
+
+def nearest_window_of(distances: Iterable[Sequence[Any]]) -> dict[int, int]:
+    """From (chunk id, window index, distance) rows, each chunk's nearest window, for chunks with
+    more than one (a distance of None or NaN, a zero vector's, is never nearest; ties go to the
+    earlier window)."""
+    best: dict[int, tuple[float, int]] = {}
+    windows: dict[int, int] = {}
+    for chunk_id, window, distance in distances:
+        cid, idx = int(chunk_id), int(window)
+        windows[cid] = windows.get(cid, 0) + 1
+        if distance is None or distance != distance:
+            continue
+        if cid not in best or (float(distance), idx) < best[cid]:
+            best[cid] = (float(distance), idx)
+    return {cid: idx for cid, (_, idx) in best.items() if windows[cid] > 1}
 
 
 def split_windows(blob: bytes, dims: int) -> list[bytes]:

@@ -11,13 +11,13 @@ their vec0 rows explicitly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import apsw
 
 from indexer.store.core import StoreCore, utc_now
-from indexer.store.rows import RankedChunk, SearchScope, VectorMatrix, VectorPage, chunk_windows
+from indexer.store.rows import RankedChunk, SearchScope, VectorMatrix, VectorPage, chunk_windows, nearest_window_of
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -206,6 +206,29 @@ class SqliteVectors(StoreCore):
             fetch = min(fetch * 2, MAX_KNN)
         ranked = sorted(found.items(), key=lambda item: (item[1], item[0]))[:k]
         return [RankedChunk(chunk_id, distance) for chunk_id, distance in ranked]
+
+    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, int]:
+        """Which window of each of these chunks is nearest `vector`, for those with further
+        windows (window_vectors holds the second on; the first is the chunk's own vector)."""
+        import numpy as np
+
+        wanted = sorted(set(ids))
+        if not wanted or not self.has_vector_table():
+            return {}
+        marks = ",".join("?" * len(wanted))
+        query = np.asarray(vector, dtype=np.float32).tobytes()
+        further = self.conn.execute(
+            f"""SELECT chunk_id, window_idx, vec_distance_cosine(embedding, ?) FROM window_vectors
+                WHERE chunk_id IN ({marks})""",
+            (query, *wanted),
+        ).fetchall()
+        if not further:
+            return {}
+        firsts = self.conn.execute(
+            f"SELECT id, 0, vec_distance_cosine(embedding, ?) FROM chunk_vectors WHERE id IN ({marks})",
+            (query, *wanted),
+        ).fetchall()
+        return nearest_window_of([*firsts, *further])
 
     def _scoped_exact(self, params: dict[str, object], k: int, where: str) -> list[RankedChunk]:
         """Exact distances over the scope's own vectors, every window, found through the path

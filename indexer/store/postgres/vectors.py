@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from indexer.store.rows import (
     SearchScope,
     VectorMatrix,
     VectorPage,
+    nearest_window_of,
 )
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
@@ -490,6 +491,19 @@ class PgVectors(StoreCore):
         hits = [RankedChunk(chunk_id, distance) for chunk_id, distance in nearest.items()]
         hits.sort(key=lambda hit: (hit.score, hit.chunk_id))
         return hits[:k]
+
+    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, int]:
+        """Which window of each of these chunks is nearest `vector`, for those with more than one."""
+        import numpy as np
+
+        wanted = sorted(set(ids))
+        if not wanted or not self.has_vector_table():
+            return {}
+        rows = self.conn.execute(
+            "SELECT id, window_idx, embedding <=> %(q)s FROM chunk_vectors WHERE id = ANY(%(ids)s)",
+            {"q": np.asarray(vector, dtype=np.float32), "ids": wanted},
+        ).fetchall()
+        return nearest_window_of(rows)
 
     def _nearest_rows(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The unscoped search's nearest rows (windows) in the index's order, read until they
