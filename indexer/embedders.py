@@ -20,7 +20,7 @@ from indexer.config import EmbeddingConfig
 from indexer.errors import ConfigError, EmbedderError, EmbedderUnavailable
 from indexer.hosts import is_loopback_host
 from indexer.redaction import describe_url
-from indexer.windows import estimate_tokens, window_lines, windows
+from indexer.windows import estimate_tokens, window_lines, windows_and_lines
 
 if TYPE_CHECKING:
     import requests
@@ -38,6 +38,8 @@ class ChunkVectors(NamedTuple):
 
     owners: np.ndarray  # int64, ascending
     matrix: np.ndarray  # (windows, dims) unit float32
+    # per text, the line of its body where each window's own text begins (indexer.windows)
+    lines: tuple[tuple[int, ...], ...] = ()
 
     def rows_of(self, texts: Sequence[int], ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
         """The windows of `texts[i]` under the chunk id `ids[i]`, for every i in order (a text
@@ -82,15 +84,19 @@ class Embedder(ABC):
         `on_batch(n)`: about n texts done."""
         parts: list[str] = []
         owners: list[int] = []
+        lines: list[tuple[int, ...]] = []
         for index, text in enumerate(texts):
             breadcrumb, _, body = text.partition("\n\n")
-            pieces = windows(breadcrumb, body, self.token_count, self.config.window)
+            pieces, starts = windows_and_lines(breadcrumb, body, self.token_count, self.config.window)
             parts.extend(pieces)
             owners.extend([index] * len(pieces))
+            lines.append(tuple(starts))
         if len(parts) == len(texts):
-            return ChunkVectors(np.arange(len(texts), dtype=np.int64), self.embed_passages(texts, on_batch))
+            return ChunkVectors(
+                np.arange(len(texts), dtype=np.int64), self.embed_passages(texts, on_batch), tuple(lines)
+            )
         report = None if on_batch is None else (lambda done: on_batch(len(texts) * done // len(parts)))
-        return ChunkVectors(np.asarray(owners, dtype=np.int64), self.embed_passages(parts, report))
+        return ChunkVectors(np.asarray(owners, dtype=np.int64), self.embed_passages(parts, report), tuple(lines))
 
     def window_lines(self, breadcrumb: str, text: str) -> list[int]:
         """Per window `embed_chunks` cut a chunk into, the line of its text where the window's

@@ -85,6 +85,7 @@ def migrate(
     target.set_meta({key: value for key, value in meta.items() if key not in LOCAL_META | {LANGUAGE_BACKFILL_KEY}})
     with target.bulk_load(whole_space=True):
         vectors = _copy_files(source, target, stats, report)
+    target.store_window_lines(source.window_lines())
     _copy_source_states(target, stats)
     copied = verify(source, target, vectors)
     target.delete_meta([COPY_UNFINISHED_KEY])

@@ -452,6 +452,8 @@ class Syncer(VectorWork):
         with self.store.bulk_load():  # a first sync builds a server's vector index once, in bulk
             self.embed_pending(report, None)
         report.neutral = self.refresh_neutral_space() or report.neutral
+        if any(source.changed for source in report.sources):  # texts may be gone with their chunks
+            self.store.prune_window_lines()
 
     def _log_coverage(self, lines: list[str]) -> None:
         """Log the coverage gaps when they differ from the last sync's, not on every sync: a

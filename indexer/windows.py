@@ -89,22 +89,24 @@ def windows(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> l
     """The embed texts of one chunk: `[breadcrumb + text]` when the model reads it whole, else
     overlapping windows that together hold every line of `text`, each within `max_tokens`
     (`count` counts a passage as the model feeds it: prefix and special tokens included)."""
-    cut = _cut(breadcrumb, text, count, max_tokens)
-    if cut is None:
-        return [f"{breadcrumb}\n\n{text}"]
-    head, units, spans = cut
-    return [head + "\n".join(unit.text for unit in units[a:b]) for a, b in spans]
+    return windows_and_lines(breadcrumb, text, count, max_tokens)[0]
 
 
 def window_lines(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> list[int]:
     """Per window of `windows(...)`, the line of `text` (from 0) where its own text begins, past
     the lines it repeats from the window before: what made it nearer to a question than that
     one, so where a hit found by it points."""
+    return windows_and_lines(breadcrumb, text, count, max_tokens)[1]
+
+
+def windows_and_lines(breadcrumb: str, text: str, count: TokenCount, max_tokens: int) -> tuple[list[str], list[int]]:
+    """`windows(...)` and `window_lines(...)` from one cut."""
     cut = _cut(breadcrumb, text, count, max_tokens)
     if cut is None:
-        return [0]
-    _, units, spans = cut
-    return [0] + [units[end].line for _, end in spans[:-1]]
+        return [f"{breadcrumb}\n\n{text}"], [0]
+    head, units, spans = cut
+    pieces = [head + "\n".join(unit.text for unit in units[a:b]) for a, b in spans]
+    return pieces, [0] + [units[end].line for _, end in spans[:-1]]
 
 
 def _cut(

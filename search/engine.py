@@ -811,22 +811,22 @@ def _window_finder(
 ) -> Callable[[dict[int, ChunkRow]], dict[int, tuple[int, int, int]]]:
     """Per chunk of those given that has several windows: (its window nearest the query, its
     windows, the line of its text where that window's own part begins). Asked only for hits no
-    line of which holds a query word, with the embedder that cut the windows (loaded already:
-    it embedded the query)."""
+    line of which holds a query word. Where the index holds no lines for a text (copied by
+    `migrate`), the embedder that cut its windows cuts it again: it is loaded, having embedded
+    the query."""
 
     def find(rows: dict[int, ChunkRow]) -> dict[int, tuple[int, int, int]]:
         if half is None or half.vector is None:
             return {}
-        nearest = store.nearest_windows(half.vector, rows)
-        if not nearest:
-            return {}
-        embedder = half.embedder_factory()
         found = {}
-        for chunk_id, window in nearest.items():
-            row = rows[chunk_id]
-            starts = embedder.window_lines(row.breadcrumb, row.text)
-            if window < len(starts):  # else the windows were cut otherwise: the chunk's head stands
-                found[chunk_id] = (window, len(starts), starts[window])
+        for chunk_id, nearest in store.nearest_windows(half.vector, rows).items():
+            line = nearest.line
+            if line is None and nearest.window > 0:
+                row = rows[chunk_id]
+                starts = half.embedder_factory().window_lines(row.breadcrumb, row.text)
+                line = starts[nearest.window] if len(starts) == nearest.windows else None
+            if line is not None or nearest.window == 0:  # else cut otherwise: the chunk's head stands
+                found[chunk_id] = (nearest.window, nearest.windows, line or 0)
         return found
 
     return find

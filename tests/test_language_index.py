@@ -115,6 +115,7 @@ def make_old_index(config: Config) -> None:
         conn.execute("DROP INDEX idx_files_front_matter_problem")
         conn.execute("ALTER TABLE files DROP COLUMN front_matter_problem")
         conn.execute("DROP TABLE window_vectors")
+        conn.execute("DROP TABLE window_lines")
         conn.execute("PRAGMA user_version = 3")
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     finally:

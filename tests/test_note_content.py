@@ -153,6 +153,7 @@ def test_an_index_from_before_front_matter_problems_is_upgraded(run, config_path
     conn.execute("DROP INDEX idx_files_front_matter_problem")
     conn.execute("ALTER TABLE files DROP COLUMN front_matter_problem")
     conn.execute("DROP TABLE window_vectors")
+    conn.execute("DROP TABLE window_lines")
     conn.execute(f"PRAGMA user_version = {before}")
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(before),))
     conn.close()

@@ -12,6 +12,7 @@ from indexer import neutral
 from indexer.config import Config, load_config
 from indexer.migrate import migrate
 from indexer.store import SearchScope, Store, content_hash, open_store, sqlite_vectors
+from indexer.store.rows import NearestWindow
 from indexer.sync import run_sync
 from indexer.windows import windows
 from search.engine import search
@@ -74,13 +75,26 @@ def test_a_large_scope_reads_further_windows_through_the_knn_scan(
 def test_each_long_chunks_nearest_window_is_named(store: Store) -> None:
     with store.transaction():
         store.write_files("s", [doc(f"d/n{i}.md", [f"text {i}"]) for i in range(3)])
-    a, b, c = (p.id for p in store.pending_chunks(10))
+    (a, a_hash, _), (b, _, _), (c, c_hash, _) = store.pending_chunks(10)
     # a: three windows, its second nearest; b: one window; c: two, its first nearest
     rows = np.concatenate([unit([0.0, 1.0], [1.0, 0.1], [1.0, 0.5]), unit([1.0]), unit([1.0, 0.2], [0.0, 0.0, 1.0])])
     store.store_vectors([a, a, a, b, c, c], rows)
     query = unit([1.0])[0]
-    assert store.nearest_windows(query, [a, b, c, 10_000]) == {a: 1, c: 0}
+    assert store.nearest_windows(query, [a, b, c, 10_000]) == {
+        a: NearestWindow(1, 3, None),  # where its windows begin is not known
+        c: NearestWindow(0, 2, None),
+    }
     assert store.nearest_windows(query, [b]) == {} and store.nearest_windows(query, []) == {}
+    # where they begin, by text; lines of another cut (four windows for c's three) are not taken
+    store.store_window_lines({a_hash: [0, 7, 15], c_hash: [0, 4, 9, 12]})
+    assert store.nearest_windows(query, [a, c]) == {a: NearestWindow(1, 3, 7), c: NearestWindow(0, 2, None)}
+    # kept while a chunk holds the text, forgotten after
+    assert store.prune_window_lines() == 0
+    with store.transaction():
+        store.delete_file("s", "d/n0.md")
+    assert store.prune_window_lines() == 1
+    store.store_window_lines({c_hash: [0, 5]})
+    assert store.nearest_windows(query, [c]) == {c: NearestWindow(0, 2, 0)}
 
 
 def test_windows_page_whole_rewrite_in_place_and_go_with_their_chunk(store: Store) -> None:
@@ -261,6 +275,10 @@ def test_a_copy_to_another_store_carries_every_window(
         assert paths(target, ids_of(target.vec_search(theirs.matrix[-1], 3, SearchScope()))) == paths(
             source, ids_of(source.vec_search(theirs.matrix[-1], 3, SearchScope()))
         )
+        # and where each long text's windows begin
+        lines = source.window_lines()
+        assert len(lines) >= 2 and all(len(starts) > 1 and starts[0] == 0 for starts in lines.values())
+        assert target.window_lines() == lines
     finally:
         source.close()
         target.close()
@@ -287,11 +305,20 @@ def test_a_hit_found_by_meaning_alone_points_at_its_nearest_windows_lines(tmp_pa
     embedder = Translating(config.embedding)
     run_sync(config, embedder_factory=lambda: embedder)
     store = open_index(config)
+    cuts: list[str] = []
+    cut = embedder.window_lines
+
+    def counted_cut(breadcrumb: str, text: str) -> list[int]:
+        cuts.append(text)
+        return cut(breadcrumb, text)
+
+    embedder.window_lines = counted_cut  # type: ignore[method-assign]
     try:
         response = search(store, config, QUESTION, k=3, mode="hybrid", embedder_factory=lambda: embedder)
+        assert cuts == []  # the sync stored where the windows begin: no cut at query time
         [hit] = [hit for hit in response.results if hit.path == "en/long.md"]
         pieces = windows(hit.breadcrumb, hit.chunk_text, embedder.token_count, config.embedding.window)
-        starts = embedder.window_lines(hit.breadcrumb, hit.chunk_text)
+        starts = cut(hit.breadcrumb, hit.chunk_text)
         [holding] = [i for i, piece in enumerate(pieces) if "Every Friday" in piece and i > 0][-1:]
         assert hit.matched == "meaning" and hit.explain["window"] == holding + 1 > 1
         assert hit.explain["windows"] == len(pieces)
@@ -304,5 +331,13 @@ def test_a_hit_found_by_meaning_alone_points_at_its_nearest_windows_lines(tmp_pa
         [worded] = [hit for hit in tape.results if hit.path == "en/long.md"]
         assert chunk_lines[worded.match_line - worded.line].startswith("Every Friday")
         assert worded.explain["window"] is None
+        # an index without the lines (copied by migrate): the embedder cuts the text again
+        with store.transaction():
+            store.conn.execute("DELETE FROM window_lines")
+        again = search(store, config, QUESTION, k=3, mode="hybrid", embedder_factory=lambda: embedder)
+        assert [(h.path, h.match_line, h.snippet) for h in again.results] == [
+            (h.path, h.match_line, h.snippet) for h in response.results
+        ]
+        assert hit.chunk_text in cuts and set(cuts) <= {h.chunk_text for h in again.results}
     finally:
         store.close()

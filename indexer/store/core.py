@@ -35,6 +35,7 @@ from indexer.store.rows import (
     ServerMemory,
     SourceState,
     SourceStats,
+    encode_window_lines,
     file_row,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY
@@ -405,6 +406,47 @@ class StoreCore:
         """Chunks inside `scope` waiting for a vector (a search says what it could not rank)."""
         where, params = self._scope_condition(scope, "c")
         return int(self._one(f"SELECT COUNT(*) FROM chunks c WHERE c.embedded_at IS NULL AND {where}", params))
+
+    def store_window_lines(self, lines: Mapping[str, Sequence[int]]) -> None:
+        """Where each window of a text longer than the model reads begins (lines of the chunk's
+        text, one per window, the first 0), by the text's content hash (own transaction)."""
+        rows = [(digest, encode_window_lines(starts)) for digest, starts in sorted(lines.items()) if len(starts) > 1]
+        if not rows:
+            return
+        with self.transaction():
+            for digest, encoded in rows:
+                self._run(
+                    """INSERT INTO window_lines(content_hash, lines) VALUES (?, ?)
+                       ON CONFLICT (content_hash) DO UPDATE SET lines = excluded.lines""",
+                    (digest, encoded),
+                )
+
+    def window_lines(self) -> dict[str, list[int]]:
+        """Every stored text's window lines (`store_window_lines`), by content hash."""
+        rows = self._run("SELECT content_hash, lines FROM window_lines")
+        return {str(digest): [0, *(int(line) for line in str(lines).split(","))] for digest, lines in rows}
+
+    def prune_window_lines(self) -> int:
+        """Forget where the windows of texts no chunk holds any more begin; returns how many."""
+        with self.transaction():
+            gone = self._run(
+                """DELETE FROM window_lines WHERE NOT EXISTS
+                       (SELECT 1 FROM chunks c WHERE c.content_hash = window_lines.content_hash)
+                   RETURNING 1"""
+            ).fetchall()
+        return len(gone)
+
+    def _window_lines_of(self, ids: Sequence[int]) -> dict[int, str]:
+        """The stored window lines of these chunks' texts, by chunk id (those that have some)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._run(
+            f"""SELECT c.id, w.lines FROM chunks c JOIN window_lines w ON w.content_hash = c.content_hash
+                WHERE c.id IN ({marks})""",
+            list(ids),
+        )
+        return {int(chunk_id): str(lines) for chunk_id, lines in rows}
 
     def vector_language_counts(self) -> dict[str, int]:
         """Chunks that have a vector, per chunk language ("unknown" when undetected)."""

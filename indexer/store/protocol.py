@@ -56,6 +56,7 @@ from indexer.store.rows import (
     FileProblem,
     FileRow,
     LanguageBackfill,
+    NearestWindow,
     PendingChunk,
     RankedChunk,
     ScopeCounts,
@@ -177,9 +178,10 @@ class IndexReader(Protocol):
         index (PostgreSQL's HNSW); inside any scope or filter the top-k is exact."""
         ...
 
-    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, int]:
+    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, NearestWindow]:
         """Which window of each chunk of `ids` is nearest `vector` (0: the first), for the chunks
-        with more than one window: a hit found by meaning points at that window's lines."""
+        with more than one window, and where its own text begins when that is stored: a hit
+        found by meaning points at that window's lines."""
         ...
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
@@ -322,6 +324,19 @@ class IndexWriter(IndexReader, Protocol):
 
     def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
         """Up to `limit` chunks waiting for a vector with id > `after_id`, by id."""
+        ...
+
+    def store_window_lines(self, lines: Mapping[str, Sequence[int]]) -> None:
+        """Where each window of a text longer than the model reads begins (per content hash, a
+        line of the chunk's text per window), so a search need not cut it again (own transaction)."""
+        ...
+
+    def window_lines(self) -> dict[str, list[int]]:
+        """Every stored text's window lines, by content hash (what a copy of the index carries)."""
+        ...
+
+    def prune_window_lines(self) -> int:
+        """Forget the window lines of texts no chunk holds any more; returns how many."""
         ...
 
     def store_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -231,10 +231,23 @@ def chunk_windows(ids: Sequence[int], vectors: np.ndarray) -> Iterator[tuple[int
             start = end
 
 
-def nearest_window_of(distances: Iterable[Sequence[Any]]) -> dict[int, int]:
+class NearestWindow(NamedTuple):
+    """Which window of a chunk longer than the model reads is nearest a query."""
+
+    window: int  # from 0: the chunk's own (first) vector
+    windows: int
+    line: int | None  # the line of the chunk's text where that window's own text begins, if stored
+
+
+def encode_window_lines(starts: Sequence[int]) -> str:
+    """A text's window starts as stored: the lines of windows 2, 3, ... (the first begins at 0)."""
+    return ",".join(str(line) for line in starts[1:])
+
+
+def nearest_window_of(distances: Iterable[Sequence[Any]], lines: Mapping[int, str]) -> dict[int, NearestWindow]:
     """From (chunk id, window index, distance) rows, each chunk's nearest window, for chunks with
     more than one (a distance of None or NaN, a zero vector's, is never nearest; ties go to the
-    earlier window)."""
+    earlier window); `lines`: the stored window lines by chunk id (`encode_window_lines`)."""
     best: dict[int, tuple[float, int]] = {}
     windows: dict[int, int] = {}
     for chunk_id, window, distance in distances:
@@ -244,7 +257,15 @@ def nearest_window_of(distances: Iterable[Sequence[Any]]) -> dict[int, int]:
             continue
         if cid not in best or (float(distance), idx) < best[cid]:
             best[cid] = (float(distance), idx)
-    return {cid: idx for cid, (_, idx) in best.items() if windows[cid] > 1}
+    found = {}
+    for cid, (_, idx) in best.items():
+        if windows[cid] < 2:
+            continue
+        starts = [0, *(int(line) for line in lines[cid].split(","))] if cid in lines else []
+        # lines of another cut (a window count that differs) are not this chunk's
+        line = starts[idx] if len(starts) == windows[cid] else None
+        found[cid] = NearestWindow(idx, windows[cid], line)
+    return found
 
 
 def split_windows(blob: bytes, dims: int) -> list[bytes]:

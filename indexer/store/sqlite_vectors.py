@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 import apsw
 
 from indexer.store.core import StoreCore, utc_now
-from indexer.store.rows import RankedChunk, SearchScope, VectorMatrix, VectorPage, chunk_windows, nearest_window_of
+from indexer.store.rows import (
+    NearestWindow,
+    RankedChunk,
+    SearchScope,
+    VectorMatrix,
+    VectorPage,
+    chunk_windows,
+    nearest_window_of,
+)
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
     import numpy as np
@@ -50,6 +58,7 @@ class SqliteVectors(StoreCore):
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
             self.conn.execute("DELETE FROM chunk_vectors")
             self.conn.execute("DELETE FROM window_vectors")
+            self.conn.execute("DELETE FROM window_lines")  # cut by another model's tokens
             self._vectors_changed = True
             self._set_meta(identity)
             self._set_meta({"sqlite_vec_version": self.vec_version()})
@@ -207,7 +216,7 @@ class SqliteVectors(StoreCore):
         ranked = sorted(found.items(), key=lambda item: (item[1], item[0]))[:k]
         return [RankedChunk(chunk_id, distance) for chunk_id, distance in ranked]
 
-    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, int]:
+    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, NearestWindow]:
         """Which window of each of these chunks is nearest `vector`, for those with further
         windows (window_vectors holds the second on; the first is the chunk's own vector)."""
         import numpy as np
@@ -228,7 +237,8 @@ class SqliteVectors(StoreCore):
             f"SELECT id, 0, vec_distance_cosine(embedding, ?) FROM chunk_vectors WHERE id IN ({marks})",
             (query, *wanted),
         ).fetchall()
-        return nearest_window_of([*firsts, *further])
+        long_ones = sorted({int(str(row[0])) for row in further})
+        return nearest_window_of([*firsts, *further], self._window_lines_of(long_ones))
 
     def _scoped_exact(self, params: dict[str, object], k: int, where: str) -> list[RankedChunk]:
         """Exact distances over the scope's own vectors, every window, found through the path

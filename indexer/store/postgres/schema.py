@@ -301,6 +301,15 @@ def _vectors_by_window(store: OpenIndex) -> None:
     store.conn.execute("ALTER TABLE chunk_vectors ADD CONSTRAINT chunk_vectors_pkey PRIMARY KEY (id, window_idx)")
 
 
+# as SQLite's table of the same name (`indexer.store.schema`)
+WINDOW_LINES_SQL = """
+    CREATE TABLE IF NOT EXISTS window_lines (
+      content_hash TEXT COLLATE "C" PRIMARY KEY,
+      lines        TEXT NOT NULL
+    );
+"""
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("initial_schema", INITIAL_SQL),
     PgMigration("file_tags_and_recency", FILE_TAGS_SQL, data=_fill_file_tags),
@@ -321,6 +330,7 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PgMigration("lexemes", LEXEMES_SQL, data=_fill_lexemes),
     PgMigration("front_matter_problems", FRONT_MATTER_PROBLEM_SQL),
     PgMigration("vectors_by_window", "SELECT 1", data=_vectors_by_window),
+    PgMigration("window_lines", WINDOW_LINES_SQL),
 )
 
 

@@ -19,6 +19,7 @@ from indexer.store.core import StoreCore, utc_now
 from indexer.store.postgres.connection import ASYNC_COMMIT, OpenIndex, describe
 from indexer.store.postgres.tsvector import scope_condition
 from indexer.store.rows import (
+    NearestWindow,
     RankedChunk,
     SearchScope,
     VectorMatrix,
@@ -237,6 +238,7 @@ class PgVectors(StoreCore):
                     )""".encode()
             )
             self.conn.execute("UPDATE chunks SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
+            self.conn.execute("DELETE FROM window_lines")  # cut by another model's tokens
             self._vectors_changed = True
             self._hnsw_ready = False
             self._set_meta(identity)
@@ -492,7 +494,7 @@ class PgVectors(StoreCore):
         hits.sort(key=lambda hit: (hit.score, hit.chunk_id))
         return hits[:k]
 
-    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, int]:
+    def nearest_windows(self, vector: np.ndarray, ids: Iterable[int]) -> dict[int, NearestWindow]:
         """Which window of each of these chunks is nearest `vector`, for those with more than one."""
         import numpy as np
 
@@ -503,7 +505,7 @@ class PgVectors(StoreCore):
             "SELECT id, window_idx, embedding <=> %(q)s FROM chunk_vectors WHERE id = ANY(%(ids)s)",
             {"q": np.asarray(vector, dtype=np.float32), "ids": wanted},
         ).fetchall()
-        return nearest_window_of(rows)
+        return nearest_window_of(rows, self._window_lines_of(sorted({int(r[0]) for r in rows if r[1] > 0})))
 
     def _nearest_rows(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The unscoped search's nearest rows (windows) in the index's order, read until they
