@@ -452,8 +452,13 @@ class Syncer(VectorWork):
         with self.store.bulk_load():  # a first sync builds a server's vector index once, in bulk
             self.embed_pending(report, None)
         report.neutral = self.refresh_neutral_space() or report.neutral
-        if any(source.changed for source in report.sources):  # texts may be gone with their chunks
-            self.store.prune_window_lines()
+        # texts may be gone with their chunks; pruned by the index's only worker (another one
+        # may be embedding a text again whose lines a prune that started before would drop)
+        if any(source.changed for source in report.sources) and self.lock.claim_index():
+            try:
+                self.store.prune_window_lines()
+            finally:
+                self.lock.release_index()
 
     def _log_coverage(self, lines: list[str]) -> None:
         """Log the coverage gaps when they differ from the last sync's, not on every sync: a

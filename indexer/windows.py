@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 
 # how chunks are cut into windows and what is stored of them (2: a vector per window, the
-# nearest counts): part of the index identity (a change re-embeds every chunk)
-WINDOWS_VERSION = "2"
+# nearest counts; 3: no window of repeated lines alone, where each window begins is stored):
+# part of the index identity (a change re-embeds every chunk)
+WINDOWS_VERSION = "3"
 # tokens of whole lines a window repeats from the one before: about one line of prose
 WINDOW_OVERLAP = 48
 # the breadcrumb is dropped from the windows of a chunk when it would take more than this
@@ -156,11 +157,17 @@ def _pack(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
         if end == len(units):
             break
         # the next window starts with the last whole lines of this one: up to WINDOW_OVERLAP
-        # tokens of them, or the last line alone when it is a paragraph of up to a quarter window
+        # tokens of them, or the last line alone when it is a paragraph of up to a quarter window,
+        # and never so many that its first new line would not fit (a window of repeated lines
+        # alone adds nothing, and a scrap is near every question about its few words)
         following, repeated = end, 0
-        while following - 1 > start and (
-            repeated + units[following - 1].tokens <= WINDOW_OVERLAP
-            or (following == end and units[following - 1].tokens <= budget // 4)
+        while (
+            following - 1 > start
+            and (
+                repeated + units[following - 1].tokens <= WINDOW_OVERLAP
+                or (following == end and units[following - 1].tokens <= budget // 4)
+            )
+            and repeated + units[following - 1].tokens + units[end].tokens <= budget
         ):
             following -= 1
             repeated += units[following].tokens

@@ -14,6 +14,7 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.keywords import KeywordQuery
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
+from indexer.store.rows import NearestWindow
 from search.exact import ExactRule, exact_first, exact_rules, verbatim_holders
 from search.fusion import (
     Fused,
@@ -739,7 +740,7 @@ def _hits(
     exact: dict[int, int],
     verbatim: set[int],
     query: str,
-    find_windows: Callable[[dict[int, ChunkRow]], dict[int, tuple[int, int, int]]],
+    find_windows: Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]],
 ) -> list[Hit]:
     """The chosen chunks as hits, each centred on the line where the query matches best: a line
     holding its words, else where the nearest window of a chunk longer than the model reads begins."""
@@ -762,8 +763,8 @@ def _hits(
         similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
         window = windows.get(item.chunk_id)
         found = found_at[item.chunk_id]
-        if window is not None:
-            found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS, meaning_line=window[2])
+        if window is not None and window.line:
+            found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS, meaning_line=window.line)
         hits.append(
             Hit(
                 source=row.source_id,
@@ -798,8 +799,8 @@ def _hits(
                     "verbatim": item.chunk_id in verbatim,
                     # a chunk longer than the model reads, found by meaning alone: which of its
                     # windows was nearest (from 1) and how many it has
-                    "window": window[0] + 1 if window is not None else None,
-                    "windows": window[1] if window is not None else None,
+                    "window": window.window + 1 if window is not None else None,
+                    "windows": window.windows if window is not None else None,
                 },
             )
         )
@@ -808,25 +809,25 @@ def _hits(
 
 def _window_finder(
     store: IndexReader, half: _VectorHalf | None
-) -> Callable[[dict[int, ChunkRow]], dict[int, tuple[int, int, int]]]:
-    """Per chunk of those given that has several windows: (its window nearest the query, its
-    windows, the line of its text where that window's own part begins). Asked only for hits no
-    line of which holds a query word. Where the index holds no lines for a text (copied by
-    `migrate`), the embedder that cut its windows cuts it again: it is loaded, having embedded
-    the query."""
+) -> Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]]:
+    """Per chunk of those given that has several windows: its window nearest the query, and the
+    line of its text where that window's own part begins. Asked only for hits no line of which
+    holds a query word. Where the index holds no lines for a text (they are written when it is
+    embedded, a step that can be cut short), the embedder that cut its windows cuts it again:
+    it is loaded, having embedded the query."""
 
-    def find(rows: dict[int, ChunkRow]) -> dict[int, tuple[int, int, int]]:
+    def find(rows: dict[int, ChunkRow]) -> dict[int, NearestWindow]:
         if half is None or half.vector is None:
             return {}
         found = {}
         for chunk_id, nearest in store.nearest_windows(half.vector, rows).items():
-            line = nearest.line
-            if line is None and nearest.window > 0:
+            line = 0 if nearest.window == 0 else nearest.line
+            if line is None:
                 row = rows[chunk_id]
                 starts = half.embedder_factory().window_lines(row.breadcrumb, row.text)
                 line = starts[nearest.window] if len(starts) == nearest.windows else None
-            if line is not None or nearest.window == 0:  # else cut otherwise: the chunk's head stands
-                found[chunk_id] = (nearest.window, nearest.windows, line or 0)
+            if line is not None:  # else cut otherwise: the chunk's head stands
+                found[chunk_id] = nearest._replace(line=line)
         return found
 
     return find

@@ -16,7 +16,7 @@ from indexer.embedders import LocalEmbedder
 from indexer.errors import ConfigError
 from indexer.store import SearchScope
 from indexer.sync import run_sync
-from indexer.windows import estimate_tokens, window_lines, windows
+from indexer.windows import estimate_tokens, window_lines, windows, windows_and_lines
 from tests.conftest import make_config, open_index
 from tests.fakes import FakeEmbedder, hash_vector
 from tests.pg import both_backends
@@ -99,6 +99,22 @@ def test_each_window_points_at_the_line_where_its_own_text_begins() -> None:
     assert window_lines("Tape", "short text", words, 64) == [0]
     long_line = " ".join(f"word{i}" for i in range(1000))  # pieces of one line all begin on it
     assert set(window_lines("Long", f"first\n{long_line}", words, 64)) == {0, 1}
+
+
+def test_no_window_is_only_lines_of_the_one_before() -> None:
+    # the last line (42 words) is repeated as a paragraph, and the 79-word line after it does
+    # not fit beside it: a window of it alone would add nothing and point at a line it lacks
+    lines = [" ".join(f"w{n}x{i}" for i in range(size)) for n, size in enumerate([11, 42, 79, 15])]
+    text = "\n".join(lines)
+
+    def tokens(piece: str) -> int:
+        return len(piece.split()) + piece.count("\n") + 2
+
+    pieces, starts = windows_and_lines("T", text, tokens, 105)
+    assert len(pieces) > 1 and all(tokens(piece) <= 105 for piece in pieces)
+    for i in range(1, len(pieces)):
+        assert lines[starts[i]] in pieces[i] and lines[starts[i]] not in pieces[i - 1]
+    assert all(any(line in piece for piece in pieces) for line in lines)  # (no room to repeat one here)
 
 
 def test_a_chunk_the_model_reads_whole_is_one_window_and_a_huge_breadcrumb_gives_way() -> None:

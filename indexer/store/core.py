@@ -413,13 +413,17 @@ class StoreCore:
         rows = [(digest, encode_window_lines(starts)) for digest, starts in sorted(lines.items()) if len(starts) > 1]
         if not rows:
             return
+        upsert = "ON CONFLICT (content_hash) DO UPDATE SET lines = excluded.lines"
         with self.transaction():
-            for digest, encoded in rows:
+            if self.dialect.pyformat:  # one statement (a round trip per text would add up)
+                hashes, encoded = zip(*rows, strict=True)
                 self._run(
-                    """INSERT INTO window_lines(content_hash, lines) VALUES (?, ?)
-                       ON CONFLICT (content_hash) DO UPDATE SET lines = excluded.lines""",
-                    (digest, encoded),
+                    f"INSERT INTO window_lines(content_hash, lines) SELECT * FROM unnest(?::text[], ?::text[]) {upsert}",
+                    (list(hashes), list(encoded)),
                 )
+            else:
+                for row in rows:
+                    self._run(f"INSERT INTO window_lines(content_hash, lines) VALUES (?, ?) {upsert}", row)
 
     def window_lines(self) -> dict[str, list[int]]:
         """Every stored text's window lines (`store_window_lines`), by content hash."""
