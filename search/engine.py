@@ -6,7 +6,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from indexer import neutral
@@ -14,7 +14,6 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.keywords import KeywordQuery
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
-from indexer.store.rows import NearestWindow
 from search.exact import ExactRule, exact_first, exact_rules, verbatim_holders
 from search.fusion import (
     Fused,
@@ -26,9 +25,8 @@ from search.fusion import (
     rrf,
     term_coverage,
 )
+from search.hits import Hit, build_hits, window_finder
 from search.querybuild import QueryTerm, code_like, echoed_query, exact_query, meaning_text, prefix_query, query_terms
-from search.refs import Ref
-from search.snippets import excerpt, snippet_terms
 
 if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from concurrent.futures import Future
@@ -43,48 +41,14 @@ T = TypeVar("T")
 SiblingOf = Callable[[], Callable[[], AbstractContextManager[IndexReader]] | None]
 MODES = ("hybrid", "lex", "vec")
 UNKNOWN = "unknown"
-SNIPPET_CHARS = 1200
 MIN_DEPTH = 50  # candidates taken from each half before fusion
 # how deep the halves are searched again when --per-file or --min-similarity left fewer than k
 # hits: vec0's limit on k
 MAX_DEPTH = 4096
 
 
-def _matched(by_keyword: bool, by_meaning: bool) -> str:
-    return "both" if by_keyword and by_meaning else "keyword" if by_keyword else "meaning"
-
-
 RARE_EXACT_HITS = 3  # at most this many keyword hits hold a language-less term that decides the fusion
 COVERAGE_HITS = 5  # keyword hits whose notes' term coverage weighs the keyword half in mixed languages
-
-
-@dataclass
-class Hit:
-    source: str
-    path: str
-    line: int  # the chunk's span in the file: line..end_line
-    end_line: int
-    match_line: int  # the file line where the query matches best (search.snippets)
-    breadcrumb: str
-    score: float
-    snippet: str  # a few lines around match_line
-    text: str  # SNIPPET_CHARS of the chunk around match_line
-    rev: str | None
-    matched: str = "keyword"  # which half found it: keyword, meaning or both
-    explain: dict[str, float | int | str | None] = field(default_factory=dict)
-    chunk_text: str = field(default="", repr=False)  # the whole chunk, for `query --full`
-    file: str | None = None  # the note on disk for an editor (search.service.locating); None: only in the mirror
-
-    def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
-        """`full`: `text` is the whole chunk (`query --full`) instead of the window around match_line."""
-        data = asdict(self)
-        chunk = data.pop("chunk_text")
-        if full and chunk:
-            data["text"] = chunk
-        if not explain:
-            data.pop("explain")
-        data["ref"] = str(Ref(self.source, self.path, self.line))  # what `show` / MCP `get` take
-        return data
 
 
 @dataclass
@@ -307,8 +271,9 @@ def search(
                 shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
                 if mode != "lex" and shown:  # --explain names each hit's language
                     languages.update(read_apart.languages_of(store, shown))
-                response.results = _hits(
-                    chosen, rows, lexical, vector, languages, blind, exact, verbatim, query, _window_finder(store, half)
+                find_windows = window_finder(store, half.vector if half else None, embedder_factory)
+                response.results = build_hits(
+                    chosen, rows, lexical, vector, languages, blind, exact, verbatim, query, find_windows
                 )
                 exhausted = len(lexical) < depth and len(vector) < depth
                 if (
@@ -728,113 +693,6 @@ def _choose(
         per_path[file_key] = per_path.get(file_key, 0) + 1
         chosen.append(item)
     return chosen
-
-
-def _hits(
-    chosen: list[Fused],
-    rows: dict[int, ChunkRow],
-    lexical: list[RankedChunk],
-    vector: list[RankedChunk],
-    languages: dict[int, str],
-    blind: dict[int, tuple[str, ...]],
-    exact: dict[int, int],
-    verbatim: set[int],
-    query: str,
-    find_windows: Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]],
-) -> list[Hit]:
-    """The chosen chunks as hits, each centred on the line where the query matches best: a line
-    holding its words, else where the nearest window of a chunk longer than the model reads begins."""
-    wanted = snippet_terms(query)  # also in vec mode: the words the keyword half would search for
-    bm25 = dict(lexical)
-    distance = dict(vector)
-    found_at = {
-        item.chunk_id: excerpt(
-            wanted, rows[item.chunk_id].text, rows[item.chunk_id].start_line, text_chars=SNIPPET_CHARS
-        )
-        for item in chosen
-    }
-    # no line holds a word of the query: the part that meaning found is the one to show
-    unmatched = {cid: rows[cid] for cid, found in found_at.items() if not found.keyword and cid in distance}
-    windows = find_windows(unmatched) if unmatched else {}
-    hits: list[Hit] = []
-    for item in chosen:
-        row = rows[item.chunk_id]
-        matched = _matched(item.chunk_id in bm25, item.chunk_id in distance)
-        similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
-        window = windows.get(item.chunk_id)
-        found = found_at[item.chunk_id]
-        if window is not None and window.line:
-            found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS, meaning_line=window.line)
-        hits.append(
-            Hit(
-                source=row.source_id,
-                path=row.path,
-                line=row.start_line,
-                end_line=row.end_line,
-                match_line=found.match_line,
-                breadcrumb=row.breadcrumb,
-                score=round(item.score, 6),
-                text=found.text,
-                rev=row.indexed_rev if row.kind == "git" else None,
-                matched=matched,
-                snippet=found.snippet,
-                chunk_text=row.text,
-                explain={
-                    "bm25_rank": item.ranks.get("bm25"),
-                    "bm25": round(bm25[item.chunk_id], 4) if item.chunk_id in bm25 else None,
-                    "vec_rank": item.ranks.get("vec"),
-                    "distance": round(distance[item.chunk_id], 4) if item.chunk_id in distance else None,
-                    "similarity": round(similarity, 4) if similarity is not None else None,
-                    "rrf": round(item.score, 6),
-                    "language": languages.get(item.chunk_id),
-                    "keyword_blind": item.chunk_id in blind,
-                    # why the hit sits where it does: what each half added to `rrf`, the rank the
-                    # keyword half was taken to give a note it cannot read, and the identifier
-                    # terms held as typed (exact-first puts those ahead of prefix-only matches)
-                    "bm25_part": _part(item, "bm25"),
-                    "bm25_counted_rank": item.imputed.get("bm25"),
-                    "vec_part": _part(item, "vec"),
-                    "vec_counted_rank": item.counted.get("vec"),
-                    "exact_terms": exact.get(item.chunk_id),
-                    "verbatim": item.chunk_id in verbatim,
-                    # a chunk longer than the model reads, found by meaning alone: which of its
-                    # windows was nearest (from 1) and how many it has
-                    "window": window.window + 1 if window is not None else None,
-                    "windows": window.windows if window is not None else None,
-                },
-            )
-        )
-    return hits
-
-
-def _window_finder(
-    store: IndexReader, half: _VectorHalf | None
-) -> Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]]:
-    """Per chunk of those given that has several windows: its window nearest the query, and the
-    line of its text where that window's own part begins. Asked only for hits no line of which
-    holds a query word. Where the index holds no lines for a text (they are written when it is
-    embedded, a step that can be cut short), the embedder that cut its windows cuts it again:
-    it is loaded, having embedded the query."""
-
-    def find(rows: dict[int, ChunkRow]) -> dict[int, NearestWindow]:
-        if half is None or half.vector is None:
-            return {}
-        found = {}
-        for chunk_id, nearest in store.nearest_windows(half.vector, rows).items():
-            line = 0 if nearest.window == 0 else nearest.line
-            if line is None:
-                row = rows[chunk_id]
-                starts = half.embedder_factory().window_lines(row.breadcrumb, row.text)
-                line = starts[nearest.window] if len(starts) == nearest.windows else None
-            if line is not None:  # else cut otherwise: the chunk's head stands
-                found[chunk_id] = nearest._replace(line=line)
-        return found
-
-    return find
-
-
-def _part(item: Fused, name: str) -> float | None:
-    return round(item.parts[name], 6) if name in item.parts else None
 
 
 def _embed_query(

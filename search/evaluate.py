@@ -29,7 +29,8 @@ from indexer.config import Config, read_user_file
 from indexer.errors import NotesSearchError
 from indexer.store import IndexReader
 from indexer.useryaml import InvalidYaml, load_yaml
-from search.engine import Hit, search
+from search.engine import search
+from search.hits import Hit
 from search.refs import Ref
 
 if TYPE_CHECKING:

@@ -275,7 +275,8 @@ def test_vec_mode_still_names_a_line(config_path: Path, do_sync: Callable[..., o
 
 def test_one_files_hits_come_together_each_as_a_ref(capsys: pytest.CaptureFixture[str]) -> None:
     from search.cli.query import _print_hits
-    from search.engine import Hit, SearchResponse
+    from search.engine import SearchResponse
+    from search.hits import Hit
 
     def hit(path: str, line: int, score: float) -> Hit:
         return Hit("notes", path, line, line + 2, line, path, score, f"kappa {line}", f"kappa {line}", None, "keyword")

@@ -16,7 +16,8 @@ from search.snippets import marked, snippet_terms
 from search.terminal import Safe, echo, echo_json, hyperlink, styled
 
 if TYPE_CHECKING:
-    from search.engine import Hit, SearchResponse
+    from search.engine import SearchResponse
+    from search.hits import Hit
 
 
 @click.command(cls=TakesText, text_param="text")

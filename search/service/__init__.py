@@ -22,8 +22,8 @@ from indexer.store import IndexReader, index_exists, is_postgres, open_store
 if TYPE_CHECKING:
     from indexer.embedders import Embedder
     from indexer.progress_log import Progress
-    from search.engine import Hit
     from search.evaluate import EvalReport
+    from search.hits import Hit
     from search.resident import ResidentVectors
     from search.route import Router, RouteResponse
     from search.service.indexing import ReindexOutcome, SyncOutcome

@@ -18,7 +18,7 @@ from search.refs import Ref
 
 if TYPE_CHECKING:
     from indexer.config import Config
-    from search.engine import Hit
+    from search.hits import Hit
     from search.service import NotesService
 
 _LINE_TAIL = re.compile(r"(?::[0-9]+){1,2}\Z")  # `:LINE[:COUNT]` after a path, as in a ref

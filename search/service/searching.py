@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from indexer.errors import NotesSearchError
-from search.engine import Hit, SearchResponse
+from search.engine import SearchResponse
 from search.engine import search as engine_search
+from search.hits import Hit
 from search.refs import Ref, deleted_from_disk
 from search.service.catchup import CatchUpChoice, catch_up, catch_up_unscoped
 from search.service.locating import with_files

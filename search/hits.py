@@ -1,0 +1,162 @@
+"""A search's chosen chunks as the hits it answers with: each centred on the line where the
+query matches best (a line holding its words, else where the nearest window of a chunk longer
+than the model reads begins), with what --explain says of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from indexer.store import ChunkRow, IndexReader, RankedChunk
+from indexer.store.rows import NearestWindow
+from search.fusion import Fused
+from search.refs import Ref
+from search.snippets import excerpt, snippet_terms
+
+if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
+    import numpy as np
+
+    from indexer.embedders import Embedder
+
+SNIPPET_CHARS = 1200
+
+
+@dataclass
+class Hit:
+    source: str
+    path: str
+    line: int  # the chunk's span in the file: line..end_line
+    end_line: int
+    match_line: int  # the file line where the query matches best (search.snippets)
+    breadcrumb: str
+    score: float
+    snippet: str  # a few lines around match_line
+    text: str  # SNIPPET_CHARS of the chunk around match_line
+    rev: str | None
+    matched: str = "keyword"  # which half found it: keyword, meaning or both
+    explain: dict[str, float | int | str | None] = field(default_factory=dict)
+    chunk_text: str = field(default="", repr=False)  # the whole chunk, for `query --full`
+    file: str | None = None  # the note on disk for an editor (search.service.locating); None: only in the mirror
+
+    def to_json(self, explain: bool = False, full: bool = False) -> dict[str, object]:
+        """`full`: `text` is the whole chunk (`query --full`) instead of the window around match_line."""
+        data = asdict(self)
+        chunk = data.pop("chunk_text")
+        if full and chunk:
+            data["text"] = chunk
+        if not explain:
+            data.pop("explain")
+        data["ref"] = str(Ref(self.source, self.path, self.line))  # what `show` / MCP `get` take
+        return data
+
+
+def matched_by(by_keyword: bool, by_meaning: bool) -> str:
+    return "both" if by_keyword and by_meaning else "keyword" if by_keyword else "meaning"
+
+
+def build_hits(
+    chosen: list[Fused],
+    rows: dict[int, ChunkRow],
+    lexical: list[RankedChunk],
+    vector: list[RankedChunk],
+    languages: dict[int, str],
+    blind: dict[int, tuple[str, ...]],
+    exact: dict[int, int],
+    verbatim: set[int],
+    query: str,
+    find_windows: Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]],
+) -> list[Hit]:
+    """The chosen chunks as hits, each centred on the line where the query matches best: a line
+    holding its words, else where the nearest window of a chunk longer than the model reads begins."""
+    wanted = snippet_terms(query)  # also in vec mode: the words the keyword half would search for
+    bm25 = dict(lexical)
+    distance = dict(vector)
+    found_at = {
+        item.chunk_id: excerpt(
+            wanted, rows[item.chunk_id].text, rows[item.chunk_id].start_line, text_chars=SNIPPET_CHARS
+        )
+        for item in chosen
+    }
+    # no line holds a word of the query: the part that meaning found is the one to show
+    unmatched = {cid: rows[cid] for cid, found in found_at.items() if not found.keyword and cid in distance}
+    windows = find_windows(unmatched) if unmatched else {}
+    hits: list[Hit] = []
+    for item in chosen:
+        row = rows[item.chunk_id]
+        matched = matched_by(item.chunk_id in bm25, item.chunk_id in distance)
+        similarity = 1.0 - distance[item.chunk_id] if item.chunk_id in distance else None
+        window = windows.get(item.chunk_id)
+        found = found_at[item.chunk_id]
+        if window is not None and window.line:
+            found = excerpt(wanted, row.text, row.start_line, text_chars=SNIPPET_CHARS, meaning_line=window.line)
+        hits.append(
+            Hit(
+                source=row.source_id,
+                path=row.path,
+                line=row.start_line,
+                end_line=row.end_line,
+                match_line=found.match_line,
+                breadcrumb=row.breadcrumb,
+                score=round(item.score, 6),
+                text=found.text,
+                rev=row.indexed_rev if row.kind == "git" else None,
+                matched=matched,
+                snippet=found.snippet,
+                chunk_text=row.text,
+                explain={
+                    "bm25_rank": item.ranks.get("bm25"),
+                    "bm25": round(bm25[item.chunk_id], 4) if item.chunk_id in bm25 else None,
+                    "vec_rank": item.ranks.get("vec"),
+                    "distance": round(distance[item.chunk_id], 4) if item.chunk_id in distance else None,
+                    "similarity": round(similarity, 4) if similarity is not None else None,
+                    "rrf": round(item.score, 6),
+                    "language": languages.get(item.chunk_id),
+                    "keyword_blind": item.chunk_id in blind,
+                    # why the hit sits where it does: what each half added to `rrf`, the rank the
+                    # keyword half was taken to give a note it cannot read, and the identifier
+                    # terms held as typed (exact-first puts those ahead of prefix-only matches)
+                    "bm25_part": part_of(item, "bm25"),
+                    "bm25_counted_rank": item.imputed.get("bm25"),
+                    "vec_part": part_of(item, "vec"),
+                    "vec_counted_rank": item.counted.get("vec"),
+                    "exact_terms": exact.get(item.chunk_id),
+                    "verbatim": item.chunk_id in verbatim,
+                    # a chunk longer than the model reads, found by meaning alone: which of its
+                    # windows was nearest (from 1) and how many it has
+                    "window": window.window + 1 if window is not None else None,
+                    "windows": window.windows if window is not None else None,
+                },
+            )
+        )
+    return hits
+
+
+def window_finder(
+    store: IndexReader, vector: np.ndarray | None, embedder_factory: Callable[[], Embedder]
+) -> Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]]:
+    """Per chunk of those given that has several windows: its window nearest the query, and the
+    line of its text where that window's own part begins. Asked only for hits no line of which
+    holds a query word. Where the index holds no lines for a text (they are written when it is
+    embedded, a step that can be cut short), the embedder that cut its windows cuts it again:
+    it is loaded, having embedded the query."""
+
+    def find(rows: dict[int, ChunkRow]) -> dict[int, NearestWindow]:
+        if vector is None:
+            return {}
+        found = {}
+        for chunk_id, nearest in store.nearest_windows(vector, rows).items():
+            line = 0 if nearest.window == 0 else nearest.line
+            if line is None:
+                row = rows[chunk_id]
+                starts = embedder_factory().window_lines(row.breadcrumb, row.text)
+                line = starts[nearest.window] if len(starts) == nearest.windows else None
+            if line is not None:  # else cut otherwise: the chunk's head stands
+                found[chunk_id] = nearest._replace(line=line)
+        return found
+
+    return find
+
+
+def part_of(item: Fused, name: str) -> float | None:
+    return round(item.parts[name], 6) if name in item.parts else None
