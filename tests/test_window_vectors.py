@@ -233,6 +233,37 @@ def test_the_resident_copy_ranks_by_the_nearest_window_as_the_store_does(tmp_pat
         store.close()
 
 
+@both_backends
+def test_a_sync_keeps_where_long_texts_windows_begin_while_a_chunk_holds_them(
+    tmp_path: Path, notes: Path, db_url: str | None
+) -> None:
+    write(notes, {"a/long.md": f"# Tape\n\n{LONG_EN}\n", "b/long.md": f"# Tape\n\n{LONG_EN}\n"})
+    write(notes, {"c/long.md": f"# Páska\n\n{LONG_CS}\n"})
+    config = windowed(tmp_path, notes, db_url, neutral_space=False)
+    embedder = FakeEmbedder(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+
+    def stored() -> dict[str, list[int]]:
+        store = open_index(config)
+        try:
+            rows = store.chunk_rows(sorted(store.chunk_languages()))
+            texts = {content_hash(f"{row.breadcrumb}\n\n{row.text}"): row for row in rows.values()}
+            lines = store.window_lines()
+            for digest, starts in lines.items():  # as the embedder cuts the text
+                assert starts == embedder.window_lines(texts[digest].breadcrumb, texts[digest].text)
+            return {texts[digest].path: starts for digest, starts in lines.items()}
+        finally:
+            store.close()
+
+    assert set(stored()) >= {"c/long.md"} and {"a/long.md", "b/long.md"} & set(stored())
+    (notes / "a" / "long.md").unlink()  # b still holds the text
+    run_sync(config, embedder_factory=lambda: embedder)
+    assert "b/long.md" in stored() and "c/long.md" in stored()
+    (notes / "c" / "long.md").unlink()
+    run_sync(config, embedder_factory=lambda: embedder)
+    assert "c/long.md" not in stored() and "b/long.md" in stored()
+
+
 def test_a_repeated_text_shares_its_windows_and_is_embedded_once(tmp_path: Path, notes: Path) -> None:
     write(notes, {"a/long.md": f"# Tape\n\n{LONG_EN}\n", "b/long.md": f"# Tape\n\n{LONG_EN}\n"})
     config = windowed(tmp_path, notes, None, neutral_space=False)
