@@ -144,7 +144,7 @@ def test_an_oversized_chunk_gets_a_vector_per_window_and_a_short_one_its_own() -
 
 
 def test_the_window_defaults_to_the_models_and_ollama_reads_its_context_at_most(tmp_path: Path) -> None:
-    assert EmbeddingConfig().window == 512
+    assert EmbeddingConfig().window == 384  # the local engine reads 512: its windows are shorter on purpose
     assert known_window("openai", "text-embedding-3-small") == 8191
     assert known_window("ollama", "nomic-embed-text:v1.5") == 2048
     assert known_window("openai", "nomic-embed-text-v1.5") == 8192
@@ -172,7 +172,7 @@ def test_the_window_is_part_of_the_index_identity(monkeypatch: pytest.MonkeyPatc
     older = {key: value for key, value in meta.items() if key != "embedding_window"}
     assert identity_mismatch(server, older)
     local = EmbeddingConfig().identity()
-    assert local["embedding_window"] == "512 tokens, windows next"
+    assert local["embedding_window"] == "384 tokens, windows next"
     assert identity_mismatch(EmbeddingConfig(), {k: v for k, v in local.items() if k != "embedding_window"})
     pooled = {**local, "embedding_window": "512 tokens, pooled by the engine"}  # the local engine's before
     assert identity_mismatch(EmbeddingConfig(), pooled)
