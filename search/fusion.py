@@ -43,6 +43,8 @@ class Fused:
     imputed: dict[str, int] = field(default_factory=dict)
     # the rank a list was counted at where `passed_over` moved it up from `ranks`
     counted: dict[str, int] = field(default_factory=dict)
+    # the score of the place it took, where ids one list alone ranked were put back in its order
+    place: float | None = None
 
 
 def rrf(
@@ -62,7 +64,12 @@ def rrf(
     not see it is taken to have ranked it at BLIND_RANK_FACTOR times its best rank elsewhere:
     a strong vector hit in another language is not drowned by keyword hits in the query's,
     and a weak one, where assuming the unseen half agreed is least justified, gains little.
-    An id a list did rank is never blind to it.
+    An id a list did rank is never blind to it. Below the keyword half's first hit, an imputed
+    part ranks a blind id against the ids the keyword half found, not against the other ids the
+    vector half alone found: those keep its order among themselves (`single_list_order`), or a
+    note in the query's language that the meaning half ranks first, which no keyword matches,
+    falls behind every other language's notes at one level below it, on an assumption about
+    them and none about it.
 
     `passed_over`: id -> ids that do not count ahead of it in any list (the keyword half's best
     hits are ranked by the vector half without the other languages' background hits, which the
@@ -95,9 +102,41 @@ def rrf(
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
     order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
+    placed = single_list_order(order, ranks) if imputed else order
     return [
-        Fused(cid, scores[cid], ranks[cid], parts[cid], imputed.get(cid, {}), counted.get(cid, {})) for cid in order
+        Fused(
+            cid,
+            scores[cid],
+            ranks[cid],
+            parts[cid],
+            imputed.get(cid, {}),
+            counted.get(cid, {}),
+            scores[at] if at != cid else None,
+        )
+        for at, cid in zip(order, placed, strict=True)
     ]
+
+
+def single_list_order(order: Sequence[int], ranks: Mapping[int, Mapping[str, int]]) -> list[int]:
+    """`order` with the ids that one list alone ranked put back in that list's order, each into
+    a place fusion gave one of them below the first id another list ranked: where they sit
+    among the others is fusion's, which of them sits first is their list's. Above that first id
+    the order stands: an answer in another language that outranks the keyword half's best hit
+    keeps its place, and no id rises above that hit on a place another id's imputed part won."""
+    names = {name for lists in ranks.values() for name in lists}
+    below: set[str] = set()  # the lists whose first id another list ranked is already passed
+    places: dict[str, list[int]] = {}
+    for position, chunk_id in enumerate(order):
+        lists = ranks[chunk_id]
+        if len(lists) == 1 and next(iter(lists)) in below:
+            places.setdefault(next(iter(lists)), []).append(position)
+        below |= {name for name in names if any(other != name for other in lists)}
+    placed = list(order)
+    for name, positions in places.items():
+        ids = sorted((order[position] for position in positions), key=lambda chunk_id: ranks[chunk_id][name])
+        for position, chunk_id in zip(positions, ids, strict=True):
+            placed[position] = chunk_id
+    return placed
 
 
 def background_hits(

@@ -98,7 +98,7 @@ def build_hits(
                 end_line=row.end_line,
                 match_line=found.match_line,
                 breadcrumb=row.breadcrumb,
-                score=round(item.score, 6),
+                score=round(item.place if item.place is not None else item.score, 6),
                 text=found.text,
                 rev=row.indexed_rev if row.kind == "git" else None,
                 matched=matched,
@@ -111,6 +111,9 @@ def build_hits(
                     "distance": round(distance[item.chunk_id], 4) if item.chunk_id in distance else None,
                     "similarity": round(similarity, 4) if similarity is not None else None,
                     "rrf": round(item.score, 6),
+                    # meaning-only hits keep the meaning half's order among themselves: the score
+                    # of the place this one took, where it is not its own
+                    "place": round(item.place, 6) if item.place is not None else None,
                     "language": languages.get(item.chunk_id),
                     "keyword_blind": item.chunk_id in blind,
                     # why the hit sits where it does: what each half added to `rrf`, the rank the

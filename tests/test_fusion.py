@@ -207,3 +207,52 @@ def test_a_single_value_comes_first_from_the_note_holding_it() -> None:
     # a bare value means little to the vector half: its first hit ties with the keyword hit
     assert fuse([30], [(21, 0.81), (40, 0.80)], "200M")[:2] == ["cs/zurnal.md#30", "en/journal.md#21"]
     assert fuse([30], [(21, 0.81), (40, 0.80)], "200M200")[0] == "en/journal.md#21"  # not held: no rule
+
+
+def test_an_imputed_keyword_part_does_not_decide_between_two_hits_found_by_meaning_alone() -> None:
+    # 5: the query's language, no keyword in it; 9, 7 and 8: other languages, which the keyword
+    # half could not read and is taken to rank at twice their meaning rank
+    fused = rrf(
+        {"bm25": [1, 2], "vec": [9, 5, 7, 8, 1]},
+        blind={9: ("bm25",), 7: ("bm25",), 8: ("bm25",)},
+        weights={"bm25": 0.25, "vec": 0.4},
+    )
+    by_id = {f.chunk_id: f for f in fused}
+    # by their imputed parts 7 and 8 would pass 5, which the meaning half ranks above them
+    assert by_id[7].score > by_id[8].score > by_id[5].score
+    # below the keyword half's first hit the meaning-only hits take the places fusion gave them
+    # in the meaning half's order; 9, first by meaning, still rises above the keyword hits
+    assert [f.chunk_id for f in fused] == [9, 1, 5, 7, 8, 2]
+    assert by_id[5].place == pytest.approx(by_id[7].score)
+    assert by_id[7].place == pytest.approx(by_id[8].score) and by_id[8].place == pytest.approx(by_id[5].score)
+    assert by_id[9].place is None and by_id[1].place is None and by_id[2].place is None
+    # each keeps its own parts and score
+    assert by_id[5].parts == {"vec": pytest.approx(0.4 / 62)} and by_id[5].score == pytest.approx(0.4 / 62)
+
+
+def test_above_the_keyword_halfs_first_hit_fusions_order_stands() -> None:
+    # 9, another language's note second by meaning, rose above the keyword half's best hit by
+    # its imputed part: the query language's 5, first by meaning, does not take its place there
+    fused = rrf(
+        {"bm25": [1, 2], "vec": [5, 9, 8, 1]}, blind={9: ("bm25",), 8: ("bm25",)}, weights={"bm25": 0.25, "vec": 0.4}
+    )
+    assert [f.chunk_id for f in fused] == [9, 1, 5, 8, 2]
+
+
+def test_without_an_imputed_part_fusion_is_plain_rrf_and_places_nothing() -> None:
+    fused = rrf({"bm25": [1, 2, 3], "vec": [7, 3, 8, 1]})
+    assert [f.chunk_id for f in fused] == [1, 3, 7, 2, 8]
+    assert all(f.place is None for f in fused)
+
+
+def test_a_note_first_by_meaning_in_the_querys_language_is_not_passed_by_other_languages_background() -> None:
+    # the mixed-notes benchmark's case (en question 03, here in Czech): the answer, in the query's
+    # language, holds none of its words and is the meaning half's first hit, by a little; other
+    # languages' notes at one level below it carry an imputed keyword part; the keyword half's
+    # one hit holds half of the query's terms
+    vector = [(60, 0.8784), *[(40 + i, 0.8735 - 0.0002 * i) for i in range(12)], (3, 0.86)]
+    ranked = fuse([3], vector)
+    assert ranked[:2] == ["cs/disky.md#3", "cs/obecne-0.md#60"], ranked
+    with pytest.MonkeyPatch.context() as patch:  # without the rule it falls below all twelve
+        patch.setattr(fusion, "single_list_order", lambda order, ranks: list(order))
+        assert fuse([3], vector).index("cs/obecne-0.md#60") > 12

@@ -67,6 +67,19 @@ def test_paraphrase_found_by_vectors_and_hybrid(indexed: Config, question: str, 
         assert expected in [hit.path for hit in response.results], (mode, [h.path for h in response.results])
 
 
+def test_an_answer_in_the_querys_language_found_by_meaning_alone_keeps_its_meaning_rank(indexed: Config) -> None:
+    """The Russian paraphrase's answer holds none of its words; a Czech note farther in meaning,
+    which the keywords cannot read and so is taken as ranked by them, does not pass it."""
+    question, expected = PARAPHRASES[2]
+    response = ask(indexed, question, "hybrid", k=6)
+    [answer] = [hit for hit in response.results if hit.path == expected][:1]
+    e = answer.explain
+    assert e["bm25_rank"] is None and e["language"] == "ru"
+    after = response.results[response.results.index(answer) + 1 :]
+    assert all(hit.explain["vec_rank"] > e["vec_rank"] for hit in after if hit.explain["bm25_rank"] is None)
+    assert e["place"] is not None and e["place"] > e["rrf"]  # it took the place such a note had won
+
+
 def test_exact_value_found_lexically_and_kept_by_hybrid(indexed: Config) -> None:
     for mode in ("lex", "hybrid"):
         top = ask(indexed, "хивус", mode, k=1).results[0]
