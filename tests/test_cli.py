@@ -503,6 +503,21 @@ def test_a_command_typed_whole_finds_the_note_that_holds_it_first(run, notes: Pa
     assert "holds the whole query as typed (a command or value): placed first" in text
 
 
+def test_explain_says_when_a_meaning_hit_took_another_ones_place() -> None:
+    """The `why:` line of a hit found by meaning alone that fusion.single_list_order moved."""
+    from search.cli.query import _why
+    from search.engine import SearchResponse
+
+    response = SearchResponse(query="во что одеться", mode="hybrid", rrf_k=60)
+    response.keyword_weight, response.meaning_weight = 0.0816, 1.0
+    explain: dict[str, float | int | str | None] = {"vec_rank": 2, "vec_part": 1 / 62, "rrf": 1 / 62}
+    assert _why(response, {**explain, "place": None}) == "keyword - + meaning 1/(60+2) = 0.0161"
+    assert _why(response, {**explain, "place": 0.016285}) == (
+        "keyword - + meaning 1/(60+2) = 0.0161; shown in a place scored 0.0163:"
+        " hits found by meaning alone keep the meaning half's order among themselves"
+    )
+
+
 def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     question = "jak zálohovat databázi na serveru"
@@ -535,7 +550,7 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     text = run("query", question, "--explain", "-k", "20").output
     for e in hits:  # (tests/test_real_model.py has a hit that takes another's place)
         if e["place"] is not None:
-            assert f" = {e['rrf']:.4f}, in a place scored {e['place']:.4f}: hits found by meaning alone" in text
+            assert f"; shown in a place scored {e['place']:.4f}: hits found by meaning alone" in text
     assert text.count("\n    why: ") == len(hits)
     assert f"keyword weight {weight:g} (its best note holds" in text
     assert "(another language: counted at twice its meaning rank)" in text

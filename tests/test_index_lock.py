@@ -187,3 +187,24 @@ def test_indexes_in_two_schemas_of_one_database_do_not_share_locks(pg_url: str, 
         second.release()
     finally:
         pg_server.drop_index(other)
+
+
+def test_a_released_run_lets_the_next_claim_its_sources_at_once(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server frees a session's locks when its backend exits, some time after the client
+    closes the socket: release() frees them itself. Here the close is held back altogether."""
+    import psycopg
+
+    first = AdvisoryIndexLock(pg_url)
+    assert first.acquire() and first.claim_source("notes") and first.claim_embedding()
+    session = first._conn
+    assert session is not None
+    monkeypatch.setattr(psycopg.Connection, "close", lambda self: None)  # the backend lingers
+    first.release()
+    monkeypatch.undo()
+    second = AdvisoryIndexLock(pg_url)
+    try:
+        assert second.acquire()
+        assert second.claim_source("notes") and second.claim_embedding() and second.claim_index()
+    finally:
+        second.release()
+        session.close()

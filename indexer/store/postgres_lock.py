@@ -11,6 +11,7 @@ schema the connection resolves to is part of every key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -77,10 +78,17 @@ class AdvisoryIndexLock:
         return False
 
     def release(self) -> None:
+        import psycopg
+
         if self._conn is not None:
             conn, self._conn = self._conn, None
             self._index_exclusive = False
-            conn.close()  # the session ends: every advisory lock it held goes with it
+            # the server lets a session's locks go when its backend exits, which it does after the
+            # socket closes, not before close() returns: a run started right after (a full sync
+            # after `reindex PATH`) would find its source still claimed and skip it
+            with contextlib.suppress(psycopg.Error):  # a broken session's locks go with it anyway
+                conn.execute("SELECT pg_advisory_unlock_all()")
+            conn.close()
 
     def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
         return self._try("pg_try_advisory_lock", lock_key("source", source_id, self.namespace), timeout)

@@ -199,7 +199,7 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
         why += f"; holds {e['exact_terms']} identifier term(s) as typed: placed before prefix-only matches"
     if e.get("place") is not None:
         why += (
-            f" = {e['rrf']:.4f}, in a place scored {e['place']:.4f}:"
+            f"; shown in a place scored {e['place']:.4f}:"
             " hits found by meaning alone keep the meaning half's order among themselves"
         )
     if e.get("window") is not None:
