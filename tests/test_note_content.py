@@ -131,6 +131,7 @@ def test_a_huge_front_matter_title_does_not_make_a_huge_hit(run, notes: Path) ->
     assert len(hit["breadcrumb"]) == 300 and hit["breadcrumb"].endswith("T…")
 
 
+@pytest.mark.sqlite_only("it copies the configured SQLite index into another SQLite file")
 def test_migrate_carries_the_front_matter_problems(run, notes: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     write_tree(notes, {"devops/monitoring.md": MONITORING})
     assert run("sync").exit_code == 0
@@ -144,6 +145,7 @@ def test_migrate_carries_the_front_matter_problems(run, notes: Path, tmp_path: P
     assert problem.path == "devops/monitoring.md" and problem.problem.startswith("invalid YAML (line 2, column 18)")
 
 
+@pytest.mark.sqlite_only("it rewrites the SQLite file into an older schema")
 def test_an_index_from_before_front_matter_problems_is_upgraded(run, config_path: Path) -> None:  # type: ignore[no-untyped-def]
     assert run("sync").exit_code == 0
     db = load_config(config_path).db
