@@ -409,7 +409,10 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
     if max_tokens is not None:
         max_tokens = c.integer(max_tokens, "embedding.max_tokens", minimum=MIN_MAX_TOKENS, maximum=MAX_MAX_TOKENS)
         if local:
-            raise c.fail("embedding.max_tokens", "the local engine's window is its model's own (512 tokens)")
+            raise c.fail(
+                "embedding.max_tokens",
+                f"the local engine's window is fixed ({LOCAL_WINDOW} tokens; its model reads 512)",
+            )
     return EmbeddingConfig(
         provider=provider,
         model=model,

@@ -76,11 +76,12 @@ class Embedder(ABC):
         return out
 
     def embed_chunks(self, texts: Sequence[str], on_batch: Callable[[int], None] | None = None) -> ChunkVectors:
-        """A vector per window of each chunk's embed text ("breadcrumb\n\ntext"): the model
-        reads only its first `window` tokens of a text, so a longer one is embedded as
-        overlapping windows (`indexer.windows`) and every line reaches a vector. A search ranks
-        a chunk by its nearest window: a question is about one part of a long chunk, which one
-        averaged vector dilutes (bench/EVAL.md, "Chunks longer than the model reads").
+        """A vector per window of each chunk's embed text ("breadcrumb\n\ntext"): a model reads
+        only so many tokens of a text, so a text longer than `window` is embedded as overlapping
+        windows (`indexer.windows`) and every line reaches a vector (the local engine's window,
+        384, is shorter than the 512 its model reads: a shorter window dilutes less). A search
+        ranks a chunk by its nearest window: a question is about one part of a long chunk, which
+        one averaged vector dilutes (bench/EVAL.md, "Chunks longer than the model reads").
         `on_batch(n)`: about n texts done."""
         parts: list[str] = []
         owners: list[int] = []

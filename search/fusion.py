@@ -102,7 +102,9 @@ def rrf(
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
     order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
-    placed = single_list_order(order, ranks) if imputed else order
+    # the lists that ranked the ids an imputed part was added to
+    kept = {name for chunk_id in imputed for name in ranks[chunk_id]}
+    placed = single_list_order(order, ranks, kept) if kept else order
     return [
         Fused(
             cid,
@@ -111,26 +113,27 @@ def rrf(
             parts[cid],
             imputed.get(cid, {}),
             counted.get(cid, {}),
-            scores[at] if at != cid else None,
+            scores[at] if round(scores[at], 12) != round(scores[cid], 12) else None,
         )
         for at, cid in zip(order, placed, strict=True)
     ]
 
 
-def single_list_order(order: Sequence[int], ranks: Mapping[int, Mapping[str, int]]) -> list[int]:
-    """`order` with the ids that one list alone ranked put back in that list's order, each into
-    a place fusion gave one of them below the first id another list ranked: where they sit
+def single_list_order(
+    order: Sequence[int], ranks: Mapping[int, Mapping[str, int]], lists: Collection[str]
+) -> list[int]:
+    """`order` with the ids that one of `lists` alone ranked put back in that list's order, each
+    into a place fusion gave one of them below the first id another list ranked: where they sit
     among the others is fusion's, which of them sits first is their list's. Above that first id
     the order stands: an answer in another language that outranks the keyword half's best hit
     keeps its place, and no id rises above that hit on a place another id's imputed part won."""
-    names = {name for lists in ranks.values() for name in lists}
     below: set[str] = set()  # the lists whose first id another list ranked is already passed
     places: dict[str, list[int]] = {}
     for position, chunk_id in enumerate(order):
-        lists = ranks[chunk_id]
-        if len(lists) == 1 and next(iter(lists)) in below:
-            places.setdefault(next(iter(lists)), []).append(position)
-        below |= {name for name in names if any(other != name for other in lists)}
+        ranked_by = ranks[chunk_id]
+        if len(ranked_by) == 1 and next(iter(ranked_by)) in below:
+            places.setdefault(next(iter(ranked_by)), []).append(position)
+        below |= {name for name in lists if any(other != name for other in ranked_by)}
     placed = list(order)
     for name, positions in places.items():
         ids = sorted((order[position] for position in positions), key=lambda chunk_id: ranks[chunk_id][name])

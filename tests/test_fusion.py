@@ -239,6 +239,20 @@ def test_above_the_keyword_halfs_first_hit_fusions_order_stands() -> None:
     assert [f.chunk_id for f in fused] == [9, 1, 5, 8, 2]
 
 
+def test_only_the_hits_found_by_meaning_alone_are_put_in_order_and_a_tie_takes_no_place() -> None:
+    # a keyword half weighing nothing (its best note holds none of the query's terms) ties its
+    # hits at 0 and recency orders them: they are not put back in keyword order, and no hit
+    # shows a place of its own score
+    fused = rrf(
+        {"bm25": [1, 2, 3], "vec": [9, 5, 1]},
+        blind={9: ("bm25",)},
+        weights={"bm25": 0.0, "vec": 1.0},
+        recency={3: 5.0, 2: 4.0},
+    )
+    assert [f.chunk_id for f in fused] == [9, 5, 1, 3, 2]  # recency orders the tied keyword hits
+    assert all(f.place is None for f in fused)
+
+
 def test_without_an_imputed_part_fusion_is_plain_rrf_and_places_nothing() -> None:
     fused = rrf({"bm25": [1, 2, 3], "vec": [7, 3, 8, 1]})
     assert [f.chunk_id for f in fused] == [1, 3, 7, 2, 8]
@@ -254,5 +268,5 @@ def test_a_note_first_by_meaning_in_the_querys_language_is_not_passed_by_other_l
     ranked = fuse([3], vector)
     assert ranked[:2] == ["cs/disky.md#3", "cs/obecne-0.md#60"], ranked
     with pytest.MonkeyPatch.context() as patch:  # without the rule it falls below all twelve
-        patch.setattr(fusion, "single_list_order", lambda order, ranks: list(order))
+        patch.setattr(fusion, "single_list_order", lambda order, ranks, lists: list(order))
         assert fuse([3], vector).index("cs/obecne-0.md#60") > 12

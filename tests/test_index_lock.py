@@ -5,9 +5,13 @@ sync on any host. The SQLite file lock keeps its own tests (test_sync)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from indexer.sync import SyncReport, run_sync
 from search.service.indexing import sync_report_json
 from tests.conftest import make_config, wait_for
 from tests.fakes import FakeEmbedder
+from tests.pg import DATABASE
 
 REPO = Path(__file__).parent.parent
 
@@ -208,3 +213,68 @@ def test_a_released_run_lets_the_next_claim_its_sources_at_once(pg_url: str, mon
     finally:
         second.release()
         session.close()
+
+
+class SilentPath:
+    """127.0.0.1 TCP in front of the test server's socket that can stop passing bytes on, closing
+    nothing: a server or network that stopped answering."""
+
+    def __init__(self, socket_dir: str) -> None:
+        [self.target] = (path for path in Path(socket_dir).glob(".s.PGSQL.*") if path.suffix != ".lock")
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.silent = threading.Event()
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                server = socket.socket(socket.AF_UNIX)
+                server.connect(str(self.target))
+                self.sockets += [client, server]
+                for source, sink in ((client, server), (server, client)):
+                    threading.Thread(target=self._pass, args=(source, sink), daemon=True).start()
+
+    def _pass(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                while self.silent.is_set():
+                    time.sleep(0.05)
+                sink.sendall(data)
+
+    def close(self) -> None:
+        """Ends both sides: the server's end of a session closes, so it lets its locks go."""
+        self.silent.clear()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked reading it; close alone does not
+            sock.close()
+
+
+def test_releasing_over_a_silent_connection_does_not_wait_for_tcp_to_give_up(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """release() runs in `finally` blocks, where a dead server is likeliest: it asks the server to
+    free the locks, waits a little for the answer, and closes the connection anyway."""
+    import indexer.store.postgres_lock as postgres_lock
+
+    path = SilentPath(pg_server.socket_dir)
+    monkeypatch.setattr(postgres_lock, "UNLOCK_WAIT_SECONDS", 0.3)
+    lock = AdvisoryIndexLock(f"postgresql://postgres@127.0.0.1:{path.port}/{DATABASE}")
+    try:
+        assert lock.acquire() and lock.claim_source("notes")
+        path.silent.set()
+        releasing = threading.Thread(target=lock.release, daemon=True)
+        releasing.start()
+        releasing.join(timeout=30)  # unbounded, it waits for TCP's retransmissions (~15 minutes)
+        assert not releasing.is_alive()
+    finally:
+        path.close()
+    other = AdvisoryIndexLock(pg_server.url())  # the server let the closed session's locks go
+    try:
+        assert other.acquire()
+        assert wait_for(lambda: other.claim_source("notes", timeout=0.2), "the silent session's source lock to go")
+    finally:
+        other.release()

@@ -202,7 +202,7 @@ def test_an_index_from_before_windows_is_embedded_again_and_says_why(
 def test_the_local_engine_takes_no_window_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("embedding:\n  max_tokens: 256\nsources: {}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="max_tokens: the local engine's window is its model's own"):
+    with pytest.raises(ConfigError, match=r"max_tokens: the local engine's window is fixed \(384 tokens; its model"):
         load_config(config)
     config.write_text(
         "embedding:\n  endpoint: http://127.0.0.1:9\n  model: m:1\n  dims: 8\n  max_tokens: 4\nsources: {}\n",

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import os
 import re
+import select
 import socket
 import time
 from typing import TYPE_CHECKING
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 POLL_SECONDS = 0.05
 APPLICATION = "notes-search sync"
+# how long a run's end waits for the server to free its locks before it closes the connection
+# anyway (a server that stopped answering frees them when the session's backend goes)
+UNLOCK_WAIT_SECONDS = 2.0
 
 
 def lock_key(kind: str, name: str = "", namespace: str = "") -> int:
@@ -33,6 +37,25 @@ def lock_key(kind: str, name: str = "", namespace: str = "") -> int:
     `namespace` separates indexes that share one database (e.g. by schema)."""
     digest = hashlib.blake2b(f"notes-search\0{namespace}\0{kind}\0{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def unlock_all(conn: psycopg.Connection[tuple[object, ...]], wait: float) -> None:
+    """Free every advisory lock of `conn`'s session, waiting at most `wait` seconds for the
+    server's answer. The server would let them go when the session's backend exits, which it
+    does after the client closes its socket, not before `close()` returns: a run started right
+    after (a full sync after `reindex PATH`) found its source still claimed and skipped it. A
+    broken or silent connection is left to that: `release()` runs in `finally` blocks, where a
+    dead server is likeliest, and must not wait for TCP to give up."""
+    import psycopg
+
+    pgconn = conn.pgconn
+    deadline = time.monotonic() + wait
+    with contextlib.suppress(psycopg.Error, OSError):
+        pgconn.send_query(b"SELECT pg_advisory_unlock_all()")
+        while pgconn.flush() and select.select([], [pgconn.socket], [], max(0.0, deadline - time.monotonic()))[1]:
+            pass  # the query goes out in pieces on a non-blocking connection
+        # the answer comes once the server ran it; it is not read: the connection closes next
+        select.select([pgconn.socket], [], [], max(0.0, deadline - time.monotonic()))
 
 
 def connect(dsn: str, application: str) -> psycopg.Connection[tuple[object, ...]]:
@@ -78,17 +101,13 @@ class AdvisoryIndexLock:
         return False
 
     def release(self) -> None:
-        import psycopg
-
         if self._conn is not None:
             conn, self._conn = self._conn, None
             self._index_exclusive = False
-            # the server lets a session's locks go when its backend exits, which it does after the
-            # socket closes, not before close() returns: a run started right after (a full sync
-            # after `reindex PATH`) would find its source still claimed and skip it
-            with contextlib.suppress(psycopg.Error):  # a broken session's locks go with it anyway
-                conn.execute("SELECT pg_advisory_unlock_all()")
-            conn.close()
+            try:
+                unlock_all(conn, UNLOCK_WAIT_SECONDS)
+            finally:
+                conn.close()
 
     def claim_source(self, source_id: str, timeout: float = 0.0) -> bool:
         return self._try("pg_try_advisory_lock", lock_key("source", source_id, self.namespace), timeout)
