@@ -39,7 +39,7 @@ class ChunkVectors(NamedTuple):
     owners: np.ndarray  # int64, ascending
     matrix: np.ndarray  # (windows, dims) unit float32
     # per text, the line of its body where each window's own text begins (indexer.windows)
-    lines: tuple[tuple[int, ...], ...] = ()
+    lines: tuple[tuple[int, ...], ...]
 
     def rows_of(self, texts: Sequence[int], ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
         """The windows of `texts[i]` under the chunk id `ids[i]`, for every i in order (a text

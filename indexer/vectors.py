@@ -122,9 +122,7 @@ class VectorWork:
             if done == 0:
                 health.succeeded(self.config.embedding)  # searches may use the embedder again
             # where each window of a long text begins: a search points a hit at its nearest one
-            self.store.store_window_lines(
-                {digest: embedded.lines[index] for digest, index in unique.items() if index < len(embedded.lines)}
-            )
+            self.store.store_window_lines({digest: embedded.lines[index] for digest, index in unique.items()})
             # each chunk's windows under its id (identical texts share theirs)
             ids, vectors = embedded.rows_of([unique[row.content_hash] for row in rows], [row.id for row in rows])
             if self.config.embedding.language_neutral:

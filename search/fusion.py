@@ -131,8 +131,10 @@ def single_list_order(
     places: dict[str, list[int]] = {}
     for position, chunk_id in enumerate(order):
         ranked_by = ranks[chunk_id]
-        if len(ranked_by) == 1 and next(iter(ranked_by)) in below:
-            places.setdefault(next(iter(ranked_by)), []).append(position)
+        if len(ranked_by) == 1:
+            (only,) = ranked_by
+            if only in below:
+                places.setdefault(only, []).append(position)
         below |= {name for name in lists if any(other != name for other in ranked_by)}
     placed = list(order)
     for name, positions in places.items():

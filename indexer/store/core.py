@@ -29,14 +29,17 @@ from indexer.store.rows import (
     FileProblem,
     FileRow,
     LanguageBackfill,
+    NearestWindow,
     PendingChunk,
     ScopeCounts,
     SearchScope,
     ServerMemory,
     SourceState,
     SourceStats,
+    decode_window_lines,
     encode_window_lines,
     file_row,
+    nearest_window_of,
 )
 from indexer.store.schema import LANGUAGE_BACKFILL_KEY
 
@@ -428,7 +431,7 @@ class StoreCore:
     def window_lines(self) -> dict[str, list[int]]:
         """Every stored text's window lines (`store_window_lines`), by content hash."""
         rows = self._run("SELECT content_hash, lines FROM window_lines")
-        return {str(digest): [0, *(int(line) for line in str(lines).split(","))] for digest, lines in rows}
+        return {str(digest): decode_window_lines(str(lines)) for digest, lines in rows}
 
     def prune_window_lines(self) -> int:
         """Forget where the windows of texts no chunk holds any more begin; returns how many."""
@@ -439,6 +442,12 @@ class StoreCore:
                    RETURNING 1"""
             ).fetchall()
         return len(gone)
+
+    def _nearest_window_with_lines(self, distances: Sequence[Sequence[Any]]) -> dict[int, NearestWindow]:
+        """`nearest_window_of` (chunk id, window index, distance) rows, with the stored lines of
+        the chunks that have a window past the first."""
+        long_ones = sorted({int(row[0]) for row in distances if row[1] > 0})
+        return nearest_window_of(distances, self._window_lines_of(long_ones))
 
     def _window_lines_of(self, ids: Sequence[int]) -> dict[int, str]:
         """The stored window lines of these chunks' texts, by chunk id (those that have some)."""

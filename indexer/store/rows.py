@@ -244,6 +244,11 @@ def encode_window_lines(starts: Sequence[int]) -> str:
     return ",".join(str(line) for line in starts[1:])
 
 
+def decode_window_lines(stored: str) -> list[int]:
+    """`encode_window_lines` read back: every window's start, the first's 0 included."""
+    return [0, *(int(line) for line in stored.split(","))]
+
+
 def nearest_window_of(distances: Iterable[Sequence[Any]], lines: Mapping[int, str]) -> dict[int, NearestWindow]:
     """From (chunk id, window index, distance) rows, each chunk's nearest window, for chunks with
     more than one (a distance of None or NaN, a zero vector's, is never nearest; ties go to the
@@ -261,7 +266,7 @@ def nearest_window_of(distances: Iterable[Sequence[Any]], lines: Mapping[int, st
     for cid, (_, idx) in best.items():
         if windows[cid] < 2:
             continue
-        starts = [0, *(int(line) for line in lines[cid].split(","))] if cid in lines else []
+        starts = decode_window_lines(lines[cid]) if cid in lines else []
         # lines of another cut (a window count that differs) are not this chunk's
         line = starts[idx] if len(starts) == windows[cid] else None
         found[cid] = NearestWindow(idx, windows[cid], line)

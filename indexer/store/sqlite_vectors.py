@@ -24,7 +24,6 @@ from indexer.store.rows import (
     VectorMatrix,
     VectorPage,
     chunk_windows,
-    nearest_window_of,
 )
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
@@ -237,8 +236,7 @@ class SqliteVectors(StoreCore):
             f"SELECT id, 0, vec_distance_cosine(embedding, ?) FROM chunk_vectors WHERE id IN ({marks})",
             (query, *wanted),
         ).fetchall()
-        long_ones = sorted({int(str(row[0])) for row in further})
-        return nearest_window_of([*firsts, *further], self._window_lines_of(long_ones))
+        return self._nearest_window_with_lines([*firsts, *further])
 
     def _scoped_exact(self, params: dict[str, object], k: int, where: str) -> list[RankedChunk]:
         """Exact distances over the scope's own vectors, every window, found through the path

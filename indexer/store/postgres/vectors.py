@@ -24,7 +24,6 @@ from indexer.store.rows import (
     SearchScope,
     VectorMatrix,
     VectorPage,
-    nearest_window_of,
 )
 
 if TYPE_CHECKING:  # numpy is imported where vectors are touched, keeping lexical queries light
@@ -505,7 +504,7 @@ class PgVectors(StoreCore):
             "SELECT id, window_idx, embedding <=> %(q)s FROM chunk_vectors WHERE id = ANY(%(ids)s)",
             {"q": np.asarray(vector, dtype=np.float32), "ids": wanted},
         ).fetchall()
-        return nearest_window_of(rows, self._window_lines_of(sorted({int(r[0]) for r in rows if r[1] > 0})))
+        return self._nearest_window_with_lines(rows)
 
     def _nearest_rows(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The unscoped search's nearest rows (windows) in the index's order, read until they
