@@ -719,8 +719,13 @@ def serve_http(server: "Server[Any]", host: str, port: int, token: str | None) -
             _stop_requested(sig)
             self.should_exit = True
 
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:  # said once listening, with the handlers above in place: a Ctrl-C
+                # right after the line (before uvicorn took the signals) ended in a traceback
+                echo(f"notes-search MCP (streamable HTTP) on http://{_url_host(host)}:{port}/mcp", err=True)
+
     app = HttpGuard(server.streamable_http_app(host=host), token)
-    echo(f"notes-search MCP (streamable HTTP) on http://{_url_host(host)}:{port}/mcp", err=True)
     StopSoon(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
 
 
