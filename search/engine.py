@@ -127,18 +127,15 @@ def describe_vector_space(config: Config, meta: dict[str, str]) -> str:
     return "language-neutral: " + (meta.get(neutral.SUMMARY_KEY) or "no language statistics yet")
 
 
-def keyword_blind(
-    query_language: str | None, lexical_ids: set[int], candidates: set[int], languages: dict[int, str]
+def other_language(
+    query_language: str | None, candidates: set[int], languages: dict[int, str]
 ) -> dict[int, tuple[str, ...]]:
-    """Candidates the keyword half could not have found: written in another (detected)
-    language than the (detected) query. Nothing is blind to a query of unknown language."""
+    """Candidates written in another (detected) language than the (detected) query, each with
+    the list that cannot read it: the keyword half, which matches such a note only by what both
+    languages share (a name, a command). Nothing is foreign to a query of unknown language."""
     if not query_language or query_language == UNKNOWN:
         return {}
-    return {
-        cid: ("bm25",)
-        for cid in candidates - lexical_ids
-        if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)
-    }
+    return {cid: ("bm25",) for cid in candidates if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)}
 
 
 def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]) -> bool:
@@ -260,10 +257,10 @@ def search(
                 read_apart = half.read_apart if half is not None else _ReadApart()
                 candidates = {cid for cid, _ in lexical} | {cid for cid, _ in vector}
                 rows = read_apart.rows_of(store, candidates)
-                # only a hybrid query of known language asks which candidates the keywords could not see
+                # only a hybrid query of known language asks which meaning hits the keywords cannot read
                 knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
-                keyword_ids = {cid for cid, _ in lexical}
-                languages = read_apart.languages_of(store, candidates - keyword_ids) if knows_language else {}
+                meaning_ids = {cid for cid, _ in vector}
+                languages = read_apart.languages_of(store, meaning_ids) if knows_language else {}
                 fused, blind, exact, verbatim = _fuse(
                     config, response, mode, match, rules, lexical, vector, rows, languages
                 )
@@ -601,16 +598,19 @@ def _fuse(
     lexical_ids = exact_first([cid for cid, _ in lexical], texts, rules, seen)
     keyword_ids = set(lexical_ids)
     top_lexical = [texts[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in texts]
-    blind = {}
+    foreign = {}
     response.exact_value = False
     if mode == "hybrid":
-        candidates = keyword_ids | {cid for cid, _ in vector}
-        blind = keyword_blind(response.query_language, keyword_ids, candidates, languages)
+        foreign = other_language(response.query_language, {cid for cid, _ in vector}, languages)
+    # of those, the ones the keyword half did not find by a word both languages share either
+    blind = {cid: lists for cid, lists in foreign.items() if cid not in keyword_ids}
     if blind and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
         if found_exact_value(terms, top_lexical, every_lexical):
             blind = {}
             response.exact_value = True
+    if not blind:  # no note is out of the keyword half's reach: plain fusion
+        foreign = {}
     response.keyword_blind = len(blind)
     weights = {}
     passed_over: dict[int, set[int]] = {}
@@ -635,6 +635,7 @@ def _fuse(
         # vector half ranks the keyword half's best hits among what the keyword half could have
         # found and the other languages' answers that stand out, not behind that background
         best = lexical_ids[:COVERAGE_HITS]
+        # (a note the keyword half found holds a word of the query: never background)
         background = background_hits(similarities, blind, languages, best)
         response.background = len(background)
         passed_over = dict.fromkeys(best, background) if background else {}
@@ -642,7 +643,7 @@ def _fuse(
         {"bm25": lexical_ids, "vec": [cid for cid, _ in vector]},
         k=config.search.rrf_k,
         recency=recency,
-        blind=blind,
+        blind=foreign,
         weights=weights,
         passed_over=passed_over,
     )

@@ -39,6 +39,7 @@ class Fused:
     score: float
     ranks: dict[str, int] = field(default_factory=dict)  # 1-based rank in each list that has the id
     # what each list added to the score (--explain), and the rank a blind list was taken to give
+    # (where it found the id too, only when that rank is the better one)
     parts: dict[str, float] = field(default_factory=dict)
     imputed: dict[str, int] = field(default_factory=dict)
     # the rank a list was counted at where `passed_over` moved it up from `ranks`
@@ -59,12 +60,14 @@ def rrf(
     """Fuse ranked id lists: score = sum of weight / (k + rank), weights 1 unless given. Ties
     go to the more recent chunk.
 
-    `blind`: id -> the lists that could not have found it (keywords of a Czech question cannot
-    match an English note). Its missing ranks are no evidence against it, so a list that could
-    not see it is taken to have ranked it at BLIND_RANK_FACTOR times its best rank elsewhere:
-    a strong vector hit in another language is not drowned by keyword hits in the query's,
-    and a weak one, where assuming the unseen half agreed is least justified, gains little.
-    An id a list did rank is never blind to it. Below the keyword half's first hit, an imputed
+    `blind`: id -> the lists that cannot read it (keywords of a Czech question cannot match an
+    English note). Its missing ranks are no evidence against it, so a list that could not see
+    it is taken to have ranked it at BLIND_RANK_FACTOR times its best rank in the others: a
+    strong vector hit in another language is not drowned by keyword hits in the query's, and a
+    weak one, where assuming the unseen half agreed is least justified, gains little. A blind
+    list that found it anyway, by what both languages share (a name: `LFS`, `GlusterFS`),
+    counts the better of the two ranks: matching a note's names never puts it below where
+    matching nothing would have. Below the keyword half's first hit, an imputed
     part ranks a blind id against the ids the keyword half found, not against the other ids the
     vector half alone found: those keep its order among themselves (`single_list_order`), or a
     note in the query's language that the meaning half ranks first, which no keyword matches,
@@ -94,16 +97,20 @@ def rrf(
     for chunk_id, lists in (blind or {}).items():
         if chunk_id not in parts:
             continue
-        rank = BLIND_RANK_FACTOR * min(ranks[chunk_id].values())
         for name in sorted(set(lists)):
-            if name in rankings and name not in ranks[chunk_id]:
-                parts[chunk_id][name] = weight[name] / (k + rank)
+            seeing = [rank for other, rank in ranks[chunk_id].items() if other != name]
+            if name not in rankings or not seeing:
+                continue
+            rank = BLIND_RANK_FACTOR * min(seeing)
+            part = weight[name] / (k + rank)
+            if name not in ranks[chunk_id] or part > parts[chunk_id][name]:
+                parts[chunk_id][name] = part
                 imputed.setdefault(chunk_id, {})[name] = rank
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
     order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
-    # the lists that ranked the ids an imputed part was added to
-    kept = {name for chunk_id in imputed for name in ranks[chunk_id]}
+    # the lists that ranked the ids an imputed part was added to, the blind list aside
+    kept = {name for chunk_id, lists in imputed.items() for name in ranks[chunk_id] if name not in lists}
     placed = single_list_order(order, ranks, kept) if kept else order
     return [
         Fused(

@@ -518,6 +518,22 @@ def test_explain_says_when_a_meaning_hit_took_another_ones_place() -> None:
     )
 
 
+def test_explain_says_when_another_languages_keyword_rank_gave_way_to_its_imputed_one() -> None:
+    from search.cli.query import _why
+    from search.engine import SearchResponse
+
+    response = SearchResponse(query="velikost souborů LFS", mode="hybrid", rrf_k=60)
+    response.keyword_weight, response.meaning_weight = 0.25, 1.0
+    imputed = {"vec_rank": 1, "vec_part": 1 / 61, "bm25_counted_rank": 2, "bm25_part": 0.25 / 62}
+    assert _why(response, {**imputed, "bm25_rank": None}) == (
+        "keyword 0.25/(60+2) = 0.0040 (another language: counted at twice its meaning rank) + meaning 1/(60+1) = 0.0164"
+    )
+    assert _why(response, {**imputed, "bm25_rank": 10}) == (
+        "keyword 0.25/(60+2) = 0.0040 (another language: found at 10, counted at twice its meaning rank)"
+        " + meaning 1/(60+1) = 0.0164"
+    )
+
+
 def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-untyped-def]
     run("sync")
     question = "jak zálohovat databázi na serveru"
@@ -530,8 +546,10 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     hits = [hit["explain"] for hit in data["results"]]
     for e in hits:  # the fused score is the sum of the halves' parts
         assert e["rrf"] == pytest.approx((e["bm25_part"] or 0) + (e["vec_part"] or 0), abs=2e-6)
-        if e["bm25_rank"] is not None:
-            assert e["bm25_part"] == pytest.approx(weight / (60 + e["bm25_rank"]), abs=1e-6)
+        if e["bm25_rank"] is not None:  # at its rank, or another language's at its imputed one if better
+            rank = e["bm25_counted_rank"] or e["bm25_rank"]
+            assert rank <= e["bm25_rank"]
+            assert e["bm25_part"] == pytest.approx(weight / (60 + rank), abs=1e-6)
         if e["vec_rank"] is not None:  # at its rank, or where other languages' background was passed over
             rank = e["vec_counted_rank"] or e["vec_rank"]
             assert e["vec_part"] == pytest.approx(meaning / (60 + rank), abs=1e-6)

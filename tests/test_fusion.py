@@ -65,7 +65,7 @@ def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY
     config = parse_config("sources: {}\n")
     response = SearchResponse(query=query, mode="hybrid", query_language="cs")
     match = keyword_query(query)
-    languages = {cid: CHUNKS[cid][3] for cid, _ in vector if cid not in lexical}
+    languages = {cid: CHUNKS[cid][3] for cid, _ in vector}
     fused, *_ = engine._fuse(
         config,
         response,
@@ -122,6 +122,38 @@ def test_rrf_records_what_each_list_added() -> None:
     assert fused[9].imputed == {"bm25": 2}
     assert fused[9].parts == {"vec": pytest.approx(1 / 61), "bm25": pytest.approx(0.5 / 62)}
     assert all(f.score == pytest.approx(sum(f.parts.values())) for f in fused.values())
+
+
+def test_a_blind_list_that_found_an_id_counts_the_better_of_its_rank_and_the_imputed_one() -> None:
+    # 9 and 8: another language; the keyword half found 9 by a name it holds, at 10th
+    lexical = [1, 2, 3, 4, 5, 6, 7, 10, 11, 9]
+    fused = {f.chunk_id: f for f in rrf({"bm25": lexical, "vec": [9, 8, 1]}, blind={9: ("bm25",), 8: ("bm25",)})}
+    assert fused[9].ranks == {"bm25": 10, "vec": 1} and fused[9].imputed == {"bm25": 2}
+    assert fused[9].parts["bm25"] == pytest.approx(1 / 62)
+    # so it is not passed by 8, which the keyword half did not find and is taken to rank 4th
+    assert fused[9].score > fused[8].score
+    # found above the imputed rank, its own rank counts
+    first = {f.chunk_id: f for f in rrf({"bm25": [9, 1], "vec": [1, 2, 9]}, blind={9: ("bm25",)})}
+    assert first[9].imputed == {} and first[9].parts["bm25"] == pytest.approx(1 / 61)
+
+
+def test_a_name_found_in_another_languages_answer_does_not_sink_it() -> None:
+    # the mixed-notes benchmark's case (cs cross en 10, `LFS`): the English answer is the meaning
+    # half's first hit and holds the query's name, which the keyword half ranks 10th behind
+    # Czech notes holding its common words; another English note, second by meaning and holding
+    # none, used to pass it on the keyword rank taken for it (4th)
+    question = "obnova zálohy restic"
+    lexical = [1, 2, 3, 60, 61, 62, 63, 64, 65, 20]
+    vector = [
+        (20, 0.885),
+        (12, 0.880),
+        (1, 0.86),
+        (2, 0.855),
+        (3, 0.85),
+        *[(40 + i, 0.84 - 0.001 * i) for i in range(12)],
+    ]
+    ranked = fuse(lexical, vector, question)
+    assert ranked.index("en/restore.md#20") < ranked.index("en/ssh.md#12"), ranked
 
 
 def test_a_long_questions_keyword_answer_is_not_outranked_by_background_meaning_hits() -> None:

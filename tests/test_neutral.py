@@ -15,7 +15,7 @@ from indexer.language import chunk_language
 from indexer.neutral import DEFAULT, INDEX, LanguageStats, NeutralSpace
 from indexer.store import SearchScope, Store, open_store
 from indexer.sync import run_sync
-from search.engine import keyword_blind
+from search.engine import other_language
 from search.fusion import match_terms, rrf, term_coverage
 from search.querybuild import keyword_query
 from search.resident import ResidentVectors
@@ -364,7 +364,8 @@ def test_keyword_blind_candidates_are_scored_over_the_vector_list() -> None:
     assert [f.chunk_id for f in plain][:3] == [1, 2, 3]
     fused = rrf({"bm25": lexical, "vec": vector}, blind={9: ("bm25",)})
     assert fused[0].chunk_id == 9 and fused[0].score == pytest.approx(1 / 61 + 1 / 62)  # keywords taken to rank it 2nd
-    # a list that did rank an id is never blind to it; an empty blind map is plain RRF
+    # a blind list that ranked an id better than it would be taken to keeps its rank; an empty
+    # blind map is plain RRF
     seen = rrf({"bm25": lexical, "vec": vector}, blind={1: ("bm25",)})
     assert [(f.chunk_id, f.score) for f in seen] == [(f.chunk_id, f.score) for f in plain]
     assert rrf({"bm25": lexical, "vec": vector}, blind={}) == plain
@@ -379,11 +380,11 @@ def test_keyword_coverage_follows_the_fts_terms() -> None:
     assert term_coverage([], "text") == 0.0
 
 
-def test_only_candidates_in_another_known_language_are_keyword_blind() -> None:
+def test_only_candidates_in_another_known_language_are_out_of_the_keyword_halfs_reading() -> None:
     languages = {1: "en", 2: "cs", 3: "unknown", 4: "en"}
-    assert keyword_blind("cs", {4}, {1, 2, 3, 4}, languages) == {1: ("bm25",)}
-    assert keyword_blind("unknown", set(), {1, 2, 3, 4}, languages) == {}
-    assert keyword_blind(None, set(), {1, 2}, languages) == {}
+    assert other_language("cs", {1, 2, 3, 4}, languages) == {1: ("bm25",), 4: ("bm25",)}
+    assert other_language("unknown", {1, 2, 3, 4}, languages) == {}
+    assert other_language(None, {1, 2}, languages) == {}
 
 
 def test_a_language_less_term_keeps_keywords_in_charge(

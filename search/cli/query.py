@@ -177,12 +177,15 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
     k = response.rrf_k
     parts = []
     if response.mode != "vec":
-        rank = e.get("bm25_rank") or e.get("bm25_counted_rank")
+        rank = e.get("bm25_counted_rank") or e.get("bm25_rank")
         if rank is None or e.get("bm25_part") is None:
             parts.append("keyword -")
         else:
             weight = response.keyword_weight if response.mode == "hybrid" else 1.0
-            counted = " (another language: counted at twice its meaning rank)" if e.get("bm25_rank") is None else ""
+            counted = ""
+            if e.get("bm25_counted_rank") is not None:
+                instead = f"found at {e['bm25_rank']}, " if e.get("bm25_rank") is not None else ""
+                counted = f" (another language: {instead}counted at twice its meaning rank)"
             parts.append(f"keyword {weight:g}/({k}+{rank}) = {e['bm25_part']:.4f}{counted}")
     if response.mode != "lex":
         if e.get("vec_rank") is None or e.get("vec_part") is None:
