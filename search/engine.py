@@ -602,15 +602,13 @@ def _fuse(
     response.exact_value = False
     if mode == "hybrid":
         foreign = other_language(response.query_language, {cid for cid, _ in vector}, languages)
-    # of those, the ones the keyword half did not find by a word both languages share either
-    blind = {cid: lists for cid, lists in foreign.items() if cid not in keyword_ids}
-    if blind and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
+    if foreign and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
         if found_exact_value(terms, top_lexical, every_lexical):
-            blind = {}
+            foreign = {}
             response.exact_value = True
-    if not blind:  # no note is out of the keyword half's reach: plain fusion
-        foreign = {}
+    # of those, the ones the keyword half did not find by a word both languages share either
+    blind = {cid: lists for cid, lists in foreign.items() if cid not in keyword_ids}
     response.keyword_blind = len(blind)
     weights = {}
     passed_over: dict[int, set[int]] = {}
@@ -618,7 +616,7 @@ def _fuse(
     response.meaning_weight = 1.0
     response.keyword_coverage = None
     response.background = 0
-    if blind:
+    if foreign:
         # notes in other languages are in play: the keyword half answers from the query's
         # language only, so it counts as much as its best note covers the query's terms (not at
         # all when it found nothing: then no candidate is scaled up for being out of its reach)

@@ -98,7 +98,11 @@ def rrf(
         if chunk_id not in parts:
             continue
         for name in sorted(set(lists)):
-            seeing = [rank for other, rank in ranks[chunk_id].items() if other != name]
+            # the ranks the other lists were counted at (a keyword best hit's meaning rank is
+            # counted past other languages' background)
+            seeing = [
+                counted.get(chunk_id, {}).get(other, rank) for other, rank in ranks[chunk_id].items() if other != name
+            ]
             if name not in rankings or not seeing:
                 continue
             rank = BLIND_RANK_FACTOR * min(seeing)

@@ -156,6 +156,16 @@ def test_a_name_found_in_another_languages_answer_does_not_sink_it() -> None:
     assert ranked.index("en/restore.md#20") < ranked.index("en/ssh.md#12"), ranked
 
 
+def test_a_name_found_in_the_only_other_language_note_does_not_sink_it_either() -> None:
+    # no other note of another language is among the meaning hits: the one found by its name is
+    # still weighed as one the keyword half cannot read, not fused as if all were Czech
+    question = "obnova zálohy restic"
+    vector = [(20, 0.885), (1, 0.86), (2, 0.855), (3, 0.85), *[(60 + i, 0.84 - 0.001 * i) for i in range(6)]]
+    unfound = fuse([1, 2, 3, 60, 61, 62, 63, 64, 65], vector, question)
+    found = fuse([1, 2, 3, 60, 61, 62, 63, 64, 65, 20], vector, question)
+    assert found.index("en/restore.md#20") <= unfound.index("en/restore.md#20") == 1, (found, unfound)
+
+
 def test_a_long_questions_keyword_answer_is_not_outranked_by_background_meaning_hits() -> None:
     texts = {cid: f"{crumb}\n{text}" for cid, (_, crumb, text, _) in CHUNKS.items()}
     files = {cid: path for cid, (path, *_) in CHUNKS.items()}

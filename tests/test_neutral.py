@@ -445,6 +445,54 @@ def test_a_language_less_term_keeps_keywords_in_charge(
     assert first_hit() != "db.md"
 
 
+def test_a_note_in_another_language_found_by_a_name_counts_as_if_unfound_where_that_is_better(
+    config: Config, notes: Path
+) -> None:
+    """A Czech question naming `restic`: the English note that answers it, the nearest in
+    meaning, holds the name, and the keyword half ranks it below the Czech notes that hold the
+    question's common words and the name too. It is counted at the keyword rank it would be taken at unfound,
+    twice its meaning rank, and comes first; the explain data carry both ranks."""
+    import search.engine as engine
+
+    write(
+        notes,
+        {
+            "en/restic-restore.md": "# Restoring a snapshot\n\nrestic restore latest --target /srv brings the files back.\n",
+            **{
+                f"cs/zaloha-{i}.md": f"# Záloha stroje {i}\n\nJak obnovit zálohu stroje {i} z repozitáře restic.\n"
+                for i in range(12)
+            },
+        },
+    )
+    question = "jak obnovit zálohu restic"
+
+    class MeaningEmbedder(FakeEmbedder):
+        """The English note means what the question asks; the rest keep their bag of words."""
+
+        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+            vectors = super().embed_batch(texts, is_query=is_query)
+            for row, text in enumerate(texts):
+                if "Restoring a snapshot" in text:
+                    vectors[row] = super().embed_batch([question], is_query=True)[0]
+            return vectors
+
+    embedder = MeaningEmbedder(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+    store = open_index(config, readonly=True)
+    try:
+        response = engine.search(store, config, question, k=5, embedder_factory=lambda: embedder)
+    finally:
+        store.close()
+    assert response.query_language == "cs"
+    first = response.results[0]
+    assert first.path == "en/restic-restore.md", [hit.path for hit in response.results]
+    e = first.explain
+    assert e["language"] == "en" and e["keyword_blind"] is False  # found: a keyword match was possible
+    assert e["vec_rank"] == 1 and e["bm25_rank"] is not None and e["bm25_rank"] > 2
+    assert e["bm25_counted_rank"] == 2
+    assert e["bm25_part"] == pytest.approx(response.keyword_weight / (60 + 2), abs=1e-6)
+
+
 def test_query_is_projected_off_the_index_language_directions_only() -> None:
     cs, en = basis(9), basis(10)
     space = NeutralSpace(
