@@ -58,7 +58,8 @@ def rrf(
     passed_over: Mapping[int, Collection[int]] | None = None,
 ) -> list[Fused]:
     """Fuse ranked id lists: score = sum of weight / (k + rank), weights 1 unless given. Ties
-    go to the more recent chunk.
+    go to an id every list of which found it (over one with a part taken, not found), then to
+    the more recent chunk.
 
     `blind`: id -> the lists that cannot read it (keywords of a Czech question cannot match an
     English note). Its missing ranks are no evidence against it, so a list that could not see
@@ -112,7 +113,7 @@ def rrf(
                 imputed.setdefault(chunk_id, {})[name] = rank
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
-    order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), -recency.get(cid, 0.0), cid))
+    order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), cid in imputed, -recency.get(cid, 0.0), cid))
     # the lists that ranked the ids an imputed part was added to, the blind list aside
     kept = {name for chunk_id, lists in imputed.items() for name in ranks[chunk_id] if name not in lists}
     placed = single_list_order(order, ranks, kept) if kept else order

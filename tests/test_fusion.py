@@ -137,6 +137,16 @@ def test_a_blind_list_that_found_an_id_counts_the_better_of_its_rank_and_the_imp
     assert first[9].imputed == {} and first[9].parts["bm25"] == pytest.approx(1 / 61)
 
 
+def test_a_tie_goes_to_the_id_both_lists_found_over_one_with_a_part_taken() -> None:
+    # 1: keyword 1, meaning 2; 9: another language, meaning 1, its keyword part taken at 2: equal
+    # scores, and 9 the more recent
+    fused = rrf({"bm25": [1], "vec": [9, 1]}, blind={9: ("bm25",)}, recency={9: 2.0, 1: 1.0})
+    assert fused[0].score == pytest.approx(fused[1].score)
+    assert [f.chunk_id for f in fused] == [1, 9]
+    # without a part taken, recency decides a tie
+    assert [f.chunk_id for f in rrf({"bm25": [1, 9], "vec": [9, 1]}, recency={9: 2.0, 1: 1.0})] == [9, 1]
+
+
 def test_a_name_found_in_another_languages_answer_does_not_sink_it() -> None:
     # the mixed-notes benchmark's case (cs cross en 10, `LFS`): the English answer is the meaning
     # half's first hit and holds the query's name, which the keyword half ranks 10th behind
