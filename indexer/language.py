@@ -194,6 +194,8 @@ _SLOVAK_LETTER = re.compile("[" + "".join(sorted(_SLOVAK_ONLY)) + "]")
 # query syntax words, not language: "backup OR restore"
 _QUERY_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 _CYRILLIC_RUN = re.compile("[\u0400-\u052f]+")
+# The supported languages written in Cyrillic; the others are written in Latin letters.
+CYRILLIC_LANGUAGES = frozenset({"ru", "uk"})
 
 _identifier_lock = threading.Lock()
 _identifier_instance: _Scorer | None = None
@@ -539,6 +541,24 @@ def detect_language(text: str) -> str:
 def detect_languages(texts: list[str]) -> list[str]:
     """`detect_language` of each text, scored together (much cheaper per text than one by one)."""
     return _detect_all([_text_samples(text) for text in texts])
+
+
+def has_cyrillic(text: str) -> bool:
+    """Whether any letter of `text` is Cyrillic: one scan, no prose extracted (a chunk without
+    one is not Cyrillic prose, and most chunks of Czech or English notes have none)."""
+    return _CYRILLIC_RUN.search(text) is not None
+
+
+def prose_is_cyrillic(markdown_text: str) -> bool | None:
+    """Whether a chunk's prose is written in Cyrillic: at least MIXED_SCRIPT_SHARE of its words'
+    letters are (a Russian note keeps its commands and names in Latin letters, and is often too
+    mixed for a language to be named). None when its prose has too few words to tell: code, a
+    bare heading."""
+    words = language_words(prose_for_language(markdown_text))
+    letters = sum(map(len, words))
+    if len(words) < MIN_WORDS or letters < MIN_LETTERS:
+        return None
+    return sum(map(len, _CYRILLIC_RUN.findall(" ".join(words)))) >= MIXED_SCRIPT_SHARE * letters
 
 
 def chunk_language(markdown_text: str) -> str:

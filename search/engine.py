@@ -128,14 +128,33 @@ def describe_vector_space(config: Config, meta: dict[str, str]) -> str:
 
 
 def other_language(
-    query_language: str | None, candidates: set[int], languages: dict[int, str]
+    query_language: str | None, candidates: set[int], languages: dict[int, str], rows: Mapping[int, ChunkRow]
 ) -> dict[int, tuple[str, ...]]:
     """Candidates written in another (detected) language than the (detected) query, each with
     the list that cannot read it: the keyword half, which matches such a note only by what both
-    languages share (a name, a command). Nothing is foreign to a query of unknown language."""
+    languages share (a name, a command). A candidate of no detected language counts when its
+    prose is in another script than the query's language: a Russian note full of Latin-script
+    commands, too mixed for a language to be named, holds no word of a Czech question either.
+    Nothing is foreign to a query of unknown language."""
     if not query_language or query_language == UNKNOWN:
         return {}
-    return {cid: ("bm25",) for cid in candidates if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)}
+    from indexer.language import CYRILLIC_LANGUAGES, has_cyrillic, prose_is_cyrillic  # loaded for the query
+
+    cyrillic_query = query_language in CYRILLIC_LANGUAGES
+    foreign: dict[int, tuple[str, ...]] = {}
+    for cid in candidates:
+        language = languages.get(cid, UNKNOWN)
+        if language == query_language:
+            continue
+        if language == UNKNOWN:
+            text = rows[cid].text if cid in rows else ""
+            if not cyrillic_query and not has_cyrillic(text):
+                continue  # the prose is read only where it can be Cyrillic
+            cyrillic = prose_is_cyrillic(text) if text else None
+            if cyrillic is None or cyrillic == cyrillic_query:
+                continue
+        foreign[cid] = ("bm25",)
+    return foreign
 
 
 def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]) -> bool:
@@ -601,7 +620,7 @@ def _fuse(
     foreign = {}
     response.exact_value = False
     if mode == "hybrid":
-        foreign = other_language(response.query_language, {cid for cid, _ in vector}, languages)
+        foreign = other_language(response.query_language, {cid for cid, _ in vector}, languages, rows)
     if foreign and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
         if found_exact_value(terms, top_lexical, every_lexical):

@@ -18,6 +18,7 @@ from indexer.language import (
     detect_language,
     detect_query_language,
     prose_for_language,
+    prose_is_cyrillic,
 )
 
 CZECH = (
@@ -573,3 +574,24 @@ def test_the_fence_pattern_taken_by_lines_removes_what_it_did_by_characters(part
     # and run from the first line that holds three backticks or tildes on
     prose = "Úvod a `kód` ~ tilda\n"
     assert language._without_fences(prose + text) == _FENCE_BY_CHARACTERS.sub("", prose + text)
+
+
+RUSSIAN_WITH_COMMANDS = (
+    "# Сброс пароля root в MySQL\n\nПоднимаем второй экземпляр mysqld с опцией skip-grant-tables, копируем"
+    " файлы таблицы user из исходной базы mysql и посылаем SIGHUP нашему mysqld, чтобы он перечитал grant.\n\n"
+    "```\nmysql_install_db --datadir=/dbdata/datadir/ --user=mysql\n```\n"
+)
+
+
+def test_the_script_of_a_chunks_prose_is_told_where_its_language_is_not() -> None:
+    # Russian prose whose names and options are in Latin letters: too mixed to be named
+    assert chunk_language(RUSSIAN_WITH_COMMANDS) == UNKNOWN
+    assert prose_is_cyrillic(RUSSIAN_WITH_COMMANDS) is True
+    assert prose_is_cyrillic("Пароль root сбрасываем так: mysqld --skip-grant-tables") is True
+    assert prose_is_cyrillic("How to restore the backup with restic restore latest.") is False
+    assert prose_is_cyrillic("Obnova zálohy z disku: restic restore latest.") is False
+    # an English sentence quoting one Russian word is Latin-script prose
+    assert prose_is_cyrillic("The note says пароль where the password goes, then restic restore latest.") is False
+    # too few words to tell: code alone, a bare heading
+    assert prose_is_cyrillic("```\nls -la\n```") is None
+    assert prose_is_cyrillic("# Prime_number\n\n") is None

@@ -11,12 +11,13 @@ import pytest
 
 from indexer import neutral
 from indexer.config import Config, EmbeddingConfig, identity_mismatch, load_config
-from indexer.language import chunk_language
+from indexer.language import UNKNOWN, chunk_language
 from indexer.neutral import DEFAULT, INDEX, LanguageStats, NeutralSpace
-from indexer.store import SearchScope, Store, open_store
+from indexer.store import ChunkRow, SearchScope, Store, open_store
 from indexer.sync import run_sync
 from search.engine import other_language
 from search.fusion import match_terms, rrf, term_coverage
+from search.hits import Hit
 from search.querybuild import keyword_query
 from search.resident import ResidentVectors
 from tests.conftest import open_index, write
@@ -380,11 +381,26 @@ def test_keyword_coverage_follows_the_fts_terms() -> None:
     assert term_coverage([], "text") == 0.0
 
 
-def test_only_candidates_in_another_known_language_are_out_of_the_keyword_halfs_reading() -> None:
-    languages = {1: "en", 2: "cs", 3: "unknown", 4: "en"}
-    assert other_language("cs", {1, 2, 3, 4}, languages) == {1: ("bm25",), 4: ("bm25",)}
-    assert other_language("unknown", {1, 2, 3, 4}, languages) == {}
-    assert other_language(None, {1, 2}, languages) == {}
+def chunk_row(chunk_id: int, text: str) -> ChunkRow:
+    return ChunkRow(chunk_id, "notes", f"n{chunk_id}.md", 0, "", text, 1, 3, 0.0, None, "workspace")
+
+
+def test_candidates_in_another_language_or_script_are_out_of_the_keyword_halfs_reading() -> None:
+    languages = {1: "en", 2: "cs", 3: "unknown", 4: "en", 5: "unknown", 6: "unknown", 7: "unknown"}
+    rows = {
+        3: chunk_row(3, "```\nls -la\n```"),  # code alone: the keyword half reads it in any language
+        5: chunk_row(5, "Пароль root сбрасываем так: mysqld --skip-grant-tables и SIGHUP"),  # Russian, mixed
+        6: chunk_row(6, "Zálohy jdou na NAS, restic je šifruje, obnova trvá hodinu."),  # Latin letters
+    }  # 7: not among the rows read, nothing to tell its script by
+    assert other_language("cs", {1, 2, 3, 4, 5, 6, 7}, languages, rows) == {1: ("bm25",), 4: ("bm25",), 5: ("bm25",)}
+    assert other_language("ru", {1, 2, 3, 4, 5, 6, 7}, languages, rows) == {
+        1: ("bm25",),
+        2: ("bm25",),
+        4: ("bm25",),
+        6: ("bm25",),
+    }
+    assert other_language("unknown", {1, 2, 3, 4, 5}, languages, rows) == {}
+    assert other_language(None, {1, 2}, languages, rows) == {}
 
 
 def test_a_language_less_term_keeps_keywords_in_charge(
@@ -491,6 +507,59 @@ def test_a_note_in_another_language_found_by_a_name_counts_as_if_unfound_where_t
     assert e["vec_rank"] == 1 and e["bm25_rank"] is not None and e["bm25_rank"] > 2
     assert e["bm25_counted_rank"] == 2
     assert e["bm25_part"] == pytest.approx(response.keyword_weight / (60 + 2), abs=1e-6)
+
+
+def test_a_russian_note_too_mixed_to_name_is_out_of_a_czech_questions_keyword_reading(
+    config: Config, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer to a Czech question is a Russian note whose commands and names are in Latin
+    letters: its language cannot be named, but its prose is Cyrillic, so the keyword half, which
+    finds it only by `MySQL` and `root`, is blind to it as to a note labelled Russian."""
+    import indexer.language as language
+    import search.engine as engine
+
+    answer = (
+        "# Сброс пароля root в MySQL\n\nПоднимаем второй экземпляр mysqld с опцией skip-grant-tables,"
+        " копируем файлы таблицы user из исходной базы mysql и посылаем SIGHUP нашему mysqld.\n"
+    )
+    assert language.chunk_language(answer) == UNKNOWN
+    write(
+        notes,
+        {
+            "ru/mysql-root.md": answer,
+            **{
+                f"cs/hesla-{i}.md": f"# Hesla {i}\n\nHeslo roota na serveru {i} měníme v konzoli MySQL.\n"
+                for i in range(12)
+            },
+        },
+    )
+    question = "Jak obnovit zapomenuté heslo roota v MySQL bez restartu serveru?"
+
+    class MeaningEmbedder(FakeEmbedder):
+        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+            vectors = super().embed_batch(texts, is_query=is_query)
+            for row, text in enumerate(texts):
+                if "Сброс пароля" in text:
+                    vectors[row] = super().embed_batch([question], is_query=True)[0]
+            return vectors
+
+    embedder = MeaningEmbedder(config.embedding)
+    run_sync(config, embedder_factory=lambda: embedder)
+
+    def first_hit() -> Hit:
+        store = open_index(config, readonly=True)
+        try:
+            return engine.search(store, config, question, k=5, embedder_factory=lambda: embedder).results[0]
+        finally:
+            store.close()
+
+    hit = first_hit()
+    assert hit.path == "ru/mysql-root.md"
+    assert hit.explain["language"] == UNKNOWN and hit.explain["vec_rank"] == 1
+    assert hit.explain["bm25_rank"] is not None and hit.explain["bm25_rank"] > 2
+    assert hit.explain["bm25_counted_rank"] == 2
+    monkeypatch.setattr(language, "prose_is_cyrillic", lambda text: None)  # the rule this test guards
+    assert first_hit().path != "ru/mysql-root.md"
 
 
 def test_query_is_projected_off_the_index_language_directions_only() -> None:
