@@ -9,6 +9,7 @@ the language-dependent parts of search, an honest "unknown" leaves them as they 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -549,6 +550,7 @@ def has_cyrillic(text: str) -> bool:
     return _CYRILLIC_RUN.search(text) is not None
 
 
+@functools.lru_cache(maxsize=2048)  # a server meets the same chunks query after query
 def prose_is_cyrillic(markdown_text: str) -> bool | None:
     """Whether a chunk's prose is written in Cyrillic: at least MIXED_SCRIPT_SHARE of its words'
     letters are (a Russian note keeps its commands and names in Latin letters, and is often too
