@@ -550,17 +550,31 @@ def has_cyrillic(text: str) -> bool:
     return _CYRILLIC_RUN.search(text) is not None
 
 
-@functools.lru_cache(maxsize=2048)  # a server meets the same chunks query after query
+# A server meets the same chunks query after query: the answers for texts up to this long are
+# kept (CACHED_TEXTS of them: a few MB at most; an oversized block is read again each time).
+CACHED_TEXT_CHARS = 4096
+CACHED_TEXTS = 1024
+
+
 def prose_is_cyrillic(markdown_text: str) -> bool | None:
     """Whether a chunk's prose is written in Cyrillic: at least MIXED_SCRIPT_SHARE of its words'
     letters are (a Russian note keeps its commands and names in Latin letters, and is often too
     mixed for a language to be named). None when its prose has too few words to tell: code, a
     bare heading."""
+    if len(markdown_text) <= CACHED_TEXT_CHARS:
+        return _prose_is_cyrillic_kept(markdown_text)
+    return _prose_is_cyrillic(markdown_text)
+
+
+def _prose_is_cyrillic(markdown_text: str) -> bool | None:
     words = language_words(prose_for_language(markdown_text))
     letters = sum(map(len, words))
     if len(words) < MIN_WORDS or letters < MIN_LETTERS:
         return None
     return sum(map(len, _CYRILLIC_RUN.findall(" ".join(words)))) >= MIXED_SCRIPT_SHARE * letters
+
+
+_prose_is_cyrillic_kept = functools.lru_cache(maxsize=CACHED_TEXTS)(_prose_is_cyrillic)
 
 
 def chunk_language(markdown_text: str) -> str:

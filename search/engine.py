@@ -60,7 +60,8 @@ class SearchResponse:
     results: list[Hit] = field(default_factory=list)
     # what --explain reports about the whole query: its detected language (None in lex mode,
     # which never detects it), the index's language statistics, and how many candidates were
-    # scored without the keyword half because it cannot match their language
+    # scored without the keyword half because it cannot match their language (or, where none was
+    # detected, their script)
     query_language: str | None = None
     vector_space: str | None = None
     keyword_blind: int = 0
@@ -130,30 +131,32 @@ def describe_vector_space(config: Config, meta: dict[str, str]) -> str:
 def other_language(
     query_language: str | None, candidates: set[int], languages: dict[int, str], rows: Mapping[int, ChunkRow]
 ) -> dict[int, tuple[str, ...]]:
-    """Candidates written in another (detected) language than the (detected) query, each with
-    the list that cannot read it: the keyword half, which matches such a note only by what both
-    languages share (a name, a command). A candidate of no detected language counts when its
-    prose is in another script than the query's language: a Russian note full of Latin-script
-    commands, too mixed for a language to be named, holds no word of a Czech question either.
-    Nothing is foreign to a query of unknown language."""
+    """Candidates in another language than the (detected) query's, each with the list that
+    cannot read them: the keyword half, which matches such a note only by what both languages
+    share (a name, a command). A note of another detected language is; where the candidates hold
+    one, so is a note of no detected language whose prose is in another script than the query's
+    language (a Russian note full of Latin-script commands, too mixed for a language to be
+    named, holds no word of a Czech question either). An index of the query's language alone,
+    and a query of unknown language, have none: their fusion stays plain."""
     if not query_language or query_language == UNKNOWN:
         return {}
+    foreign: dict[int, tuple[str, ...]] = {
+        cid: ("bm25",) for cid in candidates if languages.get(cid, UNKNOWN) not in (UNKNOWN, query_language)
+    }
+    if not foreign:
+        return foreign
     from indexer.language import CYRILLIC_LANGUAGES, has_cyrillic, prose_is_cyrillic  # loaded for the query
 
     cyrillic_query = query_language in CYRILLIC_LANGUAGES
-    foreign: dict[int, tuple[str, ...]] = {}
     for cid in candidates:
-        language = languages.get(cid, UNKNOWN)
-        if language == query_language:
+        if languages.get(cid, UNKNOWN) != UNKNOWN or cid not in rows:
             continue
-        if language == UNKNOWN:
-            text = rows[cid].text if cid in rows else ""
-            if not cyrillic_query and not has_cyrillic(text):
-                continue  # the prose is read only where it can be Cyrillic
-            cyrillic = prose_is_cyrillic(text) if text else None
-            if cyrillic is None or cyrillic == cyrillic_query:
-                continue
-        foreign[cid] = ("bm25",)
+        text = rows[cid].text
+        if not cyrillic_query and not has_cyrillic(text):
+            continue  # the prose is read only where it can be Cyrillic
+        cyrillic = prose_is_cyrillic(text)
+        if cyrillic is not None and cyrillic != cyrillic_query:
+            foreign[cid] = ("bm25",)
     return foreign
 
 

@@ -117,8 +117,8 @@ def build_hits(
                     "language": languages.get(item.chunk_id),
                     "keyword_blind": item.chunk_id in blind,
                     # why the hit sits where it does: what each half added to `rrf`, the rank the
-                    # keyword half was taken to give a note in another language (where it found
-                    # one, only when better than its own rank), and the identifier
+                    # keyword half was taken to give a note in another language or script (where
+                    # it found one, only when better than its own rank), and the identifier
                     # terms held as typed (exact-first puts those ahead of prefix-only matches)
                     "bm25_part": part_of(item, "bm25"),
                     "bm25_counted_rank": item.imputed.get("bm25"),

@@ -532,6 +532,11 @@ def test_explain_says_when_another_languages_keyword_rank_gave_way_to_its_impute
         "keyword 0.25/(60+2) = 0.0040 (another language: found at 10, counted at twice its meaning rank)"
         " + meaning 1/(60+1) = 0.0164"
     )
+    # no language named, another script (engine.other_language)
+    assert _why(response, {**imputed, "bm25_rank": 22, "language": "unknown"}) == (
+        "keyword 0.25/(60+2) = 0.0040 (another script: found at 22, counted at twice its meaning rank)"
+        " + meaning 1/(60+1) = 0.0164"
+    )
 
 
 def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-untyped-def]

@@ -595,3 +595,6 @@ def test_the_script_of_a_chunks_prose_is_told_where_its_language_is_not() -> Non
     # too few words to tell: code alone, a bare heading
     assert prose_is_cyrillic("```\nls -la\n```") is None
     assert prose_is_cyrillic("# Prime_number\n\n") is None
+    # past the length whose answers are kept, the same answer, read each time
+    assert len(RUSSIAN_WITH_COMMANDS * 30) > language.CACHED_TEXT_CHARS
+    assert prose_is_cyrillic(RUSSIAN_WITH_COMMANDS * 30) is True

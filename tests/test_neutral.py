@@ -391,8 +391,17 @@ def test_candidates_in_another_language_or_script_are_out_of_the_keyword_halfs_r
         3: chunk_row(3, "```\nls -la\n```"),  # code alone: the keyword half reads it in any language
         5: chunk_row(5, "Пароль root сбрасываем так: mysqld --skip-grant-tables и SIGHUP"),  # Russian, mixed
         6: chunk_row(6, "Zálohy jdou na NAS, restic je šifruje, obnova trvá hodinu."),  # Latin letters
+        # Latin prose, Cyrillic only in its code
+        8: chunk_row(8, "How to greet the world from a script:\n\n```\necho 'привет мир'\n```\n"),
     }  # 7: not among the rows read, nothing to tell its script by
-    assert other_language("cs", {1, 2, 3, 4, 5, 6, 7}, languages, rows) == {1: ("bm25",), 4: ("bm25",), 5: ("bm25",)}
+    languages[8] = "unknown"
+    assert other_language("cs", {1, 2, 3, 4, 5, 6, 7, 8}, languages, rows) == {
+        1: ("bm25",),
+        4: ("bm25",),
+        5: ("bm25",),
+    }
+    # an index of the query's language alone: nothing is judged by its script, the fusion stays plain
+    assert other_language("cs", {2, 3, 5, 6}, languages, rows) == {}
     assert other_language("ru", {1, 2, 3, 4, 5, 6, 7}, languages, rows) == {
         1: ("bm25",),
         2: ("bm25",),

@@ -112,7 +112,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
     if explain and response.query_language is not None:
         echo(
             f"query language {response.query_language}; vectors {response.vector_space}; "
-            f"{response.keyword_blind} candidates in other languages scored without keywords; "
+            f"{response.keyword_blind} candidates in other languages (or scripts) scored without keywords; "
             f"keyword weight {response.keyword_weight:g}{_weight_reason(response)}"
             + (
                 f"; meaning weight {response.meaning_weight:g} (its first hit stands out little from its 10th)"
@@ -185,7 +185,8 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
             counted = ""
             if e.get("bm25_counted_rank") is not None:
                 instead = f"found at {e['bm25_rank']}, " if e.get("bm25_rank") is not None else ""
-                counted = f" (another language: {instead}counted at twice its meaning rank)"
+                other = "another script" if e.get("language") == "unknown" else "another language"
+                counted = f" ({other}: {instead}counted at twice its meaning rank)"
             parts.append(f"keyword {weight:g}/({k}+{rank}) = {e['bm25_part']:.4f}{counted}")
     if response.mode != "lex":
         if e.get("vec_rank") is None or e.get("vec_part") is None:
