@@ -15,9 +15,9 @@ from indexer.language import UNKNOWN, chunk_language
 from indexer.neutral import DEFAULT, INDEX, LanguageStats, NeutralSpace
 from indexer.store import ChunkRow, SearchScope, Store, open_store
 from indexer.sync import run_sync
+from search import engine
 from search.engine import other_language
 from search.fusion import match_terms, rrf, term_coverage
-from search.hits import Hit
 from search.querybuild import keyword_query
 from search.resident import ResidentVectors
 from tests.conftest import open_index, write
@@ -470,15 +470,36 @@ def test_a_language_less_term_keeps_keywords_in_charge(
     assert first_hit() != "db.md"
 
 
+def answering_embedder(config: Config, question: str, marker: str) -> FakeEmbedder:
+    """A test embedder that gives the note holding `marker` the question's own vector (it means
+    what the question asks); every other text keeps its bag of words."""
+
+    class Answering(FakeEmbedder):
+        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+            vectors = super().embed_batch(texts, is_query=is_query)
+            for row, text in enumerate(texts):
+                if marker in text:
+                    vectors[row] = super().embed_batch([question], is_query=True)[0]
+            return vectors
+
+    return Answering(config.embedding)
+
+
+def searched(config: Config, question: str, embedder: FakeEmbedder) -> engine.SearchResponse:
+    store = open_index(config, readonly=True)
+    try:
+        return engine.search(store, config, question, k=5, embedder_factory=lambda: embedder)
+    finally:
+        store.close()
+
+
 def test_a_note_in_another_language_found_by_a_name_counts_as_if_unfound_where_that_is_better(
     config: Config, notes: Path
 ) -> None:
     """A Czech question naming `restic`: the English note that answers it, the nearest in
     meaning, holds the name, and the keyword half ranks it below the Czech notes that hold the
-    question's common words and the name too. It is counted at the keyword rank it would be taken at unfound,
-    twice its meaning rank, and comes first; the explain data carry both ranks."""
-    import search.engine as engine
-
+    question's common words and the name too. It is counted at the keyword rank it would be
+    taken at unfound, twice its meaning rank, and comes first; the explain data carry both."""
     write(
         notes,
         {
@@ -490,24 +511,9 @@ def test_a_note_in_another_language_found_by_a_name_counts_as_if_unfound_where_t
         },
     )
     question = "jak obnovit zálohu restic"
-
-    class MeaningEmbedder(FakeEmbedder):
-        """The English note means what the question asks; the rest keep their bag of words."""
-
-        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
-            vectors = super().embed_batch(texts, is_query=is_query)
-            for row, text in enumerate(texts):
-                if "Restoring a snapshot" in text:
-                    vectors[row] = super().embed_batch([question], is_query=True)[0]
-            return vectors
-
-    embedder = MeaningEmbedder(config.embedding)
+    embedder = answering_embedder(config, question, "Restoring a snapshot")
     run_sync(config, embedder_factory=lambda: embedder)
-    store = open_index(config, readonly=True)
-    try:
-        response = engine.search(store, config, question, k=5, embedder_factory=lambda: embedder)
-    finally:
-        store.close()
+    response = searched(config, question, embedder)
     assert response.query_language == "cs"
     first = response.results[0]
     assert first.path == "en/restic-restore.md", [hit.path for hit in response.results]
@@ -525,7 +531,6 @@ def test_a_russian_note_too_mixed_to_name_is_out_of_a_czech_questions_keyword_re
     letters: its language cannot be named, but its prose is Cyrillic, so the keyword half, which
     finds it only by `MySQL` and `root`, is blind to it as to a note labelled Russian."""
     import indexer.language as language
-    import search.engine as engine
 
     answer = (
         "# Сброс пароля root в MySQL\n\nПоднимаем второй экземпляр mysqld с опцией skip-grant-tables,"
@@ -543,32 +548,15 @@ def test_a_russian_note_too_mixed_to_name_is_out_of_a_czech_questions_keyword_re
         },
     )
     question = "Jak obnovit zapomenuté heslo roota v MySQL bez restartu serveru?"
-
-    class MeaningEmbedder(FakeEmbedder):
-        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
-            vectors = super().embed_batch(texts, is_query=is_query)
-            for row, text in enumerate(texts):
-                if "Сброс пароля" in text:
-                    vectors[row] = super().embed_batch([question], is_query=True)[0]
-            return vectors
-
-    embedder = MeaningEmbedder(config.embedding)
+    embedder = answering_embedder(config, question, "Сброс пароля")
     run_sync(config, embedder_factory=lambda: embedder)
-
-    def first_hit() -> Hit:
-        store = open_index(config, readonly=True)
-        try:
-            return engine.search(store, config, question, k=5, embedder_factory=lambda: embedder).results[0]
-        finally:
-            store.close()
-
-    hit = first_hit()
+    hit = searched(config, question, embedder).results[0]
     assert hit.path == "ru/mysql-root.md"
     assert hit.explain["language"] == UNKNOWN and hit.explain["vec_rank"] == 1
     assert hit.explain["bm25_rank"] is not None and hit.explain["bm25_rank"] > 2
     assert hit.explain["bm25_counted_rank"] == 2
     monkeypatch.setattr(language, "prose_is_cyrillic", lambda text: None)  # the rule this test guards
-    assert first_hit().path != "ru/mysql-root.md"
+    assert searched(config, question, embedder).results[0].path != "ru/mysql-root.md"
 
 
 def test_query_is_projected_off_the_index_language_directions_only() -> None:
