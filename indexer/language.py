@@ -544,10 +544,16 @@ def detect_languages(texts: list[str]) -> list[str]:
     return _detect_all([_text_samples(text) for text in texts])
 
 
-def has_cyrillic(text: str) -> bool:
-    """Whether any letter of `text` is Cyrillic: one scan, no prose extracted (a chunk without
-    one is not Cyrillic prose, and most chunks of Czech or English notes have none)."""
-    return _CYRILLIC_RUN.search(text) is not None
+def in_another_script(markdown_text: str, language: str) -> bool:
+    """Whether a chunk's prose is written in another script than `language`'s (Cyrillic against
+    Latin letters); False where its prose has too few words to tell. A text without a Cyrillic
+    letter is not Cyrillic prose: for a Latin-script language one scan decides, no prose is
+    extracted (most chunks of Czech or English notes have none)."""
+    cyrillic_language = language in CYRILLIC_LANGUAGES
+    if not cyrillic_language and _CYRILLIC_RUN.search(markdown_text) is None:
+        return False
+    cyrillic = prose_is_cyrillic(markdown_text)
+    return cyrillic is not None and cyrillic != cyrillic_language
 
 
 # A server meets the same chunks query after query: the answers for texts up to this long are

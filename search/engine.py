@@ -145,17 +145,10 @@ def other_language(
     }
     if not foreign:
         return foreign
-    from indexer.language import CYRILLIC_LANGUAGES, has_cyrillic, prose_is_cyrillic  # loaded for the query
+    from indexer.language import in_another_script  # loaded to detect the query's language
 
-    cyrillic_query = query_language in CYRILLIC_LANGUAGES
     for cid in candidates:
-        if languages.get(cid, UNKNOWN) != UNKNOWN or cid not in rows:
-            continue
-        text = rows[cid].text
-        if not cyrillic_query and not has_cyrillic(text):
-            continue  # the prose is read only where it can be Cyrillic
-        cyrillic = prose_is_cyrillic(text)
-        if cyrillic is not None and cyrillic != cyrillic_query:
+        if languages.get(cid, UNKNOWN) == UNKNOWN and cid in rows and in_another_script(rows[cid].text, query_language):
             foreign[cid] = ("bm25",)
     return foreign
 
