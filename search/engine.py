@@ -17,6 +17,7 @@ from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
 from search.exact import ExactRule, exact_first, exact_rules, verbatim_holders
 from search.fusion import (
     Fused,
+    Fusion,
     background_hits,
     covered_terms,
     exact_value_terms,
@@ -71,6 +72,7 @@ class SearchResponse:
     # languages made it weigh the keyword half (None: it did not)
     keyword_coverage: float | None = None
     exact_value: bool = False  # a rare language-less term kept the fusion plain (found_exact_value)
+    exact_value_term: str | None = None  # that term, its words as the index folds them
     # meaning hits in other languages that stand out from none of their language's: passed over
     # where the vector half ranks the keyword half's best hits (fusion.background_hits)
     background: int = 0
@@ -93,6 +95,7 @@ class SearchResponse:
                 "meaning_weight": self.meaning_weight,
                 "keyword_coverage": self.keyword_coverage,
                 "exact_value": self.exact_value,
+                "exact_value_term": self.exact_value_term,
                 "background": self.background,
                 "rrf_k": self.rrf_k,
             }
@@ -153,18 +156,19 @@ def other_language(
     return foreign
 
 
-def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]) -> bool:
-    """Whether the keyword half's best hits (`top`) hold a rare language-less term of the query
-    (`5432`, `db-01.lan`): a term found in few of its hits (`every`) singles the note out in any
-    language, so meaning-only hits in other languages must not outweigh it. A common one (a
-    year that many notes mention) proves nothing and leaves the mixed-language fusion on."""
+def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]) -> str | None:
+    """The rare language-less term of the query (`5432`, `db-01.lan`, a quoted phrase) that the
+    keyword half's best hits (`top`) hold, as its words: a term found in few of its hits
+    (`every`) singles the note out in any language, so meaning-only hits in other languages must
+    not outweigh it. None if there is none: a common one (a year that many notes mention) proves
+    nothing and leaves the mixed-language fusion on."""
     for term in exact_value_terms(terms):
         if any(term_coverage([term], text) for text in top):
             holders = (text for text in every if term_coverage([term], text) > 0)
             # counting stops past the limit: a common term is known common after a few hits
             if sum(1 for _ in itertools.islice(holders, RARE_EXACT_HITS + 1)) <= RARE_EXACT_HITS:
-                return True
-    return False
+                return " ".join(term[0])
+    return None
 
 
 def keyword_coverage(
@@ -276,17 +280,14 @@ def search(
                 knows_language = mode == "hybrid" and response.query_language not in (None, UNKNOWN)
                 meaning_ids = {cid for cid, _ in vector}
                 languages = read_apart.languages_of(store, meaning_ids) if knows_language else {}
-                fused, blind, exact, verbatim = _fuse(
-                    config, response, mode, match, rules, lexical, vector, rows, languages
-                )
+                fusion = _fuse(config, response, mode, match, rules, lexical, vector, rows, languages)
+                fused = fusion.fused
                 chosen = _choose(fused, rows, lexical, vector, k, per_file, min_similarity)
                 shown = [item.chunk_id for item in chosen if item.chunk_id not in languages]
                 if mode != "lex" and shown:  # --explain names each hit's language
                     languages.update(read_apart.languages_of(store, shown))
                 find_windows = window_finder(store, half.vector if half else None, embedder_factory)
-                response.results = build_hits(
-                    chosen, rows, lexical, vector, languages, blind, exact, verbatim, query, find_windows
-                )
+                response.results = build_hits(chosen, rows, lexical, vector, languages, fusion, query, find_windows)
                 exhausted = len(lexical) < depth and len(vector) < depth
                 if (
                     len(response.results) >= k
@@ -602,10 +603,9 @@ def _fuse(
     vector: list[RankedChunk],
     rows: dict[int, ChunkRow],
     languages: dict[int, str],
-) -> tuple[list[Fused], dict[int, tuple[str, ...]], dict[int, int], set[int]]:
+) -> Fusion:
     """Both halves fused (a code-like query's verbatim holders first, exact terms first among
-    the chunks their prefixes matched), the candidates the keyword half could not see, how many
-    identifier terms each chunk a widened one matched holds as typed, and the verbatim holders."""
+    the chunks their prefixes matched), and what --explain tells of it (`Fusion`)."""
     recency = {cid: row.updated_at for cid, row in rows.items()}
     terms = match_terms(match)
     texts = {cid: f"{row.breadcrumb}\n{row.text}" for cid, row in rows.items()}
@@ -615,11 +615,13 @@ def _fuse(
     top_lexical = [texts[cid] for cid in lexical_ids[:COVERAGE_HITS] if cid in texts]
     foreign = {}
     response.exact_value = False
+    response.exact_value_term = None
     if mode == "hybrid":
         foreign = other_language(response.query_language, {cid for cid, _ in vector}, languages, rows)
     if foreign and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
-        if found_exact_value(terms, top_lexical, every_lexical):
+        response.exact_value_term = found_exact_value(terms, top_lexical, every_lexical)
+        if response.exact_value_term is not None:
             foreign = {}
             response.exact_value = True
     # of those, the ones the keyword half did not find by a word both languages share either
@@ -627,6 +629,7 @@ def _fuse(
     response.keyword_blind = len(blind)
     weights = {}
     passed_over: dict[int, set[int]] = {}
+    background: set[int] = set()
     response.keyword_weight = 1.0
     response.meaning_weight = 1.0
     response.keyword_coverage = None
@@ -671,7 +674,8 @@ def _fuse(
         order = exact_first(order, texts, rules, seen)
     by_id = {item.chunk_id: item for item in fused}
     fused = [by_id[cid] for cid in order]
-    return fused, blind, {cid: exact for cid, (matched, exact) in seen.items() if matched}, verbatim
+    exact = {cid: exact for cid, (matched, exact) in seen.items() if matched}
+    return Fusion(fused, blind, exact, verbatim, background)
 
 
 def _choose(

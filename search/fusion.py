@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from indexer.keywords import KeywordQuery
 from search.exact import fold, tokens
@@ -46,6 +47,16 @@ class Fused:
     counted: dict[str, int] = field(default_factory=dict)
     # the score of the place it took, where ids one list alone ranked were put back in its order
     place: float | None = None
+
+
+class Fusion(NamedTuple):
+    """The fused order and what --explain tells of it."""
+
+    fused: list[Fused]
+    blind: dict[int, tuple[str, ...]]  # the candidates the keyword half could not see
+    exact: dict[int, int]  # how many identifier terms each chunk a widened one matched holds as typed
+    verbatim: set[int]  # the holders of a code-like query as typed
+    background: set[int]  # other languages' meaning hits passed over (background_hits)
 
 
 def rrf(
@@ -246,8 +257,8 @@ def covered_terms(
 def exact_value_terms(terms: Sequence[tuple[tuple[str, ...], bool]]) -> list[tuple[tuple[str, ...], bool]]:
     """The query's terms that belong to no language: numbers, versions, hostnames, ports, ids
     (a term with a digit, or words the query joined by punctuation: `5432`, `db-01.lan`,
-    `51820/udp`). They match a note in any language, so keywords are not blind across languages
-    when such a term is found."""
+    `51820/udp`), and quoted phrases (words asked for as typed). A note in any language may
+    hold them, so keywords are not blind across languages when such a term is found."""
     return [
         (words, prefix) for words, prefix in terms if len(words) > 1 or any(ch.isdigit() for w in words for ch in w)
     ]

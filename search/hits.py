@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from indexer.store import ChunkRow, IndexReader, RankedChunk
 from indexer.store.rows import NearestWindow
-from search.fusion import Fused
+from search.fusion import Fused, Fusion
 from search.refs import Ref
 from search.snippets import excerpt, snippet_terms
 
@@ -61,9 +61,7 @@ def build_hits(
     lexical: list[RankedChunk],
     vector: list[RankedChunk],
     languages: dict[int, str],
-    blind: dict[int, tuple[str, ...]],
-    exact: dict[int, int],
-    verbatim: set[int],
+    fusion: Fusion,
     query: str,
     find_windows: Callable[[dict[int, ChunkRow]], dict[int, NearestWindow]],
 ) -> list[Hit]:
@@ -115,7 +113,10 @@ def build_hits(
                     # of the place this one took, where it is not its own
                     "place": round(item.place, 6) if item.place is not None else None,
                     "language": languages.get(item.chunk_id),
-                    "keyword_blind": item.chunk_id in blind,
+                    "keyword_blind": item.chunk_id in fusion.blind,
+                    # another language's meaning hit at its language's level: the keyword half's
+                    # best hits were ranked by meaning as if it were not ahead of them
+                    "background": item.chunk_id in fusion.background,
                     # why the hit sits where it does: what each half added to `rrf`, the rank the
                     # keyword half was taken to give a note in another language or script (where
                     # it found one, only when better than its own rank), and the identifier
@@ -124,8 +125,8 @@ def build_hits(
                     "bm25_counted_rank": item.imputed.get("bm25"),
                     "vec_part": part_of(item, "vec"),
                     "vec_counted_rank": item.counted.get("vec"),
-                    "exact_terms": exact.get(item.chunk_id),
-                    "verbatim": item.chunk_id in verbatim,
+                    "exact_terms": fusion.exact.get(item.chunk_id),
+                    "verbatim": item.chunk_id in fusion.verbatim,
                     # a chunk longer than the model reads, found by meaning alone: which of its
                     # windows was nearest (from 1) and how many it has
                     "window": window.window + 1 if window is not None else None,

@@ -548,7 +548,11 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     assert weight == pytest.approx(data["explain"]["keyword_coverage"] ** 2, abs=1e-4)
     meaning = data["explain"]["meaning_weight"]
     assert 0 <= meaning <= 1
+    assert data["explain"]["catch_up"] is not None  # unscoped: which workspace sources it caught up
+    scoped = query_json(run, question, "--explain", "--source", "notes")
+    assert "catch_up" in scoped["explain"] and scoped["explain"]["catch_up"] is None  # the key stays
     hits = [hit["explain"] for hit in data["results"]]
+    assert all(isinstance(e["background"], bool) for e in hits)
     for e in hits:  # the fused score is the sum of the halves' parts
         assert e["rrf"] == pytest.approx((e["bm25_part"] or 0) + (e["vec_part"] or 0), abs=2e-6)
         if e["bm25_rank"] is not None:  # at its rank, or another language's at its imputed one if better

@@ -15,7 +15,7 @@ from indexer.config import parse_config
 from indexer.store import ChunkRow, RankedChunk
 from search import engine, fusion
 from search.engine import SearchResponse, keyword_coverage
-from search.fusion import background_hits, match_terms, meaning_weight, rrf
+from search.fusion import Fusion, background_hits, match_terms, meaning_weight, rrf
 from search.querybuild import keyword_query
 
 QUERY = "obnova zálohy"
@@ -60,13 +60,13 @@ def rows() -> dict[int, ChunkRow]:
     }
 
 
-def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY) -> list[str]:
-    """The engine's fusion of these lists for a Czech query: the paths, best first."""
+def fusion_of(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY) -> Fusion:
+    """The engine's fusion of these lists for a Czech query."""
     config = parse_config("sources: {}\n")
     response = SearchResponse(query=query, mode="hybrid", query_language="cs")
     match = keyword_query(query)
     languages = {cid: CHUNKS[cid][3] for cid, _ in vector}
-    fused, *_ = engine._fuse(
+    return engine._fuse(
         config,
         response,
         "hybrid",
@@ -77,7 +77,11 @@ def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY
         rows(),
         languages,
     )
-    return [f"{CHUNKS[item.chunk_id][0]}#{item.chunk_id}" for item in fused]
+
+
+def fuse(lexical: list[int], vector: list[tuple[int, float]], query: str = QUERY) -> list[str]:
+    """The paths of `fusion_of(...)`, best first."""
+    return [f"{CHUNKS[item.chunk_id][0]}#{item.chunk_id}" for item in fusion_of(lexical, vector, query).fused]
 
 
 def test_a_note_covers_the_query_over_all_of_its_keyword_hits() -> None:
@@ -184,6 +188,8 @@ def test_a_long_questions_keyword_answer_is_not_outranked_by_background_meaning_
     vector = [*BACKGROUND, (30, 0.858), (31, 0.850)]
     ranked = fuse([30, 31], vector, LONG_QUESTION)
     assert ranked[0] == "cs/zurnal.md#30", ranked
+    # which hits were taken for background, for --explain to mark them
+    assert fusion_of([30, 31], vector, LONG_QUESTION).background == {cid for cid, _ in BACKGROUND}
     # the same lists with nothing taken for background: the answer falls behind six of the twelve
     # (nine were the vector half not weighed down for standing out little: fusion.meaning_weight)
     with pytest.MonkeyPatch.context() as patch:

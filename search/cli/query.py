@@ -15,6 +15,9 @@ from search.refs import Ref
 from search.snippets import marked, snippet_terms
 from search.terminal import Safe, echo, echo_json, hyperlink, styled
 
+# the formats --explain shows in: the text output, JSON and JSON lines (each hit's `explain`)
+EXPLAINED_FORMATS = ("text", "json", "jsonl")
+
 if TYPE_CHECKING:
     from search.engine import SearchResponse
     from search.hits import Hit
@@ -69,6 +72,8 @@ def query(
     A TEXT beginning with '-' goes after `--` or `-e`: notes-search query -e --console-address.
     """
     fmt = chosen_format(output_format, as_json)
+    if explain and fmt not in EXPLAINED_FORMATS:
+        raise click.UsageError(f"--explain shows in text, --json and --format jsonl, not in --format {fmt}")
     service = ctx.service()
     from search.service.scope import Filters
 
@@ -82,8 +87,8 @@ def query(
     service.remember_hits(text, response.results)  # `open RANK` opens hit RANK of this query
     if fmt == "json":
         data = response.to_json(explain=explain, full=full)
-        if explain and outcome.catch_up is not None:  # unscoped: which workspace sources it caught up
-            data["explain"]["catch_up"] = outcome.catch_up.to_json()  # type: ignore[index]
+        if explain:  # unscoped: which workspace sources it caught up (null when scoped)
+            data["explain"]["catch_up"] = None if outcome.catch_up is None else outcome.catch_up.to_json()  # type: ignore[index]
         echo_json(data)
         if response.notice and response.degraded:
             echo(f"notice: {response.notice}", err=True)
@@ -110,21 +115,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
     if response.notice:
         echo(f"notice: {response.notice}", err=True)
     if explain and response.query_language is not None:
-        echo(
-            f"query language {response.query_language}; vectors {response.vector_space}; "
-            f"{response.keyword_blind} candidates in other languages (or scripts) scored without keywords; "
-            f"keyword weight {response.keyword_weight:g}{_weight_reason(response)}"
-            + (
-                f"; meaning weight {response.meaning_weight:g} (its first hit stands out little from its 10th)"
-                if response.meaning_weight < 1
-                else ""
-            )
-            + (
-                f"; {response.background} of them background (stand out from none of their language's)"
-                if response.background
-                else ""
-            )
-        )
+        echo(_explain_header(response))
     if not response.results:
         echo("no results", err=True)
         return
@@ -146,12 +137,14 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
             if explain:
                 e = hit.explain
                 blind = "  (no keyword match possible)" if e.get("keyword_blind") else ""
+                # lex mode never reads languages: it has nothing to weigh them for
+                language = "" if response.mode == "lex" else f"  language {e.get('language') or '-'}"
                 echo(
                     f"    bm25 rank {e['bm25_rank'] or '-'}  vec rank {e['vec_rank'] or '-'}"
                     f"  similarity {'-' if e.get('similarity') is None else e['similarity']}  rrf {e['rrf']}"
-                    f"  language {e.get('language') or '-'}{blind}"
+                    f"{language}{blind}"
                 )
-                echo(f"    why: {_why(response, e)}")
+                echo(f"    why: {_why(response, e)}{_tie(response.results, rank)}")
                 echo(f"    file {hit.file or f'(in the mirror at {hit.rev})'}")
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
                 if line:
@@ -163,44 +156,104 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
         echo()
 
 
+def _explain_header(response: SearchResponse) -> str:
+    """The query's part of --explain: its language and how the halves were weighed."""
+    header = f"query language {response.query_language}; vectors {response.vector_space}"
+    if response.mode != "hybrid":  # one half alone: nothing was weighed
+        return header
+    header += (
+        f"; {response.keyword_blind} candidates in other languages (or scripts) scored without keywords; "
+        f"keyword weight {response.keyword_weight:g}{_weight_reason(response)}"
+    )
+    if response.meaning_weight < 1:
+        header += f"; meaning weight {response.meaning_weight:g} (its first hit stands out little from its 10th)"
+    if response.background:
+        header += f"; {response.background} of them background (stand out from none of their language's)"
+    return header
+
+
 def _weight_reason(response: SearchResponse) -> str:
     """Why the keyword half weighs what it does (the header of --explain)."""
     if response.exact_value:
-        return " (a rare language-less term of the query was found: plain fusion)"
+        return f" (a rare term of no language, {response.exact_value_term!r}, was found: plain fusion)"
+    if response.keyword_coverage == 0:
+        return " (the keyword half found nothing)"
     if response.keyword_coverage is not None:
         return f" (its best note holds {response.keyword_coverage:.0%} of the query's terms; weight = share squared)"
     return ""
 
 
+def _shown_parts(parts: list[float], total: float, places: int = 4) -> list[float]:
+    """`parts` rounded to `places` so that they add up to `total` rounded the same way: each is
+    off its true value by less than one unit of the last place, as any rounding is, and the sum
+    a reader checks is the score shown."""
+    unit = 10**-places
+    shown = [round(part, places) for part in parts]
+    missing = round((round(total, places) - sum(shown)) / unit)
+    # the unit goes to (or comes from) the parts rounding moved the furthest
+    order = sorted(range(len(parts)), key=lambda i: (parts[i] - shown[i]) * (1 if missing > 0 else -1), reverse=True)
+    for i in order[: abs(missing)]:
+        shown[i] = round(shown[i] + (unit if missing > 0 else -unit), places)
+    return shown
+
+
+def _tie(results: list[Hit], rank: int) -> str:
+    """Where a hit's fused score equals a neighbour's, how the tie was settled (fusion.rrf)."""
+    score = results[rank - 1].score
+    tied = [r for r in (rank - 1, rank + 1) if 1 <= r <= len(results) and results[r - 1].score == score]
+    if not tied:
+        return ""
+    return (
+        f"; ties with #{tied[0]}: equal scores go to the hit with no keyword part taken for its"
+        " language, then to the more recent note"
+    )
+
+
 def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> str:
-    """A hit's fused score as the sum of what each half added: weight / (k + rank)."""
+    """A hit's fused score as the sum of what each half added: weight / (k + rank), the parts
+    shown so that they add up to the score shown."""
     k = response.rrf_k
+    halves = [name for name, off in (("bm25", "vec"), ("vec", "lex")) if response.mode != off]
+    added = [float(e.get(f"{name}_part") or 0.0) for name in halves]
+    total = e.get("rrf")
+    shown = dict(zip(halves, _shown_parts(added, sum(added) if total is None else float(total)), strict=True))
     parts = []
-    if response.mode != "vec":
+    if "bm25" in shown:
         rank = e.get("bm25_counted_rank") or e.get("bm25_rank")
+        weight = response.keyword_weight if response.mode == "hybrid" else 1.0
         if rank is None or e.get("bm25_part") is None:
             parts.append("keyword -")
+        elif weight == 0:
+            parts.append("keyword 0 (weight 0)")
         else:
-            weight = response.keyword_weight if response.mode == "hybrid" else 1.0
             counted = ""
             if e.get("bm25_counted_rank") is not None:
                 instead = f"found at {e['bm25_rank']}, " if e.get("bm25_rank") is not None else ""
                 other = "another script" if e.get("language") == "unknown" else "another language"
                 counted = f" ({other}: {instead}counted at twice its meaning rank)"
-            parts.append(f"keyword {weight:g}/({k}+{rank}) = {e['bm25_part']:.4f}{counted}")
-    if response.mode != "lex":
+            parts.append(f"keyword {weight:g}/({k}+{rank}) = {shown['bm25']:.4f}{counted}")
+    if "vec" in shown:
         if e.get("vec_rank") is None or e.get("vec_part") is None:
             parts.append("meaning -")
         else:
             at = e.get("vec_counted_rank")
             passed = f" (rank {e['vec_rank']} behind other languages' background: counted at {at})" if at else ""
             meaning = response.meaning_weight if response.mode == "hybrid" else 1.0
-            parts.append(f"meaning {meaning:g}/({k}+{at or e['vec_rank']}) = {e['vec_part']:.4f}{passed}")
+            parts.append(f"meaning {meaning:g}/({k}+{at or e['vec_rank']}) = {shown['vec']:.4f}{passed}")
     why = " + ".join(parts)
+    if e.get("background"):
+        why += (
+            "; background: stands out from none of its language's notes, so the keyword half's"
+            " best hits were ranked by meaning as if it were not ahead of them"
+        )
     if e.get("verbatim"):
         why += "; holds the whole query as typed (a command or value): placed first"
-    if e.get("exact_terms") is not None:
+    if e.get("exact_terms"):
         why += f"; holds {e['exact_terms']} identifier term(s) as typed: placed before prefix-only matches"
+    elif e.get("exact_terms") == 0:
+        why += (
+            "; holds the identifier term(s) only as the start of a longer word: placed after hits holding them as typed"
+        )
     if e.get("place") is not None:
         why += (
             f"; shown in a place scored {e['place']:.4f}:"
