@@ -16,6 +16,11 @@ class ConfigError(NotesSearchError):
         return cls(f"{file}: {key}: {problem}" if key else f"{file}: {problem}")
 
 
+class BadPattern(NotesSearchError):
+    """A pattern the user typed cannot be searched for (an invalid regex, an empty one): a usage
+    error, exit 2 as grep and ripgrep give it, so a script tells it from "nothing matched" (1)."""
+
+
 class StoreError(NotesSearchError):
     """The index database cannot be opened or is inconsistent."""
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from indexer.collections import nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
-from indexer.errors import NotesSearchError, SourceError
+from indexer.errors import BadPattern, NotesSearchError, SourceError
 from indexer.filetext import BINARY_PROBE
 from indexer.gitenv import git_environment
 from indexer.globs import FileSelection, literal_folder
@@ -220,9 +220,9 @@ def _records(lines: Iterable[bytes]) -> Iterator[bytes]:
         pending = b""
 
 
-def _invalid(patterns: Sequence[str], reason: str) -> NotesSearchError:
+def _invalid(patterns: Sequence[str], reason: str) -> BadPattern:
     shown = patterns[0] if len(patterns) == 1 else " / ".join(patterns)
-    return NotesSearchError(f"invalid regex {shown!r}: {reason}")
+    return BadPattern(f"invalid regex {shown!r}: {reason}")
 
 
 def _e_options(patterns: Sequence[str]) -> list[str]:
@@ -483,9 +483,9 @@ def grep(
     for one in patterns:
         if "\0" in one:
             # no argument of rg or git can carry one, and a note holding one is skipped as binary
-            raise NotesSearchError("a pattern cannot contain a NUL byte")
+            raise BadPattern("a pattern cannot contain a NUL byte")
         if len(one) > MAX_PATTERN_CHARS:
-            raise NotesSearchError(f"a pattern of {len(one)} characters is too long (at most {MAX_PATTERN_CHARS})")
+            raise BadPattern(f"a pattern of {len(one)} characters is too long (at most {MAX_PATTERN_CHARS})")
     selected = [config.source(source_id) for source_id in dict.fromkeys(source_ids)] or list(config.sources.values())
     rg = shutil.which("rg")
     result = GrepResult()

@@ -486,7 +486,7 @@ def test_grep_takes_patterns_as_e_options_and_any_of_several_matches(engine: str
     fixed = run("grep", "-F", "-e", "db-0[1]", "-e", "--dry-run", "--source", "notes")
     assert fixed.stdout == "notes:devops/flags.md:3: Run the deploy with --dry-run first.\n"
     bad = run("grep", "--source", "notes", "-e", "fine", "-e", "(foo")
-    assert bad.exit_code == 1 and "invalid regex" in bad.stderr and "(foo" in bad.stderr
+    assert bad.exit_code == 2 and "invalid regex" in bad.stderr and "(foo" in bad.stderr  # not "nothing matched"
 
 
 def test_grep_usage_errors_name_both_ways_for_a_dash_pattern(run: Callable[..., Result]) -> None:
@@ -511,8 +511,10 @@ def test_grep_invalid_regex_is_one_line(engine: str, cfg: Config, store: Store, 
     with pytest.raises(NotesSearchError, match=r"invalid regex '\(foo'"):
         grep(cfg, store, "(foo", source_ids=["notes"])
     result = run("grep", "--source", "notes", "(foo")
-    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1  # as grep's: a usage error
     assert "invalid regex" in result.output
+    empty = run("grep", "--source", "notes", "-e", "")
+    assert empty.exit_code == 2 and empty.output.strip() == "Error: empty pattern"
     assert grep(cfg, store, "(foo", source_ids=["notes"], fixed=True) == []
     # an MCP client can send one (JSON "\u0000"); as an argument of rg or git it was a ValueError
     for fixed in (False, True):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from indexer.errors import NotesSearchError
+from indexer.errors import BadPattern, NotesSearchError
 from search.terminal import safe_errors
 
 if TYPE_CHECKING:  # heavy imports (numpy, requests) load only when a command needs an embedder
@@ -84,8 +84,17 @@ class CliGroup(click.Group):
     def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BadPattern as exc:  # as grep's exit 2: not "nothing matched"
+            raise _BadInput(str(exc)) from None
         except NotesSearchError as exc:
             raise click.ClickException(str(exc)) from None
+
+
+class _BadInput(click.ClickException):
+    """One `Error:` line, exit 2: input the command cannot use, told apart from exit 1's
+    "nothing found" (click's UsageError would add the usage and a help hint)."""
+
+    exit_code = 2
 
 
 def _interrupted() -> NoReturn:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.collections import nfc
-from indexer.errors import NotesSearchError
+from indexer.errors import BadPattern, NotesSearchError
 from indexer.store import SearchScope
 from search.refs import Ref
 from search.route import CollectionsView as CollectionsView  # re-exported: what `collections` returns
@@ -90,7 +90,7 @@ def grep(
         if target is None:  # resolved in the grep's own connection: the index opens once
             target = service.resolve(path, store)
         if not patterns or not all(patterns):
-            raise NotesSearchError("empty pattern")
+            raise BadPattern("empty pattern")
         # everything: one call over every source (those that cannot be searched are listed)
         places: list[tuple[tuple[str, ...], str | None]] = [((), None)]
         if not target.is_all:
