@@ -14,7 +14,7 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.keywords import KeywordQuery
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
-from search.exact import ExactRule, exact_first, exact_rules, verbatim_holders
+from search.exact import ExactRule, exact_first, exact_rules, tokens, verbatim_holders
 from search.fusion import (
     Fused,
     Fusion,
@@ -72,7 +72,7 @@ class SearchResponse:
     # languages made it weigh the keyword half (None: it did not)
     keyword_coverage: float | None = None
     exact_value: bool = False  # a rare language-less term kept the fusion plain (found_exact_value)
-    exact_value_term: str | None = None  # that term, its words as the index folds them
+    exact_value_term: str | None = None  # that term, its words as typed
     # meaning hits in other languages that stand out from none of their language's: passed over
     # where the vector half ranks the keyword half's best hits (fusion.background_hits)
     background: int = 0
@@ -156,9 +156,11 @@ def other_language(
     return foreign
 
 
-def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]) -> str | None:
+def found_exact_value(
+    terms: list[tuple[tuple[str, ...], bool]], top: list[str], every: list[str]
+) -> tuple[str, ...] | None:
     """The rare language-less term of the query (`5432`, `db-01.lan`, a quoted phrase) that the
-    keyword half's best hits (`top`) hold, as its words: a term found in few of its hits
+    keyword half's best hits (`top`) hold, as its folded words: a term found in few of its hits
     (`every`) singles the note out in any language, so meaning-only hits in other languages must
     not outweigh it. None if there is none: a common one (a year that many notes mention) proves
     nothing and leaves the mixed-language fusion on."""
@@ -167,7 +169,7 @@ def found_exact_value(terms: list[tuple[tuple[str, ...], bool]], top: list[str],
             holders = (text for text in every if term_coverage([term], text) > 0)
             # counting stops past the limit: a common term is known common after a few hits
             if sum(1 for _ in itertools.islice(holders, RARE_EXACT_HITS + 1)) <= RARE_EXACT_HITS:
-                return " ".join(term[0])
+                return term[0]
     return None
 
 
@@ -620,10 +622,14 @@ def _fuse(
         foreign = other_language(response.query_language, {cid for cid, _ in vector}, languages, rows)
     if foreign and exact_value_terms(terms):  # every keyword hit's text is read only for such a query
         every_lexical = [texts[cid] for cid in lexical_ids if cid in texts]
-        response.exact_value_term = found_exact_value(terms, top_lexical, every_lexical)
-        if response.exact_value_term is not None:
+        value = found_exact_value(terms, top_lexical, every_lexical)
+        if value is not None:
             foreign = {}
             response.exact_value = True
+            # named as typed (`ze zálohy`), not as the index folds it
+            phrases = match.phrases if match is not None else ()
+            typed = (p.words for p in phrases if tuple(tokens(" ".join(p.words))) == value)
+            response.exact_value_term = " ".join(next(typed, value))
     # of those, the ones the keyword half did not find by a word both languages share either
     blind = {cid: lists for cid, lists in foreign.items() if cid not in keyword_ids}
     response.keyword_blind = len(blind)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -47,6 +48,13 @@ class Fused:
     counted: dict[str, int] = field(default_factory=dict)
     # the score of the place it took, where ids one list alone ranked were put back in its order
     place: float | None = None
+    # its score equals the one fused just above it: why that one came first (TIE_RULES)
+    tie: str | None = None
+
+
+# how rrf orders equal scores, in this order: the id with no part taken for a blind list (both
+# lists found it), then the more recent, then the lower id (the earlier indexed)
+TIE_RULES = ("taken", "recency", "id")
 
 
 class Fusion(NamedTuple):
@@ -125,6 +133,11 @@ def rrf(
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
     order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), cid in imputed, -recency.get(cid, 0.0), cid))
+    ties = {}
+    for above, cid in itertools.pairwise(order):
+        if round(scores[above], 12) == round(scores[cid], 12):
+            taken = (above in imputed) != (cid in imputed)
+            ties[cid] = "taken" if taken else "recency" if recency.get(above) != recency.get(cid) else "id"
     # the lists that ranked the ids an imputed part was added to, the blind list aside
     kept = {name for chunk_id, lists in imputed.items() for name in ranks[chunk_id] if name not in lists}
     placed = single_list_order(order, ranks, kept) if kept else order
@@ -137,6 +150,7 @@ def rrf(
             imputed.get(cid, {}),
             counted.get(cid, {}),
             scores[at] if round(scores[at], 12) != round(scores[cid], 12) else None,
+            ties.get(cid),
         )
         for at, cid in zip(order, placed, strict=True)
     ]

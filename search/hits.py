@@ -127,6 +127,8 @@ def build_hits(
                     "vec_counted_rank": item.counted.get("vec"),
                     "exact_terms": fusion.exact.get(item.chunk_id),
                     "verbatim": item.chunk_id in fusion.verbatim,
+                    # its score equals the one fused just above it: why that one came first
+                    "tie": item.tie,
                     # a chunk longer than the model reads, found by meaning alone: which of its
                     # windows was nearest (from 1) and how many it has
                     "window": window.window + 1 if window is not None else None,

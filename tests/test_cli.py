@@ -511,9 +511,9 @@ def test_explain_says_when_a_meaning_hit_took_another_ones_place() -> None:
     response = SearchResponse(query="во что одеться", mode="hybrid", rrf_k=60)
     response.keyword_weight, response.meaning_weight = 0.0816, 1.0
     explain: dict[str, float | int | str | None] = {"vec_rank": 2, "vec_part": 1 / 62, "rrf": 1 / 62}
-    assert _why(response, {**explain, "place": None}) == "keyword - + meaning 1/(60+2) = 0.0161"
+    assert _why(response, {**explain, "place": None}) == "keyword - + meaning 1/(60+2) = 0.016129"
     assert _why(response, {**explain, "place": 0.016285}) == (
-        "keyword - + meaning 1/(60+2) = 0.0161; shown in a place scored 0.0163:"
+        "keyword - + meaning 1/(60+2) = 0.016129; shown in a place scored 0.016285:"
         " hits found by meaning alone keep the meaning half's order among themselves"
     )
 
@@ -526,16 +526,16 @@ def test_explain_says_when_another_languages_keyword_rank_gave_way_to_its_impute
     response.keyword_weight, response.meaning_weight = 0.25, 1.0
     imputed = {"vec_rank": 1, "vec_part": 1 / 61, "bm25_counted_rank": 2, "bm25_part": 0.25 / 62}
     assert _why(response, {**imputed, "bm25_rank": None}) == (
-        "keyword 0.25/(60+2) = 0.0040 (another language: counted at twice its meaning rank) + meaning 1/(60+1) = 0.0164"
+        "keyword 0.25/(60+2) = 0.004032 (another language: counted at twice its meaning rank) + meaning 1/(60+1) = 0.016393"
     )
     assert _why(response, {**imputed, "bm25_rank": 10}) == (
-        "keyword 0.25/(60+2) = 0.0040 (another language: found at 10, counted at twice its meaning rank)"
-        " + meaning 1/(60+1) = 0.0164"
+        "keyword 0.25/(60+2) = 0.004032 (another language: found at 10, counted at twice its meaning rank)"
+        " + meaning 1/(60+1) = 0.016393"
     )
     # no language named, another script (engine.other_language)
     assert _why(response, {**imputed, "bm25_rank": 22, "language": "unknown"}) == (
-        "keyword 0.25/(60+2) = 0.0040 (another script: found at 22, counted at twice its meaning rank)"
-        " + meaning 1/(60+1) = 0.0164"
+        "keyword 0.25/(60+2) = 0.004032 (another script: found at 22, counted at twice its meaning rank)"
+        " + meaning 1/(60+1) = 0.016393"
     )
 
 
@@ -552,7 +552,11 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     scoped = query_json(run, question, "--explain", "--source", "notes")
     assert "catch_up" in scoped["explain"] and scoped["explain"]["catch_up"] is None  # the key stays
     hits = [hit["explain"] for hit in data["results"]]
-    assert all(isinstance(e["background"], bool) for e in hits)
+    # the hits taken for background are marked, each one the keyword half could not see
+    background = [e for e in hits if e["background"]]
+    assert background and len(background) <= data["explain"]["background"], hits
+    assert all(e["keyword_blind"] and e["bm25_rank"] is None for e in background)
+    assert all(e["background"] is False for e in hits if not e["keyword_blind"])
     for e in hits:  # the fused score is the sum of the halves' parts
         assert e["rrf"] == pytest.approx((e["bm25_part"] or 0) + (e["vec_part"] or 0), abs=2e-6)
         if e["bm25_rank"] is not None:  # at its rank, or another language's at its imputed one if better
@@ -580,4 +584,4 @@ def test_explain_says_what_each_half_added(run) -> None:  # type: ignore[no-unty
     assert "(another language: counted at twice its meaning rank)" in text
     assert (f"; meaning weight {meaning:g} (its first hit stands out little" in text) == (meaning < 1)
     lex = run("query", "zálohovat", "--mode", "lex", "--explain").output
-    assert "    why: keyword 1/(60+1) = 0.0164\n" in lex
+    assert "    why: keyword 1/(60+1) = 0.016393\n" in lex

@@ -8,9 +8,8 @@ import random
 
 import pytest
 
-from search.cli.query import _explain_header, _shown_parts, _tie, _why
+from search.cli.query import _explain_header, _shown_parts, _why
 from search.engine import SearchResponse
-from search.hits import Hit
 
 
 def response(mode: str = "hybrid", **fields: object) -> SearchResponse:
@@ -21,21 +20,23 @@ def response(mode: str = "hybrid", **fields: object) -> SearchResponse:
 
 
 def test_the_parts_shown_add_up_to_the_score_shown() -> None:
-    # 1/63 + 1/63 = 0.031746: each part rounds to 0.0159, the score to 0.0317
-    assert _shown_parts([1 / 63, 1 / 63], 2 / 63) in ([0.0158, 0.0159], [0.0159, 0.0158])
+    # 1/63 + 1/63 = 0.031746: each part rounds to 0.015873, the sum to 0.031746
+    assert _shown_parts([1 / 63, 1 / 63], 2 / 63) == [0.015873, 0.015873]
+    # 1/7000 + 1/7000 = 0.000285714...: each part rounds to 0.000143, the sum to 0.000286
+    assert _shown_parts([1 / 7000, 1 / 7000], 2 / 7000) == [0.000143, 0.000143]
+    assert _shown_parts([0.0000005, 0.0000005], 0.000001) in ([0.000001, 0.0], [0.0, 0.000001])
     explained = _why(
         response(), {"bm25_rank": 3, "bm25_part": 1 / 63, "vec_rank": 3, "vec_part": 1 / 63, "rrf": 2 / 63}
     )
-    assert explained in (
-        "keyword 1/(60+3) = 0.0159 + meaning 1/(60+3) = 0.0158",
-        "keyword 1/(60+3) = 0.0158 + meaning 1/(60+3) = 0.0159",
-    )
+    assert explained == "keyword 1/(60+3) = 0.015873 + meaning 1/(60+3) = 0.015873"
     rng = random.Random(7)
     for _ in range(2000):
         parts = [rng.uniform(0, 0.02) for _ in range(rng.choice((1, 2)))]
         shown = _shown_parts(parts, sum(parts))
-        assert round(sum(shown), 4) == round(sum(parts), 4), (parts, shown)
-        assert all(abs(s - p) < 1e-4 + 1e-12 for s, p in zip(shown, parts, strict=True)), (parts, shown)
+        assert round(sum(shown), 6) == round(sum(parts), 6), (parts, shown)
+        assert all(abs(s - p) < 1e-6 + 1e-12 for s, p in zip(shown, parts, strict=True)), (parts, shown)
+    # parts that are not the total's (a caller's slip) are only rounded, never bent to it
+    assert _shown_parts([0.01, 0.01], 0.05) == [0.01, 0.01]
 
 
 def test_a_background_hit_says_so() -> None:
@@ -63,7 +64,7 @@ def test_a_keyword_half_of_weight_zero_adds_nothing_and_says_so() -> None:
     e: dict[str, float | int | str | None] = {
         "bm25_counted_rank": 18, "bm25_part": 0.0, "vec_rank": 9, "vec_part": 1 / 69, "rrf": 1 / 69,
     }  # fmt: skip
-    assert _why(response(keyword_weight=0.0), e) == "keyword 0 (weight 0) + meaning 1/(60+9) = 0.0145"
+    assert _why(response(keyword_weight=0.0), e) == "keyword 0 (weight 0) + meaning 1/(60+9) = 0.014493"
     assert "(the keyword half found nothing)" in _explain_header(response(keyword_weight=0.0, keyword_coverage=0.0))
 
 
@@ -76,15 +77,14 @@ def test_the_header_speaks_of_what_the_mode_weighed() -> None:
     assert "a rare term of no language, 'binary search', was found: plain fusion" in plain
 
 
-def hit(score: float) -> Hit:
-    return Hit("notes", "a.md", 1, 2, 1, "A", score, "", "", None)
-
-
-def test_a_tie_says_how_it_was_settled() -> None:
-    results = [hit(0.0325), hit(0.0325), hit(0.0301)]
-    assert "ties with #2" in _tie(results, 1) and "ties with #1" in _tie(results, 2)
-    assert "no keyword part taken for its language, then to the more recent note" in _tie(results, 1)
-    assert _tie(results, 3) == ""
+def test_a_tie_says_which_rule_settled_it() -> None:
+    e: dict[str, float | int | str | None] = {"bm25_rank": 2, "bm25_part": 1 / 62, "rrf": 1 / 62}
+    assert "tied" not in _why(response("lex"), {**e, "tie": None})
+    assert _why(response("lex"), {**e, "tie": "recency"}).endswith(
+        "; tied in score with the hit fused just above it, which came first as the more recent note"
+    )
+    assert "as both halves found it" in _why(response("lex"), {**e, "tie": "taken"})
+    assert "as the earlier indexed (equally recent)" in _why(response("lex"), {**e, "tie": "id"})
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "files", "lines"])

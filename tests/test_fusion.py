@@ -147,8 +147,16 @@ def test_a_tie_goes_to_the_id_both_lists_found_over_one_with_a_part_taken() -> N
     fused = rrf({"bm25": [1], "vec": [9, 1]}, blind={9: ("bm25",)}, recency={9: 2.0, 1: 1.0})
     assert fused[0].score == pytest.approx(fused[1].score)
     assert [f.chunk_id for f in fused] == [1, 9]
+    assert [f.tie for f in fused] == [None, "taken"]  # --explain says which rule settled it
     # without a part taken, recency decides a tie
-    assert [f.chunk_id for f in rrf({"bm25": [1, 9], "vec": [9, 1]}, recency={9: 2.0, 1: 1.0})] == [9, 1]
+    by_recency = rrf({"bm25": [1, 9], "vec": [9, 1]}, recency={9: 2.0, 1: 1.0})
+    assert [(f.chunk_id, f.tie) for f in by_recency] == [(9, None), (1, "recency")]
+    # equally recent (chunks of one note): the lower id, the earlier indexed
+    by_id = rrf({"bm25": [12, 11, 10], "vec": [10, 11, 12]}, recency=dict.fromkeys((10, 11, 12), 5.0))
+    assert [(f.chunk_id, f.tie) for f in by_id] == [(10, None), (12, "id"), (11, None)]
+    # scores equal at 6 places but not at 12 are no tie
+    close = rrf({"bm25": [1, 2], "vec": [*range(100, 125), 2, 3, 1]}, recency={1: 1.0, 2: 100.0})
+    assert close[0].score != close[1].score and all(f.tie is None for f in close)
 
 
 def test_a_name_found_in_another_languages_answer_does_not_sink_it() -> None:

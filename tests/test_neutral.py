@@ -463,12 +463,12 @@ def test_a_language_less_term_keeps_keywords_in_charge(
 
     assert first_hit() == "db.md"
     terms = match_terms(keyword_query(question))
-    assert engine.found_exact_value(terms, ["na portu 5432"], ["na portu 5432", "port 80"]) == "5432"
+    assert engine.found_exact_value(terms, ["na portu 5432"], ["na portu 5432", "port 80"]) == ("5432",)
     assert not engine.found_exact_value(terms, ["na portu 5432"], ["5432"] * (engine.RARE_EXACT_HITS + 1))  # common
     assert not engine.found_exact_value(match_terms(keyword_query("na jakém portu")), ["na portu 5432"], [])
     # a quoted phrase is asked for as typed: a rare one decides as a value does, and is named
     quoted = match_terms(keyword_query('"binary search" v gitu'))
-    assert engine.found_exact_value(quoted, ["a binary search"], ["a binary search"]) == "binary search"
+    assert engine.found_exact_value(quoted, ["a binary search"], ["a binary search"]) == ("binary", "search")
     monkeypatch.setattr(engine, "found_exact_value", lambda terms, top, every: None)  # the rule this test guards
     assert first_hit() != "db.md"
 

@@ -144,7 +144,7 @@ def _print_hits(response: SearchResponse, explain: bool, full: bool = False) -> 
                     f"  similarity {'-' if e.get('similarity') is None else e['similarity']}  rrf {e['rrf']}"
                     f"{language}{blind}"
                 )
-                echo(f"    why: {_why(response, e)}{_tie(response.results, rank)}")
+                echo(f"    why: {_why(response, e)}")
                 echo(f"    file {hit.file or f'(in the mirror at {hit.rev})'}")
             for line in (hit.chunk_text or hit.text).split("\n") if full else hit.snippet.split("\n"):
                 if line:
@@ -183,30 +183,20 @@ def _weight_reason(response: SearchResponse) -> str:
     return ""
 
 
-def _shown_parts(parts: list[float], total: float, places: int = 4) -> list[float]:
-    """`parts` rounded to `places` so that they add up to `total` rounded the same way: each is
-    off its true value by less than one unit of the last place, as any rounding is, and the sum
-    a reader checks is the score shown."""
+def _shown_parts(parts: list[float], total: float, places: int = 6) -> list[float]:
+    """`parts` (adding up to `total`) rounded to `places` so that they add up to `total`
+    rounded the same way, the `rrf` shown: each is off its true value by less than one unit of
+    the last place, as any rounding is. Parts that do not add up to `total` are only rounded."""
     unit = 10**-places
     shown = [round(part, places) for part in parts]
     missing = round((round(total, places) - sum(shown)) / unit)
+    if abs(missing) > len(parts):  # not rounding: these parts are not that total's
+        return shown
     # the unit goes to (or comes from) the parts rounding moved the furthest
     order = sorted(range(len(parts)), key=lambda i: (parts[i] - shown[i]) * (1 if missing > 0 else -1), reverse=True)
     for i in order[: abs(missing)]:
         shown[i] = round(shown[i] + (unit if missing > 0 else -unit), places)
     return shown
-
-
-def _tie(results: list[Hit], rank: int) -> str:
-    """Where a hit's fused score equals a neighbour's, how the tie was settled (fusion.rrf)."""
-    score = results[rank - 1].score
-    tied = [r for r in (rank - 1, rank + 1) if 1 <= r <= len(results) and results[r - 1].score == score]
-    if not tied:
-        return ""
-    return (
-        f"; ties with #{tied[0]}: equal scores go to the hit with no keyword part taken for its"
-        " language, then to the more recent note"
-    )
 
 
 def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> str:
@@ -215,8 +205,9 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
     k = response.rrf_k
     halves = [name for name, off in (("bm25", "vec"), ("vec", "lex")) if response.mode != off]
     added = [float(e.get(f"{name}_part") or 0.0) for name in halves]
-    total = e.get("rrf")
-    shown = dict(zip(halves, _shown_parts(added, sum(added) if total is None else float(total)), strict=True))
+    total = e.get("rrf")  # without it (never from a search) the parts are only rounded
+    rounded = [round(part, 6) for part in added] if total is None else _shown_parts(added, float(total))
+    shown = dict(zip(halves, rounded, strict=True))
     parts = []
     if "bm25" in shown:
         rank = e.get("bm25_counted_rank") or e.get("bm25_rank")
@@ -231,7 +222,7 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
                 instead = f"found at {e['bm25_rank']}, " if e.get("bm25_rank") is not None else ""
                 other = "another script" if e.get("language") == "unknown" else "another language"
                 counted = f" ({other}: {instead}counted at twice its meaning rank)"
-            parts.append(f"keyword {weight:g}/({k}+{rank}) = {shown['bm25']:.4f}{counted}")
+            parts.append(f"keyword {weight:g}/({k}+{rank}) = {shown['bm25']:.6f}{counted}")
     if "vec" in shown:
         if e.get("vec_rank") is None or e.get("vec_part") is None:
             parts.append("meaning -")
@@ -239,7 +230,7 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
             at = e.get("vec_counted_rank")
             passed = f" (rank {e['vec_rank']} behind other languages' background: counted at {at})" if at else ""
             meaning = response.meaning_weight if response.mode == "hybrid" else 1.0
-            parts.append(f"meaning {meaning:g}/({k}+{at or e['vec_rank']}) = {shown['vec']:.4f}{passed}")
+            parts.append(f"meaning {meaning:g}/({k}+{at or e['vec_rank']}) = {shown['vec']:.6f}{passed}")
     why = " + ".join(parts)
     if e.get("background"):
         why += (
@@ -256,9 +247,19 @@ def _why(response: SearchResponse, e: dict[str, float | int | str | None]) -> st
         )
     if e.get("place") is not None:
         why += (
-            f"; shown in a place scored {e['place']:.4f}:"
+            f"; shown in a place scored {e['place']:.6f}:"
             " hits found by meaning alone keep the meaning half's order among themselves"
         )
     if e.get("window") is not None:
         why += f"; nearest in meaning: its window {e['window']} of {e['windows']}, shown from where it begins"
+    if e.get("tie") in TIE_REASONS:
+        why += f"; tied in score with the hit fused just above it, which came first {TIE_REASONS[str(e['tie'])]}"
     return why
+
+
+# why rrf put one of two equal scores first (fusion.TIE_RULES)
+TIE_REASONS = {
+    "taken": "as both halves found it (no keyword part taken for its language)",
+    "recency": "as the more recent note",
+    "id": "as the earlier indexed (equally recent)",
+}
