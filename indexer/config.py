@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import stat
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,13 +437,26 @@ def _search(raw: dict[str, Any], c: _Checker) -> SearchConfig:
     return SearchConfig(rrf_k=c.integer(raw.get("rrf_k", DEFAULT_RRF_K), "search.rrf_k", maximum=MAX_RRF_K))
 
 
-BAD_SOURCE_ID = "source id must be a non-empty string without ':', '/' or a NUL character"
+BAD_SOURCE_ID = "source id must be a non-empty string without ':', '/' or a control character"
+BAD_NEW_SOURCE_ID = "a new source id is typed in commands: letters, digits, '.', '_' and '-' only"
 
 
 def is_source_id(source_id: object) -> bool:
     # ':' ends the id in a ref, '/' would read as a folder; NUL: PostgreSQL text holds none,
-    # and a root collection is named after its source
-    return isinstance(source_id, str) and bool(source_id) and not any(bad in source_id for bad in ":/\0")
+    # and a root collection is named after its source; a control or format character (an
+    # escape, a bidi override) would reach every listing and cannot be typed back
+    return (
+        isinstance(source_id, str)
+        and bool(source_id)
+        and not any(bad in source_id for bad in ":/")
+        and not any(unicodedata.category(ch) in ("Cc", "Cf") for ch in source_id)
+    )
+
+
+def is_new_source_id(source_id: str) -> bool:
+    """What `source add` and `init` take: an id a command line carries unquoted (`--source
+    bad name` would be two words). A config may hold others, as it always could."""
+    return is_source_id(source_id) and all(ch.isalnum() or ch in "._-" for ch in source_id)
 
 
 def _check_id(source_id: Any, key: str, c: _Checker) -> str:

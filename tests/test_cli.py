@@ -399,7 +399,7 @@ def error_line(result: Result) -> str:
     return line
 
 
-def test_query_path_is_normalised_and_must_exist(run) -> None:  # type: ignore[no-untyped-def]
+def test_query_path_is_normalised_and_must_exist(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
     assert run("sync").exit_code == 0
     plain = paths(query_json(run, "port", "--mode", "lex", "--path", "devops"))
     assert plain and all(p.startswith("devops/") for p in plain)
@@ -408,6 +408,14 @@ def test_query_path_is_normalised_and_must_exist(run) -> None:  # type: ignore[n
     assert paths(query_json(run, "port", "--mode", "lex", "--path", "devops//postgres.md")) == ["devops/postgres.md"]
     assert "no such file or folder" in error_line(run("query", "port", "--path", "nope/x.md"))
     assert "no such collection" in error_line(run("query", "port", "--collection", "nope"))
+    # a collection is named by its _meta.yaml: its folder's name gets the name it should take
+    (notes / "devops" / "_meta.yaml").write_text("name: Ops\n", encoding="utf-8")
+    assert run("sync").exit_code == 0
+    assert paths(query_json(run, "port", "--mode", "lex", "--collection", "Ops")) == plain
+    assert error_line(run("query", "port", "--collection", "devops")) == (
+        "Error: --collection 'devops': no such collection; the folder 'devops' holds 'Ops'"
+        " (`notes-search collections` lists them)"
+    )
     assert "UTF-8" in error_line(run("query", "port", "--path", "caf\udce9.md"))
 
 

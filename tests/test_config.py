@@ -305,7 +305,7 @@ def test_init_refuses_a_source_id_the_config_would_refuse(
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["init", "--here", "--source-id", source_id])
     assert result.exit_code == 2, result.output
-    assert "Invalid value for '--source-id'" in result.stderr and "source id must be" in result.stderr
+    assert "Invalid value for '--source-id'" in result.stderr and "source id" in result.stderr
     assert not (tmp_path / "notes-search.yaml").exists()
 
 

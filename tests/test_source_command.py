@@ -165,12 +165,30 @@ def test_remove_keeps_a_mirror_path_that_is_not_ours(run, hand_config: Path, ups
     assert "team" not in load_config(hand_config).sources
 
 
-@pytest.mark.parametrize("name", ["a:b", "a/b", ""])
+# ':' and '/' break refs; a space or an escape makes an id that cannot be typed back unquoted
+@pytest.mark.parametrize("name", ["a:b", "a/b", "", "bad name", "x\x1b[31m", "tab\tname", "rtl\u202e"])
 def test_bad_names_are_usage_errors(run, hand_config: Path, notes: Path, name: str) -> None:  # type: ignore[no-untyped-def]
     before = hand_config.read_text()
     result = run("source", "add", "workspace", name, str(notes))
     assert result.exit_code == 2 and "source id" in result.output
+    assert "\x1b" not in result.output  # the refusal itself shows no escape
     assert hand_config.read_text() == before
+    assert run("source", "add", "workspace", "team-notes_2.old", str(notes)).exit_code == 0  # these are fine
+
+
+def test_a_config_naming_a_source_with_a_control_character_is_refused(tmp_path: Path, notes: Path) -> None:
+    """A hand-written config may name a source with a space, as it always could, but not with
+    an escape or a bidi override, which would reach every listing."""
+    from indexer.config import ConfigError
+
+    spaced = tmp_path / "spaced.yaml"
+    spaced.write_text(f'sources:\n  workspace:\n    "my notes": {{root: "{notes}", paths: ["**"]}}\n')
+    assert "my notes" in load_config(spaced).sources
+    for bad in ("x\\e[31m", "rtl\\u202e"):
+        escaped = tmp_path / "escaped.yaml"
+        escaped.write_text(f'sources:\n  workspace:\n    "{bad}": {{root: "{notes}", paths: ["**"]}}\n')
+        with pytest.raises(ConfigError, match="source id must be"):
+            load_config(escaped)
 
 
 def test_errors_are_one_line_and_change_nothing(run, hand_config: Path, notes: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -33,10 +33,10 @@ REINDEX_LOCK_WAIT = 30.0  # seconds `reindex` waits for a running sync: a person
 def _source_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """Refused here as the config would refuse it, rather than written into a file that every
     later command then rejects."""
-    from indexer.config import BAD_SOURCE_ID, is_source_id
+    from indexer.config import BAD_NEW_SOURCE_ID, is_new_source_id
 
-    if not is_source_id(value):
-        raise click.BadParameter(BAD_SOURCE_ID)
+    if not is_new_source_id(value):
+        raise click.BadParameter(BAD_NEW_SOURCE_ID)
     return value
 
 

@@ -59,7 +59,7 @@ def scope_options(func: F) -> F:
     func = click.option(
         "--collection",
         metavar="C",
-        help="Only this collection (folder with _meta.yaml).",
+        help="Only this collection: the name its folder's _meta.yaml gives it (`collections` lists them).",
         shell_complete=completes("collection"),
     )(func)
     return source_option()(func)

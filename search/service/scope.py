@@ -197,10 +197,15 @@ def scope_label(scope: SearchScope) -> str:
 
 def check_scope_exists(config: Config, store: IndexReader, scope: SearchScope) -> None:
     """A --path or --collection that names nothing is a mistake to report, not an empty answer."""
-    if scope.collection is not None and scope.collection not in {e.name for e in store.collections()}:
-        raise NotesSearchError(
-            f"--collection {scope.collection!r}: no such collection (`notes-search collections` lists them)"
-        )
+    if scope.collection is not None:
+        entries = store.collections()
+        if scope.collection not in {entry.name for entry in entries}:
+            # a collection is named by its _meta.yaml, which may differ from its folder's name
+            named = sorted({e.name for e in entries if scope.collection in (e.folder, e.folder.rsplit("/", 1)[-1])})
+            hint = f"; the folder {scope.collection!r} holds {', '.join(map(repr, named))}" if named else ""
+            raise NotesSearchError(
+                f"--collection {scope.collection!r}: no such collection{hint} (`notes-search collections` lists them)"
+            )
     check_path_exists(config, store, scope)
 
 

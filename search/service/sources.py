@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from indexer.config import BAD_SOURCE_ID, Config, GitSource, Source, is_source_id, literal_path
+from indexer.config import BAD_NEW_SOURCE_ID, Config, GitSource, Source, is_new_source_id, literal_path
 from indexer.errors import ConfigError, NotesSearchError, SourceError
 from indexer.paths import local_repository_path
 
@@ -73,8 +73,8 @@ def _config_file(config: Config) -> Path:
 
 
 def _checked_name(name: str) -> str:
-    if not is_source_id(name):
-        raise NotesSearchError(f"source name {name!r}: {BAD_SOURCE_ID}")
+    if not is_new_source_id(name):
+        raise NotesSearchError(f"source name {name!r}: {BAD_NEW_SOURCE_ID}")
     return name
 
 
