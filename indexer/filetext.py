@@ -13,13 +13,31 @@ LFS_POINTER_STARTS = (b"version https://git-lfs.github.com/spec/", b"version htt
 LFS_POINTER_REASON = "a Git LFS pointer, not the note itself (the content lives in LFS storage)"
 
 
+# a note may hold a few bytes that are not UTF-8 (a character pasted from a legacy file); past
+# this share of its characters it is in another encoding, whose every accented letter or
+# Cyrillic word would be lost
+MAX_INVALID_SHARE = 0.01
+
+
 def looks_binary(data: bytes) -> bool:
     """True if `data` has a NUL byte in its first BINARY_PROBE bytes (as grep and rg decide).
 
-    Decoding stays with each reader on purpose: the index takes strict UTF-8 or skips the file
-    (a wrong character would be searchable forever), while `show` replaces bad bytes (the user
-    asked to see that file and should see what it holds)."""
+    Decoding stays with each reader on purpose: the index takes UTF-8 with at most a few bad
+    bytes (`note_text`), while `show` replaces any number of them (the user asked to see that
+    file and should see what it holds)."""
     return b"\0" in data[:BINARY_PROBE]
+
+
+def note_text(data: bytes) -> str | None:
+    """The text the index takes of a note that is not binary: UTF-8 without a BOM, line endings
+    untouched, a few invalid bytes as U+FFFD (as `show` shows them: the rest of the note stays
+    searchable, and U+FFFD is no word); None for a text in another encoding (Latin-1, cp1250,
+    UTF-16), which would come out as a row of U+FFFD."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = data.decode("utf-8-sig", "replace")
+    return text if text.count("\ufffd") <= len(text) * MAX_INVALID_SHARE else None
 
 
 def is_lfs_pointer(data: bytes) -> bool:

@@ -123,6 +123,12 @@ def test_unreadable_files_are_deleted_then_skipped(tmp_path: Path, upstream: pyg
     out = run(source, None, rev, max_file_bytes=100)
     skipped = {c.path: c.reason for c in out if isinstance(c, Skipped)}
     assert skipped == {"bin.md": "binary", "latin1.md": "invalid UTF-8", "big.md": "too large (200 bytes > 100)"}
+    # a few stray bytes in a long note read as U+FFFD: the rest of it stays searchable
+    stray = b"# Kazan\n\n" + b"The Kremlin stands on the Volga.\n" * 5 + b"caf\xe9\n"
+    rev = commit(upstream, {"stray.md": stray}, time=T0 + 1)
+    git.sync_mirror(source)
+    files = {c.file.path: c.file for c in run(source, None, rev, max_file_bytes=1000) if isinstance(c, Upsert)}
+    assert files["stray.md"].text == stray[:-5].decode() + "caf\ufffd\n"
     for path in skipped:  # a stale older copy must not stay searchable
         assert out.index(Delete(path)) < out.index(next(c for c in out if isinstance(c, Skipped) and c.path == path))
     assert set(upserts(out)) == {"ok.md"}

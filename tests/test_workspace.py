@@ -203,6 +203,19 @@ def test_unindexable_files_are_skipped_and_left_to_the_caller_to_log(
         assert path not in caplog.text
 
 
+def test_a_note_with_a_few_bytes_that_are_not_utf8_is_indexed_with_replacement_characters(tmp_path: Path) -> None:
+    """One stray byte (a character pasted from a Latin-1 file) no longer drops the whole note
+    from the index: it reads as U+FFFD, as `show` shows it; a note in another encoding, whose
+    every accented letter would be lost, is still skipped."""
+    body = "# Running Go programs\n\n" + "go run main.go builds and runs the program.\n" * 10
+    write(tmp_path, "stray.md", body.encode() + b"caf\xe9 \xff\n")
+    write(tmp_path, "cp1250.md", ("# Zálohy\n\nPříliš žluťoučký kůň úpěl ďábelské ódy.\n" * 5).encode("cp1250"))
+    found = changes(source(tmp_path))
+    texts = {c.file.path: c.file.text for c in found if isinstance(c, Upsert)}
+    assert texts == {"stray.md": body + "caf\ufffd \ufffd\n"}
+    assert [(c.path, c.reason) for c in found if isinstance(c, Skipped)] == [("cp1250.md", "binary or not UTF-8")]
+
+
 def test_known_file_turning_binary_drops_its_stale_copy(tmp_path: Path) -> None:
     write(tmp_path, "a.md", "# A\n", mtime=1_000)
     src = source(tmp_path)

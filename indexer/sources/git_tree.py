@@ -39,7 +39,7 @@ from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
 from indexer.collections import is_utf8_name
 from indexer.config import GitSource
 from indexer.errors import FileNotAtRevision, SourceError
-from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer
+from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer, note_text
 from indexer.globs import FileSelection
 from indexer.model import Change, Delete, FileVersion, Skipped, Upsert
 from indexer.redaction import redact
@@ -280,15 +280,14 @@ def _read(
     data = blob.data
     if b"\0" in data:
         return "binary"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
+    text = note_text(data)
+    if text is None:
         return "invalid UTF-8"
     if is_lfs_pointer(data):
         return LFS_POINTER_REASON
     return FileVersion(
         path=path,
-        text=text.removeprefix("\ufeff"),
+        text=text,
         sha256=hashlib.sha256(data).hexdigest(),
         size=size,
         mtime=None,

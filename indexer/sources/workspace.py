@@ -23,7 +23,7 @@ from indexer.collections import (
 )
 from indexer.config import Config, WorkspaceSource
 from indexer.errors import SourceError
-from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer, looks_binary
+from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer, looks_binary, note_text
 from indexer.globs import FileSelection
 from indexer.model import (
     Change,
@@ -249,13 +249,8 @@ def _unindexable(path: str, prev: KnownFile | None, reason: str) -> Iterator[Cha
 
 
 def _decode(data: bytes) -> str | None:
-    """Strict UTF-8 without a BOM, line endings untouched; None for binary or other encodings."""
-    if looks_binary(data):
-        return None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return None
+    """The note's text (`filetext.note_text`); None for binary or other encodings."""
+    return None if looks_binary(data) else note_text(data)
 
 
 def coverage_report(config: Config) -> list[str]:
