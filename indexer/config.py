@@ -35,18 +35,23 @@ PROVIDERS = ("local", "ollama", "openai")
 MIN_MAX_TOKENS = 16  # a window must hold a breadcrumb and a few words
 MAX_MAX_TOKENS = 1 << 20
 # Tokens a model reads per input, by a part of its name (lowercase, without an Ollama tag or
-# an organisation): what a server reads of a longer text is cut off. Ollama reads at most its
+# an organisation), from the model cards: what a server reads of a longer text is cut off.
+# The first entry found in the name counts, so a longer name goes before a part of it
+# (nomic-embed-text-v2-moe reads 512, nomic-embed-text v1.5 8192). Ollama reads at most its
 # context (num_ctx, 2048 unless a Modelfile sets more), whatever the model could read.
 KNOWN_WINDOWS = (
     ("multilingual-e5", 512),
     ("e5-", 512),
+    ("nomic-embed-text-v2", 512),
     ("nomic-embed-text", 8192),
     ("bge-m3", 8192),
     ("bge-", 512),
     ("mxbai-embed-large", 512),
     ("snowflake-arctic-embed2", 8192),
+    ("snowflake-arctic-embed-l-v2", 8192),
     ("snowflake-arctic-embed", 512),
     ("all-minilm", 256),
+    ("paraphrase-multilingual", 128),  # sentence-transformers' max_seq_length: trained on 128
     ("gte-", 512),
     ("text-embedding-3", 8191),
     ("text-embedding-ada-002", 8191),

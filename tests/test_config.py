@@ -341,3 +341,20 @@ def test_init_here_inside_the_notes_folder_writes_nothing(tmp_path: Path, monkey
     assert "lies inside the notes of source 'notes'" in result.output
     assert "without --here" in result.output
     assert list(notes.iterdir()) == []
+
+
+def test_a_longer_known_model_name_is_matched_before_a_part_of_it() -> None:
+    from indexer.config import KNOWN_WINDOWS, known_window
+
+    # the first entry found in a name counts: an entry that holds an earlier one would never be
+    for earlier, (name, _) in enumerate(KNOWN_WINDOWS):
+        assert not any(part in name for part, _ in KNOWN_WINDOWS[:earlier]), name
+    # from the model cards
+    assert known_window("openai", "nomic-ai/nomic-embed-text-v2-moe") == 512
+    assert known_window("ollama", "nomic-embed-text-v2-moe:latest") == 512
+    assert known_window("openai", "nomic-embed-text-v1.5") == 8192
+    assert known_window("openai", "Snowflake/snowflake-arctic-embed-l-v2.0") == 8192
+    assert known_window("openai", "snowflake-arctic-embed-m") == 512
+    assert known_window("ollama", "paraphrase-multilingual:278m") == 128
+    assert known_window("ollama", "all-minilm:22m") == 256
+    assert known_window("ollama", "mxbai-embed-large:335m") == 512
