@@ -19,7 +19,7 @@ from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
 from indexer.redaction import is_postgres_url
 from indexer.useryaml import InvalidYaml, load_yaml
-from indexer.windows import WINDOWS_VERSION
+from indexer.windows import WINDOWS_VERSION, estimate_tokens
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
 # Upper bounds keep every number within what the code below it can use (an index-sized int for a
@@ -56,6 +56,8 @@ KNOWN_WINDOWS = (
     ("text-embedding-3", 8191),
     ("text-embedding-ada-002", 8191),
 )
+# a window must hold the passage prefix, the model's own tokens and a few words of the text
+MIN_WINDOW_TEXT_TOKENS = 8
 OLLAMA_DEFAULT_CONTEXT = 2048
 UNKNOWN_MODEL_WINDOW = 512  # the smallest window common embedding models have: nothing is cut
 # The local engine reads 512 tokens, but cuts a longer chunk into windows of 384 (exact counts):
@@ -419,6 +421,8 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
                 "embedding.max_tokens",
                 f"the local engine's window is fixed ({LOCAL_WINDOW} tokens; its model reads 512)",
             )
+    if not local:
+        _check_room_for_text(max_tokens, provider, model, passage_prefix, c)
     return EmbeddingConfig(
         provider=provider,
         model=model,
@@ -434,6 +438,22 @@ def _embedding(raw: dict[str, Any], c: _Checker) -> EmbeddingConfig:
         api_key_env=c.string(raw.get("api_key_env", "OPENAI_API_KEY"), "embedding.api_key_env"),
         language_neutral=language_neutral,
         max_tokens=max_tokens,
+    )
+
+
+def _check_room_for_text(max_tokens: int | None, provider: str, model: str, prefix: str, c: _Checker) -> None:
+    """Every window repeats the passage prefix and the model's own tokens: a window with no room
+    left for text would cut each chunk into windows of a character or two, each over the limit.
+    The prefix is estimated (an exact count would load the tokenizer on every command)."""
+    window = max_tokens if max_tokens is not None else known_window(provider, model)
+    taken = estimate_tokens(prefix)
+    if window - taken >= MIN_WINDOW_TEXT_TOKENS:
+        return
+    key = "embedding.max_tokens" if max_tokens is not None else "embedding.passage_prefix"
+    raise c.fail(
+        key,
+        f"a window of {window} tokens leaves no room for text after the passage prefix and the model's own"
+        f" tokens (about {taken}): max_tokens must be at least {taken + MIN_WINDOW_TEXT_TOKENS}, or the prefix shorter",
     )
 
 

@@ -358,3 +358,24 @@ def test_a_longer_known_model_name_is_matched_before_a_part_of_it() -> None:
     assert known_window("ollama", "paraphrase-multilingual:278m") == 128
     assert known_window("ollama", "all-minilm:22m") == 256
     assert known_window("ollama", "mxbai-embed-large:335m") == 512
+
+
+SERVER = "embedding:\n  endpoint: http://127.0.0.1:9\n  model: {model}\n  dims: 8\n{extra}sources: {{}}\n"
+
+
+def test_a_window_with_no_room_for_text_after_the_passage_prefix_is_refused() -> None:
+    prefix = "Represent this document for retrieval of technical notes: "  # 60 characters
+    text = SERVER.format(model="m:1", extra=f"  max_tokens: 16\n  passage_prefix: {prefix!r}\n")
+    with pytest.raises(ConfigError) as refused:
+        parse_config(text, "c.yaml")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("c.yaml: embedding.max_tokens: a window of 16 tokens")
+    assert "max_tokens must be at least" in message
+    # the model's own window is checked too: paraphrase-multilingual reads 128 tokens
+    text = SERVER.format(model="paraphrase-multilingual:278m", extra=f"  passage_prefix: {prefix * 8!r}\n")
+    with pytest.raises(ConfigError, match=r"embedding\.passage_prefix: a window of 128 tokens"):
+        parse_config(text, "c.yaml")
+    # room for a few words is enough, and a short prefix leaves it in the smallest window
+    assert parse_config(SERVER.format(model="m:1", extra="  max_tokens: 16\n"), "c.yaml").embedding.window == 16
+    short = SERVER.format(model="m:1", extra="  max_tokens: 16\n  passage_prefix: 'passage: '\n")
+    assert parse_config(short, "c.yaml").embedding.window == 16
