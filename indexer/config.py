@@ -19,7 +19,7 @@ from indexer.errors import ConfigError
 from indexer.globs import FileSelection, glob_problem
 from indexer.redaction import is_postgres_url
 from indexer.useryaml import InvalidYaml, load_yaml
-from indexer.windows import WINDOWS_VERSION, estimate_tokens
+from indexer.windows import ESTIMATE_VERSION, WINDOWS_VERSION, estimate_tokens
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
 # Upper bounds keep every number within what the code below it can use (an index-sized int for a
@@ -56,6 +56,19 @@ KNOWN_WINDOWS = (
     ("text-embedding-3", 8191),
     ("text-embedding-ada-002", 8191),
 )
+# Models whose tokenizer is XLM-R's SentencePiece vocabulary (tokenizer_config: XLMRobertaTokenizer),
+# the one the local engine bundles: a server's windows of them are counted exactly. Matched at the
+# start of the name (after an organisation written into it, as Ollama's community models do),
+# since a derivative named after one may carry a pruned vocabulary that splits words further.
+XLM_R_MODELS = (
+    "multilingual-e5",
+    "bge-m3",
+    "snowflake-arctic-embed2",
+    "snowflake-arctic-embed-l-v2",
+    "paraphrase-multilingual",
+    "nomic-embed-text-v2",
+)
+_MODEL_ORGANISATIONS = ("intfloat-", "baai-", "snowflake-", "sentence-transformers-", "nomic-ai-")
 # a window must hold the passage prefix, the model's own tokens and a few words of the text
 MIN_WINDOW_TEXT_TOKENS = 8
 OLLAMA_DEFAULT_CONTEXT = 2048
@@ -105,8 +118,22 @@ class EmbeddingConfig:
             "passage_prefix": self.passage_prefix,
             "normalized": "1",
             VECTOR_SPACE_KEY: neutral.definition(self.language_neutral),
-            WINDOW_KEY: f"{self.window} tokens, windows {WINDOWS_VERSION}",
+            WINDOW_KEY: f"{self.window} tokens, windows {WINDOWS_VERSION}{self._counted_by}",
         }
+
+    @property
+    def counts_exactly(self) -> bool:
+        """Whether windows are counted in the model's own tokens (the local engine, or a server
+        of the XLM-R vocabulary the engine bundles) rather than by `estimate_tokens`."""
+        return self.provider == "local" or uses_xlm_r_vocabulary(self.model)
+
+    @property
+    def _counted_by(self) -> str:
+        """How a server's windows are counted, for the identity: another count cuts other
+        windows. The local engine's identity predates the choice and stays as it was."""
+        if self.provider == "local":
+            return ""
+        return ", counted by the XLM-R tokenizer" if self.counts_exactly else f", estimate {ESTIMATE_VERSION}"
 
 
 def known_window(provider: str, model: str) -> int:
@@ -114,9 +141,21 @@ def known_window(provider: str, model: str) -> int:
     UNKNOWN_MODEL_WINDOW."""
     if provider == "local":
         return LOCAL_WINDOW
-    name = model.rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    name = _model_name(model)
     window = next((tokens for part, tokens in KNOWN_WINDOWS if part in name), UNKNOWN_MODEL_WINDOW)
     return min(window, OLLAMA_DEFAULT_CONTEXT) if provider == "ollama" else window
+
+
+def uses_xlm_r_vocabulary(model: str) -> bool:
+    """Whether `model` is one of XLM_R_MODELS, whose tokens the bundled tokenizer counts exactly."""
+    name = _model_name(model)
+    names = {name, *(name.removeprefix(organisation) for organisation in _MODEL_ORGANISATIONS)}
+    return any(candidate.startswith(family) for candidate in names for family in XLM_R_MODELS)
+
+
+def _model_name(model: str) -> str:
+    """A model's name without its organisation or Ollama tag, lowercase."""
+    return model.rsplit("/", 1)[-1].split(":", 1)[0].lower()
 
 
 VECTOR_SPACE_KEY = "vector_space"  # how stored vectors relate to the embedder's output

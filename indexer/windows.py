@@ -11,17 +11,19 @@ is read with its context in the next. A chunk gets as few windows as fit, as eve
 each keeps its own vector and a search ranks the chunk by its nearest one, so a scrap of a tail
 read alone would be near every question about its few words.
 
-Token counts come from the embedder (`Embedder.token_count`): exact for the local engine, a
-conservative per-script estimate (`estimate_tokens`) for HTTP servers, whose tokenizers are
-not at hand.
+Token counts come from the embedder (`Embedder.token_count`): exact for the local engine and
+for a server whose model uses the same XLM-R vocabulary, a conservative estimate
+(`estimate_tokens`) for any other server, whose tokenizer is not at hand.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 # how chunks are cut into windows and what is stored of them (2: a vector per window, the
 # nearest counts; 3: no window of repeated lines alone, where each window begins is stored):
@@ -35,46 +37,112 @@ MAX_BREADCRUMB_SHARE = 0.5
 
 TokenCount = Callable[[str], int]
 
-# Tokens per character by kind of character, fitted on multilingual-e5-small's tokenizer over
-# the public corpora (Czech, Russian and English notes, tldr pages; 2,168 chunks): a text's
-# tokens are about the sum over its characters. ESTIMATE_MARGIN covers the worst chunk seen
-# (1.33 times the fit), so an estimated window is not longer than the model reads.
-_RATES = {
-    "space": 0.022,
-    "ascii_letter": 0.294,
-    "other_latin": 0.435,
-    "cyrillic": 0.268,
-    "digit": 0.574,
-    "punct": 0.877,
-    "other": 1.0,  # CJK, emoji, other scripts: a token each, at most
-}
-ESTIMATE_MARGIN = 1.35
-ESTIMATE_OVERHEAD = 2  # the model's start and end tokens
+# How `estimate_tokens` counts: part of an HTTP embedder's index identity, as another estimate
+# cuts other windows (1: per-character rates fitted on multilingual-e5-small; 2: an upper bound
+# for dense text and for models with an English vocabulary)
+ESTIMATE_VERSION = "2"
+
+# The estimate is for a tokenizer we cannot run, so it is an upper bound in practice over the
+# kinds a server uses: XLM-R's SentencePiece (multilingual-e5, bge-m3), the English uncased
+# WordPiece of mxbai-embed-large, all-minilm, nomic-embed-text v1, bge-*-en and gte-*, and a
+# byte-level BPE (OpenAI) on Latin and Cyrillic text. An English WordPiece vocabulary splits a
+# Cyrillic or Greek word into single letters (each piece is at least one character, an unknown
+# word one [UNK]), so any letter outside ASCII Latin counts one token; a dense ASCII run (base64,
+# hex, a key, a random identifier) splits at every change of case or between letters and digits,
+# so it counts by those segments, each a token at least. English prose stays near the first
+# estimate's windows. Measured against the real tokenizers in tests/test_windows_estimate.py.
+R_WORD = 0.4  # per letter of a pronounceable lowercase or Capitalised segment (prose: 0.26-0.28 real)
+R_CAPS = 0.55  # per letter of an all-caps segment: cased vocabularies hold fewer capitalised pieces
+R_DENSE = 0.85  # per character of a run mixing letters and digits, or of letters without vowels
+R_DIGIT = 0.65  # per digit of a number: vocabularies hold few numbers whole
+R_ACCENT = 0.6  # more per accented Latin letter: its accent is often a token of its own
+# the model's start and end tokens, and SentencePiece's word-start marker before the text, a
+# token of its own before a letter it holds no piece with
+ESTIMATE_OVERHEAD = 3
+
+
+def _is_accented(ch: str) -> bool:
+    base = unicodedata.normalize("NFD", ch)[0]
+    return ch != base and base.isascii() and base.isalpha()
 
 
 @cache
-def _char_rate(ch: str) -> float:
-    if ch.isspace():
-        return _RATES["space"]
-    if ch.isascii():
-        if ch.isalpha():
-            return _RATES["ascii_letter"]
-        return _RATES["digit"] if ch.isdigit() else _RATES["punct"]
-    if ch.isalpha():
-        name = unicodedata.name(ch, "")
-        if name.startswith("LATIN"):
-            return _RATES["other_latin"]
-        if name.startswith("CYRILLIC"):
-            return _RATES["cyrillic"]
-        return _RATES["other"]
-    if ch.isdigit():
-        return _RATES["digit"]
-    return _RATES["punct"] if unicodedata.category(ch)[0] in "PS" else _RATES["other"]
+def _pieces() -> re.Pattern[str]:
+    """Runs of ASCII letters and digits, whitespace that costs a token, any other character.
+    Latin letters with diacritics (č, ř, ü, ồ) join a run as their ASCII letter and an accent,
+    so a Czech word stays one run. Built on first use: a one-shot search imports this module
+    and never estimates."""
+    accented = "".join(ch for ch in map(chr, range(0xC0, 0x2000)) if ch.isalpha() and _is_accented(ch))
+    return re.compile(rf"(?P<run>[A-Za-z0-9{accented}]+)|(?P<space>\n\s*|[ \t]{{2,}})|(?P<char>\S)")
+
+
+_SEGMENTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_VOWELS = frozenset("aeiouyAEIOUY")
+_CONSONANT_RUN = re.compile(r"[^aeiouyAEIOUY]{5,}")
+_SYMBOL_AT_WORD_START = re.compile(r"(?:^|\s)([^\x00-\x7f])", re.MULTILINE)
+_CACHED_RUN_CHARS = 32  # words repeat: the cost of a short run is kept, a long blob's is not
+
+
+def _run_tokens(run: str) -> float:
+    """Tokens of a run of ASCII letters, digits and accented Latin letters (one word's)."""
+    accents = 0
+    if not run.isascii():
+        accents = sum(not ch.isascii() for ch in run)
+        run = "".join(ch for ch in unicodedata.normalize("NFD", run) if not unicodedata.combining(ch))
+    segments = _SEGMENTS.findall(run)
+    has_digits = any(segment[0].isdigit() for segment in segments)
+    # letters mixed with digits are a hash or a key; letters mostly accented are no prose either
+    dense = (has_digits and any(segment[0].isalpha() for segment in segments)) or accents * 3 > len(run)
+    tokens = accents * R_ACCENT
+    for segment in segments:
+        if dense or not (segment[0].isdigit() or _pronounceable(segment)):
+            rate = R_DENSE
+        elif segment[0].isdigit():
+            rate = R_DIGIT
+        elif len(segment) > 1 and segment.isupper():
+            rate = R_CAPS
+        else:
+            rate = R_WORD
+        tokens += max(1.0, len(segment) * rate)
+    return tokens
+
+
+def _pronounceable(letters: str) -> bool:
+    return any(ch in _VOWELS for ch in letters) and not _CONSONANT_RUN.search(letters)
+
+
+_cached_run_tokens = lru_cache(maxsize=1 << 15)(_run_tokens)
+
+
+@cache
+def _char_tokens(ch: str) -> int:
+    """Tokens of one character outside a run: one, or as many as it expands to (a ligature or
+    ǅ under NFKC, a Hangul syllable into its letters under an uncased WordPiece's NFD)."""
+    decomposed = [part for part in unicodedata.normalize("NFD", ch) if not unicodedata.combining(part)]
+    return max(1, len(unicodedata.normalize("NFKC", ch)), len(decomposed))
+
+
+@cache
+def _word_start_tokens(ch: str) -> int:
+    """A word that starts with a symbol (an emoji, ├, ∑) may take the word-start marker of a
+    SentencePiece vocabulary as a token of its own."""
+    return 1 if unicodedata.category(ch)[0] in "SC" else 0
 
 
 def estimate_tokens(text: str) -> int:
     """A conservative token count of `text` for a tokenizer we cannot run (an HTTP server's)."""
-    return ESTIMATE_OVERHEAD + int(ESTIMATE_MARGIN * sum(_char_rate(ch) for ch in text)) + 1
+    total = 0.0
+    for match in _pieces().finditer(text):
+        kind = match.lastgroup
+        if kind == "run":
+            run = match.group()
+            total += _cached_run_tokens(run) if len(run) <= _CACHED_RUN_CHARS else _run_tokens(run)
+        elif kind == "space":
+            total += 1  # a line break with its indentation, or a run of spaces: byte-level BPEs keep them
+        else:
+            total += _char_tokens(match.group())
+    total += sum(_word_start_tokens(ch) for ch in _SYMBOL_AT_WORD_START.findall(text))
+    return ESTIMATE_OVERHEAD + math.ceil(total)
 
 
 @dataclass(frozen=True)
