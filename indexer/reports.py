@@ -43,6 +43,7 @@ class SyncReport:
     pending: int = 0
     embed_notice: str | None = None
     rebuilt: str | None = None  # why vectors were dropped, when they were
+    rechunked: str | None = None  # why every note of some sources was chunked again, when it was
     busy: list[str] = field(default_factory=list)  # sources left alone: another worker syncs them
     neutral: str | None = None  # the language statistics, when this run re-estimated them
     coverage: list[str] = field(default_factory=list)

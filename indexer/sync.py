@@ -78,9 +78,10 @@ class Syncer(VectorWork):
 
     # ---- identity -------------------------------------------------------------------------
 
-    def ensure_identity(self) -> tuple[str | None, set[str]]:
+    def ensure_identity(self) -> tuple[str | None, dict[str, str | None]]:
         """Rebuild the vector space if the config's differs. Returns (why rebuilt, the sources
-        whose files were chunked by another chunker version and must be re-chunked).
+        whose files were chunked by another chunker version and must be re-chunked, each with the
+        version that chunked them: None for a source not synced yet).
         Raises IndexBusy when a rebuild is due but other workers share the index."""
         meta = self.store.meta()
         rebuilt = None
@@ -103,11 +104,11 @@ class Syncer(VectorWork):
         self.lock.release_index()
         # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
         # the global key is what indexes written before per-source keys hold
-        stale = {
-            source_id
+        chunked_by = {
+            source_id: meta.get(f"chunker_version:{source_id}", meta.get("chunker_version"))
             for source_id in self.config.sources
-            if meta.get(f"chunker_version:{source_id}", meta.get("chunker_version")) != chunker.CHUNKER_VERSION
         }
+        stale = {source_id: version for source_id, version in chunked_by.items() if version != chunker.CHUNKER_VERSION}
         return rebuilt, stale
 
     def _adopt_unrecorded_space(self, meta: dict[str, str]) -> dict[str, str]:
@@ -366,7 +367,7 @@ class Syncer(VectorWork):
             report, _ = self._begin()
         except IndexBusy:
             return SyncReport(locked=True)
-        self._index_sources(report, source_ids or list(self.config.sources), False, path, set())
+        self._index_sources(report, source_ids or list(self.config.sources), False, path, {})
         self._write_tocs(report, whole=path is None)
         self._record_walked_files()
         self.embed_pending(report, started + embed_budget)  # someone waits: never a bulk index build
@@ -374,7 +375,7 @@ class Syncer(VectorWork):
 
     # ---- the steps they share ---------------------------------------------------------------
 
-    def _begin(self) -> tuple[SyncReport, set[str]]:
+    def _begin(self) -> tuple[SyncReport, dict[str, str | None]]:
         """A report that says whether the vector space was rebuilt, and the sources to re-chunk."""
         report = SyncReport()
         report.rebuilt, stale_chunking = self.ensure_identity()
@@ -388,7 +389,12 @@ class Syncer(VectorWork):
                 self.lock.release_index()
 
     def _index_sources(
-        self, report: SyncReport, source_ids: list[str], full: bool, path: str | None, rechunk: set[str]
+        self,
+        report: SyncReport,
+        source_ids: list[str],
+        full: bool,
+        path: str | None,
+        rechunk: dict[str, str | None],
     ) -> None:
         """Each source's changes into the index; a failing source is reported and recorded, and
         the others go on."""
@@ -433,9 +439,10 @@ class Syncer(VectorWork):
         except OSError as exc:  # the TOC is a convenience: a sync never fails over it
             log.warning("cannot write a table of contents under %s: %s", self.config.toc_dir, exc)
 
-    def _record_rechunked(self, report: SyncReport, stale_chunking: set[str], *, whole: bool) -> None:
+    def _record_rechunked(self, report: SyncReport, stale_chunking: dict[str, str | None], *, whole: bool) -> None:
         """The chunker version of each source re-chunked whole (a path-scoped run re-chunked
-        only that path of a workspace source; git sources ignore paths)."""
+        only that path of a workspace source; git sources ignore paths), and why its notes were
+        all read again, said once: the run that records the new version."""
         rechunked = {
             s.source_id
             for s in report.sources
@@ -443,6 +450,9 @@ class Syncer(VectorWork):
         }
         if rechunked:
             self.store.set_meta({f"chunker_version:{sid}": chunker.CHUNKER_VERSION for sid in sorted(rechunked)})
+        report.rechunked = rechunk_notice({sid: stale_chunking[sid] for sid in rechunked})
+        if report.rechunked:
+            log.info("%s", report.rechunked)
 
     def _embed_whole(self, report: SyncReport) -> None:
         """The vector work of a sync or reindex: nobody waits on it, so it embeds every pending
@@ -477,6 +487,21 @@ class Syncer(VectorWork):
         report.pending = self.store.count_pending_all()
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+
+def rechunk_notice(chunked_by: dict[str, str | None]) -> str | None:
+    """Why the notes of these sources were all chunked again (the chunker version that chunked
+    them before, by source), or None where none was chunked by another version: a source synced
+    for the first time has no notes to re-chunk."""
+    changed = {sid: version for sid, version in chunked_by.items() if version is not None}
+    if not changed:
+        return None
+    before = ", ".join(sorted(set(changed.values())))
+    sources = ", ".join(sorted(changed))
+    return (
+        f"notes re-chunked (source{'s' if len(changed) > 1 else ''} {sources}): the chunker changed"
+        f" (version {before} → {chunker.CHUNKER_VERSION}); a chunk whose text came out the same keeps its vector"
+    )
 
 
 class IndexBusy(Exception):

@@ -4,6 +4,7 @@ identity guard and the coverage report; a second sync of the same files is a no-
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -19,7 +20,7 @@ from indexer.lock import SyncLock
 from indexer.store import index_exists
 from indexer.sync import SyncReport, run_reindex, run_sync
 from indexer.toc import toc_path
-from tests.conftest import NOTES, make_config, open_index, sync_lock_held, write
+from tests.conftest import NOTES, cli_on, make_config, open_index, sync_lock_held, write
 from tests.fakes import FakeEmbedder
 from tests.pg import both_backends
 from tests.store_checks import (
@@ -482,6 +483,30 @@ def test_a_new_chunker_version_is_recorded_per_source(
     rest = run_sync(config, embedder_factory=lambda: embedder)  # only `other` is still stale
     assert {s.source_id: s.updated for s in rest.sources} == {"notes": 0, "other": 1}
     assert run_sync(config, embedder_factory=lambda: embedder).sources[1].updated == 0
+
+
+def test_a_new_chunker_version_says_once_why_every_note_was_chunked_again(
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None
+) -> None:
+    """A chunker upgrade re-reads every note: the sync says why, as a rebuild does, once."""
+    import search.cli as cli_module
+    from indexer import chunker
+
+    run = cli_on(make_config(tmp_path, notes, db=db_url), monkeypatch)
+    assert json.loads(run("sync", "--json").stdout)["rechunked"] is None  # a first sync re-chunks nothing
+    before = chunker.CHUNKER_VERSION
+    monkeypatch.setattr(chunker, "CHUNKER_VERSION", "next")
+    report = json.loads(run("sync", "--json").stdout)
+    assert report["rechunked"] == (
+        f"notes re-chunked (source notes): the chunker changed (version {before} → next);"
+        " a chunk whose text came out the same keeps its vector"
+    )
+    assert report["rebuilt"] is None and report["sources"][0]["updated"] == len(NOTES)
+    assert report["embedded"] == 0  # the same texts: their vectors are kept
+    assert json.loads(run("sync", "--json").stdout)["rechunked"] is None  # said once
+    monkeypatch.setattr(chunker, "CHUNKER_VERSION", "after next")
+    monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)  # a person reads the summary
+    assert "notes re-chunked (source notes): the chunker changed (version next → after next)" in run("sync").stderr
 
 
 def test_lowering_max_file_bytes_drops_files_now_too_large(

@@ -192,6 +192,8 @@ def _progress(interactive: bool) -> Iterator[Progress | None]:
 def _print_sync_summary(report: SyncReport) -> None:
     if report.rebuilt:
         echo(report.rebuilt, err=True)
+    if report.rechunked:
+        echo(report.rechunked, err=True)
     for s in report.sources:
         if s.recloned:
             echo(f"{s.source_id}: the mirror was damaged ({s.recloned}) and was cloned again", err=True)
@@ -240,6 +242,8 @@ def reindex(ctx: CliContext, path: str, full: bool, as_json: bool) -> None:
             if len(s.skips) > MAX_SKIPS_SHOWN:
                 echo(f"    ... and {len(s.skips) - MAX_SKIPS_SHOWN} more skipped (the log lists them)")
         _warn_problems(report)
+        if report.rechunked:
+            echo(report.rechunked, err=True)
         if report.embed_notice:
             echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:

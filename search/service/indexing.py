@@ -75,6 +75,7 @@ def sync_report_json(report: SyncReport) -> dict[str, object]:
         "pending": report.pending,
         "embed_notice": report.embed_notice,
         "rebuilt": report.rebuilt,
+        "rechunked": report.rechunked,
         "coverage": report.coverage,
         "sources": [source_report_json(s) for s in report.sources],
     }
@@ -139,6 +140,7 @@ def merged_reports(reports: Sequence[SyncReport]) -> SyncReport:
         pending=reports[-1].pending if reports else 0,
         embed_notice="; ".join(dict.fromkeys(notices)) or None,
         rebuilt=next((r.rebuilt for r in reports if r.rebuilt), None),
+        rechunked=next((r.rechunked for r in reports if r.rechunked), None),
         busy=[sid for r in reports for sid in r.busy],
         neutral=next((r.neutral for r in reversed(reports) if r.neutral), None),
         coverage=[line for r in reports for line in r.coverage],
