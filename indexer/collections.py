@@ -187,7 +187,13 @@ def walk_folders(root: Path, scope: FileSelection, log: logging.Logger | None = 
                     files.append((child, entry))
                 continue
             if is_link:
-                linked.append((child, entry.path))
+                # a link to this folder or one above it is a loop: what it reaches is listed under
+                # its real names already (a walk of the whole root finds that folder claimed, but
+                # a walk scoped below it does not, and would list the tree again under the link)
+                target = os.path.realpath(entry.path)
+                here = os.path.realpath(path)
+                if here != target and not here.startswith(target.rstrip(os.sep) + os.sep):
+                    linked.append((child, entry.path))
                 continue
             try:
                 st = entry.stat()

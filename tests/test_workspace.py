@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -326,6 +327,23 @@ def test_symlink_loops_terminate(tmp_path: Path) -> None:
     os.symlink(tmp_path / "ping", tmp_path / "pong")
     os.symlink(tmp_path / "pong", tmp_path / "ping")
     assert list(upserted(changes(source(tmp_path)))) == ["a/b/note.md"]
+
+
+def test_a_scoped_scan_lists_no_more_than_the_whole_one_below_a_loop(tmp_path: Path) -> None:
+    """`reindex notes:hostile` with `hostile/loop -> ..`: a walk scoped to `hostile` did not
+    find the root claimed (its listing was scoped away) and listed the tree again under the
+    link; the next full sync took those copies back out, and so on."""
+    write(tmp_path, "top.md")
+    write(tmp_path, "hostile/h.md")
+    write(tmp_path, "other/o.md")
+    os.symlink(tmp_path, tmp_path / "hostile/loop")
+    whole = upserted(changes(source(tmp_path)))
+    assert sorted(whole) == ["hostile/h.md", "other/o.md", "top.md"]
+    src = source(tmp_path)
+    scoped = dataclasses.replace(src, selection=src.selection.within("hostile"))
+    assert sorted(upserted(changes(scoped))) == ["hostile/h.md"]
+    looped = dataclasses.replace(src, selection=src.selection.within("hostile/loop"))
+    assert list(upserted(changes(looped))) == []
 
 
 # --- inbox, _meta.yaml, collections ------------------------------------------------------
