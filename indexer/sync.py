@@ -680,5 +680,6 @@ def catch_up(
     except StoreError as exc:  # e.g. an index this user may read but not write: search what is there
         return f"the index could not be updated before this search ({exc}); results may lag the disk"
     if report.locked:
-        return "a sync is running: results may lag the disk by a few seconds"
+        # it may run for long (a first sync, a huge note): no promise of seconds
+        return "a sync is running: what changed on disk since it began is searchable once it ends"
     return report.embed_notice
