@@ -326,7 +326,9 @@ def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_pat
     write(notes, {"travel/new.md": "# Nová\n\nOkoun říční.\n"})
     with sync_lock_held(load_config(config_path)):
         data = query_json(run, "okoun", "--path", "travel")
-        assert data["notice"].endswith("a sync is running: what changed on disk since it began is searchable once it ends")
+        assert data["notice"].endswith(
+            "a sync is running: what changed on disk since it began is searchable once it ends"
+        )
         assert "travel/new.md" not in paths(data)
 
 

@@ -274,14 +274,12 @@ def test_init_root_means_exactly_the_folder(
     assert load_config(work / "notes-search.yaml").sources["notes"].root == notes
 
 
-@pytest.mark.parametrize(
-    "source_id", ["my notes", "#x", "a #b", "[x]", '"q', "- x", "*a", "&a", "yes", "null", "123", "~"]
-)
+@pytest.mark.parametrize("source_id", ["yes", "null", "123", "1e3", "1.0", "true", "a.b", "_", "x-"])
 def test_init_writes_the_source_id_it_was_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_id: str
 ) -> None:
-    """The id goes into YAML: written bare, `yes`, `123` or `#x` became another key (or no
-    config at all), and every later command failed on the file `init` had just written."""
+    """The id goes into YAML: written bare, `yes`, `123` or `1e3` became another key, and
+    every later command failed on the file `init` had just written."""
     from click.testing import CliRunner
 
     from search.cli import cli
@@ -293,7 +291,10 @@ def test_init_writes_the_source_id_it_was_given(
     assert list(load_config(tmp_path / "notes-search.yaml").sources) == [source_id]
 
 
-@pytest.mark.parametrize("source_id", ["", "a:b", "x/y", "a\0b"])
+# the config refuses the first four; the rest a command line would not carry unquoted
+@pytest.mark.parametrize(
+    "source_id", ["", "a:b", "x/y", "a\0b", "my notes", "#x", "[x]", '"q', "*a", "&a", "~", "x\x1b[31m"]
+)
 def test_init_refuses_a_source_id_the_config_would_refuse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_id: str
 ) -> None:
