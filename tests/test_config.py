@@ -345,7 +345,7 @@ def test_init_here_inside_the_notes_folder_writes_nothing(tmp_path: Path, monkey
 
 
 def test_a_longer_known_model_name_is_matched_before_a_part_of_it() -> None:
-    from indexer.config import KNOWN_WINDOWS, known_window
+    from indexer.known_models import KNOWN_WINDOWS, known_window
 
     # the first entry found in a name counts: an entry that holds an earlier one would never be
     for earlier, (name, _) in enumerate(KNOWN_WINDOWS):

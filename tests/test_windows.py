@@ -11,9 +11,10 @@ import pytest
 
 from indexer import config as config_module
 from indexer.chunker import parse_markdown
-from indexer.config import Config, EmbeddingConfig, identity_mismatch, known_window, load_config
+from indexer.config import Config, EmbeddingConfig, identity_mismatch, load_config
 from indexer.embedders import LocalEmbedder
 from indexer.errors import ConfigError
+from indexer.known_models import known_window
 from indexer.store import SearchScope
 from indexer.sync import run_sync
 from indexer.windows import estimate_tokens, window_lines, windows, windows_and_lines

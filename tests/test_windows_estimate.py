@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from indexer.chunker import parse_markdown
-from indexer.config import EmbeddingConfig, identity_mismatch, load_config, uses_xlm_r_vocabulary
+from indexer.config import EmbeddingConfig, identity_mismatch, load_config
 from indexer.embedders import LocalEmbedder, make_embedder
+from indexer.known_models import uses_xlm_r_vocabulary
 from indexer.sync import run_sync
 from indexer.windows import ESTIMATE_VERSION, WINDOWS_VERSION, estimate_tokens, windows
 from tests.conftest import make_config, open_index
