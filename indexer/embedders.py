@@ -262,8 +262,9 @@ E5_PASSAGE_TOKENS = 2
 
 def _xlm_r_token_count(text: str, model: str) -> int:
     """Tokens an XLM-R model reads for `text` as sent (its start and end tokens included), by
-    the local engine's tokenizer. Loading it costs ~0.1 s and ~25 MB, once, in a sync; a query's
-    embedding never counts."""
+    the local engine's tokenizer. Loading it costs ~0.1 s and ~25 MB, once in a process that
+    cuts windows: a sync, or a search's catch-up of a changed note; a query's embedding never
+    counts."""
     with _local_lock:
         try:
             engine = _e5()

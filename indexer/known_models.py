@@ -27,16 +27,23 @@ KNOWN_WINDOWS = (
     ("text-embedding-ada-002", 8191),
 )
 # Models whose tokenizer is XLM-R's SentencePiece vocabulary (tokenizer_config: XLMRobertaTokenizer),
-# the one the local engine bundles: a server's windows of them are counted exactly. Matched at the
-# start of the name (after an organisation written into it, as Ollama's community models do),
-# since a derivative named after one may carry a pruned vocabulary that splits words further.
-XLM_R_MODELS = (
-    "multilingual-e5",
-    "bge-m3",
-    "snowflake-arctic-embed2",
-    "snowflake-arctic-embed-l-v2",
-    "paraphrase-multilingual",
-    "nomic-embed-text-v2",
+# the one the local engine bundles: a server's windows of them are counted exactly. Matched by the
+# whole name (without an organisation, also one written into it, as Ollama's community models
+# do): a derivative named after one may carry a pruned vocabulary that splits words further
+# (bge-m3_en_ru, USER-bge-m3), and a fine-tune is counted by the estimate, which bounds it.
+XLM_R_MODELS = frozenset(
+    {
+        "multilingual-e5-small",
+        "multilingual-e5-base",
+        "multilingual-e5-large",
+        "multilingual-e5-large-instruct",
+        "bge-m3",
+        "snowflake-arctic-embed2",
+        "snowflake-arctic-embed-l-v2.0",
+        "paraphrase-multilingual",  # Ollama's paraphrase-multilingual-mpnet-base-v2
+        "paraphrase-multilingual-mpnet-base-v2",
+        "nomic-embed-text-v2-moe",
+    }
 )
 _MODEL_ORGANISATIONS = ("intfloat-", "baai-", "snowflake-", "sentence-transformers-", "nomic-ai-")
 OLLAMA_DEFAULT_CONTEXT = 2048
@@ -64,7 +71,7 @@ def uses_xlm_r_vocabulary(model: str) -> bool:
     """Whether `model` is one of XLM_R_MODELS, whose tokens the bundled tokenizer counts exactly."""
     name = _model_name(model)
     names = {name, *(name.removeprefix(organisation) for organisation in _MODEL_ORGANISATIONS)}
-    return any(candidate.startswith(family) for candidate in names for family in XLM_R_MODELS)
+    return not names.isdisjoint(XLM_R_MODELS)
 
 
 def _model_name(model: str) -> str:

@@ -104,8 +104,12 @@ class Syncer(VectorWork):
         self.lock.release_index()
         # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
         # the global key is what indexes written before per-source keys hold
+        # (a source added since, never synced, was chunked by nothing: the global key is not its)
         chunked_by = {
-            source_id: meta.get(f"chunker_version:{source_id}", meta.get("chunker_version"))
+            source_id: meta.get(
+                f"chunker_version:{source_id}",
+                meta.get("chunker_version") if self.store.source_state(source_id).last_sync_at else None,
+            )
             for source_id in self.config.sources
         }
         stale = {source_id: version for source_id, version in chunked_by.items() if version != chunker.CHUNKER_VERSION}
@@ -496,7 +500,7 @@ def rechunk_notice(chunked_by: dict[str, str | None]) -> str | None:
     changed = {sid: version for sid, version in chunked_by.items() if version is not None}
     if not changed:
         return None
-    before = ", ".join(sorted(set(changed.values())))
+    before = ", ".join(sorted(set(changed.values()), key=lambda version: (len(version), version)))  # 2 before 10
     sources = ", ".join(sorted(changed))
     return (
         f"notes re-chunked (source{'s' if len(changed) > 1 else ''} {sources}): the chunker changed"

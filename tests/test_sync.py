@@ -509,6 +509,36 @@ def test_a_new_chunker_version_says_once_why_every_note_was_chunked_again(
     assert "notes re-chunked (source notes): the chunker changed (version next → after next)" in run("sync").stderr
 
 
+def test_a_source_added_to_an_index_of_an_older_chunker_was_not_re_chunked(
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder, db_url: str | None
+) -> None:
+    """An index written before per-source chunker versions holds one global key; a source added
+    since inherited it, and its first sync said its notes were chunked again."""
+    config = load_config(make_config(tmp_path, notes, db=db_url))
+    run_sync(config, embedder_factory=lambda: embedder)
+    store = open_index(config)
+    try:
+        store.set_meta({"chunker_version": "old", "chunker_version:notes": "old"})
+    finally:
+        store.close()
+    other = tmp_path / "other"
+    write(other, {"a.md": "# A\n\nhello there\n"})
+    extra = f"    other:\n      root: {other}\n      paths: ['**']\n"
+    both = load_config(make_config(tmp_path, notes, extra_sources=extra, db=db_url))
+    report = run_sync(both, embedder_factory=lambda: embedder)
+    assert report.rechunked is not None and "(source notes)" in report.rechunked, report.rechunked
+    assert run_sync(both, embedder_factory=lambda: embedder).rechunked is None
+
+
+def test_reindex_runs_say_each_source_re_chunked() -> None:
+    from search.service.indexing import merged_reports
+
+    merged = merged_reports(
+        [SyncReport(rechunked="notes re-chunked (source a)"), SyncReport(rechunked="notes re-chunked (source b)")]
+    )
+    assert merged.rechunked == "notes re-chunked (source a); notes re-chunked (source b)"
+
+
 def test_lowering_max_file_bytes_drops_files_now_too_large(
     tmp_path: Path, notes: Path, embedder: FakeEmbedder, db_url: str | None
 ) -> None:

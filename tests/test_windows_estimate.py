@@ -52,6 +52,9 @@ def dense_texts() -> dict[str, str]:
         "rare cyrillic letters": "ѠѡѢѣѤѥѦѧѨѩѪѫѬѭѮѯѰѱѲѳѴѵѶѷѸѹ" * 20,
         "math symbols": "∀x∈ℝ: ∑ᵢ xᵢ² ≤ ∫₀^∞ f(t)dt ⇒ ∇·F = 0\n" * 20,
         "emoji": "✅ done 🚀 ship 🔥 hot 👨\u200d👩\u200d👧 family 🇨🇿 flag 👍🏽 ok\n" * 20,
+        # a word of CJK letters after a space takes SentencePiece's word-start marker of its own
+        "cjk tags": " ".join(["标签", "运维", "备份", "日志", "监控"] * 80),
+        "cjk letters spaced": " ".join("数据库备份使用命令完成写入文件日志监控" * 40),
     }
 
 
@@ -128,6 +131,8 @@ def test_english_prose_keeps_about_the_windows_it_had() -> None:
         ("mxbai-embed-large:335m", False),
         ("snowflake-arctic-embed:335m", False),
         ("deepvk/USER-bge-m3", False),  # a derivative with its own, smaller vocabulary
+        ("TatonkaHF/bge-m3_en_ru", False),  # bge-m3's vocabulary pruned to English and Russian
+        ("BAAI/bge-m3-retromae", False),  # a fine-tune: the estimate bounds it
         ("qwen3-embedding:0.6b", False),
         ("text-embedding-3-small", False),
     ],

@@ -132,6 +132,7 @@ def merged_reports(reports: Sequence[SyncReport]) -> SyncReport:
     if len(reports) == 1:
         return reports[0]
     notices = [r.embed_notice for r in reports if r.embed_notice]
+    rechunked = [r.rechunked for r in reports if r.rechunked]  # one run per git source may each say it
     return SyncReport(
         locked=any(r.locked for r in reports),
         sources=[s for r in reports for s in r.sources],
@@ -140,7 +141,7 @@ def merged_reports(reports: Sequence[SyncReport]) -> SyncReport:
         pending=reports[-1].pending if reports else 0,
         embed_notice="; ".join(dict.fromkeys(notices)) or None,
         rebuilt=next((r.rebuilt for r in reports if r.rebuilt), None),
-        rechunked=next((r.rechunked for r in reports if r.rechunked), None),
+        rechunked="; ".join(dict.fromkeys(rechunked)) or None,
         busy=[sid for r in reports for sid in r.busy],
         neutral=next((r.neutral for r in reversed(reports) if r.neutral), None),
         coverage=[line for r in reports for line in r.coverage],
