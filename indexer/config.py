@@ -424,10 +424,17 @@ def _check_room_for_text(max_tokens: int | None, provider: str, model: str, pref
     if window - taken >= MIN_WINDOW_TEXT_TOKENS:
         return
     key = "embedding.max_tokens" if max_tokens is not None else "embedding.passage_prefix"
+    needed = taken + MIN_WINDOW_TEXT_TOKENS
+    # a larger max_tokens helps only up to what the model reads: past that the server cuts
+    fix = (
+        f"max_tokens must be at least {needed}, or the prefix shorter"
+        if needed <= known_window(provider, model)
+        else f"the prefix must be shorter ({model} reads {known_window(provider, model)} tokens)"
+    )
     raise c.fail(
         key,
         f"a window of {window} tokens leaves no room for text after the passage prefix and the model's own"
-        f" tokens (about {taken}): max_tokens must be at least {taken + MIN_WINDOW_TEXT_TOKENS}, or the prefix shorter",
+        f" tokens (about {taken}): {fix}",
     )
 
 

@@ -374,8 +374,11 @@ def test_a_window_with_no_room_for_text_after_the_passage_prefix_is_refused() ->
     assert "max_tokens must be at least" in message
     # the model's own window is checked too: paraphrase-multilingual reads 128 tokens
     text = SERVER.format(model="paraphrase-multilingual:278m", extra=f"  passage_prefix: {prefix * 8!r}\n")
-    with pytest.raises(ConfigError, match=r"embedding\.passage_prefix: a window of 128 tokens"):
+    with pytest.raises(ConfigError, match=r"embedding\.passage_prefix: a window of 128 tokens") as small:
         parse_config(text, "c.yaml")
+    # a larger max_tokens would be cut by the server: only a shorter prefix helps
+    assert "max_tokens must be" not in str(small.value)
+    assert str(small.value).endswith("the prefix must be shorter (paraphrase-multilingual:278m reads 128 tokens)")
     # room for a few words is enough, and a short prefix leaves it in the smallest window
     assert parse_config(SERVER.format(model="m:1", extra="  max_tokens: 16\n"), "c.yaml").embedding.window == 16
     short = SERVER.format(model="m:1", extra="  max_tokens: 16\n  passage_prefix: 'passage: '\n")
