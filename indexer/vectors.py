@@ -34,6 +34,10 @@ RETRY_NOW = "`notes-search sync --retry-embedder` tries now"
 VECTOR_PAGE = 2000  # stored vectors read per page when the statistics are estimated from them
 HOLD_SECONDS = 20.0  # embedding a first sync may hold back unstored: what a kill can cost
 HOLD_BYTES = 64 << 20  # and the memory the held vectors may take
+# a chunk of over four times the chunker's largest (800 tokens of ~4 characters: a block it
+# cannot cut, a pasted log, one long line) is embedded after all others; 1 of the real notes'
+# 2,230 chunks is one (not imported from the chunker: a search's catch-up would load its parser)
+GIANT_CHUNK_CHARS = 12_800
 CATCH_UP_STEP = 8  # chunks per embedding request in a catch-up: the budget is checked between steps
 
 
@@ -85,10 +89,15 @@ class VectorWork:
         after_id = 0
         done = 0
         self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
-        while True:
-            rows = self.store.pending_chunks(batch, after_id)
+        # chunks of a few windows first, then the giants: a huge note (a log pasted whole, one
+        # long line) may take the model an hour, and every other note's vector waits behind it
+        passes = [(0, GIANT_CHUNK_CHARS), (GIANT_CHUNK_CHARS + 1, None)]
+        while passes:
+            rows = self.store.pending_chunks(batch, after_id, min_chars=passes[0][0], max_chars=passes[0][1])
             if not rows:
-                break
+                passes.pop(0)
+                after_id = 0
+                continue
             after_id = rows[-1].id
             # identical texts (copied notes, boilerplate) are embedded once
             unique: dict[str, int] = {}

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexer.config import Config, load_config
@@ -507,6 +508,27 @@ def test_a_new_chunker_version_says_once_why_every_note_was_chunked_again(
     monkeypatch.setattr(chunker, "CHUNKER_VERSION", "after next")
     monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)  # a person reads the summary
     assert "notes re-chunked (source notes): the chunker changed (version next → after next)" in run("sync").stderr
+
+
+def test_a_giant_chunk_is_embedded_after_every_other_note(tmp_path: Path, notes: Path, db_url: str | None) -> None:
+    """A pasted log of megabytes takes the model an hour: the notes after it in the index
+    (here every one: `a-log.md` is indexed first) get their vectors before it, not after."""
+    from indexer.vectors import GIANT_CHUNK_CHARS
+
+    write(notes, {"a-log.md": "# Log\n\n" + "GET /index.html 200 " * (GIANT_CHUNK_CHARS // 10) + "\n"})
+    config = load_config(make_config(tmp_path, notes, db=db_url))
+    order: list[str] = []
+
+    class Recording(FakeEmbedder):
+        def embed_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+            order.extend(texts)
+            return super().embed_batch(texts, is_query=is_query)
+
+    report = run_sync(config, embedder_factory=lambda: Recording(config.embedding))
+    assert report.pending == 0
+    giant = [i for i, text in enumerate(order) if "GET /index.html" in text]
+    small = [i for i, text in enumerate(order) if "GET /index.html" not in text]
+    assert giant and small and max(small) < min(giant)
 
 
 def test_a_source_added_to_an_index_of_an_older_chunker_was_not_re_chunked(

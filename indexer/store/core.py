@@ -392,12 +392,20 @@ class StoreCore:
 
     # ---- chunks waiting for a vector -------------------------------------------------------
 
-    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
-        """Chunks waiting for a vector after `after_id`, oldest first."""
+    def pending_chunks(
+        self, limit: int, after_id: int = 0, *, min_chars: int = 0, max_chars: int | None = None
+    ) -> list[PendingChunk]:
+        """Chunks waiting for a vector after `after_id`, oldest first, whose text is `min_chars`
+        to `max_chars` characters long."""
+        size = " AND length(c.text) >= ?" if min_chars else ""
+        params: tuple[int, ...] = (after_id, min_chars) if min_chars else (after_id,)
+        if max_chars is not None:
+            size += " AND length(c.text) <= ?"
+            params += (max_chars,)
         rows = self._run(
             f"""SELECT c.id, c.content_hash, {self.dialect.embed_text_sql} FROM chunks c
-                WHERE c.embedded_at IS NULL AND c.id > ? ORDER BY c.id LIMIT ?""",
-            (after_id, limit),
+                WHERE c.embedded_at IS NULL AND c.id > ?{size} ORDER BY c.id LIMIT ?""",
+            (*params, limit),
         )
         return [PendingChunk(int(chunk_id), digest, text) for chunk_id, digest, text in rows]
 

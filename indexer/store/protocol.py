@@ -322,8 +322,11 @@ class IndexWriter(IndexReader, Protocol):
         """Chunks of the whole index waiting for a vector."""
         ...
 
-    def pending_chunks(self, limit: int, after_id: int = 0) -> list[PendingChunk]:
-        """Up to `limit` chunks waiting for a vector with id > `after_id`, by id."""
+    def pending_chunks(
+        self, limit: int, after_id: int = 0, *, min_chars: int = 0, max_chars: int | None = None
+    ) -> list[PendingChunk]:
+        """Up to `limit` chunks waiting for a vector with id > `after_id`, by id, whose text is
+        `min_chars` to `max_chars` characters long."""
         ...
 
     def store_window_lines(self, lines: Mapping[str, Sequence[int]]) -> None:
