@@ -20,7 +20,7 @@ from indexer.globs import FileSelection, glob_problem
 from indexer.known_models import LOCAL_WINDOW, known_window, uses_xlm_r_vocabulary
 from indexer.redaction import is_postgres_url
 from indexer.useryaml import InvalidYaml, load_yaml
-from indexer.windows import ESTIMATE_VERSION, WINDOWS_VERSION, estimate_tokens
+from indexer.windows import ESTIMATE_OVERHEAD, ESTIMATE_VERSION, WINDOWS_VERSION, estimate_tokens
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; parsing megabytes of YAML takes seconds
 # Upper bounds keep every number within what the code below it can use (an index-sized int for a
@@ -419,7 +419,12 @@ def _check_room_for_text(max_tokens: int | None, provider: str, model: str, pref
     """Every window repeats the passage prefix and the model's own tokens: a window with no room
     left for text would cut each chunk into windows of a character or two, each over the limit.
     The prefix is estimated (an exact count would load the tokenizer on every command)."""
-    window = max_tokens if max_tokens is not None else known_window(provider, model)
+    reads = known_window(provider, model)
+    window = max_tokens if max_tokens is not None else reads
+    # every command parses the config: an ASCII prefix (at most a token a character, the
+    # estimate's overhead and one for rounding) that surely fits is not estimated
+    if prefix.isascii() and window - (ESTIMATE_OVERHEAD + len(prefix) + 1) >= MIN_WINDOW_TEXT_TOKENS:
+        return
     taken = estimate_tokens(prefix)
     if window - taken >= MIN_WINDOW_TEXT_TOKENS:
         return
@@ -428,8 +433,8 @@ def _check_room_for_text(max_tokens: int | None, provider: str, model: str, pref
     # a larger max_tokens helps only up to what the model reads: past that the server cuts
     fix = (
         f"max_tokens must be at least {needed}, or the prefix shorter"
-        if needed <= known_window(provider, model)
-        else f"the prefix must be shorter ({model} reads {known_window(provider, model)} tokens)"
+        if needed <= reads
+        else f"the prefix must be shorter ({model} reads {reads} tokens)"
     )
     raise c.fail(
         key,

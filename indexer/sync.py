@@ -104,16 +104,18 @@ class Syncer(VectorWork):
         self.lock.release_index()
         # per source, so `sync --source`, hooks and the watcher's reconcile record their own;
         # the global key is what indexes written before per-source keys hold
-        # (a source added since, never synced, was chunked by nothing: the global key is not its)
-        chunked_by = {
-            source_id: meta.get(
-                f"chunker_version:{source_id}",
-                meta.get("chunker_version") if self.store.source_state(source_id).last_sync_at else None,
-            )
-            for source_id in self.config.sources
-        }
+        chunked_by = {source_id: self._chunked_by(source_id, meta) for source_id in self.config.sources}
         stale = {source_id: version for source_id, version in chunked_by.items() if version != chunker.CHUNKER_VERSION}
         return rebuilt, stale
+
+    def _chunked_by(self, source_id: str, meta: dict[str, str]) -> str | None:
+        """The chunker version that chunked a source's notes: its own key, else the global one
+        of an index written before per-source keys, unless the source was added since and never
+        synced (chunked by nothing). Its state is read only in that case, not on every sync."""
+        own = meta.get(f"chunker_version:{source_id}")
+        if own is not None or "chunker_version" not in meta:
+            return own
+        return meta["chunker_version"] if self.store.source_state(source_id).last_sync_at else None
 
     def _adopt_unrecorded_space(self, meta: dict[str, str]) -> dict[str, str]:
         """An index written before the vector space was recorded holds raw vectors and no

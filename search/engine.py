@@ -14,13 +14,14 @@ from indexer.config import Config, identity_mismatch
 from indexer.errors import EmbedderError, NotesSearchError, ReindexNeeded, StoreError
 from indexer.keywords import KeywordQuery
 from indexer.store import ChunkRow, IndexReader, RankedChunk, SearchScope
-from search.exact import ExactRule, exact_first, exact_rules, tokens, verbatim_holders
+from search.exact import ExactRule, exact_first, exact_rules, verbatim_holders
 from search.fusion import (
     Fused,
     Fusion,
     background_hits,
     covered_terms,
     exact_value_terms,
+    folded_words,
     match_terms,
     meaning_weight,
     rrf,
@@ -628,7 +629,7 @@ def _fuse(
             response.exact_value = True
             # named as typed (`ze zálohy`), not as the index folds it
             phrases = match.phrases if match is not None else ()
-            typed = (p.words for p in phrases if tuple(tokens(" ".join(p.words))) == value)
+            typed = (phrase.words for phrase in phrases if folded_words(phrase) == value)
             response.exact_value_term = " ".join(next(typed, value))
     # of those, the ones the keyword half did not find by a word both languages share either
     blind = {cid: lists for cid, lists in foreign.items() if cid not in keyword_ids}

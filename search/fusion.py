@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from indexer.keywords import KeywordQuery
+from indexer.keywords import KeywordQuery, Phrase
 from search.exact import fold, tokens
 
 RRF_K = 60
@@ -132,12 +132,15 @@ def rrf(
                 imputed.setdefault(chunk_id, {})[name] = rank
     scores = {cid: sum(got.values()) for cid, got in parts.items()}
     recency = recency or {}
-    order = sorted(scores, key=lambda cid: (-round(scores[cid], 12), cid in imputed, -recency.get(cid, 0.0), cid))
+
+    def key(cid: int) -> tuple[float, bool, float, int]:  # the score, then TIE_RULES in order
+        return -round(scores[cid], 12), cid in imputed, -recency.get(cid, 0.0), cid
+
+    order = sorted(scores, key=key)
     ties = {}
     for above, cid in itertools.pairwise(order):
-        if round(scores[above], 12) == round(scores[cid], 12):
-            taken = (above in imputed) != (cid in imputed)
-            ties[cid] = "taken" if taken else "recency" if recency.get(above) != recency.get(cid) else "id"
+        if key(above)[0] == key(cid)[0]:  # the first part of the keys that differs settled it
+            ties[cid] = next(rule for rule, a, b in zip(TIE_RULES, key(above)[1:], key(cid)[1:], strict=True) if a != b)
     # the lists that ranked the ids an imputed part was added to, the blind list aside
     kept = {name for chunk_id, lists in imputed.items() for name in ranks[chunk_id] if name not in lists}
     placed = single_list_order(order, ranks, kept) if kept else order
@@ -225,10 +228,15 @@ def match_terms(query: KeywordQuery | None) -> list[tuple[tuple[str, ...], bool]
     phrase; none for no query."""
     terms = []
     for phrase in query.phrases if query is not None else ():
-        words = tuple(tokens(" ".join(phrase.words)))
+        words = folded_words(phrase)
         if words:
             terms.append((words, phrase.prefix))
     return terms
+
+
+def folded_words(phrase: Phrase) -> tuple[str, ...]:
+    """A phrase's words as the index folds them (what `match_terms` compares)."""
+    return tuple(tokens(" ".join(phrase.words)))
 
 
 def term_coverage(terms: Sequence[tuple[tuple[str, ...], bool]], text: str) -> float:
