@@ -9,6 +9,7 @@ a workspace a stat walk that reads only files whose (size, mtime) differ from th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -19,7 +20,26 @@ from indexer.sources import git as git_source
 from indexer.sources import workspace
 from indexer.store import IndexReader
 
-LAG_LIST = 20  # changed paths named in a status answer
+LAG_LIST = 20  # changed (or skipped) paths named in a status answer
+# skips `status` names elsewhere or that are not the file's fault: it was gone, or unreadable now
+_NOT_A_SKIP = ("unreadable", "vanished while scanning")
+
+
+@dataclass(frozen=True)
+class NotIndexed:
+    """Files of a source the index leaves out, and why (not UTF-8, too large, an LFS pointer, a
+    symlink): what someone runs `status PATH` for when a note they know is never found."""
+
+    count: int
+    files: tuple[tuple[str, str], ...] = ()  # (path, reason), the first LAG_LIST
+
+    def to_json(self) -> dict[str, object]:
+        return {"count": self.count, "files": [{"path": path, "reason": reason} for path, reason in self.files]}
+
+
+def _not_indexed(skips: list[tuple[str, str]]) -> NotIndexed:
+    skips.sort()
+    return NotIndexed(len(skips), tuple(skips[:LAG_LIST]))
 
 
 @dataclass(frozen=True)
@@ -32,6 +52,7 @@ class GitLag:
     remote_head: str | None
     remote_error: str | None  # why the remote did not answer
     mirror_damaged: str | None  # why the next sync clones the mirror again (once the remote answers)
+    not_indexed: NotIndexed = NotIndexed(0)  # at the indexed rev
 
     @property
     def lags(self) -> bool | None:
@@ -61,6 +82,7 @@ class WorkspaceLag:
     deleted: int
     paths: tuple[str, ...]
     unreadable: tuple[str, ...]
+    not_indexed: NotIndexed = NotIndexed(0)
 
     @property
     def lags(self) -> bool:
@@ -82,6 +104,7 @@ class LagUnknown:
 
     error: str
     lags: None = None
+    not_indexed: NotIndexed = NotIndexed(0)  # not known either
 
     def to_json(self) -> dict[str, object]:
         return {"lags": None, "error": self.error}
@@ -90,8 +113,11 @@ class LagUnknown:
 Lag = GitLag | WorkspaceLag | LagUnknown
 
 
-def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) -> GitLag:
-    """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head."""
+def git_freshness(
+    source: GitSource, store: IndexReader, place: str, max_file_bytes: int, *, check_remote: bool
+) -> GitLag:
+    """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head;
+    and what of it (or of the file or folder `place`) the indexed rev holds that is left out."""
     remote_head = remote_error = None
     if check_remote:
         try:
@@ -107,7 +133,13 @@ def git_freshness(source: GitSource, store: IndexReader, *, check_remote: bool) 
     damage = git_source.mirror_damage(source)
     if damage is None and indexed_rev is not None and not source.mirror.exists() and not source.mirror.is_symlink():
         damage = f"the mirror {source.mirror} is missing"  # show and grep fail until sync clones it
-    return GitLag(indexed_rev, mirror, remote_head, remote_error, damage)
+    skips: list[tuple[str, str]] = []
+    if indexed_rev is not None and damage is None:
+        known = store.known_files(source.id, under=place or None)
+        selection = source.selection.within(place) if place else source.selection
+        with contextlib.suppress(SourceError):  # the heads above say what is wrong with the mirror
+            skips = list(git_source.left_out(source, indexed_rev, known.keys(), selection, max_file_bytes))
+    return GitLag(indexed_rev, mirror, remote_head, remote_error, damage, _not_indexed(skips))
 
 
 def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str, max_file_bytes: int) -> WorkspaceLag:
@@ -117,6 +149,7 @@ def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str,
     changed: list[str] = []
     deleted: list[str] = []
     unreadable: list[str] = []
+    skips: list[tuple[str, str]] = []
     known = store.known_files(source.id, under=place or None)
     for change in workspace.scan(scanned, known, max_file_bytes=max_file_bytes, log=workspace.QUIET_LOG):
         if isinstance(change, Upsert):
@@ -127,4 +160,12 @@ def workspace_freshness(source: WorkspaceSource, store: IndexReader, place: str,
             unreadable.append(f"{change.path}/" if change.path else "./")
         elif isinstance(change, Skipped) and change.reason.startswith("unreadable"):
             unreadable.append(change.path)
-    return WorkspaceLag(len(changed), len(deleted), tuple((changed + deleted)[:LAG_LIST]), tuple(unreadable[:LAG_LIST]))
+        elif isinstance(change, Skipped) and not change.reason.startswith(_NOT_A_SKIP):
+            skips.append((change.path, change.reason))
+    return WorkspaceLag(
+        len(changed),
+        len(deleted),
+        tuple((changed + deleted)[:LAG_LIST]),
+        tuple(unreadable[:LAG_LIST]),
+        _not_indexed(skips),
+    )

@@ -207,8 +207,8 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
     if not _in_scope(source, rel):
         if source.selection.may_contain(rel) and _is_folder(config, store, source, rel):
             raise SourceError(f"{where}: is a folder, not a file (search it with --path, or list it with toc)")
-        if excluded_file(config, source_id, rel):
-            raise PathOutsideSources(f"{where}: excluded by the config: {_left_out_by(source, rel)}")
+        if excluded := excluded_file(config, source_id, rel):
+            raise PathOutsideSources(f"{where}: {excluded}")
         raise PathOutsideSources(f"{where}: outside the source's scope (paths/include/exclude in the config)")
     if isinstance(source, GitSource):
         rev = indexed_rev(store, source)
@@ -257,13 +257,16 @@ def _has_file(store: IndexReader | None, source: Source, rel: str, indexed: set[
     return True
 
 
-def excluded_file(config: Config, source_id: str, rel: str) -> bool:
-    """Is the confined `rel` a file on disk that the source's paths/include/exclude (or `.git`)
-    keep out of the index? A re-index of it does nothing, and the user should learn why."""
+def excluded_file(config: Config, source_id: str, rel: str) -> str | None:
+    """Why the confined `rel`, a file on disk, is kept out of the index by the source's
+    paths/include/exclude (or `.git`); None when it is not such a file. Whoever re-indexes,
+    shows or asks the status of it learns what to change, not only that something did."""
     source = config.sources[source_id]
     if not rel or not isinstance(source, WorkspaceSource) or _in_scope(source, rel):
-        return False
-    return os.path.isfile(_real_inside(source, rel))
+        return None
+    if not os.path.isfile(_real_inside(source, rel)):
+        return None
+    return f"excluded by the config: {_left_out_by(source, rel)}"
 
 
 def _is_folder(config: Config, store: IndexReader | None, source: Source, rel: str) -> bool:
@@ -281,7 +284,7 @@ SHOWN_PATTERNS = 3  # of a config key, in a message
 
 def _left_out_by(source: Source, rel: str) -> str:
     """Which key of the source's config keeps the file `rel` out, e.g. "`include` (*.md) does
-    not admit it": the user learns what to change, not only that something did."""
+    not admit it"."""
     selection = source.selection
     if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
         return "it is inside a .git folder, which is never read"
@@ -306,7 +309,23 @@ def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str
     source = config.sources[source_id]
     if isinstance(source, WorkspaceSource) and os.path.lexists(_disk_path(os.fspath(source.root), rel)):
         return True
-    return store is not None and source_id in store.sources_with_path(nfc(rel))
+    if store is None:
+        return False
+    if source_id in store.sources_with_path(nfc(rel)):
+        return True
+    return isinstance(source, GitSource) and _in_indexed_tree(store, source, nfc(rel))
+
+
+def _in_indexed_tree(store: IndexReader, source: GitSource, rel: str) -> bool:
+    """A file or folder of the commit the index was built from, indexed or not (a note the sync
+    skipped as not UTF-8 is still something `status` can say why of)."""
+    from indexer.sources import git as git_source  # pygit2 loads only when a mirror is read
+
+    rev = store.source_state(source.id).indexed_rev
+    try:
+        return rev is not None and git_source.has_entry(source, rev, rel)
+    except SourceError:  # no mirror, or not the commit: the index is all there is to go by
+        return False
 
 
 def missing_file(config: Config, store: IndexReader | None, path: str) -> SourceError:

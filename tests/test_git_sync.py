@@ -31,7 +31,7 @@ from search.cli.context import CliContext
 from search.mcp_server import NotesTools
 from tests.conftest import keywords, open_index, write
 from tests.fakes import FakeEmbedder
-from tests.gitutil import commit, init_upstream
+from tests.gitutil import Symlink, commit, init_upstream
 from tests.store_checks import (
     chunk_fingerprint,
     embedded_without_vector,
@@ -457,7 +457,7 @@ def freshness(index: Index, check_remote: bool = True) -> dict[str, dict[str, An
     config = index.config
     with closing(open_index(config, readonly=True)) as store:
         state = {
-            sid: git_freshness(src, store, check_remote=check_remote).to_json()
+            sid: git_freshness(src, store, "", config.max_file_bytes, check_remote=check_remote).to_json()
             for sid, src in config.sources.items()
             if isinstance(src, GitSource)
         }
@@ -534,6 +534,67 @@ def test_freshness_of_workspace_sources(tmp_path: Path, upstream: pygit2.Reposit
     shutil.rmtree(folder)
     entry = freshness(index, check_remote=False)["ws"]
     assert entry["lags"] is None and "does not exist" in entry["error"]
+
+
+def test_status_names_what_the_index_leaves_out_and_why(
+    tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note someone knows is there but never finds: `status` says why, for a git source (read
+    from the tree at the indexed rev) and a workspace one (its own scan), whole or one file."""
+    commit(
+        upstream,
+        {
+            "ok.md": note("Ok", "fine"),
+            "notes/cp1250.md": "Příliš žluťoučký kůň".encode("cp1250"),
+            "notes/big.md": "x" * 400,
+            "link.md": Symlink("ok.md"),
+        },
+        time=T0,
+    )
+    folder = tmp_path / "folder"
+    write(folder, {"one.md": note("One", "1"), "a.txt": "not a note"})
+    (folder / "latin1.md").write_bytes("Café crème".encode("latin-1"))
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}}, {"ws": {"root": str(folder), "paths": ["**"]}})
+    raw = yaml.safe_load(index.path.read_text())
+    index.path.write_text(yaml.safe_dump({**raw, "max_file_bytes": 300}))
+    index.sync()
+
+    def left_out(*args: str) -> dict[str, Any]:
+        result = cli_run(index.path, monkeypatch, "status", "--offline", *args, "--json")
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        return {s["id"] + (f":{s['path']}" if s["path"] else ""): s["not_indexed"] for s in data["sources"]}
+
+    whole = left_out()
+    assert whole["notes"] == {
+        "count": 3,
+        "files": [
+            {"path": "link.md", "reason": "symlink (not followed)"},
+            {"path": "notes/big.md", "reason": "too large (400 bytes > 300)"},
+            {"path": "notes/cp1250.md", "reason": "invalid UTF-8"},
+        ],
+    }
+    assert whole["ws"] == {"count": 1, "files": [{"path": "latin1.md", "reason": "binary or not UTF-8"}]}
+    assert left_out("notes:notes/cp1250.md")["notes:notes/cp1250.md"]["files"] == [
+        {"path": "notes/cp1250.md", "reason": "invalid UTF-8"}
+    ]
+    assert left_out("notes:ok.md")["notes:ok.md"] == {"count": 0, "files": []}
+    assert left_out("ws:a.txt")["ws:a.txt"]["files"] == [
+        {"path": "a.txt", "reason": "excluded by the config: `sources.workspace.ws.include` (*.md) does not admit it"}
+    ]
+    human = cli_run(index.path, monkeypatch, "status", "--offline", "notes:notes")
+    assert human.exit_code == 0, human.output
+    assert (
+        "    not indexed: notes/big.md (too large (400 bytes > 300)), notes/cp1250.md (invalid UTF-8)\n" in human.stdout
+    )
+
+    # mended: re-saved as UTF-8 (a new commit for the git note), the next sync takes them in
+    commit(upstream, {"notes/cp1250.md": "Příliš žluťoučký kůň"}, time=T0 + DAY)
+    (folder / "latin1.md").write_text("Café crème", encoding="utf-8")
+    index.sync()
+    whole = left_out()
+    assert [f["path"] for f in whole["notes"]["files"]] == ["link.md", "notes/big.md"]
+    assert whole["ws"] == {"count": 0, "files": []}
 
 
 def test_excluded_folder_pattern_gives_the_same_index_incrementally_and_from_scratch(

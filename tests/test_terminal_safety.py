@@ -296,7 +296,7 @@ def test_reindex_says_what_was_skipped_and_why(hostile) -> None:  # type: ignore
     excluded = run("reindex", "drafts/wip.md")
     assert excluded.stdout.splitlines() == [
         "notes: +0 ~0 -0, 1 skipped",
-        "    skipped drafts/wip.md: excluded by the config (paths/include/exclude)",
+        "    skipped drafts/wip.md: excluded by the config: `sources.workspace.notes.exclude` (drafts/**) leaves it out",
     ]
     (notes / "huge.md").write_text("# Huge\n" + "x" * 100, encoding="utf-8")
     config = notes.parent / "notes-search.yaml"

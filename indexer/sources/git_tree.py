@@ -30,7 +30,7 @@ import contextlib
 import gc
 import hashlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import pygit2
@@ -180,15 +180,20 @@ def _relevant(scope: FileSelection, path: str, mode: int) -> bool:
     return scope.admits(path)
 
 
-def _entries(tree: pygit2.Tree, scope: FileSelection, prefix: str = "") -> Iterator[tuple[str, pygit2.Oid, int]]:
-    """(path, oid, mode) of every relevant non-tree entry, pruning folders the scope excludes."""
+def _entries(
+    tree: pygit2.Tree, scope: FileSelection, prefix: str = "", known: Collection[str] = ()
+) -> Iterator[tuple[str, pygit2.Oid, int]]:
+    """(path, oid, mode) of every relevant non-tree entry, pruning folders the scope excludes,
+    and passing over the paths in `known` unchecked (they were relevant when indexed)."""
     for entry in tree:
         if entry.name is None:  # only a tree's own root has no name
             continue
         path = prefix + entry.name
+        if path in known:
+            continue
         if entry.filemode == FileMode.TREE:
             if isinstance(entry, pygit2.Tree) and scope.may_contain(path):
-                yield from _entries(entry, scope, path + "/")
+                yield from _entries(entry, scope, path + "/", known)
         elif _relevant(scope, path, entry.filemode):
             yield path, entry.id, entry.filemode
 
@@ -200,6 +205,32 @@ def tree_paths(source: GitSource, rev: str) -> set[str]:
         if commit is None:
             raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
         return {path for path, _, mode in _entries(commit.tree, source.selection) if mode in _BLOB_MODES}
+
+
+def left_out(
+    source: GitSource, rev: str, known: Collection[str], selection: FileSelection, max_file_bytes: int
+) -> Iterator[tuple[str, str]]:
+    """(path, why) of each file `selection` admits at `rev` that the index does not hold: what
+    the sync that indexed `rev` skipped. A file that reads as a note now is not listed (a first
+    sync still running, or a chunker failure the log told)."""
+    with _reading(source) as repo:
+        commit = find_commit(repo, rev)
+        if commit is None:
+            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        for path, oid, mode in _entries(commit.tree, selection, known=known):
+            if mode not in _BLOB_MODES:
+                yield path, f"{'submodule' if mode == FileMode.COMMIT else 'symlink'} (not followed)"
+            elif isinstance(reason := _read(repo, path, oid, 0.0, max_file_bytes), str):
+                yield path, reason
+
+
+def has_entry(source: GitSource, rev: str, path: str) -> bool:
+    """Does `rev` hold a file or folder at `path`?"""
+    with _reading(source) as repo:
+        commit = find_commit(repo, rev)
+        if commit is None:
+            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        return _blob_id(commit.tree, path) is not None
 
 
 def _blob_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:

@@ -19,7 +19,7 @@ from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
-    from indexer.freshness import GitLag
+    from indexer.freshness import GitLag, NotIndexed
     from indexer.progress_log import Progress
     from indexer.store import FileProblem
     from indexer.sync import SyncReport
@@ -309,6 +309,7 @@ def _print_status(report: StatusReport) -> None:
         if isinstance(lag, WorkspaceLag) and lag.unreadable:
             echo(f"    cannot read: {', '.join(lag.unreadable)} (indexed copies kept until readable)")
         _print_front_matter_problems(s.front_matter_problems)
+        _print_not_indexed(s.not_indexed)
         if lag.lags:
             echo("    lags: the index is behind; run `notes-search sync`")
         if s.error:
@@ -334,6 +335,15 @@ def _print_front_matter_problems(problems: Sequence[FileProblem]) -> None:
         echo(f"    front matter: {problem.path}: {problem.problem}")
     if len(problems) > MAX_PROBLEMS_SHOWN:
         echo(f"    front matter: {len(problems) - MAX_PROBLEMS_SHOWN} more notes (`status --json` lists them all)")
+
+
+def _print_not_indexed(left_out: NotIndexed) -> None:
+    """A note that is never found: here is why (the sync said it once, into a log nobody reads)."""
+    if not left_out.count:
+        return
+    named = ", ".join(f"{path} ({reason})" for path, reason in left_out.files[:MAX_PROBLEMS_SHOWN])
+    more = left_out.count - min(len(left_out.files), MAX_PROBLEMS_SHOWN)
+    echo(f"    not indexed: {named}" + (f" and {more} more" if more else ""))
 
 
 def _languages_line(languages: dict[str, int]) -> str:

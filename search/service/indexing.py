@@ -215,9 +215,9 @@ def reindex(
         if report.locked:
             return ReindexOutcome(target, tuple(runs), True)
         for s in report.sources:  # the walk never sees an excluded file: say why nothing happened
-            if folder and not s.error and excluded_file(config, s.source_id, folder):
+            if folder and not s.error and (excluded := excluded_file(config, s.source_id, folder)):
                 s.skipped += 1
-                s.skips.append((folder, "excluded by the config (paths/include/exclude)"))
+                s.skips.append((folder, excluded))
         runs.append(ReindexRun(tuple(group), report))
     notices = [run.report.embed_notice for run in runs if run.report.embed_notice]
     if any(isinstance(config.sources[p.source_id], GitSource) for p in target.places):

@@ -18,10 +18,11 @@ from indexer.store import (
     describe_location,
     is_unfinished_copy,
 )
+from search.refs import excluded_file
 
 if TYPE_CHECKING:
     from indexer.embed_health import Outage
-    from indexer.freshness import Lag
+    from indexer.freshness import Lag, NotIndexed
     from search.service import NotesService
     from search.service.scope import Place
 
@@ -72,6 +73,8 @@ class SourceStatus:
     front_matter_problems: tuple[FileProblem, ...]
     lag: Lag  # behind the remote or mirror (git) or the disk (workspace), or why it cannot be told
 
+    not_indexed: NotIndexed  # what the index leaves out here, and why (not UTF-8, too large ...)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -84,6 +87,7 @@ class SourceStatus:
             "incomplete": self.incomplete,
             "languages": self.languages,
             "front_matter_problems": [{"path": p.path, "problem": p.problem} for p in self.front_matter_problems],
+            "not_indexed": self.not_indexed.to_json(),
             "lag": self.lag.to_json(),
         }
 
@@ -187,13 +191,16 @@ def _source_status(
     source_id, folder = place.source_id, place.folder
     if counts is None:
         counts = ScopeCounts(stats.files, stats.chunks, stats.pending) if stats else ScopeCounts()
-    from indexer.freshness import LagUnknown
+    from indexer.freshness import LagUnknown, NotIndexed
 
     lag: Lag
     try:
         lag = _lag(service, store, source_id, folder)
     except NotesSearchError as exc:  # one unreadable source must not hide the others
         lag = LagUnknown(str(exc))
+    not_indexed = lag.not_indexed
+    if excluded := excluded_file(service.config, source_id, folder):  # the walk never lists it
+        not_indexed = NotIndexed(1, ((folder, excluded),))
     return SourceStatus(
         id=source_id,
         kind=service.config.sources[source_id].kind,
@@ -209,6 +216,7 @@ def _source_status(
             for p in store.front_matter_problems(source_id)
             if not folder or p.path == folder or p.path.startswith(folder.rstrip("/") + "/")
         ),
+        not_indexed=not_indexed,
         lag=lag,
     )
 
@@ -220,5 +228,5 @@ def _lag(service: NotesService, store: IndexReader, source_id: str, place: str) 
 
     source = service.config.sources[source_id]
     if isinstance(source, GitSource):
-        return git_freshness(source, store, check_remote=service.check_remote)
+        return git_freshness(source, store, place, service.config.max_file_bytes, check_remote=service.check_remote)
     return workspace_freshness(source, store, place, service.config.max_file_bytes)
