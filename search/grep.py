@@ -484,6 +484,12 @@ def grep(
         if "\0" in one:
             # no argument of rg or git can carry one, and a note holding one is skipped as binary
             raise BadPattern("a pattern cannot contain a NUL byte")
+        if "\n" in one or "\r" in one:
+            # rg and git would take each line for a pattern of its own: "a\nb" found every line
+            # with an a or a b, and "\n" every line, where a match across lines was asked for
+            raise BadPattern(
+                "a pattern cannot span lines: grep matches one line at a time (give alternatives as patterns of their own)"
+            )
         if len(one) > MAX_PATTERN_CHARS:
             raise BadPattern(f"a pattern of {len(one)} characters is too long (at most {MAX_PATTERN_CHARS})")
     selected = [config.source(source_id) for source_id in dict.fromkeys(source_ids)] or list(config.sources.values())

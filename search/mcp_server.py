@@ -183,7 +183,7 @@ class NotesTools:
             if from_line is not None:
                 raise NotesSearchError("from_line is for one file; give each ref its line instead (source:path:LINE)")
             return self.get_many(path if isinstance(path, list) else [path], max_lines, max_bytes)
-        window = self.service.get(path, from_line, max_lines or GET_MAX_LINES)
+        window = self.service.get(path, from_line, max_lines or GET_MAX_LINES, max_bytes or MANY_MAX_BYTES)
         return _file_json(window.view, window.next_from_line, {"notice": window.notice})
 
     def get_many(self, refs: list[str], max_lines: int | None, max_bytes: int | None) -> dict[str, Any]:
@@ -360,7 +360,10 @@ def _tool_functions(tools: NotesTools) -> "list[tuple[Callable[..., dict[str, An
             int | None,
             Field(ge=1, le=MANY_MAX_LINES, description=f"Default {GET_MAX_LINES}; several: {MANY_MAX_LINES} in all."),
         ] = None,
-        max_bytes: Annotated[int | None, Field(ge=1, le=MANY_MAX_BYTES, description="Several files: in all.")] = None,
+        max_bytes: Annotated[
+            int | None,
+            Field(ge=1, le=MANY_MAX_BYTES, description=f"UTF-8 bytes, default {MANY_MAX_BYTES}; several files: in all."),
+        ] = None,
     ) -> dict[str, Any]:
         """Read a file or lines of it (git files at the indexed rev); `next_from_line` if there is more.
         Several: `files` up to the cap, `omitted`, `errors`."""
@@ -472,12 +475,16 @@ class ToolBox:
 
 
 def tool_answer(data: dict[str, Any]) -> "CallToolResult":
-    """The answer once, as compact JSON text (no structured copy of the same data beside it)."""
+    """The answer once, as compact JSON text (no structured copy of the same data beside it),
+    with the characters JSON leaves raw (C1, bidi controls) escaped: an agent's client may show
+    the text to a person, and a note's U+202E must not reorder what they read."""
     import json
 
     from mcp.types import CallToolResult, TextContent
 
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    from indexer.safe_text import safe_json
+
+    text = safe_json(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 

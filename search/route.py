@@ -24,7 +24,7 @@ from indexer.config import Config
 from indexer.embed_health import guarded
 from indexer.errors import EmbedderError
 from search.fusion import RRF_K, rrf
-from search.querybuild import meaning_text
+from search.querybuild import echoed_query, meaning_text
 from search.words import ROUTING_STOPWORDS, STEM_CHARS
 
 if TYPE_CHECKING:  # numpy and the embedders load only when a route is computed
@@ -277,7 +277,7 @@ class RouteResponse:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "question": self.question,
+            "question": echoed_query(self.question),
             "degraded": self.degraded,
             "notice": self.notice,
             "results": [hit.to_json() for hit in self.results],

@@ -615,6 +615,38 @@ def test_get_reads_a_list_or_a_glob_under_one_cap(workspace: Path, tmp_path: Pat
     over_stdio(workspace, body, tmp_path / "server.log")
 
 
+def test_get_caps_one_file_in_bytes_even_a_single_line(workspace: Path, tmp_path: Path) -> None:
+    """A pasted log or an inline image is one line of a megabyte: paging by lines never made it
+    smaller, and an agent's context took it whole (max_bytes was read for several files only)."""
+    big = workspace.parent / "notes" / "big"
+    big.mkdir()
+    (big / "oneline.md").write_text("# Log\n" + "žluť " * 60_000 + "\nafter\n", encoding="utf-8")
+    (big / "lines.md").write_text("".join(f"line {i} " + "x" * 90 + "\n" for i in range(1, 1001)), encoding="utf-8")
+    (big / "bidi.md").write_text("# Bidi\n\nabc \u202edcba\u202c \u009b31m\n", encoding="utf-8")
+
+    async def body(session: ClientSession) -> None:
+        from search.service.reading import MANY_MAX_BYTES
+
+        first = await call(session, "get", path="notes:big/oneline.md:2")
+        assert len(first["text"].encode()) <= MANY_MAX_BYTES + 64 and first["text"].endswith("bytes]")
+        assert first["text"].startswith("žluť žluť") and "[cut: the line has 420,000 bytes]" in first["text"]
+        assert (first["from_line"], first["to_line"], first["next_from_line"]) == (2, 2, 3)
+        assert "line 2 is cut at 65536 bytes" in first["notice"] and "from_line=3" in first["notice"]
+        small = await call(session, "get", path="notes:big/lines.md", max_bytes=1000)
+        assert small["to_line"] == 10 and small["next_from_line"] == 11 and len(small["text"].encode()) <= 1000
+        assert small["notice"] == "showing lines 1-10 of 1000; call get with from_line=11 for more"
+        tiny = await call(session, "get", path="notes:big/oneline.md:2", max_bytes=100)
+        assert len(tiny["text"].encode()) <= 100 + 64
+        several = await call(session, "get", path=["notes:big/oneline.md:2:1"], max_bytes=200)
+        assert len(several["files"][0]["text"].encode()) <= 200 + 64
+        # what JSON leaves raw (bidi controls, C1) reaches the client escaped, and decodes back
+        raw = (await session.call_tool("get", {"path": "notes:big/bidi.md"})).content[0].text  # type: ignore[union-attr]
+        assert "\u202e" not in raw and "\x9b" not in raw and "\\u202e" in raw and "\\u009b" in raw
+        assert "abc \u202edcba\u202c \u009b31m" in json.loads(raw)["text"]
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+
+
 def test_hits_carry_their_file_and_get_takes_it(workspace: Path, tmp_path: Path) -> None:
     """`file` reaches an agent through search (both details) and grep; `get` reads that path."""
     wireguard = str(workspace.parent / "notes" / "devops" / "wireguard.md")

@@ -525,7 +525,14 @@ def test_grep_invalid_regex_is_one_line(engine: str, cfg: Config, store: Store, 
         with pytest.raises(NotesSearchError, match=r"^a pattern of 200000 characters is too long") as long:
             grep(cfg, store, "x" * 200_000, source_ids=["notes"], fixed=fixed)
         assert len(str(long.value)) < 200
+        # rg and git split a pattern at its newlines into alternatives: "a\nb" matched every line
+        # holding an a or a b, "\n" every line at all
+        for pattern in ("\n", "db\nrestic", "db\r"):
+            with pytest.raises(NotesSearchError, match="^a pattern cannot span lines"):
+                grep(cfg, store, pattern, source_ids=["notes"], fixed=fixed)
     assert grep(cfg, store, "x" * 10_000, source_ids=["notes"], fixed=True) == []
+    spans = run("grep", "--source", "notes", "db\nrestic")
+    assert spans.exit_code == 2 and "cannot span lines" in spans.stderr
 
 
 def test_grep_scope_source_path_and_exclude(engine: str, cfg: Config, store: Store) -> None:

@@ -258,10 +258,10 @@ class NotesService:
 
         return show(self, ref)
 
-    def get(self, ref: str, from_line: int | None, max_lines: int) -> LineWindow:
+    def get(self, ref: str, from_line: int | None, max_lines: int, max_bytes: int) -> LineWindow:
         from search.service.reading import get
 
-        return get(self, ref, from_line, max_lines)
+        return get(self, ref, from_line, max_lines, max_bytes)
 
     def read_many(
         self, refs: Sequence[str], *, max_lines: int | None = None, max_bytes: int | None = None

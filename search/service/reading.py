@@ -119,7 +119,7 @@ def _view(config: Config, store: IndexReader | None, source_id: str, ref: Ref) -
     return FileView(source_id, rel, rev, lines, lines.text, lines.total)
 
 
-def get(service: NotesService, path: str, from_line: int | None, max_lines: int) -> LineWindow:
+def get(service: NotesService, path: str, from_line: int | None, max_lines: int, max_bytes: int) -> LineWindow:
     from search.refs import Ref, confine, indexed_rev, parse_ref, read_text, single_source
     from search.service.locating import ref_of_file
 
@@ -137,16 +137,42 @@ def get(service: NotesService, path: str, from_line: int | None, max_lines: int)
     window = line_range(text, start, max_lines)
     if window.total and start > window.total:
         raise NotesSearchError(f"{Ref(source_id, rel)}: from_line {start} is past the end ({window.total} lines)")
+    window, clipped = _fitted(window, max_bytes)
     truncated = window.end < window.total
     view = FileView(source_id, rel, rev, window, "\n".join(window.lines), window.total)
+    notices = [f"line {start} is cut at {max_bytes} bytes (grep finds a word in it)"] if clipped else []
+    if truncated:
+        notices.append(
+            f"showing lines {start}-{window.end} of {window.total}; call get with from_line={window.end + 1} for more"
+        )
     return LineWindow(
         view,
         truncated=truncated,
         next_from_line=window.end + 1 if truncated else None,
-        notice=f"showing lines {start}-{window.end} of {window.total}; call get with from_line={window.end + 1} for more"
-        if truncated
-        else None,
+        notice="; ".join(notices) or None,
     )
+
+
+def _fitted(lines: LineRange, max_bytes: int) -> tuple[LineRange, bool]:
+    """The first of `lines` that fit in `max_bytes` of UTF-8, at least one; a first line longer
+    than that alone is cut to fit (True: it was), since a pasted log or an inline image can be
+    one line of megabytes, which no paging by lines would ever make smaller."""
+    kept: list[str] = []
+    size = 0
+    for line in lines.lines:
+        size += len((line + lines.line_ending).encode("utf-8", errors="replace"))
+        if kept and size > max_bytes:
+            break
+        kept.append(line)
+    clipped = False
+    if kept and len(first := kept[0].encode("utf-8", errors="replace")) > max_bytes:
+        head = first[:max_bytes].decode("utf-8", errors="ignore")  # a character cut in two is left out
+        kept[0] = f"{head}… [cut: the line has {len(first):,} bytes]"
+        clipped = True
+    if len(kept) == len(lines.lines) and not clipped:
+        return lines, False
+    end = lines.start + len(kept) - 1
+    return LineRange(lines.start, end, lines.total, tuple(kept), lines.line_ending), clipped
 
 
 # ---- several files at once ----------------------------------------------------------------------
@@ -362,16 +388,9 @@ def _size(view: FileView) -> tuple[int, int]:
 
 
 def _cut(view: FileView, max_lines: int, max_bytes: int) -> FileView:
-    """The first lines of `view` that fit the cap (at least one): the rest starts after them."""
+    """The first lines of `view` that fit the cap (at least one, itself cut to fit): the rest
+    starts after them."""
     assert view.range is not None
-    kept: list[str] = []
-    size = 0
-    ending = view.range.line_ending
-    for line in view.range.lines[:max_lines]:
-        size += len((line + ending).encode("utf-8", errors="replace"))
-        if kept and size > max_bytes:
-            break
-        kept.append(line)
-    start = view.range.start
-    cut = LineRange(start, start + len(kept) - 1, view.range.total, tuple(kept), ending)
+    head = view.range.lines[:max_lines]
+    cut, _ = _fitted(replace(view.range, end=view.range.start + len(head) - 1, lines=head), max_bytes)
     return replace(view, range=cut, text=cut.text, truncated=True)
