@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from indexer.errors import NotesSearchError
 from search.route import ROUTE_K
+from search.service import GREP_MAX_HITS
 from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ log = logging.getLogger("notes_search.mcp")
 DEFAULT_PORT = 8765
 TOKEN_ENV = "NOTES_SEARCH_MCP_TOKEN"
 GET_MAX_LINES = 400
+GREP_MOST_HITS = 1000  # lines one grep may ask for; the answer stays under MANY_MAX_BYTES of text
 # what a hit leaves out for an agent: `text` holds the snippet's lines; with detail=snippet,
 # `ref` stands for source, path and line
 HIT_DROPS = {"text": ("snippet",), "snippet": ("source", "path", "line", "end_line", "text")}
@@ -217,19 +219,33 @@ class NotesTools:
             "errors": [item.to_json() for item in many.failed],
         }
 
-    def grep(self, pattern: str, path: str | None, ignore_case: bool, fixed: bool) -> dict[str, Any]:
+    def grep(
+        self, pattern: str, path: str | None, ignore_case: bool, fixed: bool, max_count: int = GREP_MAX_HITS
+    ) -> dict[str, Any]:
         from search.grep import summary
 
-        outcome = self.service.grep(pattern, path=path, ignore_case=ignore_case, fixed=fixed)
-        results = [hit.to_json() for hit in outcome.hits]
-        notices = [f"stopped at {outcome.max_count} lines; narrow the path or the pattern"] if outcome.truncated else []
+        outcome = self.service.grep(pattern, path=path, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
+        results: list[dict[str, object]] = []
+        size = 0
+        for hit in outcome.hits:  # `e` over long lines was 200 lines of up to 1,000 characters each
+            size += len(hit.text.encode("utf-8", errors="replace"))
+            if results and size > MANY_MAX_BYTES:
+                break
+            results.append(hit.to_json())
+        notices = []
+        if len(results) < len(outcome.hits):
+            notices.append(
+                f"stopped at {len(results)} lines ({MANY_MAX_BYTES} bytes of text); narrow the path or the pattern"
+            )
+        elif outcome.truncated:
+            notices.append(f"stopped at {outcome.max_count} lines; narrow the path or the pattern, or raise max_count")
         if outcome.unsearched:
             notices.append(f"not searched ({len(outcome.unsearched)}, see unsearched): {summary(outcome.unsearched)}")
         return {
             "pattern": pattern,
             "scope": outcome.target.label,
             "count": len(results),
-            "truncated": outcome.truncated,
+            "truncated": outcome.truncated or len(results) < len(outcome.hits),
             "notice": "; ".join(notices) or None,
             "hits": results,
             "unsearched": [item.to_json() for item in outcome.unsearched],
@@ -362,7 +378,9 @@ def _tool_functions(tools: NotesTools) -> "list[tuple[Callable[..., dict[str, An
         ] = None,
         max_bytes: Annotated[
             int | None,
-            Field(ge=1, le=MANY_MAX_BYTES, description=f"UTF-8 bytes, default {MANY_MAX_BYTES}; several files: in all."),
+            Field(
+                ge=1, le=MANY_MAX_BYTES, description=f"UTF-8 bytes, default {MANY_MAX_BYTES}; several files: in all."
+            ),
         ] = None,
     ) -> dict[str, Any]:
         """Read a file or lines of it (git files at the indexed rev); `next_from_line` if there is more.
@@ -375,10 +393,13 @@ def _tool_functions(tools: NotesTools) -> "list[tuple[Callable[..., dict[str, An
         path: Annotated[str | None, where] = None,
         ignore_case: bool = False,
         fixed: bool = False,
+        max_count: Annotated[
+            int, Field(ge=1, le=GREP_MOST_HITS, description=f"Lines at most (default {GREP_MAX_HITS}).")
+        ] = GREP_MAX_HITS,
     ) -> dict[str, Any]:
-        """Live exact search of the files (no index): hostnames, numbers, error codes. `unsearched`:
-        what could not be searched."""
-        return tools.grep(pattern, path, ignore_case, fixed)
+        """Live exact search of the files (no index): hostnames, numbers, error codes. Each line
+        cut at 1,000 characters, 64 KiB in all; `unsearched`: what could not be searched."""
+        return tools.grep(pattern, path, ignore_case, fixed, max_count)
 
     @tool(read_only)
     def toc_tool(

@@ -496,6 +496,13 @@ def test_grep_is_truncated_only_when_more_lines_exist(
     (notes / "many.md").write_text("".join(f"zzmark {i}\n" for i in range(GREP_MAX_HITS + 1)), encoding="utf-8")
     more = tools.grep("zzmark", "notes:many.md", False, True)
     assert (more["count"], more["truncated"]) == (GREP_MAX_HITS, True)
+    fewer = tools.grep("zzmark", "notes:many.md", False, True, max_count=5)
+    assert (fewer["count"], fewer["truncated"]) == (5, True) and "raise max_count" in fewer["notice"]
+    # lines of up to 1,000 characters: 200 of them were 200 KB for an agent's context
+    (notes / "wide.md").write_text("".join(f"zzwide {i} " + "y" * 990 + "\n" for i in range(150)), encoding="utf-8")
+    wide = tools.grep("zzwide", "notes:wide.md", False, True)
+    assert wide["truncated"] and 60 <= wide["count"] < 70 and "65536 bytes" in wide["notice"]
+    assert sum(len(h["text"].encode()) for h in wide["hits"]) <= 65536
 
 
 def test_two_http_servers_on_two_hosts_query_one_postgres_index(

@@ -94,6 +94,13 @@ def test_router_says_why_it_returns_nothing() -> None:
     assert Router(FakeEmbedder).route([entry("a", "b")], "  ").notice == "empty question"
 
 
+def test_a_long_question_is_echoed_cut_as_search_echoes_a_query() -> None:
+    question = "záloha " * 20_000  # 160,000 bytes: the answer repeated it whole
+    echoed = Router(FakeEmbedder).route([entry("backups", "záloha serverů")], question).to_json()["question"]
+    assert isinstance(echoed, str) and len(echoed.encode()) < 2_100
+    assert echoed.startswith("záloha záloha") and echoed.endswith("[cut: the query has 160,000 bytes]")
+
+
 def test_group_key_uses_slash_then_dash_then_folder() -> None:
     assert group_key(entry("work/jira")) == "work"
     assert group_key(entry("work-jira")) == "work"
