@@ -17,7 +17,7 @@ from indexer.embed_health import Outage, embedder_health
 from indexer.errors import EmbedderError, EmbedderUnavailable, NotesSearchError
 from indexer.lock import IndexLock
 from indexer.progress_log import Progress
-from indexer.store import IndexWriter, VectorPage
+from indexer.store import IndexWriter, PendingChunk, VectorPage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,6 +39,9 @@ HOLD_BYTES = 64 << 20  # and the memory the held vectors may take
 # 2,230 chunks is one (not imported from the chunker: a search's catch-up would load its parser)
 GIANT_CHUNK_CHARS = 12_800
 CATCH_UP_STEP = 8  # chunks per embedding request in a catch-up: the budget is checked between steps
+# and characters at most (or one chunk): about a second of the local model on 2 cores, so the
+# budget is overrun by about one step; 8 chunks of a long note took a search 23 s
+CATCH_UP_STEP_CHARS = 2_000
 
 
 class VectorWork:
@@ -91,13 +94,16 @@ class VectorWork:
         self.progress("embed", 0, total)  # the stage starts now: the first batch may take a while
         # chunks of a few windows first, then the giants: a huge note (a log pasted whole, one
         # long line) may take the model an hour, and every other note's vector waits behind it
-        passes = [(0, GIANT_CHUNK_CHARS), (GIANT_CHUNK_CHARS + 1, None)]
+        # (a search's catch-up leaves the giants to the next sync: one takes minutes)
+        passes = [(0, GIANT_CHUNK_CHARS)] + ([] if interactive else [(GIANT_CHUNK_CHARS + 1, None)])
         while passes:
             rows = self.store.pending_chunks(batch, after_id, min_chars=passes[0][0], max_chars=passes[0][1])
             if not rows:
                 passes.pop(0)
                 after_id = 0
                 continue
+            if interactive:
+                rows = _within_chars(rows, CATCH_UP_STEP_CHARS)
             after_id = rows[-1].id
             # identical texts (copied notes, boilerplate) are embedded once
             unique: dict[str, int] = {}
@@ -352,3 +358,13 @@ class HeldVectors:
                     ids, languages, parts, chunks = [], [], [], 0
         if ids:
             yield VectorPage(ids, languages, np.concatenate(parts))
+
+
+def _within_chars(rows: list[PendingChunk], limit: int) -> list[PendingChunk]:
+    """The first of `rows` whose texts add up to at most `limit` characters, and at least one."""
+    size = 0
+    for count, row in enumerate(rows):
+        size += len(row.text)
+        if count and size > limit:
+            return rows[:count]
+    return rows

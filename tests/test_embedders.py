@@ -295,6 +295,41 @@ def test_local_embedder_is_multilingual_and_prefix_aware() -> None:
     assert cosine(local.embed_query(same_text), local.embed_passages([same_text])[0]) < 0.999
 
 
+class SlowEngine:
+    """The local engine's calls, each text taking `per_text` seconds, in the order they ran."""
+
+    def __init__(self, per_text: float) -> None:
+        self.per_text = per_text
+        self.calls: list[tuple[bool, int]] = []
+
+    def encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        self.calls.append((is_query, len(texts)))
+        time.sleep(self.per_text * len(texts))
+        return np.ones((len(texts), 384), dtype=np.float32)
+
+
+def test_a_query_waits_for_one_slice_of_passages_not_a_whole_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP server re-indexing in one thread and searching in another: a search waited for the
+    whole batch the re-index held the engine for (a minute, in a real walkthrough)."""
+    engine = SlowEngine(per_text=0.02)
+    monkeypatch.setattr(embedders, "_e5", lambda: engine)
+    monkeypatch.setattr(embedders, "_local_max_threads", 0)  # no thread counts to set on this engine
+    local = LocalEmbedder(EmbeddingConfig())
+    texts = ["a passage of a window's length " * 50] * 50 + ["short"] * 20
+    passages = threading.Thread(target=local.embed_batch, args=(texts,), kwargs={"is_query": False})
+    passages.start()
+    wait_until = time.monotonic() + 5
+    while len(engine.calls) < 3 and time.monotonic() < wait_until:
+        time.sleep(0.001)
+    before = len(engine.calls)
+    local.embed_query("a question")
+    passages.join()
+    order = [is_query for is_query, _ in engine.calls]
+    assert order.count(True) == 1 and order.index(True) <= before + 1  # at most the passage in progress
+    # every passage embedded: a long one alone, short ones together
+    assert [n for is_query, n in engine.calls if not is_query] == [1] * 50 + [20]
+
+
 @pytest.mark.model
 def test_local_embedder_is_thread_safe() -> None:
     local = LocalEmbedder(EmbeddingConfig())

@@ -4,6 +4,7 @@ walk at once, and says which it caught up and which it left (real CLI, real inde
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,45 @@ def test_a_whole_sync_records_each_workspace_file_count(run, config_path: Path, 
     assert counts()[WALKED_FILES_KEY + "notes"] == "4"
     assert run("sync").exit_code == 0
     assert counts()[WALKED_FILES_KEY + "notes"] == "5"
+
+
+class StepRecorder(FakeEmbedder):
+    """Records the texts of each embedding step a catch-up takes."""
+
+    def __init__(self, config: object = None) -> None:
+        super().__init__()
+        self.steps: list[list[str]] = []
+
+    def embed_chunks(self, texts, on_batch=None):  # type: ignore[no-untyped-def]
+        self.steps.append(list(texts))
+        return super().embed_chunks(texts, on_batch)
+
+
+def test_a_catch_up_embeds_in_steps_of_a_second_and_leaves_giants_to_the_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget (a second) is checked between steps: a step of 8 chunks of a long note took a
+    search 23 s, and a giant chunk (a pasted log) takes minutes."""
+    from indexer import sync as sync_module
+    from indexer.sync import catch_up, run_sync
+    from indexer.vectors import CATCH_UP_STEP_CHARS, GIANT_CHUNK_CHARS
+
+    notes = tmp_path / "notes"
+    write(notes, {"seed.md": "# Seed\n\nfirst\n"})
+    config = load_config(make_config(tmp_path, notes))
+    run_sync(config, embedder_factory=lambda: FakeEmbedder(config.embedding))
+    sections = "".join(f"## Part {i}\n\n" + f"slovo{i} " * 180 + "\n\n" for i in range(6))  # ~1,300 characters each
+    write(notes, {"long.md": "# Long\n\n" + sections, "log.md": "# Log\n\n" + "x" * (GIANT_CHUNK_CHARS + 100) + "\n"})
+    recorder = StepRecorder()
+    monkeypatch.setattr(sync_module, "CATCH_UP_BUDGET", 0.0)  # the first step spends it
+    assert "searchable" not in (catch_up(config, (), None, lambda: recorder) or "")
+    [step] = recorder.steps
+    assert len(step) == 1 or sum(map(len, step)) <= CATCH_UP_STEP_CHARS
+    monkeypatch.setattr(sync_module, "CATCH_UP_BUDGET", 60.0)
+    catch_up(config, (), None, lambda: recorder)  # all the rest, but the giant
+    assert not any(len(text) > GIANT_CHUNK_CHARS for step in recorder.steps for text in step)
+    assert all(len(step) == 1 or sum(map(len, step)) <= CATCH_UP_STEP_CHARS for step in recorder.steps)
+    with closing(open_index(config)) as store:
+        assert store.count_pending_all() == 1  # the giant, for the next sync
+    run_sync(config, embedder_factory=lambda: recorder)
+    assert any(len(text) > GIANT_CHUNK_CHARS for text in recorder.steps[-1])
