@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -330,6 +331,20 @@ def test_catch_up_skips_while_a_sync_holds_the_lock(run, notes: Path, config_pat
             "a sync is running: what changed on disk since it began is searchable once it ends"
         )
         assert "travel/new.md" not in paths(data)
+
+
+def test_a_sync_on_a_terminal_says_another_one_runs(run, config_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Under cron a locked sync exits 0 in silence; a person who just committed a note and runs
+    `sync` was told nothing either, and took the note for indexed."""
+    run("sync")
+    with sync_lock_held(load_config(config_path)):
+        quiet = run("sync")
+        assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+        monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)
+        told = run("sync")
+        assert told.exit_code == 0 and told.stdout == ""
+        assert told.stderr.startswith(f"another sync (pid {os.getpid()}) is running;"), told.stderr
+        assert run("sync", "-q").stderr == ""
 
 
 @both_backends

@@ -123,8 +123,8 @@ def sync(
 ) -> None:
     """Bring the index up to date (the cron / hook job).
 
-    Exits 0 at once when another sync holds the lock: silently, or with --json an object
-    that says `"locked": true`.
+    Exits 0 at once when another sync holds the lock: silently under cron, with a notice on a
+    terminal, or with --json an object that says `"locked": true`.
     """
     import search.cli as package  # looked up now: tests replace stderr_is_terminal there
 
@@ -140,6 +140,12 @@ def sync(
         )
     report = outcome.report
     if report.locked and not as_json:
+        if interactive:  # someone who just committed a note must not believe it is indexed now
+            from indexer.lock import running_sync
+
+            pid = running_sync(ctx.service().config)
+            holder = f" (pid {pid})" if pid else ""
+            echo(f"another sync{holder} is running; what it has not read yet, the next sync indexes", err=True)
         return
     if as_json:
         echo_json(outcome.to_json())
