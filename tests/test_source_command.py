@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,33 @@ def test_add_and_remove_keep_every_comment_and_the_key_order(run, hand_config: P
     assert run("source", "remove", "team").exit_code == 0
     after = hand_config.read_text()
     assert after == before.replace("    git: {}\n", "")
+
+
+def test_add_git_checks_a_local_repository_and_pins_its_branch(
+    run, hand_config: Path, upstream: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """What can never sync is refused now, not by every cron tick after; a working copy's branch
+    is written down, so a feature branch checked out later is not what gets indexed."""
+    before = hand_config.read_text()
+    (tmp_path / "plain").mkdir()
+    for url, why in (
+        (str(tmp_path / "nope"), "no such folder"),
+        (str(tmp_path / "plain"), "not a git repository"),
+    ):
+        refused = run("source", "add", "git", "x", url)
+        assert refused.exit_code == 1 and refused.output.strip() == f"Error: {url}: {why}", refused.output
+    no_branch = run("source", "add", "git", "x", str(upstream), "--branch", "nope")
+    assert no_branch.exit_code == 1 and "has no branch 'nope'" in no_branch.output
+    assert hand_config.read_text() == before  # nothing written
+    assert run("source", "add", "git", "team", str(upstream)).exit_code == 0
+    team = load_config(hand_config).sources["team"]
+    assert (team.branch, team.checkout) == ("main", upstream.resolve())  # type: ignore[union-attr]
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(upstream), str(bare)], check=True)
+    assert run("source", "add", "git", "shared", f"file://{bare}").exit_code == 0
+    shared = load_config(hand_config).sources["shared"]
+    assert (shared.branch, shared.checkout, shared.url) == ("main", None, f"file://{bare}")  # type: ignore[union-attr]
+    assert run("sync").exit_code == 0
 
 
 def test_splicing_keeps_indentation_quotes_and_flow_entries(tmp_path: Path, notes: Path) -> None:

@@ -102,21 +102,51 @@ def add_git(
     selection: Selection,
 ) -> SourceAdded:
     """A local repository path (relative to the current folder, as typed) is written absolute, as
-    is `mirror`; a URL is written as given. Nothing is fetched until the next sync."""
+    is `mirror`; a URL is written as given. Nothing is fetched until the next sync. A local
+    repository must be one, with the branch asked for; a working copy's own folder becomes the
+    source's `checkout` (hits open there) and the branch checked out there its `branch`, so
+    that a feature branch or a paused rebase later is not what gets indexed."""
     from indexer import config_edit
 
     local = local_repository_path(url)
-    if local is not None and not url.startswith("file://"):
-        url = literal_path(str(local.resolve()))
+    checkout = None
+    if local is not None:
+        branch, checkout = _local_repository(local, url, branch)
+        if not url.startswith("file://"):
+            url = literal_path(str(local.resolve()))
     entry: dict[str, Any] = {"url": url}
     if branch:
         entry["branch"] = branch
+    if checkout is not None:
+        entry["checkout"] = literal_path(str(checkout))
     if mirror:
         entry["mirror"] = literal_path(str(Path(mirror).resolve()))
     entry.update(selection.keys())
     edit = config_edit.add_source(_config_file(config), "git", _checked_name(name), entry)
     config_edit.write_edit(edit)
     return SourceAdded(edit.path, edit.config.sources[name])
+
+
+def _local_repository(path: Path, url: str, branch: str | None) -> tuple[str | None, Path | None]:
+    """(the branch to index, the working copy's folder or None for a bare repository) of the
+    local repository `path`; NotesSearchError when it is none, or lacks `branch`: every sync
+    would fail on it, once a minute under cron."""
+    import pygit2
+
+    try:
+        repo = pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError:
+        what = "no such folder" if not path.exists() else "not a git repository"
+        raise NotesSearchError(f"{url}: {what}") from None
+    try:
+        if branch is not None:
+            if f"refs/heads/{branch}" not in repo.references:
+                raise NotesSearchError(f"{url}: has no branch {branch!r}")
+        elif not repo.head_is_detached and not repo.head_is_unborn:
+            branch = repo.head.shorthand
+        return branch, None if repo.is_bare or repo.workdir is None else Path(repo.workdir).resolve()
+    finally:
+        repo.free()
 
 
 def add_workspace(config: Config, name: str, root: str, selection: Selection) -> SourceAdded:
