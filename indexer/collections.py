@@ -12,7 +12,7 @@ import logging
 import os
 import stat
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,11 +242,18 @@ def _may_lack_search(st: os.stat_result) -> bool:
     return st.st_mode & 0o111 != 0o111
 
 
-def _read_meta(path: str) -> tuple[dict[str, Any], str | None]:
+def _read_file(path: str) -> Callable[[], str]:
+    def read() -> str:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+
+    return read
+
+
+def _read_meta(read: Callable[[], str], where: str) -> tuple[dict[str, Any], str | None]:
     """Parse `_meta.yaml`; a broken one reads as empty, with what is wrong (never fatal)."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            raw = load_yaml(f.read(), path)  # the config's safe loader: duplicate keys are errors too
+        raw = load_yaml(read(), where)  # the config's safe loader: duplicate keys are errors too
     except (OSError, UnicodeDecodeError, InvalidYaml, ConfigError, RecursionError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return {}, f"malformed, the collection takes the folder's name: {problem}"
@@ -309,35 +316,50 @@ def load_collections(
     log: logging.Logger | None = None,
     problems: list[CollectionProblem] | None = None,
 ) -> list[CollectionFolder]:
-    """Turn walked folders into collections, in walk order; the first claimant keeps a name.
-    What a `_meta.yaml` got wrong (broken YAML, a field of the wrong type, a name already
-    taken) is logged and, given `problems`, appended to it; a wrong field is never used."""
+    """Turn walked folders into collections, in walk order (`collections_of`)."""
+    metas = (
+        (f.rel, path, _read_file(path))
+        for f in folders
+        if f.is_collection
+        for path in [os.path.join(f.path, META_FILE)]
+    )
+    return collections_of(source_id, metas, log, problems)
+
+
+def collections_of(
+    source_id: str,
+    metas: Iterable[tuple[str, str, Callable[[], str]]],
+    log: logging.Logger | None = None,
+    problems: list[CollectionProblem] | None = None,
+) -> list[CollectionFolder]:
+    """A collection per (folder, where its `_meta.yaml` is, a reader of it), in the order given (a
+    walk's, on disk or in a git tree); the first claimant keeps a name. What a `_meta.yaml` got wrong
+    (broken YAML, a field of the wrong type, a name already taken) is logged and, given
+    `problems`, appended to it; a wrong field is never used."""
     log = log or _LOG
-
-    def report(folder: WalkedFolder, problem: str) -> None:
-        meta_path = f"{folder.rel}/{META_FILE}" if folder.rel else META_FILE
-        log.warning("source %r: %s: %s", source_id, meta_path, problem)
-        if problems is not None:
-            problems.append(CollectionProblem(meta_path, problem))
-
     result: list[CollectionFolder] = []
     taken: set[str] = set()
-    for folder in folders:
-        if not folder.is_collection:
-            continue
-        meta, problem = _read_meta(os.path.join(folder.path, META_FILE))
+    for rel, where, read in metas:
+        meta_path = f"{rel}/{META_FILE}" if rel else META_FILE
+
+        def report(problem: str, meta_path: str = meta_path) -> None:
+            log.warning("source %r: %s: %s", source_id, meta_path, problem)
+            if problems is not None:
+                problems.append(CollectionProblem(meta_path, problem))
+
+        meta, problem = _read_meta(read, where)
         if problem is not None:
-            report(folder, problem)
-        fallback = folder.rel or source_id
+            report(problem)
+        fallback = rel or source_id
         given_name, wrong = _text_field(meta, "name")
         if wrong is not None:
-            report(folder, f"{wrong}; the collection takes the folder's name")
+            report(f"{wrong}; the collection takes the folder's name")
         description, wrong = _text_field(meta, "description")
         if wrong is not None:
-            report(folder, f"{wrong}; the collection has no description")
+            report(f"{wrong}; the collection has no description")
         tags, wrong = _tags(meta.get("tags"))
         if wrong is not None:
-            report(folder, wrong)
+            report(wrong)
         name = _without_nul(given_name.strip()) if given_name and given_name.strip() else fallback
         wanted = name
         if name in taken:
@@ -346,7 +368,7 @@ def load_collections(
         while name in taken:
             name, n = f"{base} ({n})", n + 1
         if name != wanted:
-            report(folder, f"collection name {wanted!r} is already used, this one is {name!r}")
+            report(f"collection name {wanted!r} is already used, this one is {name!r}")
         taken.add(name)
         result.append(
             CollectionFolder(
@@ -354,7 +376,7 @@ def load_collections(
                 description=_without_nul(description.strip()) if description else "",
                 tags=tags,
                 source_id=source_id,
-                folder=folder.rel,
+                folder=rel,
             )
         )
     return result

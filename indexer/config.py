@@ -101,6 +101,7 @@ UNRECORDED: dict[str, tuple[str, ...]] = {
     VECTOR_SPACE_KEY: (neutral.definition(False), neutral.definition(True)),
 }
 WALKED_FILES_KEY = "walked_files:"  # + a workspace source's id: its file count at its last whole walk
+GIT_COLLECTIONS_KEY = "collections_rev:"  # + a git source's id: the rev its collections were read at
 
 
 def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str]:

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from indexer import chunker, language, neutral, toc
-from indexer.collections import CollectionFolder, collection_for, find_collections
+from indexer.collections import META_FILE, CollectionFolder, collection_for, collections_of, find_collections
 from indexer.config import (
+    GIT_COLLECTIONS_KEY,
     VECTOR_SPACE_KEY,
     WALKED_FILES_KEY,
     Config,
@@ -254,17 +255,41 @@ class Syncer(VectorWork):
                 not blocked or row.folder == blocked or row.folder.startswith(blocked + "/") for blocked in unreadable
             )
         ]
+        self._store_collections(source.id, found, stored)
+
+    def _store_collections(
+        self, source_id: str, found: list[CollectionFolder], stored: list[CollectionRow] | None = None
+    ) -> None:
+        """The source's collections as `found`, each file in its own; writes only what differs."""
+        stored = self.store.collection_rows(source_id) if stored is None else stored
         declared = sorted((c.name, c.folder, c.description, tuple(c.tags)) for c in found)
         rows = [
-            CollectionRow(source.id, name, folder, description, tags) for name, folder, description, tags in declared
+            CollectionRow(source_id, name, folder, description, tags) for name, folder, description, tags in declared
         ]
         if rows == stored:
             return
-        toc.mark_stale(self.config, source.id)  # its folder headings name the collections
+        toc.mark_stale(self.config, source_id)  # its folder headings name the collections
         with self.store.transaction():  # one transaction: a kill must not split table and file rows
-            self.store.replace_collections(source.id, rows)
-            for path in self.store.known_files(source.id):
-                self.store.set_file_collection(source.id, path, collection_for(path, found))
+            self.store.replace_collections(source_id, rows)
+            for path in self.store.known_files(source_id):
+                self.store.set_file_collection(source_id, path, collection_for(path, found))
+
+    def _git_collections(self, source: GitSource, rev: str, report: SourceReport) -> list[CollectionFolder]:
+        """The collections of a git source at `rev`: its `_meta.yaml` files, read from the tree
+        (what one got wrong goes to the report and the log, as a workspace scan's does)."""
+        from indexer.sources import git as git_source
+
+        def reader(data: bytes) -> Callable[[], str]:
+            return lambda: data.decode("utf-8-sig")
+
+        metas = [
+            (folder, f"{source.id}:{folder + '/' if folder else ''}{META_FILE}", reader(data))
+            for folder, data in git_source.meta_files(source, rev)
+        ]
+        problems: list[CollectionProblem] = []
+        found = collections_of(source.id, metas, log, problems)
+        report.collection_problems += [(problem.path, problem.problem) for problem in problems]
+        return found
 
     def sync_git(self, source: GitSource, full: bool) -> SourceReport:
         from indexer.sources import (
@@ -292,11 +317,18 @@ class Syncer(VectorWork):
         scope = repr(
             (source.selection.paths, source.selection.include, source.selection.exclude, self.config.max_file_bytes)
         )
-        rescope = self.store.meta().get(scope_key) != scope
+        meta = self.store.meta()
+        rescope = meta.get(scope_key) != scope
         full = full or (rescope and indexed_rev is not None)
+        # the rev whose `_meta.yaml` files the collections were read from (an index made before
+        # git sources had collections reads them once, on its next tick)
+        collections_key = f"{GIT_COLLECTIONS_KEY}{source.id}"
         remote = git_source.remote_head(source)
         if remote == indexed_rev and not full and git_source.mirror_head(source) == indexed_rev:
             report.rev = indexed_rev
+            if indexed_rev is not None and meta.get(collections_key) != indexed_rev:
+                self._store_collections(source.id, self._git_collections(source, indexed_rev, report))
+                self.store.set_meta({collections_key: indexed_rev})
             return report  # the common cron tick: no fetch, no write
         head, report.recloned = git_source.update_mirror(source)
         report.rev = head
@@ -304,6 +336,7 @@ class Syncer(VectorWork):
             return report
         known_files = self.store.known_files(source.id)
         incremental = not full and indexed_rev is not None and git_source.is_ancestor(source, indexed_rev, head)
+        collections = self._git_collections(source, head, report)
         changes: Iterator[Change] = git_source.changes(
             source, indexed_rev if incremental else None, head, max_file_bytes=self.config.max_file_bytes
         )
@@ -312,10 +345,11 @@ class Syncer(VectorWork):
             present = git_source.tree_paths(source, head)
             stale = [Delete(path) for path in sorted(set(known_files) - present)]
             changes = _chain(changes, stale)
+        changes = _in_collections(changes, collections)
         self.apply(source.id, self._counting(changes, "files"), report, set(known_files))
+        self._store_collections(source.id, collections)
         self.store.mark_synced(source.id, indexed_rev=head)
-        if rescope:
-            self.store.set_meta({scope_key: scope})
+        self.store.set_meta({collections_key: head, **({scope_key: scope} if rescope else {})})
         return report
 
     def _counting(self, changes: Iterable[Change], stage: str) -> Iterator[Change]:
@@ -540,6 +574,15 @@ def backfill_languages(store: IndexWriter) -> int:
 def _chain(first: Iterable[Change], then: Iterable[Change]) -> Iterator[Change]:
     yield from first
     yield from then
+
+
+def _in_collections(changes: Iterable[Change], collections: list[CollectionFolder]) -> Iterator[Change]:
+    """Each new file of a git source in the collection its folder is in, as a workspace scan
+    puts its own (a collection added or renamed moves every file in `_store_collections`)."""
+    for change in changes:
+        if isinstance(change, Upsert) and collections:
+            change = Upsert(dataclasses.replace(change.file, collection=collection_for(change.file.path, collections)))
+        yield change
 
 
 def run_sync(

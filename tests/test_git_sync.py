@@ -154,8 +154,8 @@ def fresh(tmp_path: Path, index: Index, name: str = "fresh") -> Index:
     return other
 
 
-def assert_same_as_fresh(tmp_path: Path, index: Index) -> None:
-    expected = fresh(tmp_path, index).state()
+def assert_same_as_fresh(tmp_path: Path, index: Index, name: str = "fresh") -> None:
+    expected = fresh(tmp_path, index, name).state()
     assert index.state() == expected
     with closing(index.store()) as store:
         assert orphan_vectors(store) == [] and embedded_without_vector(store) == []
@@ -534,6 +534,74 @@ def test_freshness_of_workspace_sources(tmp_path: Path, upstream: pygit2.Reposit
     shutil.rmtree(folder)
     entry = freshness(index, check_remote=False)["ws"]
     assert entry["lags"] is None and "does not exist" in entry["error"]
+
+
+def test_collections_of_a_git_source_follow_its_meta_files(
+    tmp_path: Path, upstream: pygit2.Repository, index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_meta.yaml` made a collection of a workspace folder only: in a git source `collections`
+    said there were none, `--collection` refused the name and `route` had nothing to rank."""
+    meta = "name: Operations\ndescription: Servers and backups\ntags: [ops]\n"
+    commit(
+        upstream,
+        {
+            "ops/_meta.yaml": meta,
+            "ops/a.md": note("A", "restic"),
+            "ops/deep/b.md": note("B", "borg"),
+            "c.md": note("C", "x"),
+        },
+        time=T0,
+    )
+    index.sync()
+
+    def collections() -> tuple[list[tuple[str, str, str]], dict[str, str | None]]:
+        with closing(index.store()) as store:
+            rows = [(r.name, r.folder, r.description) for r in store.collection_rows("notes")]
+            return rows, {r.path: r.collection for r in store.file_rows("notes")}
+
+    assert collections() == (
+        [("Operations", "ops", "Servers and backups")],
+        {"c.md": None, "ops/a.md": "Operations", "ops/deep/b.md": "Operations"},
+    )
+    found = cli_run(index.path, monkeypatch, "query", "restic", "--collection", "Operations", "--mode", "lex", "--json")
+    assert found.exit_code == 0, found.output
+    assert [hit["path"] for hit in json.loads(found.stdout)["results"]] == ["ops/a.md"]
+    assert_same_as_fresh(tmp_path, index, "fresh1")
+
+    commit(
+        upstream,
+        {"ops/new.md": note("New", "n"), "wiki/_meta.yaml": "name: Wiki\n", "wiki/w.md": note("W", "w")},
+        time=T0 + DAY,
+    )
+    index.sync()
+    assert collections()[1] == {
+        "c.md": None,
+        "ops/a.md": "Operations",
+        "ops/deep/b.md": "Operations",
+        "ops/new.md": "Operations",
+        "wiki/w.md": "Wiki",
+    }
+    commit(upstream, {"ops/_meta.yaml": "name: Ops\n", "wiki/_meta.yaml": None}, time=T0 + 2 * DAY)
+    index.sync()
+    rows, files = collections()
+    assert rows == [("Ops", "ops", "")] and files["ops/a.md"] == "Ops" and files["wiki/w.md"] is None
+    assert_same_as_fresh(tmp_path, index, "fresh2")
+
+    # an index made before git sources had collections reads them on its next tick, once
+    with closing(index.store()) as store:
+        store.replace_collections("notes", [])
+        for path in store.known_files("notes"):
+            store.set_file_collection("notes", path, None)
+        store.delete_meta(["collections_rev:notes"])
+    index.sync()
+    assert collections() == (rows, files)
+    assert_same_as_fresh(tmp_path, index, "fresh3")
+    commit(upstream, {"bad/_meta.yaml": "name: [x]\n", "bad/n.md": note("N", "n")}, time=T0 + 3 * DAY)
+    [report] = index.sync().sources
+    assert report.collection_problems == [
+        ("bad/_meta.yaml", "`name` is a list, not text; the collection takes the folder's name")
+    ]
+    assert collections()[1]["bad/n.md"] == "bad"
 
 
 def test_status_names_what_the_index_leaves_out_and_why(

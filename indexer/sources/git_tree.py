@@ -36,7 +36,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode, RepositoryOpenFlag, SortMode
 
-from indexer.collections import is_utf8_name
+from indexer.collections import META_FILE, is_utf8_name
 from indexer.config import GitSource
 from indexer.errors import FileNotAtRevision, SourceError
 from indexer.filetext import LFS_POINTER_REASON, is_lfs_pointer, note_text
@@ -222,6 +222,32 @@ def left_out(
                 yield path, f"{'submodule' if mode == FileMode.COMMIT else 'symlink'} (not followed)"
             elif isinstance(reason := _read(repo, path, oid, 0.0, max_file_bytes), str):
                 yield path, reason
+
+
+def meta_files(source: GitSource, rev: str) -> list[tuple[str, bytes]]:
+    """(folder, bytes) of each `_meta.yaml` at `rev` in a folder the scope may hold notes in,
+    in the order a walk of the folders on disk meets them (a folder before those inside it)."""
+    found: list[tuple[str, bytes]] = []
+
+    def walk(tree: pygit2.Tree, folder: str) -> None:
+        subfolders: list[tuple[str, pygit2.Tree]] = []
+        for entry in tree:  # a git tree lists its entries by name
+            if entry.name is None:
+                continue
+            path = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.name == META_FILE and entry.filemode in _BLOB_MODES and isinstance(entry, pygit2.Blob):
+                found.append((folder, entry.data))
+            elif isinstance(entry, pygit2.Tree) and source.selection.may_contain(path):
+                subfolders.append((path, entry))
+        for path, subtree in subfolders:
+            walk(subtree, path)
+
+    with _reading(source) as repo:
+        commit = find_commit(repo, rev)
+        if commit is None:
+            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        walk(commit.tree, "")
+    return found
 
 
 def has_entry(source: GitSource, rev: str, path: str) -> bool:

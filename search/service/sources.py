@@ -171,7 +171,7 @@ def remove(service: NotesService, name: str) -> SourceRemoved:
     written; the mirror (ours) is deleted. A failure before the write leaves the config as it
     was (the rows come back with the next sync); a mirror that cannot be deleted is a notice."""
     from indexer import config_edit, toc
-    from indexer.config import WALKED_FILES_KEY
+    from indexer.config import GIT_COLLECTIONS_KEY, WALKED_FILES_KEY
     from indexer.lock import open_index_lock
     from indexer.sources import git as git_source
     from indexer.store import index_exists, open_store
@@ -191,7 +191,9 @@ def remove(service: NotesService, name: str) -> SourceRemoved:
             store = open_store(config.index_location)
             try:
                 store.remove_source(name)
-                store.delete_meta([WALKED_FILES_KEY + name])  # a source added later by this name walks anew
+                store.delete_meta(
+                    [WALKED_FILES_KEY + name, GIT_COLLECTIONS_KEY + name]
+                )  # a source added later by this name walks anew
             finally:
                 store.close()
             log.info("source %s removed from the config and the index", name)
