@@ -21,6 +21,7 @@ class SourceReport:
     skips: list[tuple[str, str]] = field(default_factory=list)  # (path, why), for `reindex PATH`
     rev: str | None = None
     error: str | None = None
+    error_repeated: bool = False  # the same error as the last sync's: cron has been told it once
     unreadable: list[str] = field(default_factory=list)  # folders whose indexed files were kept
     recloned: str | None = None  # why a damaged git mirror was cloned again
     # (`_meta.yaml` path, what is wrong): collections that fell back to their folder's name

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -76,6 +77,8 @@ class Syncer(VectorWork):
         self.walked: dict[str, int] = {}  # workspace source -> files after a whole walk
         # try the embedder even while a remembered outage's back-off runs (`--full`, `--retry-embedder`)
         self.retry_embedder = retry_embedder
+        # git source -> its remote's head (or why it is unknown), asked before the lock was taken
+        self.remote_heads: dict[str, str | NotesSearchError] = {}
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -323,7 +326,10 @@ class Syncer(VectorWork):
         # the rev whose `_meta.yaml` files the collections were read from (an index made before
         # git sources had collections reads them once, on its next tick)
         collections_key = f"{GIT_COLLECTIONS_KEY}{source.id}"
-        remote = git_source.remote_head(source)
+        asked = self.remote_heads.get(source.id)
+        if isinstance(asked, NotesSearchError):
+            raise asked
+        remote = asked or git_source.remote_head(source)
         if remote == indexed_rev and not full and git_source.mirror_head(source) == indexed_rev:
             report.rev = indexed_rev
             if indexed_rev is not None and meta.get(collections_key) != indexed_rev:
@@ -454,6 +460,7 @@ class Syncer(VectorWork):
                     self.store.set_source_error(source.id, None)  # recovered
             except NotesSearchError as exc:
                 result = SourceReport(source.id, source.kind, error=str(exc))
+                result.error_repeated = errored.get(source.id) == str(exc)
                 log.error("source %s: %s", source.id, exc)
                 self.store.set_source_error(source.id, str(exc))
             report.sources.append(result)
@@ -647,6 +654,7 @@ def _locked(
     others are synced), open the store, run `operation`, log what it did."""
     for source_id in source_ids or []:
         config.source(source_id)  # unknown ids fail before any work
+    remote_heads = _ask_remotes([config.sources[sid] for sid in source_ids or config.sources])
     lock = open_index_lock(config)
     if not lock.acquire(timeout=lock_timeout):
         return SyncReport(locked=True)
@@ -665,7 +673,9 @@ def _locked(
             # writes nothing leaves the stamp as it was
             store.on_first_write(functools.partial(integrity.writes_begin, sqlite_file))
         try:
-            report = operation(Syncer(config, store, embedder_factory, progress, lock, retry_embedder), source_ids)
+            syncer = Syncer(config, store, embedder_factory, progress, lock, retry_embedder)
+            syncer.remote_heads = remote_heads
+            report = operation(syncer, source_ids)
         finally:
             store.close()
         if sqlite_file is not None:
@@ -675,6 +685,33 @@ def _locked(
         lock.release()
     _log_summary(report)
     return report
+
+
+def _ask_remotes(sources: list[Source]) -> dict[str, str | NotesSearchError]:
+    """Each git source's remote head, asked all at once and before the index lock: a remote
+    that does not answer (a laptop on a train, a host gone) held the lock for its whole
+    timeout, once a minute, and every other source, the watcher and each search's catch-up
+    waited behind it."""
+    remotes = [source for source in sources if isinstance(source, GitSource)]
+    if not remotes:
+        return {}
+    from indexer.sources import git as git_source
+
+    heads: dict[str, str | NotesSearchError] = {}
+
+    def ask(source: GitSource) -> None:
+        try:
+            heads[source.id] = git_source.remote_head(source)
+        except NotesSearchError as exc:
+            heads[source.id] = exc
+
+    threads = [threading.Thread(target=ask, args=(source,), daemon=True) for source in remotes[1:]]
+    for thread in threads:
+        thread.start()
+    ask(remotes[0])
+    for thread in threads:
+        thread.join()
+    return heads
 
 
 def _log_summary(report: SyncReport) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -29,7 +30,7 @@ from indexer.sync import SyncReport, run_reindex, run_sync
 from search import cli as cli_module
 from search.cli.context import CliContext
 from search.mcp_server import NotesTools
-from tests.conftest import keywords, open_index, write
+from tests.conftest import keywords, open_index, wait_for, write
 from tests.fakes import FakeEmbedder
 from tests.gitutil import Symlink, commit, init_upstream
 from tests.store_checks import (
@@ -416,8 +417,15 @@ def test_unreachable_remote_fails_only_its_source(
     result = cli_run(index.path, monkeypatch, "sync")
     assert result.exit_code == 1
     errors = result.stderr.splitlines()
-    assert len(errors) == 1 and errors[0].startswith("error: source gone: ") and "ls-remote" in errors[0]
+    assert len(errors) == 1 and errors[0].startswith("error: git source 'gone' (") and "ls-remote" in errors[0]
     assert paths(index, "notes") == {"a.md"} and paths(index, "ws") == {"w.md"}
+    # the next cron tick fails the same way: said once (one mail), the log and `status` keep it
+    again = cli_run(index.path, monkeypatch, "sync")
+    assert (again.exit_code, again.stderr) == (1, "")
+    assert index.config.log.read_text(encoding="utf-8").count("source gone: git source 'gone'") == 2
+    monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)  # a person at a terminal is told
+    assert "error: git source 'gone' (" in cli_run(index.path, monkeypatch, "sync").stderr
+    monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: False)
 
     # a remote that was reachable and then went away keeps its indexed content
     moved = tmp_path / "moved-away"
@@ -427,6 +435,34 @@ def test_unreachable_remote_fails_only_its_source(
     assert paths(index, "notes") == {"a.md"}
     with closing(index.store()) as store:
         assert "ls-remote" in (next(s for s in store.source_stats() if s.source_id == "notes").last_error or "")
+
+
+def test_a_remote_that_does_not_answer_never_holds_the_index_lock(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    """A remote that hangs (a host gone, a laptop on a train) held the lock for its whole timeout,
+    once a minute: every other source, the watcher and each search's catch-up waited behind it.
+    The remotes are asked before the lock is taken."""
+    from indexer.lock import running_sync
+
+    commit(upstream, {"a.md": note("A", "a")}, time=T0)
+    asked = tmp_path / "asked"
+    ssh = tmp_path / "hanging-ssh"
+    ssh.write_text(f"#!/bin/sh\ntouch {asked}\nsleep 3\nexit 255\n")
+    ssh.chmod(0o755)
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "far": {"url": "ssh://blackhole.invalid/n.git"}})
+    env = {**os.environ, "GIT_SSH_COMMAND": str(ssh), "PYTHONPATH": str(Path(__file__).parents[1])}
+    sync = subprocess.Popen(
+        [str(Path(sys.executable).parent / "notes-search"), "--config", str(index.path), "sync"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(asked.exists, "the remote to be asked", timeout=30)
+        assert running_sync(index.config) is None  # the lock is free while the remote is asked
+    finally:
+        _, stderr = sync.communicate(timeout=60)
+    assert sync.returncode == 1 and b"git source 'far'" in stderr
+    assert paths(index, "notes") == {"a.md"}
 
 
 def test_query_hits_of_git_sources_carry_the_indexed_rev(

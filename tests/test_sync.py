@@ -383,13 +383,13 @@ def test_error_clears_when_the_source_recovers(tmp_path: Path, notes: Path, db_u
     embedder = FakeEmbedder(config.embedding)
     run_sync(config, embedder_factory=lambda: embedder)
     store = open_index(config)
-    assert store.errored_sources() == {"later"}
+    assert list(store.errored_sources()) == ["later"] and "later" in store.errored_sources()["later"]
     store.close()
     later.mkdir()
     run_sync(config, embedder_factory=lambda: embedder)
     store = open_index(config)
     try:
-        assert store.errored_sources() == set()
+        assert store.errored_sources() == {}
     finally:
         store.close()
 

@@ -260,8 +260,8 @@ class StoreCore:
     def _after_sync(self) -> None:
         """What a backend tidies once a source's sync is committed (nothing by default)."""
 
-    def errored_sources(self) -> set[str]:
-        return {r[0] for r in self._run("SELECT source_id FROM sources WHERE last_error IS NOT NULL")}
+    def errored_sources(self) -> dict[str, str]:
+        return dict(self._run("SELECT source_id, last_error FROM sources WHERE last_error IS NOT NULL"))
 
     def set_source_error(self, source_id: str, error: str | None) -> None:
         """Record (or clear) a source's last error; writes only when it differs."""

@@ -253,8 +253,8 @@ class IndexWriter(IndexReader, Protocol):
         """A whole sync of the source finished now (moving `indexed_rev` when given)."""
         ...
 
-    def errored_sources(self) -> set[str]:
-        """Sources whose last sync recorded an error."""
+    def errored_sources(self) -> dict[str, str]:
+        """Sources whose last sync recorded an error, with it."""
         ...
 
     def set_source_error(self, source_id: str, error: str | None) -> None:

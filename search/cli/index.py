@@ -154,13 +154,21 @@ def sync(
     elif interactive:
         _print_sync_summary(report)
     for failed in report.failed:
-        echo(f"error: source {failed.source_id}: {failed.error}", err=True)
+        # under cron, a source failing as it did last time was said then (and the log has it):
+        # one mail when it breaks, not one a minute until it is mended
+        if interactive or as_json or not failed.error_repeated:
+            echo(f"error: {_naming(failed.source_id, failed.error or '')}", err=True)
     if not quiet and not as_json:
         _warn_problems(report)
     if report.embed_notice and not quiet and not as_json:
         echo(f"warning: {report.embed_notice}", err=True)
     if report.failed:
         sys.exit(1)
+
+
+def _naming(source_id: str, error: str) -> str:
+    """The error, after `source ID: ` unless it names the source itself (a git source's does)."""
+    return error if error.startswith(f"git source {source_id!r}") else f"source {source_id}: {error}"
 
 
 def _warn_problems(report: SyncReport) -> None:
