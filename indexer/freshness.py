@@ -114,14 +114,23 @@ Lag = GitLag | WorkspaceLag | LagUnknown
 
 
 def git_freshness(
-    source: GitSource, store: IndexReader, place: str, max_file_bytes: int, *, check_remote: bool
+    source: GitSource,
+    store: IndexReader,
+    place: str,
+    max_file_bytes: int,
+    *,
+    check_remote: bool,
+    asked: str | SourceError | None = None,
 ) -> GitLag:
-    """One git source: indexed rev vs the remote head (ls-remote, no fetch) or the mirror head;
-    and what of it (or of the file or folder `place`) the indexed rev holds that is left out."""
+    """One git source: indexed rev vs the remote head (ls-remote, no fetch; `asked`: already
+    asked, by `git_source.remote_heads`) or the mirror head; and what of it (or of the file or
+    folder `place`) the indexed rev holds that is left out."""
     remote_head = remote_error = None
     if check_remote:
         try:
-            remote_head = git_source.remote_head(source)
+            if isinstance(asked, SourceError):
+                raise asked
+            remote_head = asked or git_source.remote_head(source)
         except SourceError as exc:
             remote_error = str(exc)
     indexed_rev = store.source_state(source.id).indexed_rev

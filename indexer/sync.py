@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -32,6 +31,7 @@ from indexer.config import (
 )
 from indexer.errors import (
     NotesSearchError,
+    SourceError,
     StoreError,
 )
 from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
@@ -78,7 +78,7 @@ class Syncer(VectorWork):
         # try the embedder even while a remembered outage's back-off runs (`--full`, `--retry-embedder`)
         self.retry_embedder = retry_embedder
         # git source -> its remote's head (or why it is unknown), asked before the lock was taken
-        self.remote_heads: dict[str, str | NotesSearchError] = {}
+        self.remote_heads: dict[str, str | SourceError] = {}
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -327,7 +327,7 @@ class Syncer(VectorWork):
         # git sources had collections reads them once, on its next tick)
         collections_key = f"{GIT_COLLECTIONS_KEY}{source.id}"
         asked = self.remote_heads.get(source.id)
-        if isinstance(asked, NotesSearchError):
+        if isinstance(asked, SourceError):
             raise asked
         remote = asked or git_source.remote_head(source)
         if remote == indexed_rev and not full and git_source.mirror_head(source) == indexed_rev:
@@ -687,31 +687,16 @@ def _locked(
     return report
 
 
-def _ask_remotes(sources: list[Source]) -> dict[str, str | NotesSearchError]:
-    """Each git source's remote head, asked all at once and before the index lock: a remote
-    that does not answer (a laptop on a train, a host gone) held the lock for its whole
-    timeout, once a minute, and every other source, the watcher and each search's catch-up
-    waited behind it."""
+def _ask_remotes(sources: list[Source]) -> dict[str, str | SourceError]:
+    """Each git source's remote head, asked before the index lock: a remote that does not
+    answer (a laptop on a train, a host gone) held the lock for its whole timeout, once a
+    minute, and every other source, the watcher and each search's catch-up waited behind it."""
     remotes = [source for source in sources if isinstance(source, GitSource)]
     if not remotes:
         return {}
     from indexer.sources import git as git_source
 
-    heads: dict[str, str | NotesSearchError] = {}
-
-    def ask(source: GitSource) -> None:
-        try:
-            heads[source.id] = git_source.remote_head(source)
-        except NotesSearchError as exc:
-            heads[source.id] = exc
-
-    threads = [threading.Thread(target=ask, args=(source,), daemon=True) for source in remotes[1:]]
-    for thread in threads:
-        thread.start()
-    ask(remotes[0])
-    for thread in threads:
-        thread.join()
-    return heads
+    return git_source.remote_heads(remotes)
 
 
 def _log_summary(report: SyncReport) -> None:

@@ -437,19 +437,24 @@ def test_unreachable_remote_fails_only_its_source(
         assert "ls-remote" in (next(s for s in store.source_stats() if s.source_id == "notes").last_error or "")
 
 
-def test_a_remote_that_does_not_answer_never_holds_the_index_lock(tmp_path: Path, upstream: pygit2.Repository) -> None:
+def test_a_remote_that_does_not_answer_never_holds_the_index_lock(
+    tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A remote that hangs (a host gone, a laptop on a train) held the lock for its whole timeout,
     once a minute: every other source, the watcher and each search's catch-up waited behind it.
-    The remotes are asked before the lock is taken."""
+    The remotes are asked before the lock is taken, all at once (by `sync` and by `status`)."""
     from indexer.lock import running_sync
 
     commit(upstream, {"a.md": note("A", "a")}, time=T0)
-    asked = tmp_path / "asked"
+    calls = tmp_path / "calls"
     ssh = tmp_path / "hanging-ssh"
-    ssh.write_text(f"#!/bin/sh\ntouch {asked}\nsleep 3\nexit 255\n")
+    ssh.write_text(f"#!/bin/sh\necho start >> {calls}\nsleep 2\necho end >> {calls}\nexit 255\n")
     ssh.chmod(0o755)
-    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "far": {"url": "ssh://blackhole.invalid/n.git"}})
-    env = {**os.environ, "GIT_SSH_COMMAND": str(ssh), "PYTHONPATH": str(Path(__file__).parents[1])}
+    far = {"url": "ssh://blackhole.invalid/n.git"}
+    index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "far": far, "farther": far})
+    # (the simple variant: git does not first run it with -G to learn which ssh it is)
+    ssh_env = {"GIT_SSH_COMMAND": str(ssh), "GIT_SSH_VARIANT": "simple"}
+    env = {**os.environ, **ssh_env, "PYTHONPATH": str(Path(__file__).parents[1])}
     sync = subprocess.Popen(
         [str(Path(sys.executable).parent / "notes-search"), "--config", str(index.path), "sync"],
         env=env,
@@ -457,12 +462,19 @@ def test_a_remote_that_does_not_answer_never_holds_the_index_lock(tmp_path: Path
         stderr=subprocess.PIPE,
     )
     try:
-        wait_for(asked.exists, "the remote to be asked", timeout=30)
-        assert running_sync(index.config) is None  # the lock is free while the remote is asked
+        wait_for(calls.exists, "the remote to be asked", timeout=30)
+        assert running_sync(index.config) is None  # the lock is free while the remotes are asked
     finally:
         _, stderr = sync.communicate(timeout=60)
-    assert sync.returncode == 1 and b"git source 'far'" in stderr
+    assert sync.returncode == 1 and b"git source 'far'" in stderr and b"git source 'farther'" in stderr
     assert paths(index, "notes") == {"a.md"}
+    assert calls.read_text().split() == ["start", "start", "end", "end"]  # both asked at once
+    calls.unlink()
+    for name, value in ssh_env.items():
+        monkeypatch.setenv(name, value)
+    status = cli_run(index.path, monkeypatch, "status", "--json")
+    assert status.exit_code == 0 and "ls-remote" in status.stdout
+    assert calls.read_text().split() == ["start", "start", "end", "end"]
 
 
 def test_query_hits_of_git_sources_carry_the_indexed_rev(

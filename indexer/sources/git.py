@@ -49,6 +49,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pygit2
@@ -97,6 +98,7 @@ __all__ = [
     "read_blob",
     "reclone",
     "remote_head",
+    "remote_heads",
     "remove_mirror",
     "sync_mirror",
     "tree_paths",
@@ -260,6 +262,27 @@ def _headless(source: GitSource, symref: str | None) -> str:
         f"the remote's HEAD names {named}, which does not exist; set `branch:` for this source "
         f"(sources.git.{source.id}.branch) to one of its branches: {shown}"
     )
+
+
+def remote_heads(sources: list[GitSource]) -> dict[str, str | SourceError]:
+    """Each source's `remote_head`, or why it is unknown: asked all at once, so that the
+    remotes that do not answer cost one timeout, not one each."""
+    heads: dict[str, str | SourceError] = {}
+
+    def ask(source: GitSource) -> None:
+        try:
+            heads[source.id] = remote_head(source)
+        except SourceError as exc:
+            heads[source.id] = exc
+
+    threads = [threading.Thread(target=ask, args=(source,), daemon=True) for source in sources[1:]]
+    for thread in threads:
+        thread.start()
+    if sources:
+        ask(sources[0])
+    for thread in threads:
+        thread.join()
+    return heads
 
 
 def remote_head(source: GitSource) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from indexer.config import GitSource, identity_mismatch
-from indexer.errors import NotesSearchError
+from indexer.errors import NotesSearchError, SourceError
 from indexer.lock import running_sync
 from indexer.store import (
     FileProblem,
@@ -146,6 +146,7 @@ def status(service: NotesService, path: str | None, check: bool = False) -> Stat
         counts = store.scope_stats(target.scope) if path else {}
         languages = store.language_counts(target.scope if path else None)
         server_memory = store.server_memory()
+        heads = _remote_heads(service, [place.source_id for place in target.places])
         sources = [
             _source_status(
                 service,
@@ -154,6 +155,7 @@ def status(service: NotesService, path: str | None, check: bool = False) -> Stat
                 totals.get(place.source_id),
                 counts.get(place.source_id, ScopeCounts()) if path else None,
                 languages.get(place.source_id, {}),
+                heads,
             )
             for place in target.places
         ]
@@ -186,6 +188,7 @@ def _source_status(
     stats: SourceStats | None,
     counts: ScopeCounts | None,
     languages: dict[str, int],
+    heads: dict[str, str | SourceError],
 ) -> SourceStatus:
     """`counts`: inside the place asked about; None: the whole source's, from its `stats`."""
     source_id, folder = place.source_id, place.folder
@@ -195,7 +198,7 @@ def _source_status(
 
     lag: Lag
     try:
-        lag = _lag(service, store, source_id, folder)
+        lag = _lag(service, store, source_id, folder, heads.get(source_id))
     except NotesSearchError as exc:  # one unreadable source must not hide the others
         lag = LagUnknown(str(exc))
     not_indexed = lag.not_indexed
@@ -221,12 +224,26 @@ def _source_status(
     )
 
 
-def _lag(service: NotesService, store: IndexReader, source_id: str, place: str) -> Lag:
+def _remote_heads(service: NotesService, source_ids: list[str]) -> dict[str, str | SourceError]:
+    """The git sources' remote heads, asked all at once: a remote that does not answer costs
+    the status one timeout, not one a source."""
+    sources = [service.config.sources[source_id] for source_id in dict.fromkeys(source_ids)]
+    remotes = [source for source in sources if isinstance(source, GitSource)]
+    if not service.check_remote or len(remotes) < 2:
+        return {}
+    from indexer.sources import git as git_source
+
+    return git_source.remote_heads(remotes)
+
+
+def _lag(service: NotesService, store: IndexReader, source_id: str, place: str, asked: str | SourceError | None) -> Lag:
     """How the index differs from the disk (workspace: a stat scan, hashing only on mismatch)
     or from git (the indexed rev vs the mirror head, and the remote's when `check_remote`)."""
     from indexer.freshness import git_freshness, workspace_freshness  # keeps pygit2 out of other commands
 
     source = service.config.sources[source_id]
     if isinstance(source, GitSource):
-        return git_freshness(source, store, place, service.config.max_file_bytes, check_remote=service.check_remote)
+        return git_freshness(
+            source, store, place, service.config.max_file_bytes, check_remote=service.check_remote, asked=asked
+        )
     return workspace_freshness(source, store, place, service.config.max_file_bytes)
