@@ -130,7 +130,7 @@ def git_freshness(
         try:
             if isinstance(asked, SourceError):
                 raise asked
-            remote_head = asked or git_source.remote_head(source)
+            remote_head = asked or git_source.remote_head(source, git_source.STATUS_REMOTE_TIMEOUT)
         except SourceError as exc:
             remote_error = str(exc)
     indexed_rev = store.source_state(source.id).indexed_rev

@@ -654,6 +654,26 @@ def test_get_caps_one_file_in_bytes_even_a_single_line(workspace: Path, tmp_path
     over_stdio(workspace, body, tmp_path / "server.log")
 
 
+def test_status_holds_a_git_source_against_its_remote(workspace: Path, tmp_path: Path) -> None:
+    """The MCP `status` compared a git source with its mirror alone: a commit pushed since the
+    last sync read `lags: false`, and an agent trusted a stale search."""
+    from tests.gitutil import commit, init_upstream
+
+    upstream = init_upstream(tmp_path / "team")
+    commit(upstream, {"wiki/dns.md": "# DNS\n\nunbound on port 53\n"}, time=1_700_000_000)
+    config = workspace
+    config.write_text(config.read_text() + f"  git:\n    team: {{url: {tmp_path / 'team'}}}\n", encoding="utf-8")
+    loaded = load_config(config)
+    run_sync(loaded, embedder_factory=lambda: make_embedder(loaded.embedding))
+    newer = commit(upstream, {"wiki/dns.md": "# DNS\n\nunbound on port 5353\n"}, time=1_700_000_100)
+
+    async def body(session: ClientSession) -> None:
+        [team] = (await call(session, "status", path="team"))["sources"]
+        assert team["lag"]["lags"] is True and team["lag"]["remote_head"] == newer
+
+    over_stdio(config, body, tmp_path / "server.log")
+
+
 def test_hits_carry_their_file_and_get_takes_it(workspace: Path, tmp_path: Path) -> None:
     """`file` reaches an agent through search (both details) and grep; `get` reads that path."""
     wireguard = str(workspace.parent / "notes" / "devops" / "wireguard.md")

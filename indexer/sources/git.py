@@ -83,6 +83,7 @@ from indexer.sources.git_tree import (
 # The driver as its callers use it: the mirror kept here, and the reading half's functions.
 __all__ = [
     "DAMAGE_MARK",
+    "STATUS_REMOTE_TIMEOUT",
     "GitFailed",
     "MirrorDamaged",
     "changes",
@@ -106,6 +107,9 @@ __all__ = [
 ]
 
 LS_REMOTE_TIMEOUT = 60.0  # seconds; one round trip
+# when someone waits on the answer (`status`, an agent's too): a remote that does not answer
+# is said to, and the mirror's head stands in
+STATUS_REMOTE_TIMEOUT = 10.0
 TRANSFER_TIMEOUT = 900.0  # seconds; a first clone of a large notes repository over a slow link
 
 _log = logging.getLogger("notes_search.git")
@@ -215,22 +219,20 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _remote_branch(source: GitSource) -> tuple[str | None, str]:
+def _remote_branch(source: GitSource, timeout: float = LS_REMOTE_TIMEOUT) -> tuple[str | None, str]:
     """(ref name, commit) of the branch to index on the remote, from one ls-remote round trip.
 
     The ref name is None only when the remote's HEAD is detached.
     """
     if source.branch:
         ref = f"refs/heads/{source.branch}"
-        out = _run_git(source, ["ls-remote", "--", source.url, ref], timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+        out = _run_git(source, ["ls-remote", "--", source.url, ref], timeout=timeout, what="ls-remote")
         for line in out.splitlines():
             rev, _, name = line.partition("\t")
             if name == ref:
                 return ref, rev
         raise source_error(source, "ls-remote", f"branch {source.branch!r} not found on the remote")
-    out = _run_git(
-        source, ["ls-remote", "--symref", "--", source.url, "HEAD"], timeout=LS_REMOTE_TIMEOUT, what="ls-remote"
-    )
+    out = _run_git(source, ["ls-remote", "--symref", "--", source.url, "HEAD"], timeout=timeout, what="ls-remote")
     symref: str | None = None
     for line in out.splitlines():
         left, _, name = line.partition("\t")
@@ -240,17 +242,17 @@ def _remote_branch(source: GitSource) -> tuple[str | None, str]:
             symref = left.removeprefix("ref: ")
         else:
             return symref, left
-    raise source_error(source, "ls-remote", _headless(source, symref))
+    raise source_error(source, "ls-remote", _headless(source, symref, timeout))
 
 
 SHOWN_BRANCHES = 5  # named in the message about a remote HEAD that names no branch
 
 
-def _headless(source: GitSource, symref: str | None) -> str:
+def _headless(source: GitSource, symref: str | None, timeout: float) -> str:
     """Why the remote's HEAD gives no commit: an empty repository, or a HEAD naming a branch
     that does not exist (a default branch renamed or deleted on a bare upstream), which the
     source's `branch:` key works around."""
-    out = _run_git(source, ["ls-remote", "--heads", "--", source.url], timeout=LS_REMOTE_TIMEOUT, what="ls-remote")
+    out = _run_git(source, ["ls-remote", "--heads", "--", source.url], timeout=timeout, what="ls-remote")
     branches = [name.removeprefix("refs/heads/") for _, _, name in (line.partition("\t") for line in out.splitlines())]
     branches = [name for name in branches if name]
     if not branches:
@@ -264,14 +266,14 @@ def _headless(source: GitSource, symref: str | None) -> str:
     )
 
 
-def remote_heads(sources: list[GitSource]) -> dict[str, str | SourceError]:
+def remote_heads(sources: list[GitSource], timeout: float = LS_REMOTE_TIMEOUT) -> dict[str, str | SourceError]:
     """Each source's `remote_head`, or why it is unknown: asked all at once, so that the
     remotes that do not answer cost one timeout, not one each."""
     heads: dict[str, str | SourceError] = {}
 
     def ask(source: GitSource) -> None:
         try:
-            heads[source.id] = remote_head(source)
+            heads[source.id] = remote_head(source, timeout)
         except SourceError as exc:
             heads[source.id] = exc
 
@@ -285,9 +287,9 @@ def remote_heads(sources: list[GitSource]) -> dict[str, str | SourceError]:
     return heads
 
 
-def remote_head(source: GitSource) -> str:
+def remote_head(source: GitSource, timeout: float = LS_REMOTE_TIMEOUT) -> str:
     """The commit the remote's branch points to, without fetching (cheap change detection)."""
-    return _remote_branch(source)[1]
+    return _remote_branch(source, timeout)[1]
 
 
 def _is_mirror(repo: pygit2.Repository) -> bool:

@@ -43,4 +43,9 @@ def mcp(ctx: CliContext, use_http: bool, host: str, port: int, token: str | None
         problem = mcp_server.token_problem(token, remote=not is_loopback_host(host))
         if problem:
             raise click.UsageError(problem)
-    mcp_server.run(ctx.service(), http=(host, port, token or None) if use_http else None, call_timeout=call_timeout)
+    # an agent's `status` holds git sources against their remotes, as the CLI's does
+    mcp_server.run(
+        ctx.service(check_remote=True),
+        http=(host, port, token or None) if use_http else None,
+        call_timeout=call_timeout,
+    )

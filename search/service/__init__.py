@@ -61,7 +61,7 @@ class NotesService:
         check_remote: bool = False,
     ) -> None:
         self.config = config
-        self.check_remote = check_remote  # the MCP tools answer fast; the CLI status asks the remote
+        self.check_remote = check_remote  # `status` asks git remotes for their heads (`--offline`: no)
         self._embedder_factory = embedder_factory
         self._lock = threading.RLock()  # tools run on worker threads: creation is serialised
         self._embedder: Embedder | None = None

@@ -233,7 +233,7 @@ def _remote_heads(service: NotesService, source_ids: list[str]) -> dict[str, str
         return {}
     from indexer.sources import git as git_source
 
-    return git_source.remote_heads(remotes)
+    return git_source.remote_heads(remotes, git_source.STATUS_REMOTE_TIMEOUT)
 
 
 def _lag(service: NotesService, store: IndexReader, source_id: str, place: str, asked: str | SourceError | None) -> Lag:
