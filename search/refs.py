@@ -90,16 +90,18 @@ def _check_relative(path: str, shown: str) -> None:
         )
 
 
-def _normalise(source_id: str, path: str) -> str:
-    """Lexically resolve '.', '..' and empty segments; '' means the source root itself."""
-    _check_relative(path, str(Ref(source_id, path)))
+def _normalise(source_id: str, path: str, shown: str | None = None) -> str:
+    """Lexically resolve '.', '..' and empty segments; '' means the source root itself. An error
+    names `shown` (default: the path in the source)."""
+    shown = shown or str(Ref(source_id, path))
+    _check_relative(path, shown)
     parts: list[str] = []
     for part in path.split("/"):
         if part in ("", "."):
             continue
         if part == "..":
             if not parts:
-                raise PathOutsideSources(f"{Ref(source_id, path)}: '..' leads outside the source root")
+                raise PathOutsideSources(f"{shown}: '..' leads outside the source root")
             parts.pop()
         else:
             parts.append(part)
@@ -148,6 +150,12 @@ def _real_inside(source: WorkspaceSource, rel: str) -> str:
             f"{Ref(source.id, rel)}: resolves outside the source root {source.root} (a symlink?); refused"
         )
     return target
+
+
+def lexically_inside(path: str) -> None:
+    """PathOutsideSources, naming `path` as typed, when no source could hold it (absolute, '..'
+    above the root, a NUL): said before a source is tried, whose name the user never typed."""
+    _normalise("", path, shown=path)
 
 
 def confine(config: Config, source_id: str, path: str) -> str:

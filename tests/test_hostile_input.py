@@ -382,7 +382,7 @@ def test_foreign_folder_at_mirror_path_is_refused_and_kept(
     result = cli(config_path, "sync")
     assert result.exit_code == 1
     errors = result.stderr.strip().splitlines()
-    assert len(errors) == 1 and errors[0].startswith("error: source repo:") and "refusing" in errors[0], errors
+    assert len(errors) == 1 and errors[0].startswith("error: git source 'repo' (") and "refusing" in errors[0], errors
     assert good_rows(load_config(config_path).db) == clean_good  # the workspace source was indexed anyway
 
 
@@ -413,7 +413,7 @@ def test_unreachable_remote_keeps_the_last_index(
     assert time.monotonic() - started < 30
     assert result.exit_code == 1
     errors = result.stderr.strip().splitlines()
-    assert len(errors) == 1 and errors[0].startswith("error: source repo: git source 'repo'"), errors
+    assert len(errors) == 1 and errors[0].startswith("error: git source 'repo' ("), errors
     after = index_state(load_config(config_path).db)
     assert after["files"] == before["files"] and after["chunks"] == before["chunks"], (
         "an outage must not empty the index"

@@ -686,5 +686,18 @@ def test_hits_carry_their_file_and_get_takes_it(workspace: Path, tmp_path: Path)
         window = await call(session, "get", path=f"{wireguard}:1", max_lines=3)
         assert "wireguard.md" in json.dumps(window) and window["next_from_line"] == 4
         assert "absolute" in await refused(session, "get", path=str(workspace.parent / "secret" / "passwords.md"))
+        # a hit's `file` and `ref` scope a search, a grep and a status to its note (they were
+        # refused: "paths are relative", "no such file or folder")
+        hit = (await call(session, "search", query="51820/udp", mode="lex"))["results"][0]
+        for path in (hit["file"], hit["ref"], f"{wireguard}:3"):
+            scoped = await call(session, "search", query="wireguard", mode="lex", path=path)
+            assert {r["path"] for r in scoped["results"]} == {"devops/wireguard.md"}, path
+            assert (await call(session, "grep", pattern="51820", path=path))["count"] >= 1
+            [entry] = (await call(session, "status", path=path))["sources"]
+            assert entry["path"] == "devops/wireguard.md" and entry["files"] == 1
+        # what no source can hold is said as typed, naming no source the caller never named
+        assert await refused(session, "search", query="x", path="../../etc/passwd") == (
+            "../../etc/passwd: '..' leads outside the source root"
+        )
 
     over_stdio(workspace, body, tmp_path / "server.log")

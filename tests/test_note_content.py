@@ -283,7 +283,7 @@ def test_a_remote_head_naming_a_missing_branch_is_diagnosed_and_names_branch(run
     config = git_config(tmp_path, notes, bare)
     result = run("sync", config=config)
     assert result.exit_code == 1
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: source team")]
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: git source 'team' (")]
     assert line.endswith(
         "ls-remote: the remote's HEAD names a branch, which does not exist; set `branch:` for this source "
         "(sources.git.team.branch) to one of its branches: dev, main"

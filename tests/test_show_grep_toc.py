@@ -323,7 +323,7 @@ def test_show_and_get_of_a_crlf_file_give_the_same_lines(tmp_path: Path) -> None
         )
     )
     (shown,) = service.show("notes:win.md:3:2")
-    window = service.get("notes:win.md:3:2", None, 10)
+    window = service.get("notes:win.md:3:2", None, 10, 65536)
     assert shown.range is not None and window.view.range is not None
     assert shown.range.lines == window.view.range.lines == ("first line", "second line")
     assert shown.text == "first line\r\nsecond line\r\n"  # as `show` printed it before: the file's bytes

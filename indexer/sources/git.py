@@ -219,11 +219,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _remote_branch(source: GitSource, timeout: float = LS_REMOTE_TIMEOUT) -> tuple[str | None, str]:
+def _remote_branch(source: GitSource, timeout: float | None = None) -> tuple[str | None, str]:
     """(ref name, commit) of the branch to index on the remote, from one ls-remote round trip.
 
     The ref name is None only when the remote's HEAD is detached.
     """
+    timeout = timeout or LS_REMOTE_TIMEOUT
     if source.branch:
         ref = f"refs/heads/{source.branch}"
         out = _run_git(source, ["ls-remote", "--", source.url, ref], timeout=timeout, what="ls-remote")
@@ -266,7 +267,7 @@ def _headless(source: GitSource, symref: str | None, timeout: float) -> str:
     )
 
 
-def remote_heads(sources: list[GitSource], timeout: float = LS_REMOTE_TIMEOUT) -> dict[str, str | SourceError]:
+def remote_heads(sources: list[GitSource], timeout: float | None = None) -> dict[str, str | SourceError]:
     """Each source's `remote_head`, or why it is unknown: asked all at once, so that the
     remotes that do not answer cost one timeout, not one each."""
     heads: dict[str, str | SourceError] = {}
@@ -287,7 +288,7 @@ def remote_heads(sources: list[GitSource], timeout: float = LS_REMOTE_TIMEOUT) -
     return heads
 
 
-def remote_head(source: GitSource, timeout: float = LS_REMOTE_TIMEOUT) -> str:
+def remote_head(source: GitSource, timeout: float | None = None) -> str:
     """The commit the remote's branch points to, without fetching (cheap change detection)."""
     return _remote_branch(source, timeout)[1]
 

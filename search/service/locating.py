@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from search.hits import Hit
     from search.service import NotesService
 
-_LINE_TAIL = re.compile(r"(?::[0-9]+){1,2}\Z")  # `:LINE[:COUNT]` after a path, as in a ref
+LINE_TAIL = re.compile(r"(?::[0-9]+){1,2}\Z")  # `:LINE[:COUNT]` after a path, as in a ref
 LAST_RESULTS_NAME = "last-query.json"  # beside the index: this config's last `query`, for `open RANK`
 
 
@@ -50,7 +50,7 @@ def ref_of_file(config: Config, text: str) -> str:
     as such: calling it refused for being absolute would be untrue, as those inside are taken."""
     if not text.startswith("/"):
         return text
-    tail = _LINE_TAIL.search(text)
+    tail = LINE_TAIL.search(text)
     path, line = (text[: tail.start()], tail[0]) if tail else (text, "")
     inside: list[str] = []
     for source_id, source in config.sources.items():

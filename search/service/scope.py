@@ -137,7 +137,8 @@ def confined_places(
 def resolve_path(config: Config, store: IndexReader | None, path: str | None) -> Target:
     """Source id -> that source; collection name -> its folder(s); else a confined path
     (`source:path`, or a bare path in every source that has it). None -> everything."""
-    from search.refs import split_source
+    from search.refs import lexically_inside, split_source
+    from search.service.locating import LINE_TAIL, ref_of_file
 
     text = (path or "").strip()
     if not text:
@@ -148,9 +149,15 @@ def resolve_path(config: Config, store: IndexReader | None, path: str | None) ->
     if entries:
         places = tuple(Place(e.source_id, e.folder) for e in entries)
         return Target(SearchScope(collection=text), f"collection {text}", places)
+    # a hit's own `file` (absolute, in a source's folder) or `ref` (with its :LINE) names its file
+    text = ref_of_file(config, text)
     source_id, rest = split_source(text, config.sources)
+    if source_id is None:
+        lexically_inside(rest)
     candidates = [source_id] if source_id else list(config.sources)
     found, rel, refused = confined_places(config, candidates, rest, store)
+    if not found and (line := LINE_TAIL.search(rest)):
+        found, rel, refused = confined_places(config, candidates, rest[: line.start()], store)
     if not found:
         if refused is not None:
             raise refused
