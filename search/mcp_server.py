@@ -23,6 +23,7 @@ from search.service.reading import MANY_MAX_BYTES, MANY_MAX_LINES
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
+    from mcp.server.models import InitializationOptions
     from mcp.types import CallToolResult, ListToolsResult, Tool, ToolAnnotations
     from pydantic import BaseModel, ValidationError
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -619,7 +620,19 @@ def build_server(service: "NotesService", call_timeout: float = CALL_TIMEOUT) ->
     async def call_tool(ctx: Any, params: CallToolRequestParams) -> "CallToolResult":
         return await box.call(params.name, params.arguments or {})
 
-    return Server(
+    class NotesServer(Server[Any]):
+        """Each session's instructions name the sources and collections as they are when it
+        begins: an HTTP server runs for days, and one started before the first sync said "not
+        synced yet" for its whole life."""
+
+        def create_initialization_options(self, *args: Any, **kwargs: Any) -> "InitializationOptions":
+            try:
+                self.instructions = server_instructions(service.overview())
+            except NotesSearchError as exc:  # the last good ones stand; the tools say what is wrong
+                log.warning("instructions not refreshed: %s", exc)
+            return super().create_initialization_options(*args, **kwargs)
+
+    return NotesServer(
         "notes-search",
         version=package_version(),
         instructions=server_instructions(service.overview()),

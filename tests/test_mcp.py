@@ -361,6 +361,35 @@ def test_http_lists_and_calls_every_tool(http_server: str) -> None:
     anyio.run(main)
 
 
+def test_each_http_session_gets_instructions_as_the_index_is_now(workspace: Path, tmp_path: Path) -> None:
+    """An HTTP server runs for days: its instructions were made once, when it started, and a
+    collection added since (or a first sync) never reached an agent's new session."""
+    from indexer.embedders import make_embedder
+
+    async def instructions(url: str) -> str:
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        async with (
+            client,
+            streamable_http_client(url, http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            return (await session.initialize()).instructions or ""
+
+    proc, url = start_http_server(workspace, tmp_path / "server.log")
+    try:
+        before = anyio.run(instructions, url)
+        assert "- devops — " in before and "- zahrada — Zelenina" not in before
+        garden = workspace.parent / "notes" / "zahrada"
+        garden.mkdir()
+        (garden / "_meta.yaml").write_text("name: zahrada\ndescription: Zelenina a sklep\n", encoding="utf-8")
+        (garden / "rajcata.md").write_text("# Rajčata\n\nVysadit v květnu.\n", encoding="utf-8")
+        loaded = load_config(workspace)
+        run_sync(loaded, embedder_factory=lambda: make_embedder(loaded.embedding))
+        assert "- zahrada — Zelenina a sklep" in anyio.run(instructions, url)
+    finally:
+        _stop(proc)
+
+
 INITIALIZE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
