@@ -208,6 +208,50 @@ def install_hooks(
     return written
 
 
+def uninstall_hooks(config: Config, source_ids: Sequence[str], *, upstream: bool = False) -> list[Path]:
+    """Delete the hooks `install_hooks` wrote for the selected git sources (all by default) and
+    this config: in the mirrors, and with `upstream` in their local bare upstreams (the user's
+    repository: post-receive there is the one file notes-search ever wrote into it). A hook that
+    is not ours, or is ours for another config or source, stays. Returns the files deleted."""
+    removed = []
+    for source in _git_sources(config, source_ids):
+        places = [source.mirror / "hooks" / "reference-transaction"]
+        if upstream:
+            places.append(_local_upstream(source) / "hooks" / "post-receive")
+        for path in places:
+            if _installed_for(path, config, source.id):
+                try:
+                    path.unlink()
+                except OSError as exc:
+                    raise HookError(f"cannot delete {path}: {exc.strerror or exc}") from None
+                removed.append(path)
+    return removed
+
+
+def upstream_hook(config: Config, source: GitSource) -> Path | None:
+    """The post-receive hook notes-search installed for `source` in its local bare upstream, if
+    there is one: `source remove` takes it away, or every later push would run it for nothing."""
+    path = local_repository_path(source.url)
+    repo = _open_bare(path) if path is not None else None
+    if repo is None:
+        return None
+    hook = Path(repo.path) / "hooks" / "post-receive"
+    return hook if _installed_for(hook, config, source.id) else None
+
+
+def _installed_for(path: Path, config: Config, source_id: str) -> bool:
+    """Ours (MARKER), and baked with this config and this source."""
+    if not path.is_file() or path.is_symlink() or not is_ours(path):
+        return False
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    config_path = config.path.absolute() if config.path is not None else None
+    baked = (f"config={shlex.quote(str(config_path))}\n", f"source_id={shlex.quote(source_id)}\n")
+    return config_path is not None and all(line in text for line in baked)
+
+
 def _no_mirror(source: GitSource) -> NoReturn:
     """Why a source's mirror cannot take a hook, in the words sync would use for it."""
     from indexer.sources import git as git_source  # pygit2 and the git driver load only here

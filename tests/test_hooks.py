@@ -114,6 +114,39 @@ def test_install_writes_marked_executable_hooks(index: Index) -> None:
     assert "warning: core.hooksPath is set (/elsewhere): git runs hooks from there" in result.stderr
 
 
+def test_uninstall_and_source_remove_take_only_our_hooks(tmp_path: Path, upstream: pygit2.Repository) -> None:
+    """`source remove` left the post-receive hook in the user's bare upstream: every push then
+    logged "unknown source" for ever, and there was no command to take a hook away."""
+    bare = tmp_path / "shared.git"
+    pygit2.init_repository(str(bare), bare=True, initial_head="main")
+    git("-C", url(upstream), "push", "--quiet", str(bare), "main")
+    index = Index(tmp_path / "ix", {"team": {"url": str(bare)}, "other": {"url": url(upstream)}})
+    index.sync()
+    assert cli(index.path, "hooks", "install", "--upstream", "--source", "team").exit_code == 0
+    assert cli(index.path, "hooks", "install", "--source", "other").exit_code == 0
+    post_receive = bare / "hooks" / "post-receive"
+    mirror_hook = index.mirror("team") / "hooks" / "reference-transaction"
+    assert post_receive.is_file() and mirror_hook.is_file()
+
+    removed = cli(index.path, "hooks", "uninstall", "--source", "team")
+    assert removed.exit_code == 0 and removed.stdout == f"removed {mirror_hook}\n"
+    assert post_receive.is_file()  # the upstream's only with --upstream
+    assert cli(index.path, "hooks", "uninstall", "--source", "team").stdout == "no hook of this config to remove\n"
+    assert cli(index.path, "hooks", "install", "--source", "team").exit_code == 0
+
+    # another config's hook for a source of the same name stays
+    other_config = tmp_path / "other.yaml"
+    other_config.write_text(index.path.read_text())
+    assert cli(other_config, "hooks", "uninstall", "--source", "team", "--upstream").stdout == (
+        "no hook of this config to remove\n"
+    )
+    result = cli(index.path, "source", "remove", "team", "--json")
+    assert result.exit_code == 0, result.output
+    assert f"deleted its post-receive hook {post_receive}" in json.loads(result.stdout)["notices"]
+    assert not post_receive.exists() and (bare / "hooks").is_dir()
+    assert (index.mirror("other") / "hooks" / "reference-transaction").is_file()  # the other source's stays
+
+
 def test_install_refuses_what_it_must_not_touch(tmp_path: Path, upstream: pygit2.Repository, index: Index) -> None:
     hook = index.mirror() / "hooks" / "reference-transaction"
     hook.write_text("#!/bin/sh\necho the user's own hook\n")

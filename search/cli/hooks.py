@@ -49,6 +49,29 @@ def install(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> Non
     _report(written)
 
 
+@hooks.command("uninstall")
+@click.option(
+    "--source",
+    "source_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only this git source (repeatable; default: every git source).",
+    callback=configured_sources,
+)
+@click.option("--upstream", is_flag=True, help="Also delete post-receive from each local bare upstream repository.")
+@pass_context
+def uninstall(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> None:
+    """Delete the hooks `hooks install` wrote for this config (a hook of another config, or not
+    written by notes-search, stays)."""
+    from hooks.install import uninstall_hooks
+
+    removed = uninstall_hooks(ctx.service().config, source_ids, upstream=upstream)
+    for path in removed:
+        echo(f"removed {path}")
+    if not removed:
+        echo("no hook of this config to remove")
+
+
 def _report(written: list[Path]) -> None:
     from hooks.install import hooks_path_override
 

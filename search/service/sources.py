@@ -66,6 +66,22 @@ class SourceRemoved:
         }
 
 
+def _remove_upstream_hook(config: Config, source: GitSource) -> list[str]:
+    """The post-receive hook `hooks install --upstream` put into the source's local upstream
+    goes with the source: left, every push there ran a sync of a source the config no longer
+    has, and logged an error."""
+    from hooks.install import upstream_hook
+
+    hook = upstream_hook(config, source)
+    if hook is None:
+        return []
+    try:
+        hook.unlink()
+    except OSError as exc:
+        return [f"its post-receive hook {hook} was kept: {exc.strerror or exc}"]
+    return [f"deleted its post-receive hook {hook}"]
+
+
 def _config_file(config: Config) -> Path:
     if config.path is None:
         raise ConfigError("this config was not read from a file; there is nothing to edit")
@@ -206,6 +222,7 @@ def remove(service: NotesService, name: str) -> SourceRemoved:
                 mirror = source.mirror if git_source.remove_mirror(source) else None
             except (SourceError, OSError) as exc:
                 notices.append(f"the mirror was kept: {exc}")
+            notices += _remove_upstream_hook(config, source)
     finally:
         lock.release()
     return SourceRemoved(edit.path, source, rows, mirror, tuple(notices))
