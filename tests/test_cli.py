@@ -306,6 +306,14 @@ def test_init_writes_a_working_config(tmp_path: Path, notes: Path, monkeypatch: 
     assert config.db == tmp_path / "db/notes-index.sqlite"
     again = CliRunner().invoke(cli_module.cli, ["init", "--here", str(notes)])
     assert again.exit_code == 1 and "already exists" in again.output
+    (tmp_path / "notes-search.yaml").unlink()
+    typo = CliRunner().invoke(cli_module.cli, ["init", "--here", str(tmp_path / "nope")])
+    assert typo.exit_code == 1 and typo.stderr == f"Error: {tmp_path / 'nope'}: not a folder\n"
+    monkeypatch.chdir(notes)  # no ./notes here: the default was never typed, so not "notes: not a folder"
+    bare = CliRunner().invoke(cli_module.cli, ["init", "--here"])
+    assert bare.exit_code == 1 and bare.stderr == (
+        "Error: no folder 'notes' here (the default DIR): give your notes folder, `notes-search init DIR`\n"
+    )
 
 
 @both_backends

@@ -52,7 +52,7 @@ def _source_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @pass_context
 def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
-    """Write a starter config that indexes DIR with the local embedder.
+    """Write a starter config that indexes DIR (default: ./notes) with the local embedder.
 
     By default the config goes to ~/.config/notes-search/config.yaml (found from any folder) and
     the index to ~/.local/share/notes-search/ (XDG_CONFIG_HOME / XDG_DATA_HOME honoured); --config,
@@ -73,7 +73,13 @@ def init(ctx: CliContext, notes_dir: str, source_id: str, here: bool) -> None:
         raise click.ClickException(f"{target} already exists; not overwriting it")
     notes_root = Path(notes_dir)
     if not notes_root.is_dir():
-        raise click.ClickException(f"{notes_dir}: not a folder")
+        given = click.get_current_context().get_parameter_source("notes_dir") != click.core.ParameterSource.DEFAULT
+        if given:
+            raise click.ClickException(f"{notes_dir}: not a folder")
+        # "notes: not a folder" read as if the user had typed a wrong name
+        raise click.ClickException(
+            f"no folder {notes_dir!r} here (the default DIR): give your notes folder, `notes-search init DIR`"
+        )
     try:  # relative to the config's root when inside it, so the pair can be moved together
         relative = notes_root.resolve().relative_to((root or target.parent).resolve())
     except ValueError:
