@@ -749,6 +749,12 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path, caplo
     assert [s.error for s in report.sources] == [None]
     assert [row.path for row in index.state()[1]] == ["ok.md"]
     assert "not valid UTF-8" in caplog.text
+    # listed with the other skips (`sync --json`, `reindex`), as a workspace scan lists it, and by `status`
+    assert report.sources[0].skips == [("caf\\xe9.md", "its name is not valid UTF-8")]
+    with closing(open_index(index.config, readonly=True)) as store:
+        lag = git_freshness(index.config.sources["notes"], store, "", 5_000_000, check_remote=False)  # type: ignore[arg-type]
+    assert lag.not_indexed.files == (("caf\\xe9.md", "its name is not valid UTF-8"),)
+    assert_same_as_fresh(tmp_path, index)
 
 
 def test_a_path_scoped_full_run_does_not_rebuild_git_sources(tmp_path: Path, upstream: pygit2.Repository) -> None:

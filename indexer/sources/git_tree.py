@@ -169,12 +169,18 @@ def is_ancestor(source: GitSource, old_rev: str, new_rev: str) -> bool:
         return old is not None and (old.id == new.id or repo.descendant_of(new.id, old.id))
 
 
+NOT_UTF8_NAME = "its name is not valid UTF-8"
+
+
+def shown_name(path: str) -> str:
+    """A path as text to show: bytes that are not UTF-8 (kept as lone surrogates) as \\xNN."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _relevant(scope: FileSelection, path: str, mode: int) -> bool:
     """Does this tree entry concern the source? Submodules count when their folder is in scope,
-    so a user sees in the log that notes inside one are not followed."""
-    if not is_utf8_name(path):
-        _log.warning("skipping %r: its name is not valid UTF-8", path)
-        return False
+    so a user sees in the log that notes inside one are not followed. (A name that is not UTF-8
+    counts: the caller skips it, saying why.)"""
     if mode == FileMode.COMMIT:
         return scope.may_contain(path)
     return scope.admits(path)
@@ -204,7 +210,11 @@ def tree_paths(source: GitSource, rev: str) -> set[str]:
         commit = find_commit(repo, rev)
         if commit is None:
             raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
-        return {path for path, _, mode in _entries(commit.tree, source.selection) if mode in _BLOB_MODES}
+        return {
+            path
+            for path, _, mode in _entries(commit.tree, source.selection)
+            if mode in _BLOB_MODES and is_utf8_name(path)
+        }
 
 
 def left_out(
@@ -218,7 +228,9 @@ def left_out(
         if commit is None:
             raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
         for path, oid, mode in _entries(commit.tree, selection, known=known):
-            if mode not in _BLOB_MODES:
+            if not is_utf8_name(path):
+                yield shown_name(path), NOT_UTF8_NAME
+            elif mode not in _BLOB_MODES:
                 yield path, f"{'submodule' if mode == FileMode.COMMIT else 'symlink'} (not followed)"
             elif isinstance(reason := _read(repo, path, oid, 0.0, max_file_bytes), str):
                 yield path, reason
@@ -400,6 +412,10 @@ def _changes(
             ):
                 departures.append(before.path)
 
+    for path, _, _ in arrivals:
+        if not is_utf8_name(path):  # an index path must be text: said, as a workspace scan says it
+            yield Skipped(shown_name(path), NOT_UTF8_NAME)
+    arrivals = [(path, oid, mode) for path, oid, mode in arrivals if is_utf8_name(path)]
     blobs = [(path, oid) for path, oid, mode in arrivals if mode in _BLOB_MODES]
     times = last_change_times(repo, new.id, [path for path, _ in blobs], since=None if old is None else old.id)
     for path, oid in blobs:
