@@ -437,6 +437,26 @@ def test_unreachable_remote_fails_only_its_source(
         assert "ls-remote" in (next(s for s in store.source_stats() if s.source_id == "notes").last_error or "")
 
 
+def test_a_stale_ref_lock_in_the_mirror_is_cleared_a_fresh_one_kept(upstream: pygit2.Repository, index: Index) -> None:
+    """A git killed mid-fetch can leave `refs/heads/main.lock`: every later sync then failed with
+    "cannot lock ref", until someone found the file. One older than any fetch of ours is ours to
+    delete (the mirror is ours, and the index lock says no sync fetches now); a fresh one may
+    be a user's own `git fetch` in the mirror, and stays."""
+    commit(upstream, {"a.md": note("A", "a")}, time=T0)
+    index.sync()
+    lock = index.mirror() / "refs" / "heads" / "main.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    rev = commit(upstream, {"b.md": note("B", "b")}, time=T0 + DAY)
+    [fresh] = index.sync().sources
+    assert fresh.error is not None and "cannot lock ref" in fresh.error and lock.exists()
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    [cleared] = index.sync().sources
+    assert cleared.error is None and not lock.exists()
+    assert index.rev() == rev and paths(index) == {"a.md", "b.md"}
+
+
 def test_a_remote_that_does_not_answer_never_holds_the_index_lock(
     tmp_path: Path, upstream: pygit2.Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -45,11 +45,13 @@ import gc
 import glob
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pygit2
@@ -503,24 +505,12 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
         return reclone(source, marked), marked
     default_ref = None if source.branch else _remote_branch(source)[0]
     try:
-        _run_git(
-            source,
-            [
-                "--git-dir",
-                str(source.mirror),
-                "-c",
-                "core.hooksPath=/dev/null",
-                "fetch",
-                "--quiet",
-                "--prune",
-                "--force",
-                "--",
-                source.url,
-                "+refs/*:refs/*",
-            ],
-            timeout=TRANSFER_TIMEOUT,
-            what="fetch",
-        )
+        try:
+            _fetch(source)
+        except GitFailed as exc:
+            if not _remove_stale_locks(source, exc.stderr):
+                raise
+            _fetch(source)
     except GitFailed as exc:
         damage = _damage(source, exc)
         if damage is None:
@@ -537,6 +527,52 @@ def update_mirror(source: GitSource) -> tuple[str, str | None]:
         repo.free()
         return reclone(source, damage), damage
     return head, None
+
+
+def _fetch(source: GitSource) -> None:
+    _run_git(
+        source,
+        [
+            "--git-dir",
+            str(source.mirror),
+            "-c",
+            "core.hooksPath=/dev/null",
+            "fetch",
+            "--quiet",
+            "--prune",
+            "--force",
+            "--",
+            source.url,
+            "+refs/*:refs/*",
+        ],
+        timeout=TRANSFER_TIMEOUT,
+        what="fetch",
+    )
+
+
+_LOCKED_REF = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def _remove_stale_locks(source: GitSource, stderr: str) -> bool:
+    """Delete the ref locks a fetch was refused by when a killed git left them: inside the
+    mirror (ours), and older than any fetch of ours runs (we hold the index lock, so none runs
+    now). Every later sync failed with "cannot lock ref" until someone found the file.
+    True when one was deleted (fetch again)."""
+    mirror = source.mirror.resolve()
+    removed = False
+    for name in _LOCKED_REF.findall(stderr):
+        path = Path(name)
+        try:
+            inside = path.resolve().is_relative_to(mirror)
+            stale = inside and time.time() - path.lstat().st_mtime > TRANSFER_TIMEOUT
+            if stale:
+                path.unlink()
+        except OSError:
+            continue
+        if stale:
+            _log.warning("git source %s: deleted the stale lock %s a killed git left in the mirror", source.id, path)
+            removed = True
+    return removed
 
 
 def remove_mirror(source: GitSource) -> bool:
