@@ -490,10 +490,26 @@ class ToolBox:
         """An `isError` result: one line, the index URL's password masked in any form."""
         from indexer.redaction import redact
 
-        line = redact(" ".join(message.split()), self.db_url)
+        line = in_tool_words(redact(" ".join(message.split()), self.db_url))
         if log_it:
             log.error("%s", line)
         return tool_error(line)
+
+
+# What the shared messages tell a CLI user to do, as an agent does it with these tools ("search
+# it with --path" sent an agent looking for a flag it does not have)
+TOOL_WORDS = (
+    ("run `notes-search sync` first", 'call `reindex` with path "." first'),
+    ("(run `notes-search sync`)", "(`reindex` computes them)"),
+    ("run `notes-search sync`", "call `reindex`"),
+    ("search it with --path", "search it with path="),
+)
+
+
+def in_tool_words(text: str) -> str:
+    for cli_words, tool_words in TOOL_WORDS:
+        text = text.replace(cli_words, tool_words)
+    return text
 
 
 def tool_answer(data: dict[str, Any]) -> "CallToolResult":
@@ -506,6 +522,8 @@ def tool_answer(data: dict[str, Any]) -> "CallToolResult":
 
     from indexer.safe_text import safe_json
 
+    if isinstance(data.get("notice"), str):
+        data = {**data, "notice": in_tool_words(data["notice"])}
     text = safe_json(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
     return CallToolResult(content=[TextContent(type="text", text=text)])
 

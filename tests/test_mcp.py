@@ -683,6 +683,29 @@ def test_get_caps_one_file_in_bytes_even_a_single_line(workspace: Path, tmp_path
     over_stdio(workspace, body, tmp_path / "server.log")
 
 
+def test_messages_name_what_an_agent_calls_not_cli_flags(workspace: Path, tmp_path: Path) -> None:
+    """ "search it with --path" and "run `notes-search sync`" sent an agent looking for a flag or
+    a shell it may not have: over MCP the same messages name the tools' own arguments."""
+
+    async def body(session: ClientSession) -> None:
+        folder = await refused(session, "get", path="notes:devops")
+        assert "search it with path=" in folder and "--path" not in folder
+
+    over_stdio(workspace, body, tmp_path / "server.log")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    config = empty / "notes-search.yaml"
+    config.write_text(workspace.read_text().replace(f"root: {workspace.parent}", f"root: {empty}"), encoding="utf-8")
+
+    async def unsynced(session: ClientSession) -> None:
+        answer = await session.call_tool("search", {"query": "wireguard"})
+        text = answer.content[0].text  # type: ignore[union-attr]
+        assert 'call `reindex` with path "." first' in text and "notes-search sync" not in text, text
+
+    if "db:" not in workspace.read_text():  # a PostgreSQL index is there already
+        over_stdio(config, unsynced, tmp_path / "server2.log")
+
+
 def test_status_holds_a_git_source_against_its_remote(workspace: Path, tmp_path: Path) -> None:
     """The MCP `status` compared a git source with its mirror alone: a commit pushed since the
     last sync read `lags: false`, and an agent trusted a stale search."""
