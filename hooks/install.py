@@ -213,18 +213,26 @@ def uninstall_hooks(config: Config, source_ids: Sequence[str], *, upstream: bool
     this config: in the mirrors, and with `upstream` in their local bare upstreams (the user's
     repository: post-receive there is the one file notes-search ever wrote into it). A hook that
     is not ours, or is ours for another config or source, stays. Returns the files deleted."""
-    removed = []
-    for source in _git_sources(config, source_ids):
-        places = [source.mirror / "hooks" / "reference-transaction"]
-        if upstream:
-            places.append(_local_upstream(source) / "hooks" / "post-receive")
-        for path in places:
-            if _installed_for(path, config, source.id):
-                try:
-                    path.unlink()
-                except OSError as exc:
-                    raise HookError(f"cannot delete {path}: {exc.strerror or exc}") from None
-                removed.append(path)
+    sources = _git_sources(config, source_ids)
+    places = [
+        hook
+        for source in sources
+        for hook in (
+            source.mirror / "hooks" / "reference-transaction",
+            upstream_hook(config, source) if upstream else None,
+        )
+        if hook is not None and _installed_for(hook, config, source.id)
+    ]
+    removed, failures = [], []
+    for path in places:  # (an upstream that is a URL or a working copy has none to remove)
+        try:
+            path.unlink()
+        except OSError as exc:
+            failures.append(f"cannot delete {path}: {exc.strerror or exc}")
+            continue
+        removed.append(path)
+    if failures:
+        raise HookWriteError("; ".join(failures), removed)
     return removed
 
 

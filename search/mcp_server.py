@@ -223,21 +223,22 @@ class NotesTools:
     def grep(
         self, pattern: str, path: str | None, ignore_case: bool, fixed: bool, max_count: int = GREP_MAX_HITS
     ) -> dict[str, Any]:
+        import json
+
         from search.grep import summary
 
         outcome = self.service.grep(pattern, path=path, ignore_case=ignore_case, fixed=fixed, max_count=max_count)
         results: list[dict[str, object]] = []
         size = 0
         for hit in outcome.hits:  # `e` over long lines was 200 lines of up to 1,000 characters each
-            size += len(hit.text.encode("utf-8", errors="replace"))
+            entry = hit.to_json()
+            size += len(json.dumps(entry, ensure_ascii=False).encode("utf-8", errors="replace"))
             if results and size > MANY_MAX_BYTES:
                 break
-            results.append(hit.to_json())
+            results.append(entry)
         notices = []
         if len(results) < len(outcome.hits):
-            notices.append(
-                f"stopped at {len(results)} lines ({MANY_MAX_BYTES} bytes of text); narrow the path or the pattern"
-            )
+            notices.append(f"stopped at {len(results)} lines ({MANY_MAX_BYTES} bytes); narrow the path or the pattern")
         elif outcome.truncated:
             notices.append(f"stopped at {outcome.max_count} lines; narrow the path or the pattern, or raise max_count")
         if outcome.unsearched:
@@ -399,7 +400,7 @@ def _tool_functions(tools: NotesTools) -> "list[tuple[Callable[..., dict[str, An
         ] = GREP_MAX_HITS,
     ) -> dict[str, Any]:
         """Live exact search of the files (no index): hostnames, numbers, error codes. Each line
-        cut at 1,000 characters, 64 KiB in all; `unsearched`: what could not be searched."""
+        cut at 1,000 characters, the hits 64 KiB in all; `unsearched`: what could not be searched."""
         return tools.grep(pattern, path, ignore_case, fixed, max_count)
 
     @tool(read_only)

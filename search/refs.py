@@ -311,9 +311,12 @@ def _patterns(patterns: tuple[str, ...]) -> str:
     return ", ".join(patterns[:SHOWN_PATTERNS]) + more
 
 
-def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str) -> bool:
+def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str, *, in_tree: bool = False) -> bool:
     """Is the confined `rel` a file or folder of the source, on disk (workspace) or in the index?
-    A folder deleted since the last sync still counts: re-indexing it is how its entries go."""
+    A folder deleted since the last sync still counts: re-indexing it is how its entries go.
+    `in_tree`: a git source's file or folder at the indexed rev that the scope admits counts
+    too (a note the sync skipped as not UTF-8, for `status` to say why); it opens the mirror,
+    so only a path nothing else has is looked for there."""
     source = config.sources[source_id]
     if isinstance(source, WorkspaceSource) and os.path.lexists(_disk_path(os.fspath(source.root), rel)):
         return True
@@ -321,19 +324,21 @@ def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str
         return False
     if source_id in store.sources_with_path(nfc(rel)):
         return True
-    return isinstance(source, GitSource) and _in_indexed_tree(store, source, nfc(rel))
+    return in_tree and isinstance(source, GitSource) and _in_indexed_tree(store, source, nfc(rel))
 
 
 def _in_indexed_tree(store: IndexReader, source: GitSource, rel: str) -> bool:
-    """A file or folder of the commit the index was built from, indexed or not (a note the sync
-    skipped as not UTF-8 is still something `status` can say why of)."""
+    """A file the scope admits, or a folder it may hold notes in, of the indexed commit."""
     from indexer.sources import git as git_source  # pygit2 loads only when a mirror is read
 
     rev = store.source_state(source.id).indexed_rev
     try:
-        return rev is not None and git_source.has_entry(source, rev, rel)
+        kind = git_source.entry_kind(source, rev, rel) if rev is not None else None
     except SourceError:  # no mirror, or not the commit: the index is all there is to go by
         return False
+    if kind == "folder":
+        return source.selection.may_contain(rel)
+    return kind == "file" and source.selection.admits(rel)
 
 
 def missing_file(config: Config, store: IndexReader | None, path: str) -> SourceError:

@@ -684,6 +684,7 @@ def test_status_names_what_the_index_leaves_out_and_why(
             "notes/cp1250.md": "Příliš žluťoučký kůň".encode("cp1250"),
             "notes/big.md": "x" * 400,
             "link.md": Symlink("ok.md"),
+            "todo.txt": "not a note",
         },
         time=T0,
     )
@@ -718,6 +719,10 @@ def test_status_names_what_the_index_leaves_out_and_why(
     assert left_out("ws:a.txt")["ws:a.txt"]["files"] == [
         {"path": "a.txt", "reason": "excluded by the config: `sources.workspace.ws.include` (*.md) does not admit it"}
     ]
+    # a file of the tree the scope leaves out is no file of the source (not "a folder")
+    outside = cli_run(index.path, monkeypatch, "show", "notes:todo.txt")
+    assert outside.exit_code == 1 and "outside the source's scope" in outside.stderr, outside.output
+    assert cli_run(index.path, monkeypatch, "query", "note", "--path", "notes:todo.txt").exit_code == 1
     human = cli_run(index.path, monkeypatch, "status", "--offline", "notes:notes")
     assert human.exit_code == 0, human.output
     assert (
@@ -762,6 +767,9 @@ def test_a_file_name_that_is_not_utf8_is_skipped_not_fatal(tmp_path: Path, caplo
     (repo / "ok.md").write_text(note("OK", "fine"))
     with open(os.path.join(os.fsencode(repo), b"caf\xe9.md"), "wb") as f:
         f.write(note("Cafe", "latin-1 name").encode())
+    os.mkdir(os.path.join(os.fsencode(repo), b"d\xff"))  # a collection there crashed every sync
+    with open(os.path.join(os.fsencode(repo), b"d\xff", b"_meta.yaml"), "wb") as f:
+        f.write(b"name: Latin\n")
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "names"], check=True)
     index = Index(tmp_path / "ix", {"notes": {"url": str(repo)}})

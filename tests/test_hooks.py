@@ -145,6 +145,10 @@ def test_uninstall_and_source_remove_take_only_our_hooks(tmp_path: Path, upstrea
     assert f"deleted its post-receive hook {post_receive}" in json.loads(result.stdout)["notices"]
     assert not post_receive.exists() and (bare / "hooks").is_dir()
     assert (index.mirror("other") / "hooks" / "reference-transaction").is_file()  # the other source's stays
+    # --upstream where the upstream is a working copy (nothing was installed there): no error
+    everything = cli(index.path, "hooks", "uninstall", "--upstream")
+    assert everything.exit_code == 0, everything.output
+    assert everything.stdout == f"removed {index.mirror('other') / 'hooks' / 'reference-transaction'}\n"
 
 
 def test_install_refuses_what_it_must_not_touch(tmp_path: Path, upstream: pygit2.Repository, index: Index) -> None:

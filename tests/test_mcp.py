@@ -530,8 +530,14 @@ def test_grep_is_truncated_only_when_more_lines_exist(
     # lines of up to 1,000 characters: 200 of them were 200 KB for an agent's context
     (notes / "wide.md").write_text("".join(f"zzwide {i} " + "y" * 990 + "\n" for i in range(150)), encoding="utf-8")
     wide = tools.grep("zzwide", "notes:wide.md", False, True)
-    assert wide["truncated"] and 60 <= wide["count"] < 70 and "65536 bytes" in wide["notice"]
-    assert sum(len(h["text"].encode()) for h in wide["hits"]) <= 65536
+    assert wide["truncated"] and 40 <= wide["count"] < 66 and "65536 bytes" in wide["notice"]
+    assert len(json.dumps(wide["hits"], ensure_ascii=False).encode()) <= 65536 + 2 * wide["count"]
+    # short lines: each hit's ref, path and file weigh more than its text
+    (notes / "short.md").write_text("".join(f"zzshort {i}\n" for i in range(1000)), encoding="utf-8")
+    short = tools.grep("zzshort", "notes:short.md", False, True, max_count=1000)
+    assert (
+        short["truncated"] and len(json.dumps(short["hits"], ensure_ascii=False).encode()) <= 65536 + 2 * short["count"]
+    )
 
 
 def test_two_http_servers_on_two_hosts_query_one_postgres_index(

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pygit2
 import pytest
 from click.testing import CliRunner, Result
 
@@ -115,6 +116,15 @@ def test_add_git_checks_a_local_repository_and_pins_its_branch(
     shared = load_config(hand_config).sources["shared"]
     assert (shared.branch, shared.checkout, shared.url) == ("main", None, f"file://{bare}")  # type: ignore[union-attr]
     assert run("sync").exit_code == 0
+    # another branch than the one checked out: indexed, but hits do not open in a tree showing another
+    repo = pygit2.Repository(str(upstream))
+    repo.branches.local.create("dev", repo.head.peel(pygit2.Commit))
+    assert run("source", "add", "git", "dev", str(upstream), "--branch", "dev").exit_code == 0
+    dev = load_config(hand_config).sources["dev"]
+    assert (dev.branch, dev.checkout) == ("dev", None)  # type: ignore[union-attr]
+    repo.set_head(repo.head.target)  # detached: which branch to index cannot be told
+    detached = run("source", "add", "git", "y", str(upstream))
+    assert detached.exit_code == 1 and "a detached HEAD): give --branch" in detached.output
 
 
 def test_splicing_keeps_indentation_quotes_and_flow_entries(tmp_path: Path, notes: Path) -> None:

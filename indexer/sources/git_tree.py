@@ -249,8 +249,8 @@ def meta_files(source: GitSource, rev: str) -> list[tuple[str, bytes]]:
             path = f"{folder}/{entry.name}" if folder else entry.name
             if entry.name == META_FILE and entry.filemode in _BLOB_MODES and isinstance(entry, pygit2.Blob):
                 found.append((folder, entry.data))
-            elif isinstance(entry, pygit2.Tree) and source.selection.may_contain(path):
-                subfolders.append((path, entry))
+            elif isinstance(entry, pygit2.Tree) and is_utf8_name(path) and source.selection.may_contain(path):
+                subfolders.append((path, entry))  # (a folder not named in UTF-8 holds no note of the index)
         for path, subtree in subfolders:
             walk(subtree, path)
 
@@ -262,13 +262,17 @@ def meta_files(source: GitSource, rev: str) -> list[tuple[str, bytes]]:
     return found
 
 
-def has_entry(source: GitSource, rev: str, path: str) -> bool:
-    """Does `rev` hold a file or folder at `path`?"""
+def entry_kind(source: GitSource, rev: str, path: str) -> str | None:
+    """What `rev` holds at `path`: "folder", "file" (any other entry), or None."""
     with _reading(source) as repo:
         commit = find_commit(repo, rev)
         if commit is None:
             raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
-        return _blob_id(commit.tree, path) is not None
+        try:
+            entry = commit.tree[path]
+        except KeyError:
+            return None
+        return "folder" if entry.filemode == FileMode.TREE else "file"
 
 
 def _blob_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:

@@ -63,9 +63,14 @@ def install(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> Non
 def uninstall(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> None:
     """Delete the hooks `hooks install` wrote for this config (a hook of another config, or not
     written by notes-search, stays)."""
-    from hooks.install import uninstall_hooks
+    from hooks.install import HookWriteError, uninstall_hooks
 
-    removed = uninstall_hooks(ctx.service().config, source_ids, upstream=upstream)
+    try:
+        removed = uninstall_hooks(ctx.service().config, source_ids, upstream=upstream)
+    except HookWriteError as exc:
+        for path in exc.written:  # the ones deleted before the error: say so first
+            echo(f"removed {path}")
+        raise
     for path in removed:
         echo(f"removed {path}")
     if not removed:

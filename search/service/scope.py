@@ -116,10 +116,11 @@ def narrow_to_prefix(path: str, source_ids: tuple[str, ...], sources: Collection
 
 
 def confined_places(
-    config: Config, candidates: Sequence[str], rest: str, store: IndexReader | None
+    config: Config, candidates: Sequence[str], rest: str, store: IndexReader | None, *, in_tree: bool = False
 ) -> tuple[list[str], str, PathOutsideSources | None]:
-    """The candidates that admit `rest` (confined, and the path is on disk or in the index),
-    the confined path, and the first refusal (raised by the caller when nobody admits it)."""
+    """The candidates that admit `rest` (confined, and the path is on disk or in the index, or
+    with `in_tree` in a git source's indexed tree), the confined path, and the first refusal
+    (raised by the caller when nobody admits it)."""
     found: list[str] = []
     refused: PathOutsideSources | None = None
     rel = ""
@@ -129,7 +130,7 @@ def confined_places(
         except PathOutsideSources as exc:
             refused = refused or exc
             continue
-        if not rel or has_path(config, store, candidate, rel):
+        if not rel or has_path(config, store, candidate, rel, in_tree=in_tree):
             found.append(candidate)
     return found, rel, refused
 
@@ -158,6 +159,8 @@ def resolve_path(config: Config, store: IndexReader | None, path: str | None) ->
     found, rel, refused = confined_places(config, candidates, rest, store)
     if not found and (line := LINE_TAIL.search(rest)):
         found, rel, refused = confined_places(config, candidates, rest[: line.start()], store)
+    if not found:  # only now the git mirrors: a file of the tree the sync skipped (not UTF-8 ...)
+        found, rel, refused = confined_places(config, candidates, rest, store, in_tree=True)
     if not found:
         if refused is not None:
             raise refused

@@ -155,12 +155,17 @@ def _local_repository(path: Path, url: str, branch: str | None) -> tuple[str | N
         what = "no such folder" if not path.exists() else "not a git repository"
         raise NotesSearchError(f"{url}: {what}") from None
     try:
+        checked_out = None if repo.head_is_detached or repo.head_is_unborn else repo.head.shorthand
         if branch is not None:
             if f"refs/heads/{branch}" not in repo.references:
                 raise NotesSearchError(f"{url}: has no branch {branch!r}")
-        elif not repo.head_is_detached and not repo.head_is_unborn:
-            branch = repo.head.shorthand
-        return branch, None if repo.is_bare or repo.workdir is None else Path(repo.workdir).resolve()
+        elif checked_out is None and not repo.is_bare:
+            raise NotesSearchError(f"{url}: no branch is checked out there (a detached HEAD): give --branch")
+        else:
+            branch = checked_out
+        # hits open in the working copy only while it shows the branch indexed
+        working = None if repo.is_bare or repo.workdir is None or checked_out != branch else Path(repo.workdir)
+        return branch, working.resolve() if working is not None else None
     finally:
         repo.free()
 
