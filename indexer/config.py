@@ -102,6 +102,7 @@ UNRECORDED: dict[str, tuple[str, ...]] = {
 }
 WALKED_FILES_KEY = "walked_files:"  # + a workspace source's id: its file count at its last whole walk
 GIT_COLLECTIONS_KEY = "collections_rev:"  # + a git source's id: the rev its collections were read at
+SAID_ERROR_KEY = "said_error:"  # + a source's id: the error the `sync` command last said of it
 
 
 def identity_mismatch(config: EmbeddingConfig, meta: dict[str, str]) -> list[str]:

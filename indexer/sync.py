@@ -20,6 +20,7 @@ from indexer import chunker, language, neutral, toc
 from indexer.collections import META_FILE, CollectionFolder, collection_for, collections_of, find_collections
 from indexer.config import (
     GIT_COLLECTIONS_KEY,
+    SAID_ERROR_KEY,
     VECTOR_SPACE_KEY,
     WALKED_FILES_KEY,
     Config,
@@ -365,7 +366,7 @@ class Syncer(VectorWork):
 
     # ---- the three operations ---------------------------------------------------------------
 
-    def sync(self, source_ids: list[str] | None, *, full: bool) -> SyncReport:
+    def sync(self, source_ids: list[str] | None, *, full: bool, tells_errors: bool = False) -> SyncReport:
         """Bring whole sources up to date (None: every configured one, and a source no longer
         configured leaves the index): the cron job, a hook, `sync`, the watcher's reconcile."""
         started = time.monotonic()
@@ -374,7 +375,7 @@ class Syncer(VectorWork):
         except IndexBusy:
             return SyncReport(locked=True)
         self._backfill_languages()
-        self._index_sources(report, source_ids or list(self.config.sources), full, None, stale_chunking)
+        self._index_sources(report, source_ids or list(self.config.sources), full, None, stale_chunking, tells_errors)
         if not source_ids:
             self._remove_unconfigured()
         self._write_tocs(report, whole=True)
@@ -441,10 +442,14 @@ class Syncer(VectorWork):
         full: bool,
         path: str | None,
         rechunk: dict[str, str | None],
+        tells_errors: bool = False,
     ) -> None:
         """Each source's changes into the index; a failing source is reported and recorded, and
-        the others go on."""
+        the others go on. `tells_errors`: this run's errors reach a person or cron's mail (the
+        `sync` command): one failing as the last such run said is marked `error_repeated`
+        (what a catch-up, a hook or the watcher met was never said to anyone)."""
         errored = self.store.errored_sources()
+        said = {k: v for k, v in self.store.meta().items() if k.startswith(SAID_ERROR_KEY)} if tells_errors else {}
         for source_id in source_ids:
             source: Source = self.config.source(source_id)
             self.store.ensure_source(source.id, source.kind)
@@ -458,11 +463,15 @@ class Syncer(VectorWork):
                     result = self.sync_workspace(source, full or again, path)
                 if source.id in errored:
                     self.store.set_source_error(source.id, None)  # recovered
+                if SAID_ERROR_KEY + source.id in said:
+                    self.store.delete_meta([SAID_ERROR_KEY + source.id])
             except NotesSearchError as exc:
                 result = SourceReport(source.id, source.kind, error=str(exc))
-                result.error_repeated = errored.get(source.id) == str(exc)
+                result.error_repeated = said.get(SAID_ERROR_KEY + source.id) == str(exc)
                 log.error("source %s: %s", source.id, exc)
                 self.store.set_source_error(source.id, str(exc))
+                if tells_errors and not result.error_repeated:
+                    self.store.set_meta({SAID_ERROR_KEY + source.id: str(exc)})
             report.sources.append(result)
 
     def _remove_unconfigured(self) -> None:
@@ -601,8 +610,10 @@ def run_sync(
     progress: Progress | None = None,
     lock_timeout: float = 0.0,
     retry_embedder: bool = False,
+    tells_errors: bool = False,
 ) -> SyncReport:
-    """`Syncer.sync` under the lock (held -> report.locked, nothing done).
+    """`Syncer.sync` under the lock (held -> report.locked, nothing done). `tells_errors`: the
+    `sync` command's run, whose errors a person or cron reads (`_index_sources`).
 
     Without `embedder_factory` only text is indexed and every new chunk stays pending. An
     embedder that failed recent syncs is tried again on a back-off schedule (embed_health),
@@ -611,7 +622,7 @@ def run_sync(
     return _locked(
         config,
         source_ids,
-        lambda syncer, ids: syncer.sync(ids, full=full),
+        lambda syncer, ids: syncer.sync(ids, full=full, tells_errors=tells_errors),
         embedder_factory,
         progress,
         lock_timeout,

@@ -48,7 +48,7 @@ import pytest
 import yaml
 
 from indexer import neutral
-from indexer.config import load_config
+from indexer.config import SAID_ERROR_KEY, load_config
 from indexer.embedders import make_embedder
 from indexer.lock import SyncLock
 from indexer.neutral import NeutralSpace
@@ -278,7 +278,12 @@ def index_state(db: Path) -> dict[str, Any]:
             # vectors_generation counts committed vector changes: a history, not content; so do
             # the language statistics' chunk counts and means (frozen until a language doubles),
             # but which languages they move is content (none in a one-language corpus)
-            "meta": {k: v for k, v in store.meta().items() if k not in ("vectors_generation", *NEUTRAL_KEYS)},
+            # and the errors the `sync` command last said (as a source's last_error above)
+            "meta": {
+                k: v
+                for k, v in store.meta().items()
+                if k not in ("vectors_generation", *NEUTRAL_KEYS) and not k.startswith(SAID_ERROR_KEY)
+            },
             "languages_moved": sorted(NeutralSpace.from_json(store.meta().get(neutral.STATS_KEY)).offsets()),
         }
     finally:

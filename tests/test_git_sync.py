@@ -7,9 +7,11 @@ head built in another folder: an incremental index must be indistinguishable fro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -426,6 +428,13 @@ def test_unreachable_remote_fails_only_its_source(
     monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: True)  # a person at a terminal is told
     assert "error: git source 'gone' (" in cli_run(index.path, monkeypatch, "sync").stderr
     monkeypatch.setattr(cli_module, "stderr_is_terminal", lambda: False)
+    # a failure a hook's sync (or a search's catch-up) met first was said to nobody: cron says it
+    shutil.move(folder, tmp_path / "folder-moved")
+    assert "ws" in {s.source_id for s in index.sync().failed}
+    told = cli_run(index.path, monkeypatch, "sync").stderr.splitlines()
+    assert len(told) == 1 and told[0].startswith("error: source ws: ")
+    shutil.move(tmp_path / "folder-moved", folder)
+    assert cli_run(index.path, monkeypatch, "sync").stderr == ""  # mended: nothing to say
 
     # a remote that was reachable and then went away keeps its indexed content
     moved = tmp_path / "moved-away"
@@ -495,6 +504,40 @@ def test_a_remote_that_does_not_answer_never_holds_the_index_lock(
     status = cli_run(index.path, monkeypatch, "status", "--json")
     assert status.exit_code == 0 and "ls-remote" in status.stdout
     assert calls.read_text().split() == ["start", "start", "end", "end"]
+
+
+def test_ctrl_c_while_the_remotes_are_asked_leaves_no_git_behind(tmp_path: Path) -> None:
+    """The remotes asked by helper threads: their git runs in a session of its own, and Ctrl-C
+    left it (and its ssh) running under init."""
+    calls = tmp_path / "calls"
+    ssh = tmp_path / "hanging-ssh"
+    ssh.write_text(f"#!/bin/sh\necho start >> {calls}\nsleep 60\n")  # no exec: its command line stays
+    ssh.chmod(0o755)
+    far = {"url": "ssh://blackhole.invalid/n.git"}
+    index = Index(tmp_path / "ix", {"far": far, "farther": far, "farthest": far})
+    env = {**os.environ, "GIT_SSH_COMMAND": str(ssh), "GIT_SSH_VARIANT": "simple"}
+    env["PYTHONPATH"] = str(Path(__file__).parents[1])
+    sync = subprocess.Popen(
+        [str(Path(sys.executable).parent / "notes-search"), "--config", str(index.path), "sync"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(
+        lambda: calls.exists() and len(calls.read_text().split()) == 3, "all three remotes to be asked", timeout=30
+    )
+    sync.send_signal(signal.SIGINT)
+    assert sync.wait(timeout=30) != 0
+
+    def left() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and str(ssh).encode() in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+        return found
+
+    wait_for(lambda: not left(), "the helper threads' git and ssh to be gone", timeout=10)
 
 
 def test_query_hits_of_git_sources_carry_the_indexed_rev(

@@ -198,6 +198,9 @@ def _run_git(source: GitSource, args: list[str], *, timeout: float, what: str) -
             )
         except OSError as exc:
             raise source_error(source, what, f"cannot run git: {exc}") from None
+        started = getattr(_asking, "procs", None)
+        if started is not None:
+            started.append(proc)
         try:
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -273,21 +276,39 @@ def remote_heads(sources: list[GitSource], timeout: float | None = None) -> dict
     """Each source's `remote_head`, or why it is unknown: asked all at once, so that the
     remotes that do not answer cost one timeout, not one each."""
     heads: dict[str, str | SourceError] = {}
+    started: list[subprocess.Popen[bytes]] = []  # the helper threads' git processes
 
     def ask(source: GitSource) -> None:
+        _asking.procs = started
         try:
             heads[source.id] = remote_head(source, timeout)
         except SourceError as exc:
             heads[source.id] = exc
 
     threads = [threading.Thread(target=ask, args=(source,), daemon=True) for source in sources[1:]]
-    for thread in threads:
-        thread.start()
-    if sources:
-        ask(sources[0])
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.start()
+        if sources:
+            heads[sources[0].id] = _asked(sources[0], timeout)
+        for thread in threads:
+            thread.join()
+    except BaseException:  # Ctrl-C: their git runs in its own session and would outlive us
+        for proc in list(started):
+            if proc.poll() is None:
+                _kill_group(proc)
+        raise
     return heads
+
+
+def _asked(source: GitSource, timeout: float | None) -> str | SourceError:
+    try:
+        return remote_head(source, timeout)
+    except SourceError as exc:
+        return exc
+
+
+_asking = threading.local()  # `procs`: where a thread asking remotes for `remote_heads` notes its git
 
 
 def remote_head(source: GitSource, timeout: float | None = None) -> str:

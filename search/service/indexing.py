@@ -174,6 +174,7 @@ def sync(
         embedder_factory=service.embedder,
         progress=progress,
         retry_embedder=retry_embedder,
+        tells_errors=True,
     )
     return SyncOutcome(report, warnings)
 

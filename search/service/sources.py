@@ -192,7 +192,7 @@ def remove(service: NotesService, name: str) -> SourceRemoved:
     written; the mirror (ours) is deleted. A failure before the write leaves the config as it
     was (the rows come back with the next sync); a mirror that cannot be deleted is a notice."""
     from indexer import config_edit, toc
-    from indexer.config import GIT_COLLECTIONS_KEY, WALKED_FILES_KEY
+    from indexer.config import GIT_COLLECTIONS_KEY, SAID_ERROR_KEY, WALKED_FILES_KEY
     from indexer.lock import open_index_lock
     from indexer.sources import git as git_source
     from indexer.store import index_exists, open_store
@@ -213,7 +213,7 @@ def remove(service: NotesService, name: str) -> SourceRemoved:
             try:
                 store.remove_source(name)
                 store.delete_meta(
-                    [WALKED_FILES_KEY + name, GIT_COLLECTIONS_KEY + name]
+                    [WALKED_FILES_KEY + name, GIT_COLLECTIONS_KEY + name, SAID_ERROR_KEY + name]
                 )  # a source added later by this name walks anew
             finally:
                 store.close()
