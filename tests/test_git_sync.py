@@ -477,7 +477,7 @@ def test_a_remote_that_does_not_answer_never_holds_the_index_lock(
     commit(upstream, {"a.md": note("A", "a")}, time=T0)
     calls = tmp_path / "calls"
     ssh = tmp_path / "hanging-ssh"
-    ssh.write_text(f"#!/bin/sh\necho start >> {calls}\nsleep 2\necho end >> {calls}\nexit 255\n")
+    ssh.write_text(f"#!/bin/sh\necho start >> {calls}\nsleep 1\necho end >> {calls}\nexit 255\n")
     ssh.chmod(0o755)
     far = {"url": "ssh://blackhole.invalid/n.git"}
     index = Index(tmp_path / "ix", {"notes": {"url": url(upstream)}, "far": far, "farther": far})
