@@ -280,10 +280,7 @@ def remote_heads(sources: list[GitSource], timeout: float | None = None) -> dict
 
     def ask(source: GitSource) -> None:
         _asking.procs = started
-        try:
-            heads[source.id] = remote_head(source, timeout)
-        except SourceError as exc:
-            heads[source.id] = exc
+        heads[source.id] = _asked(source, timeout)
 
     threads = [threading.Thread(target=ask, args=(source,), daemon=True) for source in sources[1:]]
     try:

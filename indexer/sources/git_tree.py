@@ -204,12 +204,18 @@ def _entries(
             yield path, entry.id, entry.filemode
 
 
+def _commit_at(source: GitSource, repo: pygit2.Repository, rev: str, what: str) -> pygit2.Commit:
+    """The commit `rev` of the mirror, or the source's error saying it is not there."""
+    commit = find_commit(repo, rev)
+    if commit is None:
+        raise source_error(source, what, f"revision {rev} not found in {source.mirror}")
+    return commit
+
+
 def tree_paths(source: GitSource, rev: str) -> set[str]:
     """Admitted regular files of `rev`: in the full contract, everything else indexed goes."""
     with _reading(source) as repo:
-        commit = find_commit(repo, rev)
-        if commit is None:
-            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        commit = _commit_at(source, repo, rev, "mirror")
         return {
             path
             for path, _, mode in _entries(commit.tree, source.selection)
@@ -224,9 +230,7 @@ def left_out(
     the sync that indexed `rev` skipped. A file that reads as a note now is not listed (a first
     sync still running, or a chunker failure the log told)."""
     with _reading(source) as repo:
-        commit = find_commit(repo, rev)
-        if commit is None:
-            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        commit = _commit_at(source, repo, rev, "mirror")
         for path, oid, mode in _entries(commit.tree, selection, known=known):
             if not is_utf8_name(path):
                 yield shown_name(path), NOT_UTF8_NAME
@@ -255,9 +259,7 @@ def meta_files(source: GitSource, rev: str) -> list[tuple[str, bytes]]:
             walk(subtree, path)
 
     with _reading(source) as repo:
-        commit = find_commit(repo, rev)
-        if commit is None:
-            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        commit = _commit_at(source, repo, rev, "mirror")
         walk(commit.tree, "")
     return found
 
@@ -265,9 +267,7 @@ def meta_files(source: GitSource, rev: str) -> list[tuple[str, bytes]]:
 def entry_kind(source: GitSource, rev: str, path: str) -> str | None:
     """What `rev` holds at `path`: "folder", "file" (any other entry), or None."""
     with _reading(source) as repo:
-        commit = find_commit(repo, rev)
-        if commit is None:
-            raise source_error(source, "mirror", f"revision {rev} not found in {source.mirror}")
+        commit = _commit_at(source, repo, rev, "mirror")
         try:
             entry = commit.tree[path]
         except KeyError:
@@ -440,9 +440,7 @@ def _changes(
 def read_blob(source: GitSource, rev: str, path: str) -> bytes:
     """A file's bytes at `rev`, straight from the object database (for `show`)."""
     with _reading(source) as repo:
-        commit = find_commit(repo, rev)
-        if commit is None:
-            raise source_error(source, "read", f"revision {rev} not found in {source.mirror}")
+        commit = _commit_at(source, repo, rev, "read")
         try:
             entry = commit.tree[path]
         except KeyError:

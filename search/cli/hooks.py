@@ -17,8 +17,7 @@ def hooks() -> None:
     lands in its local upstream repository."""
 
 
-@hooks.command("install")
-@click.option(
+_git_sources_option = click.option(
     "--source",
     "source_ids",
     multiple=True,
@@ -26,6 +25,10 @@ def hooks() -> None:
     help="Only this git source (repeatable; default: every git source).",
     callback=configured_sources,
 )
+
+
+@hooks.command("install")
+@_git_sources_option
 @click.option(
     "--upstream",
     is_flag=True,
@@ -50,14 +53,7 @@ def install(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> Non
 
 
 @hooks.command("uninstall")
-@click.option(
-    "--source",
-    "source_ids",
-    multiple=True,
-    metavar="ID",
-    help="Only this git source (repeatable; default: every git source).",
-    callback=configured_sources,
-)
+@_git_sources_option
 @click.option("--upstream", is_flag=True, help="Also delete post-receive from each local bare upstream repository.")
 @pass_context
 def uninstall(ctx: CliContext, source_ids: tuple[str, ...], upstream: bool) -> None:
