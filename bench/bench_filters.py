@@ -37,6 +37,7 @@ PARTS = ("fts", "vec", "count")
 TARGET_MS = 20.0
 BASE = 1_700_000_000.0
 VOCABULARY = [f"w{i}" for i in range(3000)]
+MANY_TAGS = [f"r{i}" for i in range(61)]  # the 1 % also hold these: 64 tags at once (the most a search takes)
 
 
 def build(db: Path, files: int) -> dict[str, object]:
@@ -55,7 +56,7 @@ def build(db: Path, files: int) -> dict[str, object]:
     store.ensure_source("s", "workspace")
     with store.transaction():
         for i in range(files):
-            tags = ["common", f"t{i % 10}"] + (["rare"] if i % 100 == 7 else [])
+            tags = ["common", f"t{i % 10}"] + (["rare", *MANY_TAGS] if i % 100 == 7 else [])
             chunks = [
                 Chunk(j, f"n{i} > {j}", " ".join(rng.choice(VOCABULARY, 40, p=weights)), j + 1, j + 1)
                 for j in range(CHUNKS_PER_FILE)
@@ -92,6 +93,10 @@ def scopes(files: int) -> dict[str, tuple[object, Callable[[int], bool]]]:
             lambda i: window[0] <= i < window[1],
         ),
         "1 % two tags (--tag t7 --tag rare)": (SearchScope(tags=("t7", "rare")), lambda i: i % 100 == 7),
+        "1 % 64 tags (--tag common --tag rare ...)": (
+            SearchScope(tags=("common", "t7", "rare", *MANY_TAGS)),
+            lambda i: i % 100 == 7,
+        ),
         "1 % broad tag + narrow time (--tag common --since)": (
             SearchScope(tags=("common",), updated_since=BASE + 60.0 * cut),
             lambda i: i >= cut,

@@ -130,18 +130,21 @@ def _filter_clauses(scope: SearchScope, alias: str, params: dict[str, object], l
     for i, tag in enumerate(tags):
         params[f"scope_tag{i}"] = tag
 
-    def has_tag(i: int, row: str) -> str:
+    def has_tags(first: int, row: str) -> str:
+        """The file `row` holds every tag from the `first`-th on: one lookup of its tags, not
+        one EXISTS per tag (SQLite's planner took seconds over 32 of them, 12 s over 64)."""
+        wanted = [f":scope_tag{i}" for i in range(first, len(tags))]
         return (
-            f"EXISTS (SELECT 1 FROM file_tags t{i} WHERE t{i}.tag = :scope_tag{i}"
-            f" AND t{i}.source_id = {row}.source_id AND t{i}.path = {row}.path)"
+            f"(SELECT COUNT(*) FROM file_tags x WHERE x.source_id = {row}.source_id AND x.path = {row}.path"
+            f" AND x.tag IN ({', '.join(wanted)})) = {len(wanted)}"
         )
 
     in_time = " AND ".join(times)
     if not tags or (times and lead == "time"):
-        conditions = [in_time, *(has_tag(i, "u") for i in range(len(tags)))]
+        conditions = [in_time, *([has_tags(0, "u")] if tags else [])]
         kept = f"SELECT u.source_id, u.path FROM files u WHERE {' AND '.join(conditions)}"
     else:
-        conditions = ["t0.tag = :scope_tag0", *(has_tag(i, "t0") for i in range(1, len(tags)))]
+        conditions = ["t0.tag = :scope_tag0", *([has_tags(1, "t0")] if len(tags) > 1 else [])]
         if times:
             conditions.append(
                 f"EXISTS (SELECT 1 FROM files u WHERE u.source_id = t0.source_id AND u.path = t0.path AND {in_time})"
