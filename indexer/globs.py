@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from indexer.errors import GlobError
 
@@ -162,7 +162,8 @@ def _literal_segments(pattern: str) -> list[str]:
 @dataclass(frozen=True)
 class FileSelection:
     """Which files of a source are indexed: `paths` gates, then `include` admits, and `exclude`
-    wins over both (so one exclude line can take out a folder the other two let in)."""
+    wins over both (so one exclude line can take out a folder the other two let in). Hidden
+    names are out unless a pattern names them (see `hidden`)."""
 
     paths: tuple[str, ...] = ("**",)
     include: tuple[str, ...] = ("*.md",)
@@ -181,6 +182,23 @@ class FileSelection:
             and match_any(self.paths, path)
             and match_any(self.include, path)
             and not self.excluded(path)
+            and not self.hidden(path)
+        )
+
+    def hidden(self, path: str) -> bool:
+        """A name on the path starts with '.' (`.obsidian/`, `.trash/`, `.github/`, `.draft.md`)
+        and no `paths` or `include` pattern names it: an editor's settings, the notes it deleted
+        and tooling, which a wildcard does not mean (as ripgrep and Obsidian skip them)."""
+        return any(part.startswith(".") and part not in self._named for part in path.strip("/").split("/"))
+
+    @cached_property
+    def _named(self) -> frozenset[str]:
+        """The segments the `paths` and `include` patterns spell out without a wildcard."""
+        return frozenset(
+            part
+            for pattern in (*self.paths, *self.include)
+            for part in pattern.strip("/").split("/")
+            if not any(ch in part for ch in "*?[")
         )
 
     def excluded(self, path: str) -> bool:
@@ -216,7 +234,7 @@ class FileSelection:
         n = min(len(under_parts), len(folder_parts))
         if under_parts[:n] != folder_parts[:n]:
             return False
-        if folder and match_any(self.exclude, folder.strip("/") + "/"):
+        if folder and (match_any(self.exclude, folder.strip("/") + "/") or self.hidden(folder)):
             return False
         for pattern in self.paths:
             prefix = [p for p in literal_folder(pattern).split("/") if p]

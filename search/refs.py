@@ -13,12 +13,13 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from indexer.collections import is_utf8_name, nfc
 from indexer.config import Config, GitSource, Source, WorkspaceSource
 from indexer.errors import FileNotAtRevision, NotesSearchError, PathOutsideSources, SourceError
 from indexer.filetext import looks_binary
+from indexer.globs import match_any
 from indexer.store import IndexReader
 
 _LINE_TAIL = re.compile(r":(-?[0-9]+)(?::(-?[0-9]+))?\Z")  # signed, so ':-1' is a bad line, not a file name
@@ -297,9 +298,12 @@ def _left_out_by(source: Source, rel: str) -> str:
     if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
         return "it is inside a .git folder, which is never read"
     key = f"sources.{source.kind}.{source.id}"
-    if not replace(selection, include=("**",), exclude=()).admits(rel):
+    if selection.hidden(rel):
+        name = next(part for part in rel.split("/") if part.startswith(".") and selection.hidden(part))
+        return f"{name} is hidden (its name starts with '.'); a pattern in `{key}.paths` that names it admits it"
+    if not match_any(selection.paths, rel):
         return f"`{key}.paths` ({_patterns(selection.paths)}) does not reach it"
-    if not replace(selection, exclude=()).admits(rel):
+    if not match_any(selection.include, rel):
         return f"`{key}.include` ({_patterns(selection.include)}) does not admit it"
     return f"`{key}.exclude` ({_patterns(selection.exclude)}) leaves it out"
 

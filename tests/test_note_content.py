@@ -266,6 +266,41 @@ def test_show_of_a_file_the_config_leaves_out_says_so(run, notes: Path, tmp_path
     )
 
 
+def test_an_obsidian_vaults_settings_and_trash_are_no_notes(run, notes: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`.trash/` holds the notes Obsidian deleted: found again, they came back from the dead."""
+    write_tree(
+        notes,
+        {
+            "howto/vpn.md": "# VPN\n\nwireguard peer setup\n",
+            ".trash/vpn-old.md": "# VPN old\n\nwireguard obsolete peer\n",
+            ".obsidian/snippets/vpn.md": "wireguard snippet\n",
+        },
+    )
+    assert run("sync").exit_code == 0
+
+    def found() -> list[str]:
+        lexical = json.loads(run("query", "wireguard", "--mode", "lex", "--json").stdout)["results"]
+        grep = json.loads(run("grep", "wireguard", "--json").stdout)["results"]
+        assert sorted({hit["path"] for hit in grep}) == sorted({hit["path"] for hit in lexical})
+        return sorted({hit["path"] for hit in lexical})
+
+    assert found() == ["howto/vpn.md"]
+    shown = run("show", "notes:.trash/vpn-old.md")
+    assert shown.exit_code == 1 and shown.stderr.strip() == (
+        "Error: notes:.trash/vpn-old.md: excluded by the config: .trash is hidden (its name starts "
+        "with '.'); a pattern in `sources.workspace.notes.paths` that names it admits it"
+    )
+    # named, it is indexed; unnamed again, the next sync takes it out
+    config = tmp_path / "notes-search.yaml"
+    plain = config.read_text(encoding="utf-8")
+    make_config(tmp_path, notes, paths='["**", ".trash/**"]')
+    assert run("sync").exit_code == 0
+    assert found() == [".trash/vpn-old.md", "howto/vpn.md"]
+    config.write_text(plain, encoding="utf-8")
+    assert run("sync").exit_code == 0
+    assert found() == ["howto/vpn.md"]
+
+
 def _bare_with_dangling_head(tmp_path: Path) -> Path:
     """A bare upstream whose HEAD names `refs/heads/master` while its only branches are `main`
     and `dev`: what renaming the default branch on a server leaves behind."""

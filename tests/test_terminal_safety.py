@@ -576,7 +576,7 @@ file_name = st.lists(
     st.one_of(st.sampled_from([p for p in PIECES if "\x00" not in p]), st.text(name_chars, max_size=4)),
     min_size=1,
     max_size=6,
-).map(lambda parts: "".join(parts)[:60] + ".md")
+).map(lambda parts: ("".join(parts)[:60].lstrip(".") or "x") + ".md")  # a hidden name is no note
 body = st.one_of(noteish.map(str.encode), st.binary(max_size=200))
 
 

@@ -116,9 +116,27 @@ def test_literal_folder(pattern: str, folder: str) -> None:
 
 def test_git_folders_are_never_walked_even_when_paths_admit_them(tmp_path: Path) -> None:
     write(tmp_path, "repo/.git/info/x.md")
-    write(tmp_path, "repo/.github/y.md")  # other hidden folders follow the scope rules
+    write(tmp_path, "repo/.github/y.md")
     write(tmp_path, "repo/z.md")
-    assert sorted(upserted(changes(source(tmp_path)))) == ["repo/.github/y.md", "repo/z.md"]
+    assert sorted(upserted(changes(source(tmp_path)))) == ["repo/z.md"]
+    named = source(tmp_path, paths=("**", "repo/.github/**", "repo/.git/**"))
+    assert sorted(upserted(changes(named))) == ["repo/.github/y.md", "repo/z.md"]
+
+
+def test_hidden_names_are_left_out_unless_a_pattern_names_them(tmp_path: Path) -> None:
+    """An Obsidian vault: its settings, the notes it deleted (`.trash/`) and a dot-file draft
+    are not notes; `**` and `*.md` do not mean them, a pattern that spells the name does."""
+    write(tmp_path, ".obsidian/workspace.md")
+    write(tmp_path, ".trash/deleted.md")
+    write(tmp_path, "daily/.draft.md")
+    write(tmp_path, "daily/2026-12-08.md")
+    write(tmp_path, ".notes/kept.md")
+    assert sorted(upserted(changes(source(tmp_path)))) == ["daily/2026-12-08.md"]
+    named = source(tmp_path, paths=("daily/**", ".notes/**"), include=("*.md", ".draft.md"))
+    assert sorted(upserted(changes(named))) == [".notes/kept.md", "daily/.draft.md", "daily/2026-12-08.md"]
+    trash = FileSelection(paths=("**",))
+    assert trash.hidden(".trash/deleted.md") and not trash.may_contain(".trash")
+    assert not FileSelection(paths=(".trash/**",)).hidden(".trash/deleted.md")
 
 
 # --- change detection --------------------------------------------------------------------
