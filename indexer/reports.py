@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# said of a source a search could not look at (a drive not mounted): what the index holds answers
+AS_LAST_INDEXED = "its notes are searched as last indexed"
+
 
 @dataclass
 class SourceReport:

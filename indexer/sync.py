@@ -40,6 +40,7 @@ from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unl
 from indexer.progress_log import Progress, ProgressLog
 
 # run_sync and run_reindex answer with these, so callers may name them from here too
+from indexer.reports import AS_LAST_INDEXED
 from indexer.reports import SourceReport as SourceReport
 from indexer.reports import SyncReport as SyncReport
 from indexer.sources import workspace
@@ -764,4 +765,5 @@ def catch_up(
     if report.locked:
         # it may run for long (a first sync, a huge note): no promise of seconds
         return "a sync is running: what changed on disk since it began is searchable once it ends"
-    return report.embed_notice
+    notices = [f"{failed.error}; {AS_LAST_INDEXED}" for failed in report.failed]
+    return "; ".join([*notices, *([report.embed_notice] if report.embed_notice else [])]) or None

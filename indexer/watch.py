@@ -311,6 +311,8 @@ class Watcher:
         self._failures = 0  # consecutive unexpected errors, for the backoff
         self._waiting_for_lock = False
         self._restart_failures = 0
+        self._unwatched: list[str] = []  # roots that were no folder when the observer started
+        self._rewatch_failed: str | None = None  # why watching a returned root failed, said once
         self._handler = _Handler(self)
         self._overflow = _OverflowListener(self.request_reconcile)
         self._observer: BaseObserver | None = None
@@ -359,18 +361,43 @@ class Watcher:
         logging.getLogger(_SYNC_LOG).removeFilter(_SKIPS_ONCE)
 
     def _start_observer(self) -> BaseObserver:
-        for root in self.watch_roots:
-            if not os.path.isdir(root):
-                raise SourceError(f"cannot watch {root}: not a folder")
+        """Watch the roots that are folders; one that is not (a drive not mounted) is watched
+        once it is back (`_check_observer`), and only when none is a folder is there nothing to do."""
+        present = [root for root in self.watch_roots if os.path.isdir(root)]
+        if not present:
+            raise SourceError(f"cannot watch {', '.join(self.watch_roots)}: not a folder")
+        missing = [root for root in self.watch_roots if root not in present]
+        for root in missing:
+            if root not in self._unwatched:
+                log.warning("not watching %s: not a folder now (a drive not mounted?); watched once it is", root)
         observer = self.observer_factory()
         try:
-            for root in self.watch_roots:
+            for root in present:
                 observer.schedule(self._handler, root, recursive=True, event_filter=EVENT_FILTER)
             observer.start()
         except Exception as exc:
             _halt(observer)
-            raise SourceError(f"cannot watch {', '.join(self.watch_roots)}: {exc}") from exc
+            raise SourceError(f"cannot watch {', '.join(present)}: {exc}") from exc
+        self._unwatched = missing
         return observer
+
+    def _watch_the_returned(self) -> None:
+        """A root that was no folder is one now (the drive is mounted): watch it too, and
+        reconcile what changed there while it was away."""
+        back = [root for root in self._unwatched if os.path.isdir(root)]
+        try:
+            observer = self._start_observer()
+        except Exception as exc:  # noqa: BLE001 - the running observer stays; tried again next check
+            if str(exc) != self._rewatch_failed:  # said once, not every second
+                log.error("cannot watch %s yet: %s", ", ".join(back), exc)
+            self._rewatch_failed = str(exc)
+            return
+        self._rewatch_failed = None
+        if self._observer is not None:
+            _halt(self._observer)
+        self._observer = observer
+        log.info("watching %s: it is a folder again", ", ".join(back))
+        self.request_reconcile()
 
     def _observer_alive(self) -> bool:
         observer = self._observer
@@ -381,6 +408,8 @@ class Watcher:
         what it missed, and give up loudly (`failure`) when restarting keeps failing."""
         if self._observer_alive():
             self._restart_failures = 0
+            if any(os.path.isdir(root) for root in self._unwatched):
+                self._watch_the_returned()
             return
         if self._restart_failures == 0:
             log.error("the file observer stopped (thread died): restarting it")

@@ -133,13 +133,34 @@ def _disk_path(root: str, rel: str) -> str:
 def deleted_from_disk(config: Config, files: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
     """Which of the (source id, index path) files of workspace sources no longer exist on disk:
     deleted since the last sync, still in the index. One stat per file (a search asks for its
-    hits' files only); git sources' files live in the mirror at the indexed rev, never gone."""
+    hits' files only); git sources' files live in the mirror at the indexed rev, never gone,
+    nor are those of a root that is away (`_root_away`)."""
     gone = set()
+    away: dict[str, bool] = {}
     for source_id, rel in set(files):
         source = config.sources.get(source_id)
         if isinstance(source, WorkspaceSource) and not os.path.exists(_disk_path(os.fspath(source.root), rel)):
-            gone.add((source_id, rel))
+            if source_id not in away:
+                away[source_id] = _root_away(os.fspath(source.root))
+            if not away[source_id]:
+                gone.add((source_id, rel))
     return gone
+
+
+def away(source: WorkspaceSource) -> str:
+    """Why a source's notes cannot be read now, when `_root_away` says so."""
+    gone = not os.path.isdir(source.root)
+    return f"the folder {source.root} {'does not exist' if gone else 'is empty'} (a drive not mounted?)"
+
+
+def _root_away(root: str) -> bool:
+    """A root that is missing or empty is a drive not mounted (the sync keeps its index), not
+    every note deleted: its hits stand, from the index."""
+    try:
+        with os.scandir(root) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return True
 
 
 def _real_inside(source: WorkspaceSource, rel: str) -> str:
@@ -233,6 +254,8 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
         mode = os.stat(real).st_mode
     except (FileNotFoundError, NotADirectoryError):
         if store is not None and source_id in store.sources_with_file(nfc(rel)):
+            if _root_away(os.fspath(source.root)):
+                raise SourceError(f"{where}: cannot be read now: {away(source)}") from None
             raise SourceError(f"{where}: {DELETED_SINCE_SYNC}") from None
         raise SourceError(f"{where}: no such file{did_you_mean(config, store, rel, [source_id])}") from None
     except OSError as exc:  # a folder on the way we may not search: say so, not "no such file"

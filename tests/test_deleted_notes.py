@@ -8,6 +8,7 @@ whose walk is over the search's budget)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -16,7 +17,7 @@ from indexer.config import load_config
 from search import cli as cli_module
 from search.mcp_server import NotesTools
 from search.service import NotesService
-from tests.conftest import sync_lock_held
+from tests.conftest import make_config, sync_lock_held
 from tests.fakes import FakeEmbedder
 
 GONE = ("gone1.md", "gone2.md", "gone3.md")
@@ -91,3 +92,33 @@ def test_show_of_a_deleted_file_says_it_was_deleted_since_the_last_sync(
     assert run(config_path, "sync").exit_code == 0
     after = run(config_path, "show", "gone1.md")
     assert after.exit_code == 1 and "no such file in any source" in after.stderr
+
+
+def test_a_source_whose_folder_is_away_is_searched_as_last_indexed(tmp_path: Path, notes: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A drive not mounted (its folder gone, or an empty mount point) is not every note deleted:
+    every search failed with the sync's error; now the other sources answer, the away source's
+    hits come from the index, and reading one says why it cannot be opened now."""
+    usb = tmp_path / "usb"
+    (usb / "trips").mkdir(parents=True)
+    (usb / "trips" / "tatra.md").write_text("# Tatra\n\nquokka spotted on the ridge\n", encoding="utf-8")
+    extra = f"    usb:\n      root: {usb}\n      paths: ['**']\n"
+    config_path = make_config(tmp_path, notes, extra_sources=extra)
+    deleted_after_sync(config_path, notes, monkeypatch)  # GONE are deleted from `notes`: still left out
+    for away, why in ((lambda: shutil.rmtree(usb), "does not exist"), (lambda: usb.mkdir(), "is empty")):
+        away()
+        for scope in ((), ("--source", "usb")):
+            result = run(config_path, "query", "quokka", "--mode", "lex", "-k", "10", "--json", *scope)
+            assert result.exit_code == 0, result.output
+            data = json.loads(result.stdout)
+            paths = {(hit["source"], hit["path"]) for hit in data["results"]}
+            assert ("usb", "trips/tatra.md") in paths and not paths & {("notes", name) for name in GONE}
+            if not scope:
+                assert {("notes", name) for name in STAYS} <= paths
+            assert f"workspace source 'usb': folder {usb} {why}" in data["notice"]
+            assert "its notes are searched as last indexed" in data["notice"]
+            assert "usb:trips/tatra.md" not in data["notice"]  # not called deleted
+        shown = run(config_path, "show", "usb:trips/tatra.md")
+        assert shown.exit_code == 1
+        assert shown.stderr.strip() == (
+            f"Error: usb:trips/tatra.md: cannot be read now: the folder {usb} {why} (a drive not mounted?)"
+        )

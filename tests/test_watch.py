@@ -42,7 +42,7 @@ from indexer.globs import FileSelection
 from indexer.model import KnownFile
 from indexer.watch import Debouncer, Watcher, collapse, event_targets
 from search.engine import search
-from tests.conftest import FAKE_EMBEDDING, open_index, sync_lock_held, wait_for
+from tests.conftest import FAKE_EMBEDDING, make_config, open_index, sync_lock_held, wait_for
 from tests.fakes import FakeEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -338,6 +338,26 @@ def test_a_replaced_root_folder_is_watched_again(config: Config, notes: Path, em
         wait_for(lambda: lex(config, "lazarusnote") and set(known(config)) == {"restored.md"}, "the reconcile after it")
         save(notes / "after.md", "# After\n\nAn event on the new watch: afterglowmoth.\n")
         wait_for(lambda: lex(config, "afterglowmoth"), "an event through the new observer")
+
+
+def test_a_source_whose_folder_is_away_is_watched_once_it_is_back(
+    tmp_path: Path, notes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A drive not mounted when the watcher starts: the other sources are watched (it used to
+    refuse to start at all), and the drive once it is mounted."""
+    usb = tmp_path / "usb"
+    extra = f"    usb:\n      root: {usb}\n      paths: ['**']\n"
+    config = load_config(make_config(tmp_path, notes, extra_sources=extra))
+    embedder = FakeEmbedder(config.embedding)
+    with watching(config, embedder) as watcher:
+        assert any("not watching" in r.getMessage() and str(usb) in r.getMessage() for r in caplog.records)
+        save(notes / "cooking" / "soup.md", "# Soup\n\nWatched while the drive is away: borschtmark.\n")
+        wait_for(lambda: lex(config, "borschtmark"), "an event in the source that is there")
+        save(usb / "trip.md", "# Trip\n\nOn the drive: carpathianmark.\n")  # mounted
+        wait_for(lambda: lex(config, "carpathianmark"), "the reconcile once the drive is back")
+        save(usb / "later.md", "# Later\n\nAn event on the drive: latermark.\n")
+        wait_for(lambda: lex(config, "latermark"), "an event through the new watch")
+        assert watcher.running
 
 
 def test_an_observer_that_cannot_be_restarted_fails_the_watcher(config: Config, embedder: FakeEmbedder) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from indexer.config import WALKED_FILES_KEY, Config, WorkspaceSource
+from indexer.errors import SourceError
+from indexer.reports import AS_LAST_INDEXED
 from indexer.store import IndexReader
 from search.service.scope import Target
 
@@ -76,13 +78,20 @@ def catch_up_unscoped(service: NotesService, store: IndexReader, *, embed: bool)
     (bounded like a scoped catch-up), so a search with nothing to catch up writes nothing and
     loads no indexer. Returns the notices and the choice."""
     choice = choose_unscoped(service.config, store.meta())
-    changed = [source_id for source_id in choice.caught_up if _changed_on_disk(service.config, store, source_id)]
+    notices: list[str] = []
+    changed: list[str] = []
+    for source_id in choice.caught_up:
+        try:
+            if _changed_on_disk(service.config, store, source_id):
+                changed.append(source_id)
+        except SourceError as exc:  # a drive not mounted: the other sources are still searched
+            notices.append(f"{exc}; {AS_LAST_INDEXED}")
     if not changed:
-        return [], choice
+        return notices, choice
     from indexer.sync import catch_up as catch_up_sources
 
     notice = catch_up_sources(service.config, tuple(changed), None, service.embedder if embed else None)
-    return ([notice] if notice else []), choice
+    return notices + ([notice] if notice else []), choice
 
 
 def _changed_on_disk(config: Config, store: IndexReader, source_id: str) -> bool:
