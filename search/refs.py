@@ -109,7 +109,7 @@ def _normalise(source_id: str, path: str, shown: str | None = None) -> str:
     return "/".join(parts)
 
 
-def _disk_path(root: str, rel: str) -> str:
+def disk_path(root: str, rel: str) -> str:
     """`rel` on disk. Index paths are NFC; a name stored NFD (macOS) is found by comparing each
     missing component with its folder's entries in NFC form."""
     path = os.path.join(root, rel)
@@ -139,7 +139,7 @@ def deleted_from_disk(config: Config, files: Iterable[tuple[str, str]]) -> set[t
     away: dict[str, bool] = {}
     for source_id, rel in set(files):
         source = config.sources.get(source_id)
-        if isinstance(source, WorkspaceSource) and not os.path.exists(_disk_path(os.fspath(source.root), rel)):
+        if isinstance(source, WorkspaceSource) and not os.path.exists(disk_path(os.fspath(source.root), rel)):
             if source_id not in away:
                 away[source_id] = _root_away(os.fspath(source.root))
             if not away[source_id]:
@@ -166,7 +166,7 @@ def _root_away(root: str) -> bool:
 def _real_inside(source: WorkspaceSource, rel: str) -> str:
     """The real on-disk path of `rel`; PathOutsideSources if a symlink leads out of the root."""
     real_root = os.path.realpath(source.root)
-    target = os.path.realpath(_disk_path(real_root, rel)) if rel else real_root
+    target = os.path.realpath(disk_path(real_root, rel)) if rel else real_root
     if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
         raise PathOutsideSources(
             f"{Ref(source.id, rel)}: resolves outside the source root {source.root} (a symlink?); refused"
@@ -305,7 +305,7 @@ def _is_folder(config: Config, store: IndexReader | None, source: Source, rel: s
     """A folder on disk (workspace), or one the index holds files below (a git source's, or a
     workspace folder deleted since the last sync)."""
     if isinstance(source, WorkspaceSource):
-        on_disk = _disk_path(os.fspath(source.root), rel)
+        on_disk = disk_path(os.fspath(source.root), rel)
         if os.path.lexists(on_disk):
             return os.path.isdir(on_disk)
     return has_path(config, store, source.id, rel)
@@ -345,7 +345,7 @@ def has_path(config: Config, store: IndexReader | None, source_id: str, rel: str
     too (a note the sync skipped as not UTF-8, for `status` to say why); it opens the mirror,
     so only a path nothing else has is looked for there."""
     source = config.sources[source_id]
-    if isinstance(source, WorkspaceSource) and os.path.lexists(_disk_path(os.fspath(source.root), rel)):
+    if isinstance(source, WorkspaceSource) and os.path.lexists(disk_path(os.fspath(source.root), rel)):
         return True
     if store is None:
         return False

@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,26 @@ def test_open_a_workspace_ref_in_place_at_its_line(run: Run, world: dict[str, An
     assert editor()["argv"] == ["--wait", "+5", str(world["root"] / "notes" / "devops" / "vpn.md")]
     assert run("open", "devops/vpn.md").exit_code == 0  # a bare path; no line: no +N
     assert editor()["argv"] == ["--wait", str(world["root"] / "notes" / "devops" / "vpn.md")]
+
+
+def test_a_name_macos_stored_decomposed_opens_as_spelled_on_disk(run: Run, world: dict[str, Any], editor: Any) -> None:
+    """The index holds NFC paths; a folder and file named in NFD (notes synced from a Mac) are
+    given to the editor, `--format files` and JSON as they are on disk: the NFC path does not
+    exist, and an editor opened an empty new note there."""
+    notes: Path = world["root"] / "notes"
+    folder = notes / unicodedata.normalize("NFD", "Účty")
+    folder.mkdir()
+    on_disk = folder / unicodedata.normalize("NFD", "faktura-září.md")
+    on_disk.write_text("# Faktura\n\nthe fakturamark of September\n", encoding="utf-8")
+    ok(run("sync"))
+    hits = json.loads(ok(run("query", "fakturamark", "--mode", "lex", "--json")))["results"]
+    assert [(hit["path"], hit["file"]) for hit in hits] == [("Účty/faktura-září.md", str(on_disk))]
+    assert ok(run("query", "fakturamark", "--mode", "lex", "--format", "files")).splitlines() == [str(on_disk)]
+    assert ok(run("grep", "fakturamark", "--format", "files")).splitlines() == [str(on_disk)]
+    assert run("open", "1").exit_code == 0
+    assert editor()["argv"] == ["--wait", "+3", str(on_disk)]
+    assert run("open", "notes:Účty/faktura-září.md").exit_code == 0
+    assert editor()["argv"] == ["--wait", str(on_disk)]
 
 
 def test_open_a_git_hit_from_its_checkout(run: Run, world: dict[str, Any], editor: Any) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from indexer.config import GitSource, Source, WorkspaceSource
 from indexer.errors import PathOutsideSources, SourceError
-from search.refs import Ref
+from search.refs import Ref, disk_path
 
 if TYPE_CHECKING:
     from indexer.config import Config
@@ -31,10 +31,11 @@ def checkout_or_root(source: Source) -> Path | None:
 
 
 def file_on_disk(config: Config, source_id: str, path: str) -> str | None:
-    """The absolute path of a hit's file for an editor; None for a git source without `checkout:`
-    (its `ref` and `rev` name the version in the mirror). Lexical: the search already read it."""
+    """The absolute path of a hit's file for an editor, as spelled on disk (a name stored NFD by
+    macOS is not the index's NFC path: an editor given that one opened an empty new file); None
+    for a git source without `checkout:` (its `ref` and `rev` name the version in the mirror)."""
     folder = checkout_or_root(config.sources[source_id]) if source_id in config.sources else None
-    return os.path.normpath(os.path.join(os.path.abspath(folder), path)) if folder is not None else None
+    return os.path.normpath(disk_path(os.path.abspath(folder), path)) if folder is not None else None
 
 
 def with_files(config: Config, hits: Iterable[Hit]) -> None:
@@ -100,9 +101,9 @@ def locate(service: NotesService, ref: str) -> Opened:
         rel = confine(config, source_id, parsed.path)
         rev = indexed_rev(store, source) if isinstance(source, GitSource) else None
     if isinstance(source, WorkspaceSource):
-        return Opened(source_id, rel, parsed.line, Path(os.path.abspath(source.root)) / rel, rev, copy=False)
-    if source.checkout is not None and (source.checkout / rel).is_file():
-        file = Path(os.path.abspath(source.checkout)) / rel
+        return Opened(source_id, rel, parsed.line, Path(disk_path(os.path.abspath(source.root), rel)), rev, copy=False)
+    if source.checkout is not None and os.path.isfile(disk_path(os.fspath(source.checkout), rel)):
+        file = Path(disk_path(os.path.abspath(source.checkout), rel))
         return Opened(source_id, rel, parsed.line, file, rev, copy=False, differs=_text_of(file) != text)
     return Opened(source_id, rel, parsed.line, _read_only_copy(rel, text, rev), rev, copy=True)
 
