@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from indexer.config import GitSource, WorkspaceSource
 from indexer.errors import SourceError
 from indexer.model import Delete, Skipped, Unlisted, Upsert
-from indexer.sources import git as git_source
 from indexer.sources import workspace
 from indexer.store import IndexReader
 
@@ -125,6 +124,8 @@ def git_freshness(
     """One git source: indexed rev vs the remote head (ls-remote, no fetch; `asked`: already
     asked, by `git_source.remote_heads`) or the mirror head; and what of it (or of the file or
     folder `place`) the indexed rev holds that is left out."""
+    from indexer.sources import git as git_source  # pygit2: ~95 ms a status of workspaces never needs
+
     remote_head = remote_error = None
     if check_remote:
         try:

@@ -15,7 +15,6 @@ import click
 from search.cli.context import CliContext, pass_context
 from search.cli.formats import STATUS_FORMATS, chosen_format, emit, format_option, server_memory_line
 from search.cli.options import source_option
-from search.service.status import UNFINISHED_COPY_ADVICE
 from search.terminal import echo, echo_json
 
 if TYPE_CHECKING:
@@ -303,6 +302,8 @@ def _print_status(report: StatusReport) -> None:
         pid = f" (pid {running.pid})" if running.pid else ""
         echo(f"sync running{pid}: the counts below may change until it finishes")
     if report.unfinished_copy:
+        from search.service.status import UNFINISHED_COPY_ADVICE  # status's module: not loaded by every sync
+
         echo(f"unfinished copy: a migrate into this index stopped before it was verified; {UNFINISHED_COPY_ADVICE}")
     if report.server_memory is not None:
         echo(server_memory_line(report.server_memory.to_json()))
