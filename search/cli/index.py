@@ -318,7 +318,9 @@ def _print_status(report: StatusReport) -> None:
         name = s.id + (f":{s.path}" if s.path else "")
         echo(
             f"{name:<20} {s.kind:<9} {s.counts.files:>6} files {s.counts.chunks:>7} chunks "
-            f"{s.counts.pending:>6} pending  last sync {s.last_sync_at or 'never'}"
+            # a sync that finds nothing to index writes nothing (the cron tick): the time is of
+            # the last one that changed the index, not the last run
+            f"{s.counts.pending:>6} pending  {f'last change {s.last_sync_at}' if s.last_sync_at else 'never synced'}"
         )
         echo(f"    languages: {_languages_line(s.languages)}")
         lag = s.lag
