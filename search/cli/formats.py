@@ -354,7 +354,7 @@ def status_md(data: Mapping[str, Any]) -> str:
         next_try = f"; next sync tries it at {outage['next_try']}" if outage.get("next_try") else ""
         lines += [f"Embedder failing since {outage['since']}: {md_text(outage['error'])}{next_try}", ""]
     lines += _table(
-        ("source", "kind", "path", "files", "chunks", "pending", "last sync", "lags", "error"),
+        ("source", "kind", "path", "files", "chunks", "pending", "last change", "lags", "error"),
         (
             (
                 md_code(row["source"], in_table=True),
