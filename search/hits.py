@@ -4,6 +4,7 @@ than the model reads begins), with what --explain says of it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -20,6 +21,10 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from indexer.embedders import Embedder
 
 SNIPPET_CHARS = 1200
+BREADCRUMB_SEPARATOR = " > "  # as the chunker joins them
+BREADCRUMB_MAX_CHARS = 300  # the chunker's cap: a longer section name keeps the chunk's breadcrumb
+_SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*\Z")  # ATX H1-H3
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 
 
 @dataclass
@@ -49,6 +54,35 @@ class Hit:
             data.pop("explain")
         data["ref"] = str(Ref(self.source, self.path, self.line))  # what `show` / MCP `get` take
         return data
+
+
+def section_breadcrumb(breadcrumb: str, text: str, start_line: int, match_line: int) -> str:
+    """The breadcrumb of the section that `match_line` lies in. A chunk of small sections merged
+    is named by their common parent ("Server setup"), while the line a hit points at sits under
+    one of them: its header says "Server setup > Monitoring". ATX headings outside fences, as the
+    chunker's plain line scan reads them."""
+    path: list[tuple[int, str]] = []  # (level, name) of the headings above match_line in the chunk
+    fence: str | None = None
+    for line in text.split("\n")[: max(match_line - start_line + 1, 0)]:
+        opened = _FENCE.match(line)
+        if fence is not None:
+            if opened and opened.group(1).startswith(fence) and not line[opened.end() :].strip():
+                fence = None
+            continue
+        if opened:
+            fence = opened.group(1)
+            continue
+        heading = _SECTION_HEADING.match(line)
+        if heading:
+            level = len(heading.group(1))
+            while path and path[-1][0] >= level:
+                path.pop()
+            path.append((level, (heading.group(2) or "").strip()))
+    names = breadcrumb.split(BREADCRUMB_SEPARATOR) if breadcrumb else []
+    named = {name.casefold() for name in names}
+    below = [name for _, name in path if name and name.casefold() not in named]
+    shown = BREADCRUMB_SEPARATOR.join([*names, *below])
+    return shown if below and len(shown) <= BREADCRUMB_MAX_CHARS else breadcrumb
 
 
 def matched_by(by_keyword: bool, by_meaning: bool) -> str:
@@ -95,7 +129,7 @@ def build_hits(
                 line=row.start_line,
                 end_line=row.end_line,
                 match_line=found.match_line,
-                breadcrumb=row.breadcrumb,
+                breadcrumb=section_breadcrumb(row.breadcrumb, row.text, row.start_line, found.match_line),
                 score=round(item.place if item.place is not None else item.score, 6),
                 text=found.text,
                 rev=row.indexed_rev if row.kind == "git" else None,

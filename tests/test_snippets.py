@@ -398,3 +398,26 @@ def test_best_line_looks_only_at_lines_that_may_hold_a_term(lines: list[str], qu
     terms = snippet_terms(query) + snippet_terms(query + "*")
     assert folded_lines(lines) == [_fold(line) for line in lines]
     assert best_line(terms, lines) == _best_line_by_definition(terms, lines)
+
+
+def test_a_hit_names_the_section_of_the_line_it_points_at() -> None:
+    """Small sections merged into one chunk are named by their parent; the hit's header names
+    the one its match line is in (headings in a fence are code, the title is not repeated)."""
+    from search.hits import section_breadcrumb
+
+    text = (
+        "# Server setup\n\n## Firewall\n\nufw allow 22\n\n## Monitoring\n\nAlertmanager sends mail\n\n"
+        "```sh\n# restart it\nsystemctl restart alertmanager\n```\n\n### Disk alerts\n\nsmartd"
+    )
+    line = {row: n for n, row in enumerate(text.split("\n"), start=10)}
+    assert section_breadcrumb("Server setup", text, 10, 10) == "Server setup"
+    assert section_breadcrumb("Server setup", text, 10, line["ufw allow 22"]) == "Server setup > Firewall"
+    assert section_breadcrumb("Server setup", text, 10, line["Alertmanager sends mail"]) == "Server setup > Monitoring"
+    assert section_breadcrumb("Server setup", text, 10, line["systemctl restart alertmanager"]) == (
+        "Server setup > Monitoring"
+    )
+    assert section_breadcrumb("Server setup", text, 10, line["smartd"]) == "Server setup > Monitoring > Disk alerts"
+    assert section_breadcrumb("", "## Only\n\ntext", 1, 3) == "Only"
+    assert section_breadcrumb("Notes", "no heading\n\ntext", 1, 3) == "Notes"
+    long = "x" * 300
+    assert section_breadcrumb("Notes", f"## {long}\n\ntext", 1, 3) == "Notes"  # past the cap: kept as it was
