@@ -81,7 +81,8 @@ def test_add_and_remove_keep_every_comment_and_the_key_order(run, hand_config: P
     assert list(config.sources) == ["team", "notes"]
     team = config.sources["team"]
     assert team.kind == "git" and team.url == str(upstream) and team.selection.paths == ("wiki/**",)
-    assert run("source", "add", "workspace", "more", str(upstream.parent / "notes")).exit_code == 0
+    (upstream.parent / "more").mkdir()
+    assert run("source", "add", "workspace", "more", str(upstream.parent / "more")).exit_code == 0
     assert list(load_config(hand_config).sources) == ["team", "notes", "more"]
     assert comment_lines(before) == comment_lines(hand_config.read_text())
     # removing both brings back the file as written, but for the emptied `git: {}` group
@@ -211,7 +212,8 @@ def test_bad_names_are_usage_errors(run, hand_config: Path, notes: Path, name: s
     assert result.exit_code == 2 and "source id" in result.output
     assert "\x1b" not in result.output  # the refusal itself shows no escape
     assert hand_config.read_text() == before
-    assert run("source", "add", "workspace", "team-notes_2.old", str(notes)).exit_code == 0  # these are fine
+    (notes.parent / "more").mkdir()
+    assert run("source", "add", "workspace", "team-notes_2.old", str(notes.parent / "more")).exit_code == 0  # fine
 
 
 def test_a_config_naming_a_source_with_a_control_character_is_refused(tmp_path: Path, notes: Path) -> None:
@@ -239,6 +241,28 @@ def test_errors_are_one_line_and_change_nothing(run, hand_config: Path, notes: P
     assert hand_config.read_text() == before
 
 
+def test_a_folder_another_source_indexes_is_refused(run, hand_config: Path, notes: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Every note of it would be found twice, under two source names."""
+    (notes / "drafts").mkdir(exist_ok=True)
+    before = hand_config.read_text()
+    assert_one_line_error(run("source", "add", "workspace", "again", str(notes)), "already indexed as source 'notes'")
+    assert_one_line_error(
+        run("source", "add", "workspace", "ops", str(notes / "devops")),
+        f"source 'notes' ({notes}) holds this folder and indexes devops/ already; each note would be found "
+        "twice (add `exclude: [devops/**]` to source 'notes' first)",
+    )
+    assert hand_config.read_text() == before
+    assert run("source", "add", "workspace", "drafts", str(notes / "drafts")).exit_code == 0  # `notes` excludes it
+    inner = tmp_path / "shared" / "team"
+    inner.mkdir(parents=True)
+    assert run("source", "add", "workspace", "team", str(inner)).exit_code == 0
+    assert_one_line_error(
+        run("source", "add", "workspace", "shared", str(inner.parent)),
+        "lies inside it and indexes team/ already; each note would be found twice (leave it out with --exclude 'team/**')",
+    )
+    assert run("source", "add", "workspace", "shared", str(inner.parent), "--exclude", "team/**").exit_code == 0
+
+
 def test_a_broken_config_is_not_edited(tmp_path: Path, notes: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("sources:\n  workspace:\n    a: {root: x}\n")  # no paths: refused by the loader
@@ -251,7 +275,10 @@ def test_the_write_is_atomic_and_keeps_the_mode(run, hand_config: Path, notes: P
     os.chmod(hand_config, 0o600)
     link = hand_config.parent / "link.yaml"
     link.symlink_to(hand_config)
-    result = CliRunner().invoke(cli_module.cli, ["-c", str(link), "source", "add", "workspace", "w", str(notes)])
+    (notes.parent / "more").mkdir()
+    result = CliRunner().invoke(
+        cli_module.cli, ["-c", str(link), "source", "add", "workspace", "w", str(notes.parent / "more")]
+    )
     assert result.exit_code == 0, result.output
     assert link.is_symlink() and os.stat(hand_config).st_mode & 0o777 == 0o600
     assert "w" in load_config(hand_config).sources

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from indexer.config import BAD_NEW_SOURCE_ID, Config, GitSource, Source, is_new_source_id, literal_path
+from indexer.config import (
+    BAD_NEW_SOURCE_ID,
+    Config,
+    GitSource,
+    Source,
+    WorkspaceSource,
+    is_new_source_id,
+    literal_path,
+)
 from indexer.errors import ConfigError, NotesSearchError, SourceError
 from indexer.paths import local_repository_path
 
@@ -182,8 +190,39 @@ def add_workspace(config: Config, name: str, root: str, selection: Selection) ->
     entry.update(selection.keys())
     entry.setdefault("paths", ["**"])
     edit = config_edit.add_source(_config_file(config), "workspace", _checked_name(name), entry)
+    added = edit.config.sources[name]
+    assert isinstance(added, WorkspaceSource)
+    _refuse_overlap(config, added)
     config_edit.write_edit(edit)
-    return SourceAdded(edit.path, edit.config.sources[name])
+    return SourceAdded(edit.path, added)
+
+
+def _refuse_overlap(config: Config, added: WorkspaceSource) -> None:
+    """A folder another workspace source already indexes (the same one, or one inside or around
+    it that its `paths` reach) would have every note found twice, under two names."""
+    new_root = added.root.resolve()
+    for other in config.sources.values():
+        if not isinstance(other, WorkspaceSource):
+            continue
+        root = other.root.resolve()
+        if root == new_root:
+            raise NotesSearchError(f"{added.root}: already indexed as source {other.id!r}")
+        for outer, inner in ((other, added), (added, other)):
+            outer_root, inner_root = outer.root.resolve(), inner.root.resolve()
+            if outer_root not in inner_root.parents:
+                continue
+            below = inner_root.relative_to(outer_root).as_posix()
+            if outer.selection.may_contain(below):
+                hint = (
+                    f"add `exclude: [{below}/**]` to source {other.id!r} first"
+                    if outer is other
+                    else f"leave it out with --exclude '{below}/**'"
+                )
+                where = "holds this folder" if outer is other else "lies inside it"
+                raise NotesSearchError(
+                    f"{added.root}: source {other.id!r} ({other.root}) {where} and indexes {below}/ "
+                    f"already; each note would be found twice ({hint})"
+                )
 
 
 def remove(service: NotesService, name: str) -> SourceRemoved:
