@@ -174,8 +174,8 @@ def walk_folders(root: Path, scope: FileSelection, log: logging.Logger | None = 
                 # was not aimed at by the user: skipped quietly
                 if not is_dir:
                     skipped.append((child, f"symlink whose target is outside {real_root}"))
-                elif scope.aims_at(child):
-                    log.warning("skipping symlink %s: its target is outside %s", entry.path, real_root)
+                elif scope.aims_at(child) and scope.may_contain(child):
+                    skipped.append((shown, f"symlink to a folder outside {real_root} (not followed)"))
                 continue
             if not is_dir and not is_file:
                 if admitted:

@@ -679,7 +679,11 @@ def test_symlinks_loops_and_escapes(ws: dict[str, Any], clean_good: Any) -> None
     assert not any(p.startswith(("leakdir/", "loops/")) for p in paths), paths
     assert query_json(ws["config"], SECRET, "--mode", "lex")["results"] == []
     log = log_text(ws["config"])
-    assert "skipping symlink" in log and "outside" in log
+    assert "leakdir/: skipped: symlink to a folder outside" in log, log  # said, as a file's is
+    assert "leak.md: skipped: symlink whose target is outside" in log
+    status = json.loads(cli(ws["config"], "status", "--offline", "--json").stdout)
+    left_out = {f["path"] for s in status["sources"] for f in s["not_indexed"]["files"]}
+    assert {"leakdir/", "leak.md"} <= left_out, left_out
     assert good_rows(load_config(ws["config"]).db) == clean_good
 
 
