@@ -54,8 +54,9 @@ if TYPE_CHECKING:
     from markdown_it.token import Token
 
 # 2: files with only "\r" line endings are split into lines; 3: broken front matter is read
-# line by line and kept out of chunks, titles and breadcrumbs are capped
-CHUNKER_VERSION = "3"
+# line by line and kept out of chunks, titles and breadcrumbs are capped; 4: a note that is
+# front matter alone is chunked from its fields
+CHUNKER_VERSION = "4"
 
 CHARS_PER_TOKEN = 4
 MIN_CHUNK_TOKENS = 200
@@ -149,6 +150,8 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
                         end_line=last,
                     )
                 )
+    if not chunks and front_matter.is_metadata:
+        chunks = _front_matter_chunk(lines, front_matter.end, title)
     return ParsedDocument(
         title=title,
         tags=_tags(fields.get("tags")),
@@ -158,6 +161,23 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
         chunks=chunks,
         front_matter_problem=front_matter.problem,
     )
+
+
+def _front_matter_chunk(lines: Sequence[str], end: int, title: str) -> list[Chunk]:
+    """A note that is front matter alone (a person, a book, a map of other notes: properties
+    only) is found by them: its fields, between the delimiters, are its one chunk."""
+    first, last = _trim_blank_edges(lines, 1, end - 1)
+    if first >= last:
+        return []
+    return [
+        Chunk(
+            idx=0,
+            breadcrumb=_breadcrumb(title, ()),
+            text="\n".join(lines[first:last]),
+            start_line=first + 1,
+            end_line=last,
+        )
+    ]
 
 
 def _source_lines(text: str) -> list[str]:

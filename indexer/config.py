@@ -612,7 +612,8 @@ def _outside_notes(path: Path, key: str, sources: dict[str, Source], c: _Checker
             folder = parent.relative_to(source.root.resolve()).as_posix()
         except ValueError:
             continue
-        if source.selection.may_contain("" if folder == "." else folder):
+        # a hidden folder the source leaves out (`.cache/`) is still the user's folder
+        if source.selection.may_contain("" if folder == "." else folder, hidden_too=True):
             raise c.fail(
                 key,
                 f"{path} lies inside the notes of source {source.id!r} ({source.root}), and notes-search "

@@ -227,14 +227,15 @@ class FileSelection:
                 return True
         return False
 
-    def may_contain(self, folder: str) -> bool:
-        """Cheap pruning for walkers: can any file below `folder` pass the `paths` gate?"""
+    def may_contain(self, folder: str, *, hidden_too: bool = False) -> bool:
+        """Cheap pruning for walkers: can any file below `folder` pass the `paths` gate?
+        `hidden_too`: a hidden folder counts as reachable (where it is still the user's folder)."""
         folder_parts = [p for p in folder.strip("/").split("/") if p]
         under_parts = [p for p in self.under.split("/") if p]
         n = min(len(under_parts), len(folder_parts))
         if under_parts[:n] != folder_parts[:n]:
             return False
-        if folder and (match_any(self.exclude, folder.strip("/") + "/") or self.hidden(folder)):
+        if folder and (match_any(self.exclude, folder.strip("/") + "/") or (self.hidden(folder) and not hidden_too)):
             return False
         for pattern in self.paths:
             prefix = [p for p in literal_folder(pattern).split("/") if p]

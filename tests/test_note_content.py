@@ -301,6 +301,17 @@ def test_an_obsidian_vaults_settings_and_trash_are_no_notes(run, notes: Path, tm
     assert found() == ["howto/vpn.md"]
 
 
+def test_a_note_of_properties_only_is_found_by_them(run, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    write_tree(
+        notes, {"people/jana.md": "---\ntitle: Jana Nováková\nrole: databázová specialistka\ntags: [lidé]\n---\n"}
+    )
+    assert run("sync").exit_code == 0
+    hits = json.loads(run("query", "databázová specialistka", "--mode", "lex", "--json").stdout)["results"]
+    assert [(hit["path"], hit["line"], hit["breadcrumb"]) for hit in hits] == [("people/jana.md", 2, "Jana Nováková")]
+    tagged = json.loads(run("query", "Jana", "--tag", "lidé", "--mode", "lex", "--json").stdout)["results"]
+    assert [hit["path"] for hit in tagged] == ["people/jana.md"]
+
+
 def _bare_with_dangling_head(tmp_path: Path) -> Path:
     """A bare upstream whose HEAD names `refs/heads/master` while its only branches are `main`
     and `dev`: what renaming the default branch on a server leaves behind."""
