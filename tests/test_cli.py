@@ -441,6 +441,13 @@ def test_query_path_is_normalised_and_must_exist(run, notes: Path) -> None:  # t
         "Error: --collection 'devops': no such collection; the folder 'devops' holds 'Ops'"
         " (`notes-search collections` lists them)"
     )
+    (notes / "cooking" / "_meta.yaml").write_text("name: Vaření\n", encoding="utf-8")
+    assert run("sync").exit_code == 0
+    for typed in ("ops", "vareni", "Vaøení"):  # no capitals, no accents, a slip
+        assert error_line(run("query", "port", "--collection", typed)) == (
+            f"Error: --collection {typed!r}: no such collection; did you mean "
+            f"{'Ops' if typed == 'ops' else 'Vaření'!r}? (`notes-search collections` lists them)"
+        )
     assert "UTF-8" in error_line(run("query", "port", "--path", "caf\udce9.md"))
 
 

@@ -213,10 +213,32 @@ def check_scope_exists(config: Config, store: IndexReader, scope: SearchScope) -
             # a collection is named by its _meta.yaml, which may differ from its folder's name
             named = sorted({e.name for e in entries if scope.collection in (e.folder, e.folder.rsplit("/", 1)[-1])})
             hint = f"; the folder {scope.collection!r} holds {', '.join(map(repr, named))}" if named else ""
+            if not named:
+                hint = _like_collection(scope.collection, sorted({e.name for e in entries}))
             raise NotesSearchError(
                 f"--collection {scope.collection!r}: no such collection{hint} (`notes-search collections` lists them)"
             )
     check_path_exists(config, store, scope)
+
+
+def _like_collection(typed: str, names: list[str]) -> str:
+    """ "; did you mean 'Zálohy'?" for `zalohy`: names match as typed, and a search box is
+    typed without capitals or accents."""
+    import difflib  # only on this error path
+    import unicodedata
+
+    def folded(name: str) -> str:
+        return "".join(c for c in unicodedata.normalize("NFD", name.casefold()) if not unicodedata.combining(c))
+
+    by_fold: dict[str, list[str]] = {}
+    for name in names:
+        by_fold.setdefault(folded(name), []).append(name)
+    close = by_fold.get(folded(typed)) or [
+        name
+        for key in difflib.get_close_matches(folded(typed), list(by_fold), n=3, cutoff=0.75)
+        for name in by_fold[key]
+    ]
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def check_path_exists(config: Config, store: IndexReader | None, scope: SearchScope) -> None:
