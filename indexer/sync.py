@@ -191,7 +191,11 @@ class Syncer(VectorWork):
 
     # ---- per source -------------------------------------------------------------------------
 
-    def sync_workspace(self, source: WorkspaceSource, full: bool, path: str | None = None) -> SourceReport:
+    def sync_workspace(
+        self, source: WorkspaceSource, full: bool, path: str | None = None, *, rechunk: bool = False
+    ) -> SourceReport:
+        """`rechunk`: every note is read again as for `full`, but a root found empty is still a
+        drive not mounted (an upgrade's re-chunk emptied such a source's index)."""
         report = SourceReport(source.id, source.kind)
         known_files = self.store.known_files(source.id, under=path)
         # last_sync_at is set only once a whole walk finished: until then `status` calls the
@@ -200,14 +204,21 @@ class Syncer(VectorWork):
         if path:
             # a scoped re-index: walk and compare only below `path`
             source = dataclasses.replace(source, selection=source.selection.within(path))
-        changes = workspace.scan(source, known_files, full=full, max_file_bytes=self.config.max_file_bytes, log=log)
+        changes = workspace.scan(
+            source,
+            known_files,
+            full=full or rechunk,
+            accept_empty=full,
+            max_file_bytes=self.config.max_file_bytes,
+            log=log,
+        )
         self.apply(
             source.id, self._counting(self._noting_folder_findings(changes, report), "files"), report, set(known_files)
         )
         if not path:
             self._refresh_collections(source, report.unreadable)
             self.walked[source.id] = len(known_files) + report.added - report.deleted
-        if (report.changed or full or never_synced) and not (path and never_synced):
+        if (report.changed or full or rechunk or never_synced) and not (path and never_synced):
             self.store.mark_synced(source.id)
         return report
 
@@ -461,7 +472,7 @@ class Syncer(VectorWork):
                     # path in workspace sources and brings git sources to their head as usual
                     result = self.sync_git(source, (full and path is None) or again)
                 else:
-                    result = self.sync_workspace(source, full or again, path)
+                    result = self.sync_workspace(source, full, path, rechunk=again)
                 if source.id in errored:
                     self.store.set_source_error(source.id, None)  # recovered
                 if SAID_ERROR_KEY + source.id in said:

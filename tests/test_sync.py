@@ -486,6 +486,36 @@ def test_a_new_chunker_version_is_recorded_per_source(
     assert run_sync(config, embedder_factory=lambda: embedder).sources[1].updated == 0
 
 
+def test_a_re_chunk_keeps_the_index_of_a_drive_not_mounted(
+    tmp_path: Path, notes: Path, embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch, db_url: str | None
+) -> None:
+    """An upgrade's re-chunk reads every note again, as `--full` does, but it is no one's
+    "the notes were removed on purpose": an empty mount point still keeps its source's index
+    (it was emptied), and the re-chunk waits until the drive is back."""
+    from indexer import chunker
+
+    usb = tmp_path / "usb"
+    write(usb, {"trip.md": "# Trip\n\nthe tatra ridge\n"})
+    config = load_config(
+        make_config(tmp_path, notes, extra_sources=f"    usb:\n      root: {usb}\n      paths: ['**']\n", db=db_url)
+    )
+    run_sync(config, embedder_factory=lambda: embedder)
+    (usb / "trip.md").rename(tmp_path / "trip.md")  # the drive is unmounted: its mount point is empty
+    monkeypatch.setattr(chunker, "CHUNKER_VERSION", "next")
+    report = run_sync(config, embedder_factory=lambda: embedder)
+    by_id = {s.source_id: s for s in report.sources}
+    assert by_id["notes"].updated == len(NOTES) and not by_id["notes"].error
+    assert by_id["usb"].deleted == 0 and "is empty but 1 indexed files came from it" in (by_id["usb"].error or "")
+    store = open_index(config, readonly=True)
+    try:
+        assert set(store.known_files("usb")) == {"trip.md"}
+    finally:
+        store.close()
+    (tmp_path / "trip.md").rename(usb / "trip.md")  # mounted again: now it is re-chunked
+    back = {s.source_id: s for s in run_sync(config, embedder_factory=lambda: embedder).sources}
+    assert back["usb"].updated == 1 and back["notes"].updated == 0 and not back["usb"].error
+
+
 def test_a_new_chunker_version_says_once_why_every_note_was_chunked_again(
     tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch, db_url: str | None
 ) -> None:

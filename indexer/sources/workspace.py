@@ -121,6 +121,7 @@ def scan(
     known: Mapping[str, KnownFile],
     *,
     full: bool = False,
+    accept_empty: bool | None = None,
     max_file_bytes: int = 5_000_000,
     log: logging.Logger | None = None,
 ) -> Iterator[Change]:
@@ -134,10 +135,11 @@ def scan(
     transient error should not drop the index's copy). A folder that cannot be listed yields Unlisted first, and
     nothing indexed below it is deleted. No single file stops the scan. Skips are not logged
     here (the consumer logs each once); folders that cannot be listed are. A missing,
-    unreadable or (unless `full`) suddenly empty root raises SourceError at call time, not on
-    first iteration.
+    unreadable or suddenly empty root raises SourceError at call time, not on first iteration;
+    an empty one is accepted by `accept_empty` (default: `full`, which the user asked for; a
+    re-read the indexer decided on, such as a re-chunk, passes False).
     """
-    _check_root(source, len(known), accept_empty=full)
+    _check_root(source, len(known), accept_empty=full if accept_empty is None else accept_empty)
     return _scan(source, known, full, max_file_bytes, log or _LOG)
 
 
