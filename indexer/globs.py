@@ -11,6 +11,9 @@ from indexer.errors import GlobError
 # Caps on one glob: far above any pattern a person writes, low enough that a hostile one
 # (a prompt-injected tool call) costs little even against every file of a large source.
 MAX_GLOB_CHARS = 512
+# How a selection reads its patterns; a git source whose index was made under other rules is
+# read whole once (a tree diff only sees paths that changed). 2: hidden names are left out.
+SELECTION_RULES = 2
 MAX_GLOB_SEGMENTS = 32
 
 

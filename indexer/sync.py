@@ -35,6 +35,7 @@ from indexer.errors import (
     SourceError,
     StoreError,
 )
+from indexer.globs import SELECTION_RULES
 from indexer.lock import HeldIndexLock, IndexLock, open_index_lock
 from indexer.model import Change, CollectionProblem, Delete, Skipped, Touch, Unlisted, Upsert
 from indexer.progress_log import Progress, ProgressLog
@@ -330,9 +331,10 @@ class Syncer(VectorWork):
         # A tree diff only visits paths that changed between commits: after the config's scope
         # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
         scope_key = f"scope:{source.id}"
-        scope = repr(
-            (source.selection.paths, source.selection.include, source.selection.exclude, self.config.max_file_bytes)
-        )
+        selection = source.selection
+        # how the patterns are read (SELECTION_RULES: hidden names left out) is part of the scope
+        scope = repr((selection.paths, selection.include, selection.exclude, self.config.max_file_bytes))
+        scope += f" rules {SELECTION_RULES}"
         meta = self.store.meta()
         rescope = meta.get(scope_key) != scope
         full = full or (rescope and indexed_rev is not None)

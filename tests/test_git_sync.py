@@ -324,6 +324,26 @@ def test_scope_change_in_the_config_applies_without_a_new_commit(
     assert_same_as_fresh(tmp_path, index)
 
 
+def test_hidden_files_an_older_index_holds_leave_it_without_a_new_commit(
+    tmp_path: Path, upstream: pygit2.Repository, index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index made when hidden names were indexed (`.obsidian/`, committed by a vault's git
+    plugin): the rule is part of the scope, so the next tick reads the tree whole and drops them
+    (a tree diff only visits paths that changed)."""
+    import indexer.sync
+    from indexer.globs import FileSelection
+
+    commit(upstream, {"a.md": note("A", "a"), ".obsidian/app.md": note("App", "settings")}, time=T0)
+    with monkeypatch.context() as older:
+        older.setattr(FileSelection, "hidden", lambda self, path: False)
+        older.setattr(indexer.sync, "SELECTION_RULES", 1)
+        index.sync()
+        assert paths(index) == {"a.md", ".obsidian/app.md"}
+    assert index.sync().sources[0].deleted == 1
+    assert paths(index) == {"a.md"}
+    assert_same_as_fresh(tmp_path, index)
+
+
 # ---- several sources ---------------------------------------------------------------------------------
 
 
