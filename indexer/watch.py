@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -311,8 +312,9 @@ class Watcher:
         self._failures = 0  # consecutive unexpected errors, for the backoff
         self._waiting_for_lock = False
         self._restart_failures = 0
-        self._unwatched: list[str] = []  # roots that were no folder when the observer started
-        self._rewatch_failed: str | None = None  # why watching a returned root failed, said once
+        # each root's identity when the observer started (None: no folder then, not watched)
+        self._roots_seen: dict[str, tuple[int, int] | None] = {}
+        self._rewatch_failed: str | None = None  # why watching the roots anew failed, said once
         self._handler = _Handler(self)
         self._overflow = _OverflowListener(self.request_reconcile)
         self._observer: BaseObserver | None = None
@@ -331,7 +333,8 @@ class Watcher:
         return self._worker is not None and self._worker.is_alive() and self.failure is None
 
     def start(self) -> None:
-        """Watch, then index in the background. Raises SourceError if a root cannot be watched."""
+        """Watch, then index in the background. Raises SourceError if the roots there cannot be
+        watched (a root that is no folder now is watched once it is)."""
         if self._worker is not None:
             raise RuntimeError("watcher already started")
         self._observer = self._start_observer()
@@ -343,7 +346,7 @@ class Watcher:
             self._reconcile_at = now if self.reconcile_on_start else self._next_reconcile(now)
         self._worker = threading.Thread(target=self._loop, name="notes-search-watch", daemon=True)
         self._worker.start()
-        log.info("watching %s", ", ".join(self.watch_roots))
+        log.info("watching %s", ", ".join(root for root, identity in self._roots_seen.items() if identity is not None))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop watching; a batch in flight finishes (within `timeout`). Changes still waiting in
@@ -360,15 +363,27 @@ class Watcher:
         logging.getLogger("watchdog.observers").removeHandler(self._overflow)
         logging.getLogger(_SYNC_LOG).removeFilter(_SKIPS_ONCE)
 
+    def _root_identities(self) -> dict[str, tuple[int, int] | None]:
+        """Each root's (device, inode), None when it is no folder: a drive mounted on its mount
+        point, or taken off it, changes them while the path stays the same."""
+        identities: dict[str, tuple[int, int] | None] = {}
+        for root in self.watch_roots:
+            try:
+                st = os.stat(root)
+            except OSError:
+                identities[root] = None
+                continue
+            identities[root] = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+        return identities
+
     def _start_observer(self) -> BaseObserver:
-        """Watch the roots that are folders; one that is not (a drive not mounted) is watched
-        once it is back (`_check_observer`), and only when none is a folder is there nothing to do."""
-        present = [root for root in self.watch_roots if os.path.isdir(root)]
-        if not present:
-            raise SourceError(f"cannot watch {', '.join(self.watch_roots)}: not a folder")
-        missing = [root for root in self.watch_roots if root not in present]
-        for root in missing:
-            if root not in self._unwatched:
+        """Watch the roots that are folders now. One that is not (a drive not mounted) is
+        watched once it is, and a drive mounted on an empty mount point once it is mounted
+        (`_check_observer` compares the roots' identities every HEALTH_EVERY)."""
+        identities = self._root_identities()
+        present = [root for root, identity in identities.items() if identity is not None]
+        for root, identity in identities.items():
+            if identity is None and self._roots_seen.get(root, ()) is not None:  # said as it goes
                 log.warning("not watching %s: not a folder now (a drive not mounted?); watched once it is", root)
         observer = self.observer_factory()
         try:
@@ -378,25 +393,25 @@ class Watcher:
         except Exception as exc:
             _halt(observer)
             raise SourceError(f"cannot watch {', '.join(present)}: {exc}") from exc
-        self._unwatched = missing
+        self._roots_seen = identities
         return observer
 
-    def _watch_the_returned(self) -> None:
-        """A root that was no folder is one now (the drive is mounted): watch it too, and
-        reconcile what changed there while it was away."""
-        back = [root for root in self._unwatched if os.path.isdir(root)]
+    def _rewatch(self) -> None:
+        """A root came, went or was mounted over: watch the roots as they are now, and reconcile
+        what changed there meanwhile. The running observer stays until the new one runs."""
+        changed = [root for root, identity in self._root_identities().items() if identity != self._roots_seen.get(root)]
         try:
             observer = self._start_observer()
-        except Exception as exc:  # noqa: BLE001 - the running observer stays; tried again next check
+        except Exception as exc:  # noqa: BLE001 - tried again at the next check
             if str(exc) != self._rewatch_failed:  # said once, not every second
-                log.error("cannot watch %s yet: %s", ", ".join(back), exc)
+                log.error("cannot watch %s yet: %s", ", ".join(changed), exc)
             self._rewatch_failed = str(exc)
             return
         self._rewatch_failed = None
         if self._observer is not None:
             _halt(self._observer)
         self._observer = observer
-        log.info("watching %s: it is a folder again", ", ".join(back))
+        log.info("watching again: %s changed (a drive mounted or taken away?)", ", ".join(changed))
         self.request_reconcile()
 
     def _observer_alive(self) -> bool:
@@ -404,15 +419,20 @@ class Watcher:
         return observer is not None and observer.is_alive() and all(e.is_alive() for e in observer.emitters)
 
     def _check_observer(self) -> None:
-        """A watcher that silently stops is worse than none: restart a dead observer, reconcile
-        what it missed, and give up loudly (`failure`) when restarting keeps failing."""
+        """A watcher that silently stops is worse than none: restart a dead observer (or watch
+        the roots anew when one came or went), reconcile what it missed, and give up loudly
+        (`failure`) when restarting keeps failing."""
+        moved = self._root_identities() != self._roots_seen
         if self._observer_alive():
             self._restart_failures = 0
-            if any(os.path.isdir(root) for root in self._unwatched):
-                self._watch_the_returned()
+            if moved:
+                self._rewatch()
             return
         if self._restart_failures == 0:
-            log.error("the file observer stopped (thread died): restarting it")
+            if moved:  # a root deleted or unmounted ends its emitter: nothing died
+                log.warning("a watched folder went away: watching the others, and it once it is back")
+            else:
+                log.error("the file observer stopped (thread died): restarting it")
         if self._observer is not None:
             _halt(self._observer)
             self._observer = None

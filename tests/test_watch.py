@@ -360,6 +360,34 @@ def test_a_source_whose_folder_is_away_is_watched_once_it_is_back(
         assert watcher.running
 
 
+def test_a_root_mounted_over_is_watched_as_it_is_now(config: Config, notes: Path, embedder: FakeEmbedder) -> None:
+    """A drive mounted on its mount point (or taken off it) puts another folder at the root's
+    path; inotify kept watching the one below, and nothing was seen until the next reconcile.
+    A folder renamed away and a new one made in its place is the same change."""
+    with watching(config, embedder) as watcher:
+        notes.rename(notes.with_name("notes-under-the-mount"))
+        notes.mkdir()
+        save(notes / "mounted.md", "# Mounted\n\nOn the drive: mountedmark.\n")
+        wait_for(lambda: lex(config, "mountedmark") and set(known(config)) == {"mounted.md"}, "the reconcile")
+        save(notes / "later.md", "# Later\n\nAn event on the drive: latermark.\n")
+        wait_for(lambda: lex(config, "latermark"), "an event through the new watch")
+        assert watcher.running
+
+
+def test_a_watcher_whose_only_folder_is_away_waits_for_it(tmp_path: Path, embedder: FakeEmbedder) -> None:
+    """It refused to start, and one whose folder went away gave up after its restarts."""
+    usb = tmp_path / "usb"
+    config = load_config(make_config(tmp_path, usb))
+    with watching(config, embedder, restart_attempts=3) as watcher:
+        save(usb / "trip.md", "# Trip\n\nOn the drive: tatramark.\n")
+        wait_for(lambda: lex(config, "tatramark"), "the drive, once it is there")
+        shutil.rmtree(usb)
+        time.sleep(0.5)  # ten health checks: more than the restarts it may fail
+        assert watcher.running and watcher.failure is None
+        save(usb / "back.md", "# Back\n\nThe drive again: backmark.\n")
+        wait_for(lambda: lex(config, "backmark"), "the drive, once it is back")
+
+
 def test_an_observer_that_cannot_be_restarted_fails_the_watcher(config: Config, embedder: FakeEmbedder) -> None:
     made: list[BaseObserver] = []
 
