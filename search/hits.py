@@ -25,6 +25,8 @@ BREADCRUMB_SEPARATOR = " > "  # as the chunker joins them
 BREADCRUMB_MAX_CHARS = 300  # the chunker's cap: a longer section name keeps the chunk's breadcrumb
 _SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*\Z")  # ATX H1-H3
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_SETEXT_UNDERLINE = re.compile(r" {0,3}(=+|-+)[ \t]*\Z")
+_NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-*+][ \t]|[0-9]{1,9}[.)][ \t]|>|\||<)")  # a list item, quote, table, HTML
 
 
 @dataclass
@@ -59,25 +61,32 @@ class Hit:
 def section_breadcrumb(breadcrumb: str, text: str, start_line: int, match_line: int) -> str:
     """The breadcrumb of the section that `match_line` lies in. A chunk of small sections merged
     is named by their common parent ("Server setup"), while the line a hit points at sits under
-    one of them: its header says "Server setup > Monitoring". ATX headings outside fences, as the
-    chunker's plain line scan reads them."""
+    one of them: its header says "Server setup > Monitoring". H1-H3 outside fences, ATX and
+    setext (a paragraph's one line over `===` or `---`), as the chunker's sections start."""
     path: list[tuple[int, str]] = []  # (level, name) of the headings above match_line in the chunk
     fence: str | None = None
+    previous = ""  # the line before, when it may be a setext heading's text
     for line in text.split("\n")[: max(match_line - start_line + 1, 0)]:
         opened = _FENCE.match(line)
         if fence is not None:
             if opened and opened.group(1).startswith(fence) and not line[opened.end() :].strip():
                 fence = None
             continue
+        heading = _SECTION_HEADING.match(line)
+        underline = _SETEXT_UNDERLINE.match(line)
+        level, name = 0, ""
+        if heading:
+            level, name = len(heading.group(1)), heading.group(2) or ""
+        elif underline and previous:
+            level, name = (1 if underline.group(1).startswith("=") else 2), previous
         if opened:
             fence = opened.group(1)
-            continue
-        heading = _SECTION_HEADING.match(line)
-        if heading:
-            level = len(heading.group(1))
+        elif level:
             while path and path[-1][0] >= level:
                 path.pop()
-            path.append((level, (heading.group(2) or "").strip()))
+            path.append((level, " ".join(name.split())))
+        plain = line.strip() and not (heading or underline or opened or _NOT_PARAGRAPH.match(line))
+        previous = line if plain and not previous else ""
     names = breadcrumb.split(BREADCRUMB_SEPARATOR) if breadcrumb else []
     named = {name.casefold() for name in names}
     below = [name for _, name in path if name and name.casefold() not in named]

@@ -419,5 +419,12 @@ def test_a_hit_names_the_section_of_the_line_it_points_at() -> None:
     assert section_breadcrumb("Server setup", text, 10, line["smartd"]) == "Server setup > Monitoring > Disk alerts"
     assert section_breadcrumb("", "## Only\n\ntext", 1, 3) == "Only"
     assert section_breadcrumb("Notes", "no heading\n\ntext", 1, 3) == "Notes"
+    setext = "Intro\n\nFirewall\n========\n\nufw\n\nMonitoring\n----------\n\nalertmark\n\n- a list item\n---\nafter"
+    line = {row: n for n, row in enumerate(setext.split("\n"), start=1)}
+    assert section_breadcrumb("T", setext, 1, line["ufw"]) == "T > Firewall"
+    assert section_breadcrumb("T", setext, 1, line["alertmark"]) == "T > Firewall > Monitoring"
+    # `---` under a list item is a rule, not a heading
+    assert section_breadcrumb("T", setext, 1, line["after"]) == "T > Firewall > Monitoring"
+    assert section_breadcrumb("T", "##  Two   spaces\n\nx", 1, 3) == "T > Two spaces"  # named as the chunker names it
     long = "x" * 300
     assert section_breadcrumb("Notes", f"## {long}\n\ntext", 1, 3) == "Notes"  # past the cap: kept as it was
