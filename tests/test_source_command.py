@@ -245,7 +245,9 @@ def test_a_folder_another_source_indexes_is_refused(run, hand_config: Path, note
     """Every note of it would be found twice, under two source names."""
     (notes / "drafts").mkdir(exist_ok=True)
     before = hand_config.read_text()
-    assert_one_line_error(run("source", "add", "workspace", "again", str(notes)), "already indexed as source 'notes'")
+    assert_one_line_error(
+        run("source", "add", "workspace", "again", str(notes)), f"source 'notes' ({notes}) indexes this folder already"
+    )
     assert_one_line_error(
         run("source", "add", "workspace", "ops", str(notes / "devops")),
         f"source 'notes' ({notes}) holds this folder and indexes devops/ already; each note would be found "
@@ -261,6 +263,24 @@ def test_a_folder_another_source_indexes_is_refused(run, hand_config: Path, note
         "lies inside it and indexes team/ already; each note would be found twice (leave it out with --exclude 'team/**')",
     )
     assert run("source", "add", "workspace", "shared", str(inner.parent), "--exclude", "team/**").exit_code == 0
+    # one folder, paths that never meet: two sources, no note twice
+    split = tmp_path / "split"
+    (split / "work").mkdir(parents=True)
+    assert run("source", "add", "workspace", "personal", str(split), "--paths", "personal/**").exit_code == 0
+    assert run("source", "add", "workspace", "work", str(split), "--paths", "work/**").exit_code == 0
+    assert_one_line_error(run("source", "add", "workspace", "all", str(split)), "indexes this folder already")
+
+
+def test_a_git_checkout_a_workspace_source_indexes_is_refused(run, hand_config: Path, notes: Path) -> None:  # type: ignore[no-untyped-def]
+    """A working copy inside the notes folder: its notes came from the mirror and from disk."""
+    team = notes / "team"
+    commit(init_upstream(team), {"t.md": "# T\n\nteammark\n"}, time=1_700_000_000)
+    assert_one_line_error(
+        run("source", "add", "git", "team", str(team)),
+        f"source 'notes' ({notes}) holds this folder and indexes team/ already; each note would be found twice "
+        "(add `exclude: [team/**]` to source 'notes' first)",
+    )
+    assert run("source", "add", "git", "team", str(team), "--branch", "main").exit_code == 1
 
 
 def test_a_broken_config_is_not_edited(tmp_path: Path, notes: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from indexer.config import (
     literal_path,
 )
 from indexer.errors import ConfigError, NotesSearchError, SourceError
+from indexer.globs import FileSelection, literal_folder
 from indexer.paths import local_repository_path
 
 if TYPE_CHECKING:
@@ -147,6 +149,7 @@ def add_git(
         entry["mirror"] = literal_path(str(Path(mirror).resolve()))
     entry.update(selection.keys())
     edit = config_edit.add_source(_config_file(config), "git", _checked_name(name), entry)
+    _refuse_overlap(config, edit.config.sources[name])
     config_edit.write_edit(edit)
     return SourceAdded(edit.path, edit.config.sources[name])
 
@@ -191,38 +194,67 @@ def add_workspace(config: Config, name: str, root: str, selection: Selection) ->
     entry.setdefault("paths", ["**"])
     edit = config_edit.add_source(_config_file(config), "workspace", _checked_name(name), entry)
     added = edit.config.sources[name]
-    assert isinstance(added, WorkspaceSource)
     _refuse_overlap(config, added)
     config_edit.write_edit(edit)
     return SourceAdded(edit.path, added)
 
 
-def _refuse_overlap(config: Config, added: WorkspaceSource) -> None:
-    """A folder another workspace source already indexes (the same one, or one inside or around
-    it that its `paths` reach) would have every note found twice, under two names."""
-    new_root = added.root.resolve()
+def _refuse_overlap(config: Config, added: Source) -> None:
+    """A folder another source already indexes from disk (a workspace's root, a git source's
+    checkout: the same folder, or one inside or around it that its `paths` reach) would have
+    every note found twice, under two names."""
+    new_folder = _folder_indexed(added)
+    if new_folder is None:
+        return
     for other in config.sources.values():
-        if not isinstance(other, WorkspaceSource):
+        folder = _folder_indexed(other)
+        if folder is None or other.id == added.id:
             continue
-        root = other.root.resolve()
-        if root == new_root:
-            raise NotesSearchError(f"{added.root}: already indexed as source {other.id!r}")
-        for outer, inner in ((other, added), (added, other)):
-            outer_root, inner_root = outer.root.resolve(), inner.root.resolve()
-            if outer_root not in inner_root.parents:
+        what = f"source {other.id!r} ({folder})"
+        if folder == new_folder:
+            if _paths_may_meet(added.selection, other.selection):
+                raise NotesSearchError(
+                    f"{new_folder}: {what} indexes this folder already; each note would be found twice "
+                    "(give both sources `paths` that do not meet, or add the folder once)"
+                )
+            continue
+        for outer, outer_folder, inner_folder in (
+            (other, folder, new_folder),
+            (added, new_folder, folder),
+        ):
+            if outer_folder not in inner_folder.parents:
                 continue
-            below = inner_root.relative_to(outer_root).as_posix()
+            below = inner_folder.relative_to(outer_folder).as_posix()
             if outer.selection.may_contain(below):
                 hint = (
                     f"add `exclude: [{below}/**]` to source {other.id!r} first"
                     if outer is other
-                    else f"leave it out with --exclude '{below}/**'"
+                    else f"leave it out with --exclude {shlex.quote(below + '/**')}"
                 )
                 where = "holds this folder" if outer is other else "lies inside it"
                 raise NotesSearchError(
-                    f"{added.root}: source {other.id!r} ({other.root}) {where} and indexes {below}/ "
-                    f"already; each note would be found twice ({hint})"
+                    f"{new_folder}: {what} {where} and indexes {below}/ already; each note would be found "
+                    f"twice ({hint})"
                 )
+
+
+def _folder_indexed(source: Source) -> Path | None:
+    """The folder on disk whose files a source indexes (a git source's are read from its mirror,
+    but its checkout holds the same notes)."""
+    folder = source.root if isinstance(source, WorkspaceSource) else source.checkout
+    return folder.resolve() if folder is not None else None
+
+
+def _paths_may_meet(first: FileSelection, second: FileSelection) -> bool:
+    """Whether two sources on one folder may admit a file both: some `paths` of each lead into
+    one folder (`**` leads everywhere; `personal/**` and `work/**` never meet)."""
+    for one in first.paths:
+        for other in second.paths:
+            a, b = literal_folder(one).split("/"), literal_folder(other).split("/")
+            n = min(len(a), len(b))
+            if a == [""] or b == [""] or a[:n] == b[:n]:
+                return True
+    return False
 
 
 def remove(service: NotesService, name: str) -> SourceRemoved:
