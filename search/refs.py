@@ -134,26 +134,32 @@ def deleted_from_disk(config: Config, files: Iterable[tuple[str, str]]) -> set[t
     """Which of the (source id, index path) files of workspace sources no longer exist on disk:
     deleted since the last sync, still in the index. One stat per file (a search asks for its
     hits' files only); git sources' files live in the mirror at the indexed rev, never gone,
-    nor are those of a root that is away (`_root_away`)."""
+    nor are those of a root that is away (`root_away`)."""
     gone = set()
-    away: dict[str, bool] = {}
+    root_is_away: dict[str, bool] = {}
     for source_id, rel in set(files):
         source = config.sources.get(source_id)
         if isinstance(source, WorkspaceSource) and not os.path.exists(disk_path(os.fspath(source.root), rel)):
-            if source_id not in away:
-                away[source_id] = _root_away(os.fspath(source.root))
-            if not away[source_id]:
+            if source_id not in root_is_away:
+                root_is_away[source_id] = root_away(os.fspath(source.root))
+            if not root_is_away[source_id]:
                 gone.add((source_id, rel))
     return gone
 
 
 def away(source: WorkspaceSource) -> str:
-    """Why a source's notes cannot be read now, when `_root_away` says so."""
-    gone = not os.path.isdir(source.root)
-    return f"the folder {source.root} {'does not exist' if gone else 'is empty'} (a drive not mounted?)"
+    """Why a source's notes cannot be read now, when `root_away` says so."""
+    state = (
+        "is empty"
+        if os.path.isdir(source.root)
+        else "is not a folder"
+        if os.path.lexists(source.root)
+        else "does not exist"
+    )
+    return f"the folder {source.root} {state} (a drive not mounted?)"
 
 
-def _root_away(root: str) -> bool:
+def root_away(root: str) -> bool:
     """A root that is missing or empty is a drive not mounted (the sync keeps its index), not
     every note deleted: its hits stand, from the index."""
     try:
@@ -254,7 +260,7 @@ def read_text(config: Config, store: IndexReader | None, source_id: str, path: s
         mode = os.stat(real).st_mode
     except (FileNotFoundError, NotADirectoryError):
         if store is not None and source_id in store.sources_with_file(nfc(rel)):
-            if _root_away(os.fspath(source.root)):
+            if root_away(os.fspath(source.root)):
                 raise SourceError(f"{where}: cannot be read now: {away(source)}") from None
             raise SourceError(f"{where}: {DELETED_SINCE_SYNC}") from None
         raise SourceError(f"{where}: no such file{did_you_mean(config, store, rel, [source_id])}") from None

@@ -117,6 +117,11 @@ def test_a_source_whose_folder_is_away_is_searched_as_last_indexed(tmp_path: Pat
             assert f"workspace source 'usb': folder {usb} {why}" in data["notice"]
             assert "its notes are searched as last indexed" in data["notice"]
             assert "usb:trips/tatra.md" not in data["notice"]  # not called deleted
+        grep = json.loads(run(config_path, "grep", "quokka", "--json").stdout)
+        assert {hit["source"] for hit in grep["results"]} == {"notes"}  # no match there is no answer
+        assert [(item["source"], item["reason"]) for item in grep["unsearched"]] == [
+            ("usb", f"workspace source 'usb': the folder {usb} {why} (a drive not mounted?)")
+        ]
         shown = run(config_path, "show", "usb:trips/tatra.md")
         assert shown.exit_code == 1
         assert shown.stderr.strip() == (
