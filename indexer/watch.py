@@ -205,7 +205,7 @@ class WatchStats:
     batches: int = 0
     reconciles: int = 0
     retries: int = 0
-    restarts: int = 0
+    restarts: int = 0  # observers started anew: one died, or a root came, went or was mounted over
     last: Batch | None = None
 
 
@@ -411,6 +411,7 @@ class Watcher:
         if self._observer is not None:
             _halt(self._observer)
         self._observer = observer
+        self.stats.restarts += 1
         log.info("watching again: %s changed (a drive mounted or taken away?)", ", ".join(changed))
         self.request_reconcile()
 

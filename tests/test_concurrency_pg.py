@@ -38,10 +38,10 @@ import json, os, sys, time
 from indexer import sync
 log = open(sys.argv[1], "a", encoding="utf-8")
 original = sync.Syncer.sync_workspace
-def recorded(self, source, full, path=None):
+def recorded(self, source, full, path=None, **options):
     start = time.monotonic()
     try:
-        return original(self, source, full, path)
+        return original(self, source, full, path, **options)
     finally:
         log.write(json.dumps([os.getpid(), source.id, start, time.monotonic()]) + "\n")
         log.flush()
