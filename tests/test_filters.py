@@ -468,3 +468,39 @@ def test_mcp_search_takes_tags_since_and_until(tmp_path: Path, ollama: Any, db_u
         )
 
     over_stdio(config, body, tmp_path / "server.log")
+
+
+def test_a_nested_tag_is_found_by_the_tags_it_is_nested_in(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """Obsidian's `#project/alpha` is also `#project` there: `--tag project` finds it; a part
+    of a name is no tag (`proj`), nor is the nested part alone (`alpha`)."""
+    note = tmp_path / "notes" / "work" / "alpha.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("---\ntags: [Project/Alpha/Backend]\n---\n# Alpha\n\nthe server of alpha\n", encoding="utf-8")
+    assert cli("sync").exit_code == 0
+    for tag in ("project", "#Project", "project/alpha", "project/alpha/backend"):
+        assert found(cli("query", "server", "--mode", "lex", "--json", "--tag", tag)) == ["work/alpha.md"], tag
+    for tag in ("proj", "alpha", "project/backend"):
+        result = cli("query", "server", "--mode", "lex", "--json", "--tag", tag)
+        assert result.exit_code == 1 and json.loads(result.stdout)["results"] == [], tag
+
+
+def test_an_older_index_finds_nested_tags_after_the_chunker_upgrade(
+    cli: Callable[..., Result], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its `file_tags` lack the tags a nested one is nested in; the upgrade re-indexes every note."""
+    import indexer.chunker
+    import indexer.store.sqlite
+    from indexer.store.postgres import tsvector
+
+    note = tmp_path / "notes" / "work" / "alpha.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("---\ntags: [project/alpha]\n---\n# Alpha\n\nthe server of alpha\n", encoding="utf-8")
+    with monkeypatch.context() as older:
+        older.setattr(indexer.chunker, "CHUNKER_VERSION", "3")
+        own_only = lambda tags: [tag_key(str(tag)) for tag in tags]  # noqa: E731
+        older.setattr(indexer.store.sqlite, "file_tag_keys", own_only)
+        older.setattr(tsvector, "file_tag_keys", own_only)
+        assert cli("sync").exit_code == 0
+        assert cli("query", "server", "--mode", "lex", "--json", "--tag", "project").exit_code == 1
+    assert cli("sync").exit_code == 0
+    assert found(cli("query", "server", "--mode", "lex", "--json", "--tag", "project")) == ["work/alpha.md"]

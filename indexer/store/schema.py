@@ -184,10 +184,19 @@ FILE_TAGS_SQL = """
 
 
 def file_tag_keys(tags: object) -> list[str]:
-    """The distinct non-empty `tag_key`s of a tag list (what `file_tags` holds for a file)."""
+    """The distinct non-empty `tag_key`s of a tag list (what `file_tags` holds for a file), each
+    nested tag with the tags it is nested in: `project/alpha` is also `project`, so that
+    `--tag project` finds it, as Obsidian's tag search does."""
     if not isinstance(tags, (list, tuple)):
         return []
-    return list(dict.fromkeys(key for tag in tags if (key := tag_key(str(tag)))))
+    keys: dict[str, None] = {}
+    for tag in tags:
+        key = tag_key(str(tag))
+        parts = key.split("/")
+        keys.update(dict.fromkeys(prefix for n in range(1, len(parts)) if (prefix := "/".join(parts[:n]).strip("/"))))
+        if key:
+            keys[key] = None
+    return list(keys)
 
 
 def _fill_file_tags(conn: apsw.Connection) -> None:
