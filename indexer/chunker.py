@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from itertools import accumulate
 from pathlib import PurePosixPath
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 # 2: files with only "\r" line endings are split into lines; 3: broken front matter is read
 # line by line and kept out of chunks, titles and breadcrumbs are capped; 4: a note that is
-# front matter alone is chunked from its fields
+# front matter alone (or with headings only) is chunked from its fields
 CHUNKER_VERSION = "4"
 
 CHARS_PER_TOKEN = 4
@@ -150,8 +150,9 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
                         end_line=last,
                     )
                 )
-    if not chunks and front_matter.is_metadata:
-        chunks = _front_matter_chunk(lines, front_matter.end, title)
+    if front_matter.is_metadata and all(_headings_only(chunk.text) for chunk in chunks):
+        properties = _front_matter_chunk(lines, front_matter.end, title)
+        chunks = [replace(chunk, idx=n) for n, chunk in enumerate([*properties, *chunks])]
     return ParsedDocument(
         title=title,
         tags=_tags(fields.get("tags")),
@@ -163,9 +164,15 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
     )
 
 
+def _headings_only(text: str) -> bool:
+    """A chunk with no line but headings (a template's `# {{title}}`): no text to find a note by."""
+    return all(line.lstrip().startswith("#") or not line.strip() for line in text.split("\n"))
+
+
 def _front_matter_chunk(lines: Sequence[str], end: int, title: str) -> list[Chunk]:
-    """A note that is front matter alone (a person, a book, a map of other notes: properties
-    only) is found by them: its fields, between the delimiters, are its one chunk."""
+    """A note that is front matter alone, or with headings only (a person, a book, a map of
+    other notes: properties only, maybe under a template's H1) is found by them: its fields,
+    between the delimiters, are a chunk."""
     first, last = _trim_blank_edges(lines, 1, end - 1)
     if first >= last:
         return []

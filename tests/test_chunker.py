@@ -66,8 +66,10 @@ def assert_invariants(doc: ParsedDocument, text: str, excluded: range = range(0)
         assert chunk.text.replace("\r", "") == "\n".join(span).replace("\r", "")
         assert span[0].strip() and span[-1].strip(), "blank edges are trimmed"
         covered.update(range(chunk.start_line - 1, chunk.end_line))
-    # a note of properties only: the fields between the delimiters are its chunk
-    fields_alone = bool(excluded) and not any(line.strip() for n, line in enumerate(lines) if n not in excluded)
+    # a note of properties only (its body blank or headings only): its fields are a chunk
+    fields_alone = bool(excluded) and all(
+        not line.strip() or line.lstrip().startswith("#") for n, line in enumerate(lines) if n not in excluded
+    )
     for number, line in enumerate(lines):
         if number in excluded:
             if fields_alone and number not in (excluded.start, excluded.stop - 1):
@@ -128,6 +130,8 @@ def test_a_note_that_is_front_matter_alone_is_chunked_from_its_fields() -> None:
     assert [(c.start_line, c.end_line, c.breadcrumb) for c in doc.chunks] == [(2, 4, "Jana Nováková")]
     assert doc.chunks[0].text == "title: Jana Nováková\nrole: DBA at Acme\ntags: [people]"
     assert parse_markdown("---\n---\n", "empty.md").chunks == []  # nothing to find
+    templated = parse_markdown(text.rstrip("\n") + "\n# Jana Nováková\n", "people/jana.md")  # a template's H1
+    assert [(c.idx, c.start_line, c.end_line) for c in templated.chunks] == [(0, 2, 4), (1, 6, 6)]
     with_body = parse_markdown("---\ntitle: T\n---\nbody\n", "b.md")
     assert [c.text for c in with_body.chunks] == ["body"]  # fields stay metadata beside a body
 
