@@ -485,6 +485,18 @@ def test_coverage_report_leaves_out_what_exclude_names(tmp_path: Path) -> None:
     ]
 
 
+def test_coverage_report_leaves_out_our_own_tables_of_contents(tmp_path: Path) -> None:
+    """The index's folder inside a workspace root its `paths` leave out: the TOC markdown there
+    is ours, not notes the user forgot to index."""
+    write(tmp_path, "notes/a.md")
+    write(tmp_path, "toc/notes.md")  # beside db.sqlite: `config` puts the index at the root
+    write(tmp_path, "archive/old.md")
+    root = os.path.realpath(tmp_path)
+    assert coverage_report(config(tmp_path, source(tmp_path, paths=("notes/**",)))) == [
+        f"not indexed: archive/ (1 .md file) under {root}"
+    ]
+
+
 def test_coverage_report_ignores_missing_roots(tmp_path: Path) -> None:
     assert coverage_report(config(tmp_path, source(tmp_path / "gone"))) == []
 

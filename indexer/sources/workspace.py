@@ -266,6 +266,7 @@ def coverage_report(config: Config) -> list[str]:
     scopes = [
         (os.path.realpath(s.root), s.selection) for s in config.sources.values() if isinstance(s, WorkspaceSource)
     ]
+    ours = os.path.realpath(config.toc_dir)  # our tables of contents are markdown, not a gap
     lines: list[str] = []
     for root in sorted({root for root, _ in scopes}):
         try:
@@ -277,7 +278,7 @@ def coverage_report(config: Config) -> list[str]:
         except OSError:
             continue  # a missing root is reported by its scan
         for top in tops:
-            count, exact = _uncovered_markdown(top.path, scopes)
+            count, exact = _uncovered_markdown(top.path, scopes, ours)
             if count:
                 shown = str(count) if exact else f"≥{count}"
                 noun = "file" if count == 1 else "files"
@@ -304,8 +305,9 @@ def _excluded(path: str, scopes: list[tuple[str, FileSelection]]) -> bool:
     return False
 
 
-def _uncovered_markdown(folder: str, scopes: list[tuple[str, FileSelection]]) -> tuple[int, bool]:
-    """(count, exact) of the `.md` files below `folder`; 0 as soon as a source admits one."""
+def _uncovered_markdown(folder: str, scopes: list[tuple[str, FileSelection]], ours: str) -> tuple[int, bool]:
+    """(count, exact) of the `.md` files below `folder`, not counting the folder `ours`; 0 as
+    soon as a source admits one."""
     # Counting may stop at the cap only when no source can reach below the folder; otherwise
     # an admitted file further on would still mean "covered".
     reachable = False
@@ -314,7 +316,7 @@ def _uncovered_markdown(folder: str, scopes: list[tuple[str, FileSelection]]) ->
         if (rel is not None and scope.may_contain(rel)) or relative_index_path(root, folder) is not None:
             reachable = True
     count = 0
-    stack = [] if _excluded(folder + os.sep, scopes) else [folder]
+    stack = [] if _excluded(folder + os.sep, scopes) or folder == ours else [folder]
     while stack:
         try:
             with os.scandir(stack.pop()) as it:
@@ -326,7 +328,7 @@ def _uncovered_markdown(folder: str, scopes: list[tuple[str, FileSelection]]) ->
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if not _excluded(entry.path + os.sep, scopes):
+                    if not _excluded(entry.path + os.sep, scopes) and entry.path != ours:
                         stack.append(entry.path)
                     continue
                 if not entry.name.lower().endswith(".md") or not entry.is_file(follow_symlinks=False):
