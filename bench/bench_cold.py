@@ -212,6 +212,7 @@ def bench_query_embedding(quick: bool) -> str:
 
 _DETECT_CHILD = """
 import json, sys, time
+import indexer  # first, as in the CLI: it keeps numpy's BLAS to one thread
 import numpy  # loaded by the hybrid query anyway (the engine)
 start, cpu = time.perf_counter(), time.process_time()
 from indexer.language import detect_query_language
