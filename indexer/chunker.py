@@ -55,8 +55,9 @@ if TYPE_CHECKING:
 
 # 2: files with only "\r" line endings are split into lines; 3: broken front matter is read
 # line by line and kept out of chunks, titles and breadcrumbs are capped; 4: a note that is
-# front matter alone (or with headings only) is chunked from its fields
-CHUNKER_VERSION = "4"
+# front matter alone is chunked from its fields; 5: so is one with headings only, and a nested
+# tag is stored with the tags it is nested in (a note's tags are written when it is re-read)
+CHUNKER_VERSION = "5"
 
 CHARS_PER_TOKEN = 4
 MIN_CHUNK_TOKENS = 200
@@ -83,6 +84,7 @@ def _parser() -> MarkdownIt:
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _ATX_SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_ATX_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")  # any level: a line that is a heading, not `#tag`
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def parse_markdown(text: str, path: str) -> ParsedDocument:
 
 def _headings_only(text: str) -> bool:
     """A chunk with no line but headings (a template's `# {{title}}`): no text to find a note by."""
-    return all(line.lstrip().startswith("#") or not line.strip() for line in text.split("\n"))
+    return all(_ATX_HEADING.match(line) or not line.strip() for line in text.split("\n"))
 
 
 def _front_matter_chunk(lines: Sequence[str], end: int, title: str) -> list[Chunk]:

@@ -315,6 +315,9 @@ class Watcher:
         # each root's identity when the observer started (None: no folder then, not watched)
         self._roots_seen: dict[str, tuple[int, int] | None] = {}
         self._rewatch_failed: str | None = None  # why watching the roots anew failed, said once
+        self._rewatch_delay = 0.0  # the back-off after such failures
+        self._rewatch_at = 0.0
+        self._said_away: set[str] = set()  # roots said not to be folders (said again once back and gone)
         self._handler = _Handler(self)
         self._overflow = _OverflowListener(self.request_reconcile)
         self._observer: BaseObserver | None = None
@@ -346,7 +349,8 @@ class Watcher:
             self._reconcile_at = now if self.reconcile_on_start else self._next_reconcile(now)
         self._worker = threading.Thread(target=self._loop, name="notes-search-watch", daemon=True)
         self._worker.start()
-        log.info("watching %s", ", ".join(root for root, identity in self._roots_seen.items() if identity is not None))
+        watched = [root for root in self.watch_roots if os.path.isdir(root)]
+        log.info("watching %s", ", ".join(watched) if watched else "nothing yet: no root is a folder now")
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop watching; a batch in flight finishes (within `timeout`). Changes still waiting in
@@ -364,27 +368,34 @@ class Watcher:
         logging.getLogger(_SYNC_LOG).removeFilter(_SKIPS_ONCE)
 
     def _root_identities(self) -> dict[str, tuple[int, int] | None]:
-        """Each root's (device, inode), None when it is no folder: a drive mounted on its mount
-        point, or taken off it, changes them while the path stays the same."""
+        """Each configured root's (device, inode), None when it is no folder: a drive mounted on
+        its mount point or taken off it, or a symlinked root pointed elsewhere, changes them
+        while the path stays the same."""
         identities: dict[str, tuple[int, int] | None] = {}
-        for root in self.watch_roots:
+        for source, _ in self.roots:
+            path = os.fspath(source.root)
             try:
-                st = os.stat(root)
+                st = os.stat(path)
             except OSError:
-                identities[root] = None
+                identities[path] = None
                 continue
-            identities[root] = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+            identities[path] = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
         return identities
 
     def _start_observer(self) -> BaseObserver:
         """Watch the roots that are folders now. One that is not (a drive not mounted) is
         watched once it is, and a drive mounted on an empty mount point once it is mounted
         (`_check_observer` compares the roots' identities every HEALTH_EVERY)."""
+        # resolved anew: a symlinked root may lead elsewhere now (events are mapped through these)
+        self.roots = [(source, os.path.realpath(source.root)) for source, _ in self.roots]
         identities = self._root_identities()
-        present = [root for root, identity in identities.items() if identity is not None]
-        for root, identity in identities.items():
-            if identity is None and self._roots_seen.get(root, ()) is not None:  # said as it goes
-                log.warning("not watching %s: not a folder now (a drive not mounted?); watched once it is", root)
+        for path, identity in identities.items():
+            if identity is None and path not in self._said_away:  # said once as it goes
+                log.warning("not watching %s: not a folder now (a drive not mounted?); watched once it is", path)
+                self._said_away.add(path)
+            elif identity is not None:
+                self._said_away.discard(path)
+        present = [root for root in self.watch_roots if os.path.isdir(root)]
         observer = self.observer_factory()
         try:
             for root in present:
@@ -398,16 +409,20 @@ class Watcher:
 
     def _rewatch(self) -> None:
         """A root came, went or was mounted over: watch the roots as they are now, and reconcile
-        what changed there meanwhile. The running observer stays until the new one runs."""
-        changed = [root for root, identity in self._root_identities().items() if identity != self._roots_seen.get(root)]
+        what changed there meanwhile. The running observer stays until the new one runs; a
+        failure (the inotify watch limit) is tried again later and later, and said once."""
+        changed = [path for path, identity in self._root_identities().items() if identity != self._roots_seen.get(path)]
         try:
             observer = self._start_observer()
-        except Exception as exc:  # noqa: BLE001 - tried again at the next check
-            if str(exc) != self._rewatch_failed:  # said once, not every second
+        except Exception as exc:  # noqa: BLE001 - tried again after a back-off
+            if str(exc) != self._rewatch_failed:
                 log.error("cannot watch %s yet: %s", ", ".join(changed), exc)
             self._rewatch_failed = str(exc)
+            self._rewatch_delay = min(max(2 * self._rewatch_delay, self.health_every), MAX_BACKOFF)
+            self._rewatch_at = time.monotonic() + self._rewatch_delay
             return
         self._rewatch_failed = None
+        self._rewatch_delay = 0.0
         if self._observer is not None:
             _halt(self._observer)
         self._observer = observer
@@ -426,7 +441,7 @@ class Watcher:
         moved = self._root_identities() != self._roots_seen
         if self._observer_alive():
             self._restart_failures = 0
-            if moved:
+            if moved and time.monotonic() >= self._rewatch_at:
                 self._rewatch()
             return
         if self._restart_failures == 0:

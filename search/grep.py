@@ -33,7 +33,7 @@ from indexer.filetext import BINARY_PROBE
 from indexer.gitenv import git_environment
 from indexer.globs import FileSelection, literal_folder
 from indexer.sources import workspace
-from indexer.store import IndexReader
+from indexer.store import IndexReader, SearchScope
 from search.refs import Ref, away, confine, indexed_rev, root_away
 
 GREP_TIMEOUT = 60.0  # seconds per rg / git process; a runaway backtracking pattern must end
@@ -456,8 +456,13 @@ def _source_hits(
     """The source's hits and how many files they come from (git: -1, unknown and not needed)."""
     if isinstance(source, GitSource):
         return _git_grep(source, indexed_rev(store, source), folder, patterns, ignore_case, fixed), -1
-    if store is not None and store.source_state(source.id).last_sync_at and root_away(os.fspath(source.root)):
+    if (
+        store is not None
+        and root_away(os.fspath(source.root))
+        and store.scope_stats(SearchScope(source_ids=(source.id,)))
+    ):
         # an empty mount point holds no match, and saying so would hide the drive not mounted
+        # (a folder emptied on purpose, and synced so, has no indexed file left: it is searched)
         raise SourceError(f"workspace source {source.id!r}: {away(source)}")
     files = _workspace_files(source, folder, problems)
     return _search_files(source, files, patterns, ignore_case, fixed, rg, problems), len(files)

@@ -26,6 +26,10 @@ BREADCRUMB_MAX_CHARS = 300  # the chunker's cap: a longer section name keeps the
 _SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*\Z")  # ATX H1-H3
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _SETEXT_UNDERLINE = re.compile(r" {0,3}(=+|-+)[ \t]*\Z")
+# a line of a note's fields (the chunk of a note of properties only): a key, a list item, a
+# continuation or a comment
+_YAML_KEY = re.compile(r"[A-Za-z_][\w -]*:(?:[ \t]|\Z)")
+_YAML_LINE = re.compile(rf"{_YAML_KEY.pattern}|[ \t]|-[ \t]|#")
 _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-*+][ \t]|[0-9]{1,9}[.)][ \t]|>|\||<)")  # a list item, quote, table, HTML
 
 
@@ -62,11 +66,16 @@ def section_breadcrumb(breadcrumb: str, text: str, start_line: int, match_line: 
     """The breadcrumb of the section that `match_line` lies in. A chunk of small sections merged
     is named by their common parent ("Server setup"), while the line a hit points at sits under
     one of them: its header says "Server setup > Monitoring". H1-H3 outside fences, ATX and
-    setext (a paragraph's one line over `===` or `---`), as the chunker's sections start."""
+    setext (a paragraph over `===` or `---`), as the chunker's sections start. Where a line is
+    in doubt the chunk's own breadcrumb stands: vague is better than wrong."""
+    lines = text.split("\n")
+    first = next((line for line in lines if line.strip() and not line.startswith("#")), "")
+    if _YAML_KEY.match(first) and all(_YAML_LINE.match(line) for line in lines if line.strip()):
+        return breadcrumb  # a note's fields (YAML): `# ...` there is a comment
     path: list[tuple[int, str]] = []  # (level, name) of the headings above match_line in the chunk
     fence: str | None = None
-    previous = ""  # the line before, when it may be a setext heading's text
-    for line in text.split("\n")[: max(match_line - start_line + 1, 0)]:
+    paragraph: list[str] | None = []  # the open paragraph's lines; None: a block no heading ends
+    for line in lines[: max(match_line - start_line + 1, 0)]:
         opened = _FENCE.match(line)
         if fence is not None:
             if opened and opened.group(1).startswith(fence) and not line[opened.end() :].strip():
@@ -77,16 +86,21 @@ def section_breadcrumb(breadcrumb: str, text: str, start_line: int, match_line: 
         level, name = 0, ""
         if heading:
             level, name = len(heading.group(1)), heading.group(2) or ""
-        elif underline and previous:
-            level, name = (1 if underline.group(1).startswith("=") else 2), previous
+        elif underline and paragraph:
+            level, name = (1 if underline.group(1).startswith("=") else 2), " ".join(paragraph)
         if opened:
-            fence = opened.group(1)
+            fence, paragraph = opened.group(1), []
         elif level:
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, " ".join(name.split())))
-        plain = line.strip() and not (heading or underline or opened or _NOT_PARAGRAPH.match(line))
-        previous = line if plain and not previous else ""
+            paragraph = []
+        elif not line.strip() or underline:
+            paragraph = []
+        elif paragraph == [] and (_NOT_PARAGRAPH.match(line) or line.startswith(("    ", "\t"))):
+            paragraph = None  # a list item, a quote, indented code...: `---` under it is a rule
+        elif paragraph is not None:
+            paragraph.append(line.strip())
     names = breadcrumb.split(BREADCRUMB_SEPARATOR) if breadcrumb else []
     named = {name.casefold() for name in names}
     below = [name for _, name in path if name and name.casefold() not in named]

@@ -127,3 +127,7 @@ def test_a_source_whose_folder_is_away_is_searched_as_last_indexed(tmp_path: Pat
         assert shown.stderr.strip() == (
             f"Error: usb:trips/tatra.md: cannot be read now: the folder {usb} {why} (a drive not mounted?)"
         )
+    # emptied on purpose and synced so: nothing indexed is missing, grep searches it (and finds nothing)
+    assert run(config_path, "sync", "--full", "--source", "usb").exit_code == 0
+    grep = json.loads(run(config_path, "grep", "tatra", "--source", "usb", "--json").stdout)
+    assert grep["results"] == [] and grep["unsearched"] == []

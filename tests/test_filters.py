@@ -504,3 +504,14 @@ def test_an_older_index_finds_nested_tags_after_the_chunker_upgrade(
         assert cli("query", "server", "--mode", "lex", "--json", "--tag", "project").exit_code == 1
     assert cli("sync").exit_code == 0
     assert found(cli("query", "server", "--mode", "lex", "--json", "--tag", "project")) == ["work/alpha.md"]
+
+
+def test_a_deep_or_long_nested_tag_adds_few_rows() -> None:
+    """A tag of 5,000 levels (10 KB of front matter) stored 5,000 ancestors of up to 10 KB each."""
+    from indexer.store.schema import NESTED_TAG_CHARS, NESTED_TAG_LEVELS, file_tag_keys
+
+    deep = "a/" * 20 + "x"
+    assert file_tag_keys([deep]) == ["/".join(["a"] * n) for n in range(1, NESTED_TAG_LEVELS)] + [deep]
+    huge = "a/" * 5000 + "x"
+    assert file_tag_keys([huge]) == [huge] and len(huge) > NESTED_TAG_CHARS
+    assert file_tag_keys(["Project / Alpha"]) == ["project", "project / alpha"]  # no blank kept at the end

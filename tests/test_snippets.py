@@ -426,5 +426,11 @@ def test_a_hit_names_the_section_of_the_line_it_points_at() -> None:
     # `---` under a list item is a rule, not a heading
     assert section_breadcrumb("T", setext, 1, line["after"]) == "T > Firewall > Monitoring"
     assert section_breadcrumb("T", "##  Two   spaces\n\nx", 1, 3) == "T > Two spaces"  # named as the chunker names it
+    # a paragraph of three lines over `---` is one heading; under a list item or code it is a rule
+    assert section_breadcrumb("T", "one\ntwo\nthree\n---\nz", 1, 5) == "T > one two three"
+    assert section_breadcrumb("T", "- item\ncontinuation\n---\nz", 1, 4) == "T"
+    assert section_breadcrumb("T", "    code line\n---\nz", 1, 3) == "T"
+    # a note's fields: a YAML comment is no heading
+    assert section_breadcrumb("Jana", "# Contact details\nname: Jana\nrole: dba", 2, 4) == "Jana"
     long = "x" * 300
     assert section_breadcrumb("Notes", f"## {long}\n\ntext", 1, 3) == "Notes"  # past the cap: kept as it was

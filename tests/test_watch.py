@@ -374,6 +374,25 @@ def test_a_root_mounted_over_is_watched_as_it_is_now(config: Config, notes: Path
         assert watcher.running
 
 
+def test_a_symlinked_root_pointed_elsewhere_is_watched_there(tmp_path: Path, embedder: FakeEmbedder) -> None:
+    """`vault -> vault-2025`, then `vault -> vault-2026`: the watcher kept watching the old one."""
+    for year in ("2025", "2026"):
+        save(tmp_path / f"vault-{year}" / "index.md", f"# Vault {year}\n\nyear{year}mark\n")
+    link = tmp_path / "vault"
+    link.symlink_to(tmp_path / "vault-2025")
+    config = load_config(make_config(tmp_path, link))
+    with watching(config, embedder):
+        wait_for(lambda: lex(config, "year2025mark"), "the first vault")
+        swap = tmp_path / "vault.new"
+        swap.symlink_to(tmp_path / "vault-2026")
+        swap.replace(link)
+        wait_for(
+            lambda: lex(config, "year2026mark") and not lex(config, "year2025mark"), "the reconcile of the new one"
+        )
+        save(tmp_path / "vault-2026" / "new.md", "# New\n\nnewvaultmark\n")
+        wait_for(lambda: lex(config, "newvaultmark"), "an event in the new one")
+
+
 def test_a_watcher_whose_only_folder_is_away_waits_for_it(tmp_path: Path, embedder: FakeEmbedder) -> None:
     """It refused to start, and one whose folder went away gave up after its restarts."""
     usb = tmp_path / "usb"

@@ -183,6 +183,12 @@ FILE_TAGS_SQL = """
 """
 
 
+# a nested tag's ancestors are stored for tags this short and this deep: a tag of 5,000 levels
+# (10 KB of front matter) made 5,000 rows of up to 10 KB each, a 65 MB index
+NESTED_TAG_CHARS = 200
+NESTED_TAG_LEVELS = 10
+
+
 def file_tag_keys(tags: object) -> list[str]:
     """The distinct non-empty `tag_key`s of a tag list (what `file_tags` holds for a file), each
     nested tag with the tags it is nested in: `project/alpha` is also `project`, so that
@@ -192,8 +198,8 @@ def file_tag_keys(tags: object) -> list[str]:
     keys: dict[str, None] = {}
     for tag in tags:
         key = tag_key(str(tag))
-        parts = key.split("/")
-        keys.update(dict.fromkeys(prefix for n in range(1, len(parts)) if (prefix := "/".join(parts[:n]).strip("/"))))
+        parts = key.split("/")[:NESTED_TAG_LEVELS] if len(key) <= NESTED_TAG_CHARS else []
+        keys.update(dict.fromkeys(prefix for n in range(1, len(parts)) if (prefix := "/".join(parts[:n]).rstrip())))
         if key:
             keys[key] = None
     return list(keys)
