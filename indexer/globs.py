@@ -190,19 +190,34 @@ class FileSelection:
 
     def hidden(self, path: str) -> bool:
         """A name on the path starts with '.' (`.obsidian/`, `.trash/`, `.github/`, `.draft.md`)
-        and no `paths` or `include` pattern names it: an editor's settings, the notes it deleted
-        and tooling, which a wildcard does not mean (as ripgrep and Obsidian skip them)."""
-        return any(part.startswith(".") and part not in self._named for part in path.strip("/").split("/"))
+        and no `paths` or `include` pattern names it there: an editor's settings, the notes it
+        deleted and tooling, which a wildcard does not mean (as ripgrep and Obsidian skip them)."""
+        anywhere, spelled_at = self._named
+        parts = path.strip("/").split("/")
+        return any(
+            part.startswith(".") and part not in anywhere and "/".join(parts[: n + 1]) not in spelled_at
+            for n, part in enumerate(parts)
+        )
 
     @cached_property
-    def _named(self) -> frozenset[str]:
-        """The segments the `paths` and `include` patterns spell out without a wildcard."""
-        return frozenset(
-            part
-            for pattern in (*self.paths, *self.include)
-            for part in pattern.strip("/").split("/")
-            if not any(ch in part for ch in "*?[")
-        )
+    def _named(self) -> tuple[frozenset[str], frozenset[str]]:
+        """What the `paths` and `include` patterns spell without a wildcard: (names admitted at
+        any depth: in a pattern without '/', which matches a file name anywhere, or after a
+        wildcard segment; the paths a pattern's literal folder part spells: `a/.old/**` names
+        `a/.old`, not `b/.old`)."""
+        anywhere: set[str] = set()
+        spelled_at: set[str] = set()
+        for pattern in (*self.paths, *self.include):
+            segments = pattern.strip("/").split("/")
+            literal = len(segments) > 1
+            for n, segment in enumerate(segments):
+                if any(ch in segment for ch in "*?["):
+                    literal = False
+                elif literal:
+                    spelled_at.add("/".join(segments[: n + 1]))
+                else:
+                    anywhere.add(segment)
+        return frozenset(anywhere), frozenset(spelled_at)
 
     def excluded(self, path: str) -> bool:
         """Taken out by an `exclude` pattern, itself or a folder above it (`PATH/` asks about a

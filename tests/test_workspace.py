@@ -137,6 +137,11 @@ def test_hidden_names_are_left_out_unless_a_pattern_names_them(tmp_path: Path) -
     trash = FileSelection(paths=("**",))
     assert trash.hidden(".trash/deleted.md") and not trash.may_contain(".trash")
     assert not FileSelection(paths=(".trash/**",)).hidden(".trash/deleted.md")
+    # a name is admitted where the pattern spells it: `a/.old/**` is no `b/.old/`
+    spelled = FileSelection(paths=("**", "a/.old/**"))
+    assert spelled.admits("a/.old/x.md") and not spelled.admits("b/.old/x.md") and not spelled.may_contain("b/.old")
+    anywhere = FileSelection(paths=("**/.notes/**",))
+    assert anywhere.admits(".notes/y.md") and anywhere.admits("x/.notes/y.md")
 
 
 # --- change detection --------------------------------------------------------------------
