@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from indexer.filetext import line_break
 from indexer.frontmatter import read_front_matter
-from indexer.model import Chunk, ParsedDocument
+from indexer.model import BREADCRUMB_MAX_CHARS, BREADCRUMB_SEPARATOR, Chunk, ParsedDocument
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -65,8 +65,6 @@ MAX_CHUNK_TOKENS = 800
 MAX_OVERLAP_TOKENS = 120  # ~15 % of MAX_CHUNK_TOKENS; whole blocks only, so usually less
 # a name is for reading in a hit's header: a 1 MB front-matter title must not print 1 MB per hit
 TITLE_MAX_CHARS = 300
-BREADCRUMB_MAX_CHARS = 300
-BREADCRUMB_SEPARATOR = " > "
 
 SECTION_LEVELS = {"h1": 1, "h2": 2, "h3": 3}
 LIST_TYPES = frozenset({"bullet_list_open", "ordered_list_open"})

@@ -189,14 +189,22 @@ class FileSelection:
         )
 
     def hidden(self, path: str) -> bool:
-        """A name on the path starts with '.' (`.obsidian/`, `.trash/`, `.github/`, `.draft.md`)
-        and no `paths` or `include` pattern names it there: an editor's settings, the notes it
-        deleted and tooling, which a wildcard does not mean (as ripgrep and Obsidian skip them)."""
+        return self.hidden_name(path) is not None
+
+    def hidden_name(self, path: str) -> str | None:
+        """The first name on the path that starts with '.' (`.obsidian/`, `.trash/`, `.github/`,
+        `.draft.md`) where no `paths` or `include` pattern names it, or None: an editor's
+        settings, the notes it deleted and tooling, which a wildcard does not mean (as ripgrep
+        and Obsidian skip them)."""
         anywhere, spelled_at = self._named
         parts = path.strip("/").split("/")
-        return any(
-            part.startswith(".") and part not in anywhere and "/".join(parts[: n + 1]) not in spelled_at
-            for n, part in enumerate(parts)
+        return next(
+            (
+                part
+                for n, part in enumerate(parts)
+                if part.startswith(".") and part not in anywhere and "/".join(parts[: n + 1]) not in spelled_at
+            ),
+            None,
         )
 
     @cached_property

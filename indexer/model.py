@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# how a chunk's breadcrumb is written (the chunker) and read (a hit names its match line's section)
+BREADCRUMB_SEPARATOR = " > "
+BREADCRUMB_MAX_CHARS = 300
+
 
 @dataclass(frozen=True)
 class Chunk:

@@ -331,10 +331,11 @@ class Syncer(VectorWork):
         # A tree diff only visits paths that changed between commits: after the config's scope
         # (or size limit) changed, only a full pass adds files that entered it and drops the rest.
         scope_key = f"scope:{source.id}"
-        selection = source.selection
         # how the patterns are read (SELECTION_RULES: hidden names left out) is part of the scope
-        scope = repr((selection.paths, selection.include, selection.exclude, self.config.max_file_bytes))
-        scope += f" rules {SELECTION_RULES}"
+        selection = source.selection
+        scope = repr(
+            (selection.paths, selection.include, selection.exclude, self.config.max_file_bytes, SELECTION_RULES)
+        )
         meta = self.store.meta()
         rescope = meta.get(scope_key) != scope
         full = full or (rescope and indexed_rev is not None)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from indexer.model import BREADCRUMB_MAX_CHARS, BREADCRUMB_SEPARATOR
 from indexer.store import ChunkRow, IndexReader, RankedChunk
 from indexer.store.rows import NearestWindow
 from search.fusion import Fused, Fusion
@@ -21,8 +22,6 @@ if TYPE_CHECKING:  # numpy and the embedders stay unimported on the lexical path
     from indexer.embedders import Embedder
 
 SNIPPET_CHARS = 1200
-BREADCRUMB_SEPARATOR = " > "  # as the chunker joins them
-BREADCRUMB_MAX_CHARS = 300  # the chunker's cap: a longer section name keeps the chunk's breadcrumb
 _SECTION_HEADING = re.compile(r" {0,3}(#{1,3})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*\Z")  # ATX H1-H3
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _SETEXT_UNDERLINE = re.compile(r" {0,3}(=+|-+)[ \t]*\Z")

@@ -327,8 +327,7 @@ def _left_out_by(source: Source, rel: str) -> str:
     if isinstance(source, WorkspaceSource) and ".git" in rel.split("/"):
         return "it is inside a .git folder, which is never read"
     key = f"sources.{source.kind}.{source.id}"
-    if selection.hidden(rel):
-        name = next(part for part in rel.split("/") if part.startswith(".") and selection.hidden(part))
+    if name := selection.hidden_name(rel):
         return f"{name} is hidden (its name starts with '.'); a pattern in `{key}.paths` that names it admits it"
     if not match_any(selection.paths, rel):
         return f"`{key}.paths` ({_patterns(selection.paths)}) does not reach it"

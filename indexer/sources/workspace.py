@@ -121,7 +121,7 @@ def scan(
     known: Mapping[str, KnownFile],
     *,
     full: bool = False,
-    accept_empty: bool | None = None,
+    accept_empty: bool = False,
     max_file_bytes: int = 5_000_000,
     log: logging.Logger | None = None,
 ) -> Iterator[Change]:
@@ -136,10 +136,9 @@ def scan(
     nothing indexed below it is deleted. No single file stops the scan. Skips are not logged
     here (the consumer logs each once); folders that cannot be listed are. A missing,
     unreadable or suddenly empty root raises SourceError at call time, not on first iteration;
-    an empty one is accepted by `accept_empty` (default: `full`, which the user asked for; a
-    re-read the indexer decided on, such as a re-chunk, passes False).
+    an empty one only with `accept_empty` (the user's `--full`: notes removed on purpose).
     """
-    _check_root(source, len(known), accept_empty=full if accept_empty is None else accept_empty)
+    _check_root(source, len(known), accept_empty=accept_empty)
     return _scan(source, known, full, max_file_bytes, log or _LOG)
 
 

@@ -15,7 +15,6 @@ from indexer.config import (
     Config,
     GitSource,
     Source,
-    WorkspaceSource,
     is_new_source_id,
     literal_path,
 )
@@ -241,20 +240,16 @@ def _refuse_overlap(config: Config, added: Source) -> None:
 def _folder_indexed(source: Source) -> Path | None:
     """The folder on disk whose files a source indexes (a git source's are read from its mirror,
     but its checkout holds the same notes)."""
-    folder = source.root if isinstance(source, WorkspaceSource) else source.checkout
+    from search.service.locating import checkout_or_root
+
+    folder = checkout_or_root(source)
     return folder.resolve() if folder is not None else None
 
 
 def _paths_may_meet(first: FileSelection, second: FileSelection) -> bool:
     """Whether two sources on one folder may admit a file both: some `paths` of each lead into
     one folder (`**` leads everywhere; `personal/**` and `work/**` never meet)."""
-    for one in first.paths:
-        for other in second.paths:
-            a, b = literal_folder(one).split("/"), literal_folder(other).split("/")
-            n = min(len(a), len(b))
-            if a == [""] or b == [""] or a[:n] == b[:n]:
-                return True
-    return False
+    return any(second.may_contain(literal_folder(pattern)) for pattern in first.paths)
 
 
 def remove(service: NotesService, name: str) -> SourceRemoved:
